@@ -1,0 +1,158 @@
+"""Gateway configuration.
+
+Loaded by pydantic-settings from, in order of precedence: explicit keyword arguments,
+``TIDEGATE_*`` environment variables (nested with ``__``: ``TIDEGATE_HOT__TYPE=redis``),
+then an optional YAML file named by ``TIDEGATE_CONFIG``. Every backend section has a
+``type`` discriminator. The defaults are the *embedded* mode: one data folder, SQLite
+metadata, the local-disk hot tier, no other service needed.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+from pydantic_settings import (
+    BaseSettings,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+    YamlConfigSettingsSource,
+)
+
+__all__ = [
+    "DiskHotConfig",
+    "MetadataConfig",
+    "RedisHotConfig",
+    "ServerConfig",
+    "Settings",
+]
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class DiskHotConfig(_Section):
+    """Local-disk hot tier: per-partition segment files. Single node."""
+
+    type: Literal["disk"] = "disk"
+    path: Path | None = Field(None, description="Folder for segments; default <data_dir>/hot.")
+    fsync: Literal["batch", "interval", "never"] = Field(
+        "batch", description="fsync after every batch, every fsync_interval_ms, or never."
+    )
+    fsync_interval_ms: int = Field(200, ge=1, description="Period of the 'interval' policy.")
+    segment_bytes: int = Field(64 * 1024 * 1024, ge=1024, description="Roll segments at this size.")
+
+
+class RedisHotConfig(_Section):
+    """Redis hot tier: one stream per partition; several gateways may share it."""
+
+    type: Literal["redis"] = "redis"
+    url: str = Field("redis://127.0.0.1:6379/0", description="redis:// or rediss:// URL.")
+    socket_timeout_s: float = Field(5.0, gt=0, description="Per-command socket timeout.")
+    producer_window: int = Field(16, ge=1, description="Batches remembered per producer.")
+
+
+HotConfig = Annotated[DiskHotConfig | RedisHotConfig, Field(discriminator="type")]
+
+
+class MetadataConfig(_Section):
+    """The SQLAlchemy metadata store."""
+
+    url: str | None = Field(
+        None, description="SQLAlchemy URL; default sqlite:///<data_dir>/metadata.db."
+    )
+    echo: bool = Field(False, description="Log every SQL statement.")
+
+
+class ServerConfig(_Section):
+    """Network edges."""
+
+    host: str = Field("127.0.0.1", description="Bind address of both servers.")
+    grpc_port: int = Field(50051, ge=0, le=65535, description="gRPC port; 0 disables gRPC.")
+    http_port: int = Field(8080, ge=0, le=65535, description="HTTP port; 0 disables HTTP.")
+    max_request_bytes: int = Field(
+        64 * 1024 * 1024, ge=1024, description="Largest append body accepted."
+    )
+    max_read_records: int = Field(100_000, ge=1, description="Cap on records per read call.")
+    default_read_records: int = Field(10_000, ge=1, description="max_records when not given.")
+    max_read_bytes: int = Field(16 * 1024 * 1024, ge=1024, description="Cap on bytes per read.")
+    follow_poll_ms: int = Field(
+        100, ge=5, description="How often a follow read re-checks a log written elsewhere."
+    )
+    http_follow_wait_ms: int = Field(30_000, ge=0, description="Longest HTTP long-poll wait.")
+    shutdown_grace_s: float = Field(5.0, ge=0, description="Drain time after SIGTERM.")
+    io_threads: int = Field(32, ge=1, description="Threads for blocking hot-tier calls.")
+
+
+class Settings(BaseSettings):
+    """Everything a gateway process needs."""
+
+    model_config = SettingsConfigDict(
+        env_prefix="TIDEGATE_",
+        env_nested_delimiter="__",
+        extra="forbid",
+        validate_default=True,
+    )
+
+    data_dir: Path = Field(Path("tidegate-data"), description="Embedded-mode data folder.")
+    tenant: str = Field(
+        "default", description="Tenant of every request until authentication lands."
+    )
+    hot: HotConfig = Field(default_factory=DiskHotConfig, description="Hot log tier backend.")
+    compression: Literal["zstd", "lz4", "none"] = Field(
+        "zstd", description="Arrow IPC compression of hot-tier batches."
+    )
+    metadata: MetadataConfig = Field(default_factory=MetadataConfig)
+    server: ServerConfig = Field(default_factory=ServerConfig)
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        sources: list[PydanticBaseSettingsSource] = [init_settings, env_settings]
+        config_file = os.environ.get("TIDEGATE_CONFIG")
+        if config_file:
+            sources.append(YamlConfigSettingsSource(settings_cls, yaml_file=config_file))
+        return tuple(sources)
+
+    # Resolved locations ---------------------------------------------------------------
+    @property
+    def metadata_url(self) -> str:
+        if self.metadata.url:
+            return self.metadata.url
+        return f"sqlite:///{(self.data_dir / 'metadata.db').resolve()}"
+
+    @property
+    def hot_path(self) -> Path:
+        if isinstance(self.hot, DiskHotConfig) and self.hot.path is not None:
+            return self.hot.path
+        return self.data_dir / "hot"
+
+    @classmethod
+    def explicit(cls, **values: Any) -> Settings:
+        """Settings from ``values`` and defaults only, ignoring environment and files.
+
+        Tests use this so that a developer's ``TIDEGATE_*`` variables never leak in.
+        """
+        return _ExplicitSettings(**values)
+
+
+class _ExplicitSettings(Settings):
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        return (init_settings,)

@@ -1,0 +1,201 @@
+"""Every error Tidegate raises on purpose, in one tree.
+
+Each class knows its gRPC status code, its HTTP status and a stable machine-readable
+``reason`` (an UPPER_SNAKE string clients may switch on). The edges translate them once:
+the gRPC interceptor into a ``google.rpc.Status`` with ``ErrorInfo`` (and ``RetryInfo``
+for retryable errors), the FastAPI handler into ``{"error": {"reason", "message", ...}}``.
+
+    TidegateError
+    ├── InvalidRequest                 INVALID_ARGUMENT / 400
+    │   ├── SchemaMismatch             rows do not match the table schema
+    │   ├── InvalidSchema              a table schema that cannot be stored
+    │   ├── MalformedPayload           bytes that are not Arrow IPC / JSON
+    │   ├── InvalidPartition           partition outside 0..N-1
+    │   ├── InvalidIdempotentAppend    producer_id/sequence used inconsistently
+    │   ├── RequestTooLarge            over the configured request size (HTTP 413)
+    │   └── UnsupportedMediaType       a body neither JSON nor Arrow IPC (HTTP 415)
+    ├── NotFound                       NOT_FOUND / 404
+    │   ├── TableNotFound
+    │   └── TenantNotFound
+    ├── AlreadyExists                  ALREADY_EXISTS / 409
+    │   └── TableAlreadyExists
+    ├── OffsetOutOfRange               OUT_OF_RANGE / 416, carries earliest and latest
+    └── RetryableError                 safe to retry the same request unchanged
+        ├── OutOfOrderSequence         ABORTED / 409: an earlier sequence is missing
+        ├── Throttled                  RESOURCE_EXHAUSTED / 429, carries retry_after_ms
+        └── Unavailable                UNAVAILABLE / 503: a backend is down
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+import grpc
+
+__all__ = [
+    "AlreadyExists",
+    "InvalidIdempotentAppend",
+    "InvalidPartition",
+    "InvalidRequest",
+    "InvalidSchema",
+    "MalformedPayload",
+    "NotFound",
+    "OffsetOutOfRange",
+    "OutOfOrderSequence",
+    "RequestTooLarge",
+    "RetryableError",
+    "SchemaMismatch",
+    "TableAlreadyExists",
+    "TableNotFound",
+    "TenantNotFound",
+    "Throttled",
+    "TidegateError",
+    "Unavailable",
+    "UnsupportedMediaType",
+    "error_for_reason",
+]
+
+ERROR_DOMAIN = "tidegate.dev"
+
+
+class TidegateError(Exception):
+    """Base of every error Tidegate raises on purpose.
+
+    ``details`` holds machine-readable facts (strings only on the wire) that the edges put
+    into ``ErrorInfo.metadata`` and the JSON error body.
+    """
+
+    grpc_code: ClassVar[grpc.StatusCode] = grpc.StatusCode.INTERNAL
+    http_status: ClassVar[int] = 500
+    reason: ClassVar[str] = "INTERNAL"
+    retryable: ClassVar[bool] = False
+
+    def __init__(self, message: str, **details: Any) -> None:
+        super().__init__(message)
+        self.message = message
+        self.details: dict[str, Any] = details
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"reason": self.reason, "message": self.message, **self.details}
+
+
+class InvalidRequest(TidegateError):
+    grpc_code = grpc.StatusCode.INVALID_ARGUMENT
+    http_status = 400
+    reason = "INVALID_REQUEST"
+
+
+class SchemaMismatch(InvalidRequest):
+    reason = "SCHEMA_MISMATCH"
+
+
+class InvalidSchema(InvalidRequest):
+    reason = "INVALID_SCHEMA"
+
+
+class MalformedPayload(InvalidRequest):
+    reason = "MALFORMED_PAYLOAD"
+
+
+class InvalidPartition(InvalidRequest):
+    reason = "INVALID_PARTITION"
+
+
+class InvalidIdempotentAppend(InvalidRequest):
+    reason = "INVALID_IDEMPOTENT_APPEND"
+
+
+class RequestTooLarge(InvalidRequest):
+    http_status = 413
+    reason = "REQUEST_TOO_LARGE"
+
+
+class UnsupportedMediaType(InvalidRequest):
+    """An HTTP body whose Content-Type the route does not take."""
+
+    http_status = 415
+    reason = "UNSUPPORTED_MEDIA_TYPE"
+
+
+class NotFound(TidegateError):
+    grpc_code = grpc.StatusCode.NOT_FOUND
+    http_status = 404
+    reason = "NOT_FOUND"
+
+
+class TableNotFound(NotFound):
+    reason = "TABLE_NOT_FOUND"
+
+
+class TenantNotFound(NotFound):
+    reason = "TENANT_NOT_FOUND"
+
+
+class AlreadyExists(TidegateError):
+    grpc_code = grpc.StatusCode.ALREADY_EXISTS
+    http_status = 409
+    reason = "ALREADY_EXISTS"
+
+
+class TableAlreadyExists(AlreadyExists):
+    reason = "TABLE_ALREADY_EXISTS"
+
+
+class OffsetOutOfRange(TidegateError):
+    """A read below the earliest available offset or above the high watermark."""
+
+    grpc_code = grpc.StatusCode.OUT_OF_RANGE
+    http_status = 416
+    reason = "OFFSET_OUT_OF_RANGE"
+
+    def __init__(self, message: str, *, offset: int, earliest: int, latest: int) -> None:
+        super().__init__(message, offset=offset, earliest=earliest, latest=latest)
+
+
+class RetryableError(TidegateError):
+    """The same request may succeed if sent again, after ``retry_after_ms`` when given."""
+
+    retryable = True
+
+    def __init__(self, message: str, *, retry_after_ms: int | None = None, **details: Any) -> None:
+        if retry_after_ms is not None:
+            details["retry_after_ms"] = retry_after_ms
+        super().__init__(message, **details)
+        self.retry_after_ms = retry_after_ms
+
+
+class OutOfOrderSequence(RetryableError):
+    """An idempotent append skipped a sequence; resend the missing batches first."""
+
+    grpc_code = grpc.StatusCode.ABORTED
+    http_status = 409
+    reason = "OUT_OF_ORDER_SEQUENCE"
+
+
+class Throttled(RetryableError):
+    grpc_code = grpc.StatusCode.RESOURCE_EXHAUSTED
+    http_status = 429
+    reason = "THROTTLED"
+
+
+class Unavailable(RetryableError):
+    grpc_code = grpc.StatusCode.UNAVAILABLE
+    http_status = 503
+    reason = "UNAVAILABLE"
+
+
+def _all_subclasses(cls: type[TidegateError]) -> list[type[TidegateError]]:
+    out: list[type[TidegateError]] = []
+    for sub in cls.__subclasses__():
+        out.append(sub)
+        out.extend(_all_subclasses(sub))
+    return out
+
+
+_ALL_ERRORS: list[type[TidegateError]] = [TidegateError, *_all_subclasses(TidegateError)]
+_BY_REASON: dict[str, type[TidegateError]] = {c.reason: c for c in _ALL_ERRORS}
+
+
+def error_for_reason(reason: str) -> type[TidegateError]:
+    """The class that owns ``reason`` (``TidegateError`` for an unknown one)."""
+    return _BY_REASON.get(reason, TidegateError)
