@@ -1,0 +1,163 @@
+"""The hot log tier: one abstract interface, several backends.
+
+A hot log stores, per table partition, an ordered sequence of *batches*. Each batch is one
+appended request for that partition: an opaque payload (compressed Arrow IPC produced by
+:mod:`gateway.hot.codec`), the number of records it holds, and the append timestamp.
+Offsets are assigned by the backend, atomically with the write: a batch of ``count``
+records gets the contiguous range ``[base_offset, base_offset + count)`` and the high
+watermark moves to ``base_offset + count``. Offsets are dense and start at 0.
+
+The hot log never interprets payloads; the unification layer above it decodes them and adds
+the system columns. Implementations are synchronous and thread-safe: the async server calls
+them from a thread pool, and Spark tasks call them directly.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from gateway.config import Settings
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionId:
+    """Where one partition's log lives. ``table_id`` is unique for the table's lifetime
+    (a dropped and re-created table gets a new one), so logs never collide."""
+
+    tenant: str
+    table_id: str
+    partition: int
+
+    @property
+    def path(self) -> str:
+        """A stable, filesystem- and key-safe name: ``<tenant>/<table_id>/<partition>``."""
+        return f"{self.tenant}/{self.table_id}/{self.partition}"
+
+
+@dataclass(frozen=True, slots=True)
+class ProducerSequence:
+    """Idempotent-producer identity of one batch for one partition.
+
+    For a given ``(producer_id, partition)`` sequences must grow by exactly one per batch.
+    The first batch seen from a producer may carry any non-negative sequence.
+    """
+
+    producer_id: str
+    sequence: int
+
+
+@dataclass(frozen=True, slots=True)
+class AppendResult:
+    base_offset: int
+    count: int
+    #: True when the batch was a retry of an already stored one; offsets are the original.
+    duplicate: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class StoredBatch:
+    base_offset: int
+    count: int
+    timestamp_us: int
+    payload: bytes
+
+    @property
+    def next_offset(self) -> int:
+        return self.base_offset + self.count
+
+
+@dataclass(frozen=True, slots=True)
+class LogOffsets:
+    #: Earliest offset still stored (the hot low mark ``L(p)``).
+    low: int
+    #: Next offset to be assigned (the high watermark ``HW(p)``).
+    high: int
+    #: Payload bytes stored for the partition (approximate for some backends).
+    size_bytes: int = 0
+
+
+class HotLog(ABC):
+    """A durable, offset-addressed log per table partition."""
+
+    #: Short name used in config (``TIDEGATE_HOT__TYPE``).
+    name: str = ""
+
+    @classmethod
+    @abstractmethod
+    def from_settings(cls, settings: Settings) -> HotLog:
+        """Build the backend from the gateway settings (``settings.hot`` is its section)."""
+
+    @abstractmethod
+    def append(
+        self,
+        part: PartitionId,
+        payload: bytes,
+        count: int,
+        timestamp_us: int,
+        producer: ProducerSequence | None = None,
+    ) -> AppendResult:
+        """Store one batch and assign its offsets atomically.
+
+        Returns only once the batch is durable per the backend's policy (fsync per batch,
+        Redis ``appendfsync``...). A crash before returning leaves the batch wholly present
+        or wholly absent, never torn.
+
+        Args:
+            part: the partition to append to.
+            payload: opaque bytes (encoded records).
+            count: number of records in ``payload``; must be >= 1.
+            timestamp_us: append time, microseconds since the epoch (UTC).
+            producer: idempotence identity; a batch whose ``(producer_id, sequence)`` was
+                already stored for this partition is not stored again.
+
+        Returns:
+            The assigned range; for a duplicate, the original range and ``duplicate=True``.
+
+        Raises:
+            OutOfOrderSequence: ``producer.sequence`` skips one or more sequences.
+            InvalidIdempotentAppend: the sequence is older than the de-duplication window,
+                or the retried batch's record count differs from the stored one.
+            Unavailable: the backend cannot be reached.
+        """
+
+    @abstractmethod
+    def read(
+        self, part: PartitionId, from_offset: int, max_records: int, max_bytes: int
+    ) -> list[StoredBatch]:
+        """Batches holding offsets from ``from_offset`` on, in offset order.
+
+        The first batch returned is the one that contains ``from_offset`` (it may start
+        before it: callers slice). Stops adding batches once ``max_records`` records at or
+        after ``from_offset`` or ``max_bytes`` payload bytes are reached, but always returns
+        at least one batch when ``from_offset`` is below the high watermark.
+
+        Returns an empty list when ``from_offset`` equals the high watermark.
+
+        Raises:
+            OffsetOutOfRange: ``from_offset`` is below the low mark or above the high
+                watermark (the error carries both).
+            Unavailable: the backend cannot be reached.
+        """
+
+    @abstractmethod
+    def offsets(self, part: PartitionId) -> LogOffsets:
+        """The low mark, high watermark and stored size; ``(0, 0)`` for an empty log."""
+
+    @abstractmethod
+    def trim(self, part: PartitionId, below_offset: int) -> int:
+        """Delete whole batches that end at or below ``below_offset``.
+
+        A batch that straddles ``below_offset`` is kept, so the low mark after a trim is
+        ``<= below_offset``. Trimming never moves the high watermark, and idempotence state
+        survives it. Returns the new low mark.
+        """
+
+    @abstractmethod
+    def drop(self, part: PartitionId) -> None:
+        """Delete everything stored for the partition, including producer state."""
+
+    def close(self) -> None:  # noqa: B027 - optional hook
+        """Release connections and file handles."""

@@ -1,0 +1,555 @@
+"""Table schemas: Arrow type names on the wire, validation of appended rows, JSON rows.
+
+A table schema is a list of fields ``{"name", "type", "nullable"}`` whose ``type`` is an
+Arrow type name as ``str(pyarrow type)`` prints it (``int64``, ``string``,
+``timestamp[us, tz=UTC]``, ``decimal128(10, 2)``, ``list<item: int32>`` or ``list<int32>``,
+``struct<a: int32, b: string>``). Only types that round-trip losslessly through Iceberg are
+admitted; the gateway adds the system columns ``_partition``, ``_offset``, ``_timestamp``.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import datetime as dt
+import decimal
+import json
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+import pyarrow as pa
+
+from gateway.errors import InvalidSchema, MalformedPayload, SchemaMismatch
+
+__all__ = [
+    "OFFSET_COLUMN",
+    "PARTITION_COLUMN",
+    "SYSTEM_COLUMNS",
+    "TIMESTAMP_COLUMN",
+    "TIMESTAMP_TYPE",
+    "batch_to_rows",
+    "conform_batch",
+    "fields_to_json",
+    "format_type",
+    "parse_fields",
+    "parse_type",
+    "rows_to_batch",
+    "with_system_columns",
+]
+
+PARTITION_COLUMN = "_partition"
+OFFSET_COLUMN = "_offset"
+TIMESTAMP_COLUMN = "_timestamp"
+SYSTEM_COLUMNS = (PARTITION_COLUMN, OFFSET_COLUMN, TIMESTAMP_COLUMN)
+TIMESTAMP_TYPE = pa.timestamp("us", tz="UTC")
+
+_NAME_RE = re.compile(r"^[A-Za-z][A-Za-z0-9_]{0,127}$")
+
+_PRIMITIVES: dict[str, pa.DataType] = {
+    "bool": pa.bool_(),
+    "boolean": pa.bool_(),
+    "int8": pa.int8(),
+    "int16": pa.int16(),
+    "int32": pa.int32(),
+    "int64": pa.int64(),
+    "float": pa.float32(),
+    "float32": pa.float32(),
+    "double": pa.float64(),
+    "float64": pa.float64(),
+    "string": pa.string(),
+    "utf8": pa.string(),
+    "binary": pa.binary(),
+    "date32": pa.date32(),
+    "date32[day]": pa.date32(),
+    "time64[us]": pa.time64("us"),
+}
+
+
+# --------------------------------------------------------------------------------------
+# Type names
+# --------------------------------------------------------------------------------------
+class _TypeParser:
+    """Recursive-descent parser for the Arrow type names we admit."""
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+        self.pos = 0
+
+    def fail(self, what: str) -> InvalidSchema:
+        return InvalidSchema(f"cannot parse type {self.text!r}: {what} at position {self.pos}")
+
+    def skip_ws(self) -> None:
+        while self.pos < len(self.text) and self.text[self.pos].isspace():
+            self.pos += 1
+
+    def peek(self, token: str) -> bool:
+        self.skip_ws()
+        return self.text.startswith(token, self.pos)
+
+    def expect(self, token: str) -> None:
+        if not self.peek(token):
+            raise self.fail(f"expected {token!r}")
+        self.pos += len(token)
+
+    def word(self) -> str:
+        self.skip_ws()
+        m = re.compile(r"[A-Za-z_][A-Za-z0-9_]*").match(self.text, self.pos)
+        if not m:
+            raise self.fail("expected a name")
+        self.pos = m.end()
+        return m.group(0)
+
+    def integer(self) -> int:
+        self.skip_ws()
+        m = re.compile(r"\d+").match(self.text, self.pos)
+        if not m:
+            raise self.fail("expected a number")
+        self.pos = m.end()
+        return int(m.group(0))
+
+    def parse(self) -> pa.DataType:
+        t = self.type_()
+        self.skip_ws()
+        if self.pos != len(self.text):
+            raise self.fail("unexpected trailing text")
+        return t
+
+    def type_(self) -> pa.DataType:
+        name = self.word()
+        if name == "list":
+            self.expect("<")
+            item = self.field_or_type()
+            self.expect(">")
+            return pa.list_(item)
+        if name == "struct":
+            self.expect("<")
+            fields: list[pa.Field] = []
+            if not self.peek(">"):
+                while True:
+                    fname = self.word()
+                    self.expect(":")
+                    ftype = self.type_()
+                    nullable = not self._not_null()
+                    fields.append(pa.field(fname, ftype, nullable=nullable))
+                    if not self.peek(","):
+                        break
+                    self.expect(",")
+            self.expect(">")
+            return pa.struct(fields)
+        if name == "decimal128" or name == "decimal":
+            self.expect("(")
+            precision = self.integer()
+            self.expect(",")
+            scale = self.integer()
+            self.expect(")")
+            if not 1 <= precision <= 38 or not 0 <= scale <= precision:
+                raise InvalidSchema(f"decimal128({precision}, {scale}) is out of range")
+            return pa.decimal128(precision, scale)
+        if name == "timestamp":
+            self.expect("[")
+            unit = self.word()
+            tz: str | None = None
+            if self.peek(","):
+                self.expect(",")
+                self.expect("tz")
+                self.expect("=")
+                self.skip_ws()
+                m = re.compile(r"[^\]\s]+").match(self.text, self.pos)
+                if not m:
+                    raise self.fail("expected a time zone")
+                tz = m.group(0)
+                self.pos = m.end()
+            self.expect("]")
+            if unit != "us":
+                raise InvalidSchema(
+                    f"timestamp[{unit}] is not supported: Iceberg stores microseconds; "
+                    "use timestamp[us] or timestamp[us, tz=UTC]"
+                )
+            if tz is not None and tz not in ("UTC", "+00:00", "Etc/UTC"):
+                raise InvalidSchema(
+                    f"time zone {tz!r} would not survive a round trip: Iceberg stores "
+                    "instants in UTC; use timestamp[us, tz=UTC]"
+                )
+            return pa.timestamp("us", tz="UTC" if tz else None)
+        # Primitive names may carry a bracket suffix: date32[day], time64[us]
+        if self.peek("["):
+            start = self.pos
+            self.expect("[")
+            self.word()
+            self.expect("]")
+            name += self.text[start : self.pos].replace(" ", "")
+        if name in _PRIMITIVES:
+            return _PRIMITIVES[name]
+        raise InvalidSchema(
+            f"type {name!r} is not supported; use one of "
+            f"{sorted(set(_PRIMITIVES) - {'boolean', 'utf8', 'float', 'double', 'date32[day]'})}"
+            ", timestamp[us], timestamp[us, tz=UTC], decimal128(p, s), list<...>, struct<...>"
+        )
+
+    def field_or_type(self) -> pa.DataType:
+        # ``list<item: int32>`` (as pyarrow prints it) or ``list<int32>``.
+        save = self.pos
+        try:
+            self.word()
+            if self.peek(":"):
+                self.expect(":")
+                t = self.type_()
+                self._not_null()
+                return t
+        except InvalidSchema:
+            pass
+        self.pos = save
+        return self.type_()
+
+    def _not_null(self) -> bool:
+        if self.peek("not null"):
+            self.expect("not null")
+            return True
+        return False
+
+
+def parse_type(text: str) -> pa.DataType:
+    """An admitted Arrow type from its name.
+
+    Raises:
+        InvalidSchema: unknown, malformed or not losslessly storable in Iceberg.
+    """
+    if not isinstance(text, str) or not text.strip():
+        raise InvalidSchema(f"a type must be a non-empty string, got {text!r}")
+    return _TypeParser(text.strip()).parse()
+
+
+def format_type(t: pa.DataType) -> str:
+    """The canonical name of an admitted type (what ``parse_type`` reads back)."""
+    return str(t)
+
+
+def parse_fields(spec: Any) -> pa.Schema:
+    """The user schema from its JSON form.
+
+    Accepts ``[{"name": ..., "type": ..., "nullable": true}, ...]`` or the shorthand
+    ``{"name": "type", ...}``.
+
+    Raises:
+        InvalidSchema: a malformed spec, a bad or duplicate name, a reserved system column,
+            an unsupported type.
+    """
+    items: list[tuple[str, Any, bool]] = []
+    if isinstance(spec, Mapping):
+        items = [(str(k), v, True) for k, v in spec.items()]
+    elif isinstance(spec, Sequence) and not isinstance(spec, str | bytes):
+        for i, f in enumerate(spec):
+            if not isinstance(f, Mapping) or "name" not in f or "type" not in f:
+                raise InvalidSchema(f"field {i} must be an object with 'name' and 'type'")
+            unknown = set(f) - {"name", "type", "nullable"}
+            if unknown:
+                raise InvalidSchema(f"field {f['name']!r} has unknown keys {sorted(unknown)}")
+            nullable = f.get("nullable", True)
+            if not isinstance(nullable, bool):
+                raise InvalidSchema(f"field {f['name']!r}: 'nullable' must be true or false")
+            items.append((f["name"], f["type"], nullable))
+    else:
+        raise InvalidSchema("schema must be a list of fields or an object of name: type")
+    if not items:
+        raise InvalidSchema("schema must have at least one column")
+    seen: set[str] = set()
+    fields = []
+    for name, type_name, nullable in items:
+        if not isinstance(name, str) or name in SYSTEM_COLUMNS:
+            raise InvalidSchema(f"column name {name!r} is reserved for system columns")
+        if not _NAME_RE.match(name):
+            raise InvalidSchema(
+                f"column name {name!r} must start with a letter and hold only letters, "
+                "digits and '_' (at most 128)"
+            )
+        if name in seen:
+            raise InvalidSchema(f"column {name!r} appears twice")
+        seen.add(name)
+        fields.append(pa.field(name, parse_type(type_name), nullable=nullable))
+    return pa.schema(fields)
+
+
+def fields_to_json(schema: pa.Schema) -> list[dict[str, Any]]:
+    return [{"name": f.name, "type": format_type(f.type), "nullable": f.nullable} for f in schema]
+
+
+# --------------------------------------------------------------------------------------
+# Validation of appended data
+# --------------------------------------------------------------------------------------
+_SAFE_WIDENING: dict[pa.DataType, tuple[pa.DataType, ...]] = {
+    pa.int8(): (pa.int16(), pa.int32(), pa.int64()),
+    pa.int16(): (pa.int32(), pa.int64()),
+    pa.int32(): (pa.int64(),),
+    pa.float32(): (pa.float64(),),
+    pa.large_string(): (pa.string(),),
+    pa.string_view(): (pa.string(),),
+    pa.large_binary(): (pa.binary(),),
+    pa.binary_view(): (pa.binary(),),
+}
+
+
+def _compatible(got: pa.DataType, want: pa.DataType) -> bool:
+    if got.equals(want):
+        return True
+    if want in _SAFE_WIDENING.get(got, ()):
+        return True
+    if pa.types.is_timestamp(got) and pa.types.is_timestamp(want):
+        # Same instant semantics required: naive vs zoned never mix.
+        return got.unit in ("s", "ms", "us") and (got.tz is None) == (want.tz is None)
+    if pa.types.is_large_list(got) and pa.types.is_list(want):
+        return _compatible(got.value_type, want.value_type)
+    if pa.types.is_list(got) and pa.types.is_list(want):
+        return _compatible(got.value_type, want.value_type)
+    if pa.types.is_struct(got) and pa.types.is_struct(want):
+        if got.num_fields != want.num_fields:
+            return False
+        return all(
+            got.field(i).name == want.field(i).name
+            and _compatible(got.field(i).type, want.field(i).type)
+            for i in range(want.num_fields)
+        )
+    return False
+
+
+def conform_batch(batch: pa.RecordBatch, schema: pa.Schema) -> pa.RecordBatch:
+    """``batch`` with exactly ``schema``'s columns, order and types.
+
+    Columns may come in any order; lossless widenings (int32 into int64, float32 into
+    float64, large_string into string, a coarser timestamp unit) are applied.
+
+    Raises:
+        SchemaMismatch: an extra, missing or mistyped column, or a null in a non-nullable
+            column. The message names every offending column.
+    """
+    got_names = batch.schema.names
+    if len(set(got_names)) != len(got_names):
+        raise SchemaMismatch("the rows name a column more than once")
+    want_names = schema.names
+    extra = [n for n in got_names if n not in want_names]
+    missing = [n for n in want_names if n not in got_names]
+    problems = []
+    if extra:
+        problems.append(f"unexpected column(s) {extra}")
+    if missing:
+        problems.append(f"missing column(s) {missing}")
+    mistyped = []
+    for f in schema:
+        if f.name in got_names:
+            got = batch.schema.field(f.name).type
+            if not _compatible(got, f.type):
+                mistyped.append(f"{f.name!r} is {got}, expected {format_type(f.type)}")
+    if mistyped:
+        problems.append("mistyped column(s): " + "; ".join(mistyped))
+    if problems:
+        raise SchemaMismatch(
+            "rows do not match the table schema: " + ", ".join(problems),
+            unexpected=",".join(extra),
+            missing=",".join(missing),
+        )
+    columns = []
+    for f in schema:
+        col = batch.column(batch.schema.get_field_index(f.name))
+        if not col.type.equals(f.type):
+            try:
+                col = col.cast(f.type, safe=True)
+            except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
+                raise SchemaMismatch(
+                    f"column {f.name!r} cannot be stored as {f.type}: {exc}"
+                ) from exc
+        if not f.nullable and col.null_count:
+            raise SchemaMismatch(f"column {f.name!r} is not nullable but holds nulls")
+        columns.append(col)
+    return pa.RecordBatch.from_arrays(columns, schema=schema)
+
+
+def with_system_columns(
+    batch: pa.RecordBatch, partition: int, base_offset: int, timestamp_us: int
+) -> pa.RecordBatch:
+    """``batch`` plus ``_partition``, ``_offset`` (base_offset...), ``_timestamp``."""
+    n = batch.num_rows
+    arrays = [
+        *batch.columns,
+        pa.repeat(pa.scalar(partition, pa.int32()), n),
+        pa.array(range(base_offset, base_offset + n), pa.int64()),
+        pa.repeat(pa.scalar(timestamp_us, TIMESTAMP_TYPE), n),
+    ]
+    return pa.RecordBatch.from_arrays(arrays, schema=system_schema(batch.schema))
+
+
+def system_schema(user: pa.Schema) -> pa.Schema:
+    """The stored schema: user columns followed by the system columns."""
+    return pa.schema(
+        [
+            *user,
+            pa.field(PARTITION_COLUMN, pa.int32(), nullable=False),
+            pa.field(OFFSET_COLUMN, pa.int64(), nullable=False),
+            pa.field(TIMESTAMP_COLUMN, TIMESTAMP_TYPE, nullable=False),
+        ]
+    )
+
+
+# --------------------------------------------------------------------------------------
+# JSON rows
+# --------------------------------------------------------------------------------------
+def _from_json(value: Any, t: pa.DataType, where: str) -> Any:
+    """A JSON value as the Python value pyarrow builds ``t`` from."""
+    if value is None:
+        return None
+    try:
+        if pa.types.is_boolean(t):
+            if not isinstance(value, bool):
+                raise TypeError("expected true or false")
+            return value
+        if pa.types.is_integer(t):
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise TypeError("expected an integer")
+            return value
+        if pa.types.is_floating(t):
+            if isinstance(value, bool) or not isinstance(value, int | float):
+                raise TypeError("expected a number")
+            return float(value)
+        if pa.types.is_string(t):
+            if not isinstance(value, str):
+                raise TypeError("expected a string")
+            return value
+        if pa.types.is_binary(t):
+            if not isinstance(value, str):
+                raise TypeError("expected a base64 string")
+            return base64.b64decode(value, validate=True)
+        if pa.types.is_decimal(t):
+            if isinstance(value, bool) or not isinstance(value, str | int | float):
+                raise TypeError("expected a decimal string or number")
+            d = decimal.Decimal(str(value))
+            if not d.is_finite():
+                raise ValueError("not a finite decimal")
+            return d
+        if pa.types.is_timestamp(t):
+            return _timestamp_from_json(value, t)
+        if pa.types.is_date(t):
+            if not isinstance(value, str):
+                raise TypeError("expected an ISO date string")
+            return dt.date.fromisoformat(value)
+        if pa.types.is_time(t):
+            if not isinstance(value, str):
+                raise TypeError("expected an ISO time string")
+            return dt.time.fromisoformat(value)
+        if pa.types.is_list(t):
+            if not isinstance(value, list):
+                raise TypeError("expected an array")
+            return [_from_json(v, t.value_type, f"{where}[{i}]") for i, v in enumerate(value)]
+        if pa.types.is_struct(t):
+            if not isinstance(value, dict):
+                raise TypeError("expected an object")
+            names = {t.field(i).name for i in range(t.num_fields)}
+            extra = set(value) - names
+            if extra:
+                raise TypeError(f"unexpected key(s) {sorted(extra)}")
+            return {
+                t.field(i).name: _from_json(
+                    value.get(t.field(i).name), t.field(i).type, f"{where}.{t.field(i).name}"
+                )
+                for i in range(t.num_fields)
+            }
+    except (TypeError, ValueError, decimal.InvalidOperation, binascii.Error) as exc:
+        raise SchemaMismatch(f"{where}: {exc} for type {t}, got {value!r:.80}") from exc
+    raise SchemaMismatch(f"{where}: type {t} cannot be written from JSON")  # pragma: no cover
+
+
+def _timestamp_from_json(value: Any, t: pa.TimestampType) -> Any:
+    if isinstance(value, bool):
+        raise TypeError("expected an ISO-8601 string or integer microseconds")
+    if isinstance(value, int):
+        epoch = dt.datetime(1970, 1, 1, tzinfo=dt.UTC if t.tz else None)
+        return epoch + dt.timedelta(microseconds=value)
+    if not isinstance(value, str):
+        raise TypeError("expected an ISO-8601 string or integer microseconds")
+    parsed = dt.datetime.fromisoformat(value)
+    if t.tz is not None:
+        if parsed.tzinfo is None:
+            raise ValueError("a zoned timestamp needs an offset, e.g. 'Z' or '+00:00'")
+        return parsed.astimezone(dt.UTC)
+    if parsed.tzinfo is not None:
+        raise ValueError("a naive timestamp column takes no offset")
+    return parsed
+
+
+def rows_to_batch(rows: Any, schema: pa.Schema) -> pa.RecordBatch:
+    """JSON rows (a list of objects) as a batch of ``schema``.
+
+    Raises:
+        MalformedPayload: ``rows`` is not a non-empty list of objects.
+        SchemaMismatch: extra, missing or mistyped fields (named with their row index).
+    """
+    if not isinstance(rows, list) or not rows:
+        raise MalformedPayload("'rows' must be a non-empty array of objects")
+    names = schema.names
+    name_set = set(names)
+    columns: dict[str, list[Any]] = {n: [] for n in names}
+    for i, row in enumerate(rows):
+        if not isinstance(row, dict):
+            raise MalformedPayload(f"row {i} is not an object")
+        extra = set(row) - name_set
+        missing = name_set - set(row)
+        if extra or missing:
+            parts = []
+            if extra:
+                parts.append(f"unexpected column(s) {sorted(extra)}")
+            if missing:
+                parts.append(f"missing column(s) {sorted(missing)}")
+            raise SchemaMismatch(
+                f"row {i} does not match the table schema: " + ", ".join(parts),
+                unexpected=",".join(sorted(extra)),
+                missing=",".join(sorted(missing)),
+            )
+        for f in schema:
+            columns[f.name].append(_from_json(row[f.name], f.type, f"row {i}.{f.name}"))
+    arrays = []
+    for f in schema:
+        try:
+            arrays.append(pa.array(columns[f.name], type=f.type))
+        except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError) as exc:
+            raise SchemaMismatch(f"column {f.name!r}: {exc}") from exc
+        if not f.nullable and arrays[-1].null_count:
+            raise SchemaMismatch(f"column {f.name!r} is not nullable but holds nulls")
+    return pa.RecordBatch.from_arrays(arrays, schema=schema)
+
+
+def _to_json(value: Any) -> Any:
+    if isinstance(value, bytes):
+        return base64.b64encode(value).decode("ascii")
+    if isinstance(value, decimal.Decimal):
+        return str(value)
+    if isinstance(value, dt.datetime):
+        return value.isoformat().replace("+00:00", "Z")
+    if isinstance(value, dt.date | dt.time):
+        return value.isoformat()
+    if isinstance(value, list):
+        return [_to_json(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _to_json(v) for k, v in value.items()}
+    if isinstance(value, float) and (value != value or value in (float("inf"), float("-inf"))):
+        return str(value)
+    return value
+
+
+def batch_to_rows(batches: Iterable[pa.RecordBatch]) -> list[dict[str, Any]]:
+    """JSON-ready rows: timestamps ISO-8601 (``Z`` for UTC), decimals as strings, binary
+    as base64."""
+    out: list[dict[str, Any]] = []
+    for b in batches:
+        for row in b.to_pylist():
+            out.append({k: _to_json(v) for k, v in row.items()})
+    return out
+
+
+def parse_json(body: bytes) -> Any:
+    """Parse a JSON body.
+
+    Raises:
+        MalformedPayload: not UTF-8 JSON.
+    """
+    try:
+        return json.loads(body)
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise MalformedPayload(f"body is not valid JSON: {exc}") from exc
