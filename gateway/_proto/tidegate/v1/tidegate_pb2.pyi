@@ -1,0 +1,194 @@
+from google.protobuf.internal import containers as _containers
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
+from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class Field(_message.Message):
+    __slots__ = ("name", "type", "nullable")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    TYPE_FIELD_NUMBER: _ClassVar[int]
+    NULLABLE_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    type: str
+    nullable: bool
+    def __init__(self, name: _Optional[str] = ..., type: _Optional[str] = ..., nullable: _Optional[bool] = ...) -> None: ...
+
+class TableRef(_message.Message):
+    __slots__ = ("namespace", "name")
+    NAMESPACE_FIELD_NUMBER: _ClassVar[int]
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    namespace: str
+    name: str
+    def __init__(self, namespace: _Optional[str] = ..., name: _Optional[str] = ...) -> None: ...
+
+class CreateTableRequest(_message.Message):
+    __slots__ = ("table", "fields", "partitions", "key_columns")
+    TABLE_FIELD_NUMBER: _ClassVar[int]
+    FIELDS_FIELD_NUMBER: _ClassVar[int]
+    PARTITIONS_FIELD_NUMBER: _ClassVar[int]
+    KEY_COLUMNS_FIELD_NUMBER: _ClassVar[int]
+    table: TableRef
+    fields: _containers.RepeatedCompositeFieldContainer[Field]
+    partitions: int
+    key_columns: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, table: _Optional[_Union[TableRef, _Mapping]] = ..., fields: _Optional[_Iterable[_Union[Field, _Mapping]]] = ..., partitions: _Optional[int] = ..., key_columns: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class PartitionInfo(_message.Message):
+    __slots__ = ("partition", "earliest_offset", "high_watermark", "tiered_watermark", "hot_bytes")
+    PARTITION_FIELD_NUMBER: _ClassVar[int]
+    EARLIEST_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    HIGH_WATERMARK_FIELD_NUMBER: _ClassVar[int]
+    TIERED_WATERMARK_FIELD_NUMBER: _ClassVar[int]
+    HOT_BYTES_FIELD_NUMBER: _ClassVar[int]
+    partition: int
+    earliest_offset: int
+    high_watermark: int
+    tiered_watermark: int
+    hot_bytes: int
+    def __init__(self, partition: _Optional[int] = ..., earliest_offset: _Optional[int] = ..., high_watermark: _Optional[int] = ..., tiered_watermark: _Optional[int] = ..., hot_bytes: _Optional[int] = ...) -> None: ...
+
+class TableInfo(_message.Message):
+    __slots__ = ("table", "table_id", "fields", "partitions", "key_columns", "partition_info", "created_at_ms")
+    TABLE_FIELD_NUMBER: _ClassVar[int]
+    TABLE_ID_FIELD_NUMBER: _ClassVar[int]
+    FIELDS_FIELD_NUMBER: _ClassVar[int]
+    PARTITIONS_FIELD_NUMBER: _ClassVar[int]
+    KEY_COLUMNS_FIELD_NUMBER: _ClassVar[int]
+    PARTITION_INFO_FIELD_NUMBER: _ClassVar[int]
+    CREATED_AT_MS_FIELD_NUMBER: _ClassVar[int]
+    table: TableRef
+    table_id: str
+    fields: _containers.RepeatedCompositeFieldContainer[Field]
+    partitions: int
+    key_columns: _containers.RepeatedScalarFieldContainer[str]
+    partition_info: _containers.RepeatedCompositeFieldContainer[PartitionInfo]
+    created_at_ms: int
+    def __init__(self, table: _Optional[_Union[TableRef, _Mapping]] = ..., table_id: _Optional[str] = ..., fields: _Optional[_Iterable[_Union[Field, _Mapping]]] = ..., partitions: _Optional[int] = ..., key_columns: _Optional[_Iterable[str]] = ..., partition_info: _Optional[_Iterable[_Union[PartitionInfo, _Mapping]]] = ..., created_at_ms: _Optional[int] = ...) -> None: ...
+
+class DescribeTableRequest(_message.Message):
+    __slots__ = ("table",)
+    TABLE_FIELD_NUMBER: _ClassVar[int]
+    table: TableRef
+    def __init__(self, table: _Optional[_Union[TableRef, _Mapping]] = ...) -> None: ...
+
+class ListTablesRequest(_message.Message):
+    __slots__ = ("namespace",)
+    NAMESPACE_FIELD_NUMBER: _ClassVar[int]
+    namespace: str
+    def __init__(self, namespace: _Optional[str] = ...) -> None: ...
+
+class ListTablesResponse(_message.Message):
+    __slots__ = ("tables",)
+    TABLES_FIELD_NUMBER: _ClassVar[int]
+    tables: _containers.RepeatedCompositeFieldContainer[TableInfo]
+    def __init__(self, tables: _Optional[_Iterable[_Union[TableInfo, _Mapping]]] = ...) -> None: ...
+
+class DropTableRequest(_message.Message):
+    __slots__ = ("table",)
+    TABLE_FIELD_NUMBER: _ClassVar[int]
+    table: TableRef
+    def __init__(self, table: _Optional[_Union[TableRef, _Mapping]] = ...) -> None: ...
+
+class DropTableResponse(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class AppendRequest(_message.Message):
+    __slots__ = ("table", "arrow_ipc", "partition", "producer_id", "sequence")
+    TABLE_FIELD_NUMBER: _ClassVar[int]
+    ARROW_IPC_FIELD_NUMBER: _ClassVar[int]
+    PARTITION_FIELD_NUMBER: _ClassVar[int]
+    PRODUCER_ID_FIELD_NUMBER: _ClassVar[int]
+    SEQUENCE_FIELD_NUMBER: _ClassVar[int]
+    table: TableRef
+    arrow_ipc: bytes
+    partition: int
+    producer_id: str
+    sequence: int
+    def __init__(self, table: _Optional[_Union[TableRef, _Mapping]] = ..., arrow_ipc: _Optional[bytes] = ..., partition: _Optional[int] = ..., producer_id: _Optional[str] = ..., sequence: _Optional[int] = ...) -> None: ...
+
+class AppendRange(_message.Message):
+    __slots__ = ("partition", "base_offset", "count", "duplicate")
+    PARTITION_FIELD_NUMBER: _ClassVar[int]
+    BASE_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    COUNT_FIELD_NUMBER: _ClassVar[int]
+    DUPLICATE_FIELD_NUMBER: _ClassVar[int]
+    partition: int
+    base_offset: int
+    count: int
+    duplicate: bool
+    def __init__(self, partition: _Optional[int] = ..., base_offset: _Optional[int] = ..., count: _Optional[int] = ..., duplicate: _Optional[bool] = ...) -> None: ...
+
+class AppendResponse(_message.Message):
+    __slots__ = ("ranges",)
+    RANGES_FIELD_NUMBER: _ClassVar[int]
+    ranges: _containers.RepeatedCompositeFieldContainer[AppendRange]
+    def __init__(self, ranges: _Optional[_Iterable[_Union[AppendRange, _Mapping]]] = ...) -> None: ...
+
+class AppendStreamRequest(_message.Message):
+    __slots__ = ("request_id", "append")
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    APPEND_FIELD_NUMBER: _ClassVar[int]
+    request_id: int
+    append: AppendRequest
+    def __init__(self, request_id: _Optional[int] = ..., append: _Optional[_Union[AppendRequest, _Mapping]] = ...) -> None: ...
+
+class Error(_message.Message):
+    __slots__ = ("code", "reason", "message", "metadata", "retry_after_ms")
+    class MetadataEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    CODE_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    METADATA_FIELD_NUMBER: _ClassVar[int]
+    RETRY_AFTER_MS_FIELD_NUMBER: _ClassVar[int]
+    code: int
+    reason: str
+    message: str
+    metadata: _containers.ScalarMap[str, str]
+    retry_after_ms: int
+    def __init__(self, code: _Optional[int] = ..., reason: _Optional[str] = ..., message: _Optional[str] = ..., metadata: _Optional[_Mapping[str, str]] = ..., retry_after_ms: _Optional[int] = ...) -> None: ...
+
+class AppendStreamResponse(_message.Message):
+    __slots__ = ("request_id", "ok", "error")
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    OK_FIELD_NUMBER: _ClassVar[int]
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    request_id: int
+    ok: AppendResponse
+    error: Error
+    def __init__(self, request_id: _Optional[int] = ..., ok: _Optional[_Union[AppendResponse, _Mapping]] = ..., error: _Optional[_Union[Error, _Mapping]] = ...) -> None: ...
+
+class ReadRequest(_message.Message):
+    __slots__ = ("table", "partition", "offset", "max_records", "max_bytes", "follow")
+    TABLE_FIELD_NUMBER: _ClassVar[int]
+    PARTITION_FIELD_NUMBER: _ClassVar[int]
+    OFFSET_FIELD_NUMBER: _ClassVar[int]
+    MAX_RECORDS_FIELD_NUMBER: _ClassVar[int]
+    MAX_BYTES_FIELD_NUMBER: _ClassVar[int]
+    FOLLOW_FIELD_NUMBER: _ClassVar[int]
+    table: TableRef
+    partition: int
+    offset: int
+    max_records: int
+    max_bytes: int
+    follow: bool
+    def __init__(self, table: _Optional[_Union[TableRef, _Mapping]] = ..., partition: _Optional[int] = ..., offset: _Optional[int] = ..., max_records: _Optional[int] = ..., max_bytes: _Optional[int] = ..., follow: _Optional[bool] = ...) -> None: ...
+
+class ReadResponse(_message.Message):
+    __slots__ = ("arrow_ipc", "next_offset", "high_watermark")
+    ARROW_IPC_FIELD_NUMBER: _ClassVar[int]
+    NEXT_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    HIGH_WATERMARK_FIELD_NUMBER: _ClassVar[int]
+    arrow_ipc: bytes
+    next_offset: int
+    high_watermark: int
+    def __init__(self, arrow_ipc: _Optional[bytes] = ..., next_offset: _Optional[int] = ..., high_watermark: _Optional[int] = ...) -> None: ...
