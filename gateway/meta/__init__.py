@@ -1,0 +1,10 @@
+"""The metadata store: tenants, tables, partitions, placement and cached watermarks.
+
+SQLAlchemy models (:mod:`gateway.meta.models`) over SQLite (embedded default) or
+PostgreSQL (production), migrated by the alembic scripts shipped in
+``gateway/meta/migrations``, which run automatically when a store opens.
+"""
+
+from gateway.meta.store import MetadataStore, PartitionState, TableDef
+
+__all__ = ["MetadataStore", "PartitionState", "TableDef"]

@@ -1,0 +1,150 @@
+"""SQLAlchemy models of the metadata store.
+
+Every table is prefixed ``tg_`` (and alembic's version table is ``tg_alembic_version``) so
+the store can share a database with other applications, e.g. the Iceberg SQL catalog.
+Constraint names come from one naming convention, so migrations (and SQLite batch mode,
+which recreates tables) can always address a constraint by name.
+
+The models are the *target* of the migrations in :mod:`gateway.meta.migrations`; a test
+checks that a migrated database and these models agree. Change both together: edit a model,
+then add a revision (autogenerate one with
+:func:`gateway.meta.store.alembic_config`, see the migrations' ``env.py``).
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+from sqlalchemy import (
+    BigInteger,
+    CheckConstraint,
+    DateTime,
+    Dialect,
+    ForeignKey,
+    Integer,
+    MetaData,
+    String,
+    Text,
+    TypeDecorator,
+    UniqueConstraint,
+    text,
+)
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+__all__ = [
+    "NAMING_CONVENTION",
+    "VERSION_TABLE",
+    "Base",
+    "PartitionRecord",
+    "TableRecord",
+    "Tenant",
+    "UTCDateTime",
+]
+
+#: Alembic's bookkeeping table for this store.
+VERSION_TABLE = "tg_alembic_version"
+
+NAMING_CONVENTION: dict[str, str] = {
+    "ix": "ix_%(column_0_N_label)s",
+    "uq": "uq_%(table_name)s_%(column_0_N_name)s",
+    "ck": "ck_%(table_name)s_%(constraint_name)s",
+    "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+    "pk": "pk_%(table_name)s",
+}
+
+TENANT_STATUSES = ("active", "suspended")
+
+
+def utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+class UTCDateTime(TypeDecorator[datetime]):
+    """A timezone-aware UTC timestamp on every backend.
+
+    PostgreSQL stores ``timestamp with time zone``; SQLite has no time zones, so values are
+    stored as UTC and read back as aware UTC datetimes. Naive datetimes are rejected.
+    """
+
+    impl = DateTime(timezone=True)
+    cache_ok = True
+
+    def process_bind_param(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        if value is None:
+            return None
+        if value.tzinfo is None:
+            raise ValueError(f"naive datetime {value!r}: metadata timestamps must be aware")
+        return value.astimezone(UTC)
+
+    def process_result_value(self, value: Any, dialect: Dialect) -> datetime | None:
+        if value is None:
+            return None
+        assert isinstance(value, datetime)
+        if value.tzinfo is None:
+            return value.replace(tzinfo=UTC)
+        return value.astimezone(UTC)
+
+
+class Base(DeclarativeBase):
+    metadata = MetaData(naming_convention=NAMING_CONVENTION)
+    type_annotation_map = {datetime: UTCDateTime()}
+
+
+class Tenant(Base):
+    """A tenant. ``id`` is the tenant's name, as requests resolve to it."""
+
+    __tablename__ = "tg_tenants"
+    __table_args__ = (
+        CheckConstraint(
+            "status IN ({})".format(", ".join(f"'{s}'" for s in TENANT_STATUSES)),
+            name="status",
+        ),
+    )
+
+    id: Mapped[str] = mapped_column(String(255), primary_key=True)
+    status: Mapped[str] = mapped_column(
+        String(16), default="active", server_default=text("'active'")
+    )
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
+class TableRecord(Base):
+    """A stream-table of one tenant. ``id`` is unique for the table's lifetime: a dropped
+    and re-created table gets a new one, so hot logs and caches never mix them up."""
+
+    __tablename__ = "tg_tables"
+    __table_args__ = (UniqueConstraint("tenant_id", "namespace", "name"),)
+
+    id: Mapped[str] = mapped_column(String(36), primary_key=True)
+    tenant_id: Mapped[str] = mapped_column(String(255), ForeignKey("tg_tenants.id"))
+    namespace: Mapped[str] = mapped_column(String(255))
+    name: Mapped[str] = mapped_column(String(255))
+    #: The user schema: a JSON list of field objects.
+    schema_json: Mapped[str] = mapped_column(Text)
+    partitions: Mapped[int] = mapped_column(Integer)
+    #: JSON list of the key column names (empty: round-robin).
+    key_columns_json: Mapped[str] = mapped_column(Text, default="[]")
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
+class PartitionRecord(Base):
+    """One partition of a table: cached watermarks and hot-tier placement.
+
+    The watermarks here are caches: the hot tier owns the high watermark and the Iceberg
+    snapshot summary owns the tiered watermark; either wins over these values.
+    """
+
+    __tablename__ = "tg_partitions"
+
+    table_id: Mapped[str] = mapped_column(
+        String(36), ForeignKey("tg_tables.id", ondelete="CASCADE"), primary_key=True
+    )
+    partition: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=False)
+    high_watermark: Mapped[int] = mapped_column(BigInteger, default=0, server_default=text("0"))
+    tiered_watermark: Mapped[int] = mapped_column(BigInteger, default=0, server_default=text("0"))
+    #: Hot-tier shard holding the partition, and the placement epoch that fences moves.
+    shard: Mapped[str] = mapped_column(
+        String(255), default="default", server_default=text("'default'")
+    )
+    epoch: Mapped[int] = mapped_column(Integer, default=0, server_default=text("0"))

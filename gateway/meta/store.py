@@ -1,0 +1,419 @@
+"""The metadata store: tenants, tables, partitions and their cached watermarks.
+
+Synchronous and thread-safe: every call checks a connection out of the engine's pool and
+runs in its own short transaction. Several processes (gateway replicas, Spark drivers) may
+open the same database at once; opening runs the migrations to ``head`` under a lock
+(a PostgreSQL advisory lock, or SQLite's write lock), so concurrent opens are safe.
+
+Every lookup by name is scoped by tenant: a tenant can never see another tenant's tables.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from types import TracebackType
+from typing import TYPE_CHECKING, Any, Self
+
+from alembic import command
+from alembic.config import Config
+from sqlalchemy import (
+    Connection,
+    Engine,
+    Table,
+    bindparam,
+    create_engine,
+    delete,
+    event,
+    func,
+    make_url,
+    select,
+    update,
+)
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import Session, sessionmaker
+from sqlalchemy.pool import ConnectionPoolEntry, StaticPool
+
+from gateway.errors import (
+    InvalidRequest,
+    TableAlreadyExists,
+    TableNotFound,
+    TenantNotFound,
+)
+from gateway.meta.models import PartitionRecord, TableRecord, Tenant, utcnow
+
+if TYPE_CHECKING:
+    from gateway.config import Settings
+
+__all__ = ["MIGRATIONS_DIR", "MetadataStore", "PartitionState", "TableDef", "alembic_config"]
+
+#: The alembic script directory shipped inside the package.
+MIGRATIONS_DIR = Path(__file__).resolve().parent / "migrations"
+
+#: Key of the PostgreSQL advisory lock held while migrating (any fixed bigint).
+_MIGRATION_LOCK_KEY = 0x7469_6465_6761_7465 & 0x7FFF_FFFF_FFFF_FFFF  # "tidegate"
+
+#: Execution option naming the SQLite BEGIN mode (DEFERRED or IMMEDIATE) of a transaction.
+_SQLITE_BEGIN = "tidegate_sqlite_begin"
+
+_SQLITE_BUSY_TIMEOUT_MS = 30_000
+
+
+@dataclass(frozen=True)
+class TableDef:
+    """A table as stored. ``table_id`` is unique for the table's lifetime."""
+
+    table_id: str
+    tenant: str
+    namespace: str
+    name: str
+    #: The user schema: a list of field objects, as given at creation.
+    fields: list[dict[str, Any]]
+    partitions: int
+    key_columns: list[str]
+    created_at: datetime
+
+    @property
+    def qualified_name(self) -> str:
+        return f"{self.namespace}.{self.name}"
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionState:
+    """Cached state of one partition. The watermarks are caches: the hot tier's high
+    watermark and the Iceberg snapshot's ``tidegate.watermarks`` win over them."""
+
+    partition: int
+    high_watermark: int
+    tiered_watermark: int
+    shard: str
+    epoch: int
+
+
+def alembic_config(
+    *, connection: Connection | None = None, engine: Engine | None = None, url: str | None = None
+) -> Config:
+    """An alembic ``Config`` for the packaged migrations, without any ini file.
+
+    Args:
+        connection: Run on this connection (inside its current transaction, if any).
+        engine: Otherwise connect with this engine.
+        url: Otherwise connect to this SQLAlchemy URL.
+    """
+    config = Config()
+    config.set_main_option("script_location", str(MIGRATIONS_DIR))
+    config.set_main_option("path_separator", "os")
+    if url is not None:
+        config.set_main_option("sqlalchemy.url", url.replace("%", "%%"))
+    if connection is not None:
+        config.attributes["connection"] = connection
+    if engine is not None:
+        config.attributes["engine"] = engine
+    return config
+
+
+def upgrade(engine: Engine, revision: str = "head") -> None:
+    """Migrate the database behind ``engine`` to ``revision``; a no-op when already there.
+
+    Safe when several processes do it at once: the whole upgrade runs in one transaction
+    that first takes a PostgreSQL advisory lock (released at commit), or on SQLite
+    ``BEGIN IMMEDIATE`` (the database write lock). Whoever comes second waits, then finds
+    the schema current.
+    """
+    with engine.connect() as conn:
+        sqlite = conn.dialect.name == "sqlite"
+        if sqlite:
+            # Batch migrations recreate tables; with foreign keys on, dropping the old copy
+            # would cascade. The pragma is a no-op inside a transaction: set it before.
+            _sqlite_pragma(conn, "foreign_keys=OFF")
+        try:
+            with conn.execution_options(**{_SQLITE_BEGIN: "IMMEDIATE"}).begin():
+                if conn.dialect.name == "postgresql":
+                    conn.execute(select(func.pg_advisory_xact_lock(_MIGRATION_LOCK_KEY)))
+                command.upgrade(alembic_config(connection=conn), revision)
+                if sqlite and conn.exec_driver_sql("PRAGMA foreign_key_check").first():
+                    raise RuntimeError("metadata migration left dangling foreign keys")
+        finally:
+            if sqlite:
+                _sqlite_pragma(conn, "foreign_keys=ON")
+
+
+def _sqlite_pragma(conn: Connection, pragma: str) -> None:
+    """Run a PRAGMA outside any transaction (SQLAlchemy would autobegin one)."""
+    conn.connection.driver_connection.execute(f"PRAGMA {pragma}")  # type: ignore[union-attr]
+
+
+def _create_engine(url: str, *, echo: bool) -> Engine:
+    sa_url = make_url(url)
+    if sa_url.get_backend_name() != "sqlite":
+        return create_engine(sa_url, echo=echo, pool_pre_ping=True)
+
+    database = sa_url.database or ""
+    in_memory = database in ("", ":memory:") or "mode=memory" in database
+    kwargs: dict[str, Any] = {}
+    if in_memory:
+        # One shared connection, or every pooled connection would see its own empty DB.
+        kwargs = {"poolclass": StaticPool, "connect_args": {"check_same_thread": False}}
+    elif not database.startswith("file:"):
+        Path(database).expanduser().parent.mkdir(parents=True, exist_ok=True)
+    engine = create_engine(sa_url, echo=echo, pool_pre_ping=True, **kwargs)
+
+    @event.listens_for(engine, "connect")
+    def _on_connect(dbapi_connection: Any, record: ConnectionPoolEntry) -> None:
+        # Let SQLAlchemy, not the sqlite3 module, decide where transactions begin, so that
+        # DDL is transactional and SELECTs are repeatable (SQLAlchemy's documented recipe).
+        dbapi_connection.isolation_level = None
+        dbapi_connection.execute(f"PRAGMA busy_timeout={_SQLITE_BUSY_TIMEOUT_MS}")
+        if not in_memory:
+            dbapi_connection.execute("PRAGMA journal_mode=WAL")
+        dbapi_connection.execute("PRAGMA foreign_keys=ON")
+
+    @event.listens_for(engine, "begin")
+    def _on_begin(conn: Connection) -> None:
+        # Writers take the write lock up front: a deferred transaction that reads and then
+        # writes can fail with SQLITE_BUSY in WAL mode without waiting for the busy timeout.
+        mode = conn.get_execution_options().get(_SQLITE_BEGIN, "DEFERRED")
+        conn.exec_driver_sql(f"BEGIN {mode}")
+
+    return engine
+
+
+def _table_def(record: TableRecord) -> TableDef:
+    return TableDef(
+        table_id=record.id,
+        tenant=record.tenant_id,
+        namespace=record.namespace,
+        name=record.name,
+        fields=json.loads(record.schema_json),
+        partitions=record.partitions,
+        key_columns=json.loads(record.key_columns_json),
+        created_at=record.created_at,
+    )
+
+
+def _not_found(namespace: str, name: str) -> TableNotFound:
+    return TableNotFound(f"table {namespace}.{name} not found", namespace=namespace, name=name)
+
+
+class MetadataStore:
+    """Tenants, tables and partitions in a SQL database (SQLite or PostgreSQL).
+
+    Opening migrates the database to the newest schema. Close the store when done.
+    """
+
+    def __init__(self, url: str, *, echo: bool = False) -> None:
+        self._engine = _create_engine(url, echo=echo)
+        try:
+            upgrade(self._engine)
+        except BaseException:
+            self._engine.dispose()
+            raise
+        self._read = sessionmaker(self._engine, expire_on_commit=False)
+        self._write = sessionmaker(
+            self._engine.execution_options(**{_SQLITE_BEGIN: "IMMEDIATE"}),
+            expire_on_commit=False,
+        )
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> Self:
+        return cls(settings.metadata_url, echo=settings.metadata.echo)
+
+    @property
+    def engine(self) -> Engine:
+        return self._engine
+
+    def close(self) -> None:
+        self._engine.dispose()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    @contextmanager
+    def _session(self, *, write: bool) -> Iterator[Session]:
+        factory = self._write if write else self._read
+        with factory() as session, session.begin():
+            yield session
+
+    # Tenants ----------------------------------------------------------------------------
+    def ensure_tenant(self, tenant: str) -> None:
+        """Create ``tenant`` (status ``active``) unless it exists. Safe to race."""
+        try:
+            with self._session(write=True) as session:
+                if session.get(Tenant, tenant) is None:
+                    session.add(Tenant(id=tenant, status="active", created_at=utcnow()))
+        except IntegrityError:
+            # Another process created it between our check and our insert.
+            with self._session(write=False) as session:
+                if session.get(Tenant, tenant) is None:
+                    raise
+
+    # Tables -----------------------------------------------------------------------------
+    def create_table(
+        self,
+        tenant: str,
+        namespace: str,
+        name: str,
+        fields: Sequence[Mapping[str, Any]],
+        partitions: int,
+        key_columns: Sequence[str] = (),
+    ) -> TableDef:
+        """Create a table and its partition rows ``0..partitions-1``.
+
+        Raises:
+            InvalidRequest: ``partitions`` is below 1.
+            TenantNotFound: the tenant does not exist (see :meth:`ensure_tenant`).
+            TableAlreadyExists: the tenant already has ``namespace.name``.
+        """
+        if partitions < 1:
+            raise InvalidRequest(
+                f"a table needs at least one partition, got {partitions}", partitions=partitions
+            )
+        record = TableRecord(
+            id=str(uuid.uuid4()),
+            tenant_id=tenant,
+            namespace=namespace,
+            name=name,
+            schema_json=json.dumps([dict(f) for f in fields]),
+            partitions=partitions,
+            key_columns_json=json.dumps(list(key_columns)),
+            created_at=utcnow(),
+        )
+        try:
+            with self._session(write=True) as session:
+                if session.get(Tenant, tenant) is None:
+                    raise TenantNotFound(f"tenant {tenant!r} not found", tenant=tenant)
+                if self._find(session, tenant, namespace, name) is not None:
+                    raise self._exists(namespace, name)
+                session.add(record)
+                session.flush()  # the table row first: partitions reference it
+                session.add_all(
+                    PartitionRecord(
+                        table_id=record.id,
+                        partition=p,
+                        high_watermark=0,
+                        tiered_watermark=0,
+                        shard="default",
+                        epoch=0,
+                    )
+                    for p in range(partitions)
+                )
+        except IntegrityError:
+            # Lost a race with a concurrent create of the same name (or tenant removal).
+            with self._session(write=False) as session:
+                if self._find(session, tenant, namespace, name) is not None:
+                    raise self._exists(namespace, name) from None
+            raise
+        return _table_def(record)
+
+    def get_table(self, tenant: str, namespace: str, name: str) -> TableDef:
+        """Raises: TableNotFound."""
+        with self._session(write=False) as session:
+            record = self._find(session, tenant, namespace, name)
+            if record is None:
+                raise _not_found(namespace, name)
+            return _table_def(record)
+
+    def list_tables(self, tenant: str, namespace: str | None = None) -> list[TableDef]:
+        """The tenant's tables (in ``namespace`` only, when given), by namespace and name."""
+        stmt = select(TableRecord).where(TableRecord.tenant_id == tenant)
+        if namespace is not None:
+            stmt = stmt.where(TableRecord.namespace == namespace)
+        stmt = stmt.order_by(TableRecord.namespace, TableRecord.name)
+        with self._session(write=False) as session:
+            return [_table_def(r) for r in session.scalars(stmt)]
+
+    def drop_table(self, tenant: str, namespace: str, name: str) -> TableDef:
+        """Delete the table and its partition rows; returns what was dropped.
+
+        Raises: TableNotFound.
+        """
+        with self._session(write=True) as session:
+            record = self._find(session, tenant, namespace, name)
+            if record is None:
+                raise _not_found(namespace, name)
+            # Explicit, not only ON DELETE CASCADE, so it holds whatever the backend enforces.
+            session.execute(delete(PartitionRecord).where(PartitionRecord.table_id == record.id))
+            deleted = session.execute(
+                delete(TableRecord).where(
+                    TableRecord.id == record.id, TableRecord.tenant_id == tenant
+                )
+            )
+            if deleted.rowcount != 1:  # type: ignore[attr-defined]
+                raise _not_found(namespace, name)  # a concurrent drop won
+            return _table_def(record)
+
+    # Partitions -------------------------------------------------------------------------
+    def partitions(self, table_id: str) -> list[PartitionState]:
+        """The table's partitions in order; empty for an unknown (or dropped) table."""
+        stmt = (
+            select(PartitionRecord)
+            .where(PartitionRecord.table_id == table_id)
+            .order_by(PartitionRecord.partition)
+        )
+        with self._session(write=False) as session:
+            return [
+                PartitionState(
+                    partition=r.partition,
+                    high_watermark=r.high_watermark,
+                    tiered_watermark=r.tiered_watermark,
+                    shard=r.shard,
+                    epoch=r.epoch,
+                )
+                for r in session.scalars(stmt)
+            ]
+
+    def update_high_watermarks(self, table_id: str, watermarks: Mapping[int, int]) -> None:
+        """Raise the cached high watermarks to the given values.
+
+        A cached value is only ever raised: a smaller value (a stale observation, racing
+        with a newer one) leaves it unchanged. Unknown partitions are ignored.
+        """
+        if not watermarks:
+            return
+        table = PartitionRecord.__table__
+        assert isinstance(table, Table)
+        stmt = (
+            update(table)
+            .where(
+                table.c.table_id == bindparam("b_table_id"),
+                table.c.partition == bindparam("b_partition"),
+                table.c.high_watermark < bindparam("b_hw"),
+            )
+            .values(high_watermark=bindparam("b_hw"))
+        )
+        params = [
+            {"b_table_id": table_id, "b_partition": p, "b_hw": hw}
+            for p, hw in sorted(watermarks.items())  # one lock order: no deadlocks
+        ]
+        with self._session(write=True) as session:
+            session.connection().execute(stmt, params)
+
+    # Helpers ----------------------------------------------------------------------------
+    @staticmethod
+    def _find(session: Session, tenant: str, namespace: str, name: str) -> TableRecord | None:
+        return session.scalars(
+            select(TableRecord).where(
+                TableRecord.tenant_id == tenant,
+                TableRecord.namespace == namespace,
+                TableRecord.name == name,
+            )
+        ).one_or_none()
+
+    @staticmethod
+    def _exists(namespace: str, name: str) -> TableAlreadyExists:
+        return TableAlreadyExists(
+            f"table {namespace}.{name} already exists", namespace=namespace, name=name
+        )

@@ -1,0 +1,42 @@
+"""Session-wide real services. Nothing here is mocked."""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from gateway.config import Settings
+from tests.services import RedisServer
+
+
+@pytest.fixture(scope="session")
+def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServer]:
+    """One redis-server of our own for the session (``appendfsync always``)."""
+    server = RedisServer(tmp_path_factory.mktemp("redis")).start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture(scope="session")
+def postgres_url() -> str | None:
+    """Base URL of a PostgreSQL server for metadata tests; None when not configured."""
+    return os.environ.get("TIDEGATE_TEST_POSTGRES_URL") or None
+
+
+def hot_settings(kind: str, tmp_path: Path, redis_server: RedisServer | None) -> Settings:
+    """Explicit settings for one hot tier kind ('disk' or 'redis')."""
+    if kind == "disk":
+        return Settings.explicit(data_dir=tmp_path, hot={"type": "disk", "fsync": "batch"})
+    assert redis_server is not None
+    return Settings.explicit(data_dir=tmp_path, hot={"type": "redis", "url": redis_server.url})
+
+
+@pytest.fixture
+def unique_tenant() -> str:
+    return f"t{uuid.uuid4().hex[:12]}"

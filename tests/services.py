@@ -1,0 +1,213 @@
+"""Real local services for the tests: processes started on free ports, never mocks."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def wait_for_port(
+    port: int, timeout: float = 30.0, proc: subprocess.Popen[bytes] | None = None
+) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc is not None and proc.poll() is not None:
+            raise RuntimeError(f"process exited with {proc.returncode} before port {port} opened")
+        with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), 0.2):
+            return
+        time.sleep(0.05)
+    raise TimeoutError(f"nothing listens on port {port} after {timeout}s")
+
+
+def require_binary(name: str, hint: str) -> str:
+    path = shutil.which(name)
+    if path is None:
+        raise RuntimeError(f"{name} is required by the tests and was not found on PATH: {hint}")
+    return path
+
+
+class RedisServer:
+    """A redis-server process of our own, in its own folder, on a free port.
+
+    ``appendfsync always`` so an acknowledged write survives kill -9 of Redis itself.
+    """
+
+    def __init__(self, workdir: Path, port: int | None = None) -> None:
+        self.workdir = workdir
+        self.port = port or free_port()
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    def start(self) -> RedisServer:
+        binary = require_binary("redis-server", "apt-get install redis-server")
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        self.proc = subprocess.Popen(
+            [
+                binary,
+                "--port",
+                str(self.port),
+                "--bind",
+                "127.0.0.1",
+                "--dir",
+                str(self.workdir),
+                "--save",
+                "",
+                "--appendonly",
+                "yes",
+                "--appendfsync",
+                "always",
+                "--daemonize",
+                "no",
+                "--logfile",
+                str(self.workdir / "redis.log"),
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        wait_for_port(self.port, proc=self.proc)
+        self._wait_loaded()
+        return self
+
+    def _wait_loaded(self) -> None:
+        import redis
+
+        client = redis.Redis(port=self.port)
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                client.ping()
+                return
+            except redis.exceptions.BusyLoadingError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.05)
+            finally:
+                client.close()
+
+    def kill(self) -> None:
+        """kill -9: no shutdown hook, no final fsync."""
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGKILL)
+            self.proc.wait(10)
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(10)
+
+    def restart(self) -> None:
+        self.kill()
+        self.start()
+
+
+class GatewayProcess:
+    """``python -m gateway serve`` as a real process, configured only by the env we give it."""
+
+    def __init__(self, data_dir: Path, env: Mapping[str, str] | None = None) -> None:
+        self.data_dir = data_dir
+        self.grpc_port = free_port()
+        self.http_port = free_port()
+        self.extra_env = dict(env or {})
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.log_path = data_dir / "gateway.log"
+
+    @property
+    def grpc_target(self) -> str:
+        return f"127.0.0.1:{self.grpc_port}"
+
+    @property
+    def http_url(self) -> str:
+        return f"http://127.0.0.1:{self.http_port}"
+
+    def env(self) -> dict[str, str]:
+        env = {k: v for k, v in os.environ.items() if not k.startswith("TIDEGATE_")}
+        env.update(
+            {
+                "TIDEGATE_DATA_DIR": str(self.data_dir),
+                "TIDEGATE_SERVER__GRPC_PORT": str(self.grpc_port),
+                "TIDEGATE_SERVER__HTTP_PORT": str(self.http_port),
+                "PYTHONUNBUFFERED": "1",
+            }
+        )
+        env.update(self.extra_env)
+        return env
+
+    def start(self, timeout: float = 60.0) -> GatewayProcess:
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        log = open(self.log_path, "ab")  # noqa: SIM115 - owned by the child for its lifetime
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "gateway", "serve"],
+            env=self.env(),
+            cwd=str(REPO_ROOT),
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+        log.close()
+        try:
+            wait_for_port(self.grpc_port, timeout, self.proc)
+            wait_for_port(self.http_port, timeout, self.proc)
+            self._wait_ready(timeout)
+        except Exception as exc:
+            raise RuntimeError(f"gateway did not start: {exc}\n{self.log()}") from exc
+        return self
+
+    def _wait_ready(self, timeout: float) -> None:
+        import httpx
+
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            with contextlib.suppress(httpx.HTTPError):
+                if httpx.get(f"{self.http_url}/readyz", timeout=1).status_code == 200:
+                    return
+            time.sleep(0.05)
+        raise TimeoutError("gateway /readyz never answered 200")
+
+    def log(self) -> str:
+        try:
+            return self.log_path.read_text(errors="replace")[-5000:]
+        except FileNotFoundError:
+            return ""
+
+    def kill(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGKILL)
+            self.proc.wait(10)
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(20)
+            except subprocess.TimeoutExpired:
+                self.kill()
+
+
+@contextlib.contextmanager
+def running(service: RedisServer | GatewayProcess) -> Iterator[None]:
+    try:
+        yield
+    finally:
+        service.stop()

@@ -1,0 +1,398 @@
+"""The metadata store, on SQLite (a file) and on PostgreSQL (a scratch database per test)."""
+
+from __future__ import annotations
+
+import os
+import threading
+import uuid
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any, TypeVar
+
+import pytest
+from alembic import command
+from alembic.autogenerate import compare_metadata
+from alembic.migration import MigrationContext
+from alembic.script import ScriptDirectory
+from sqlalchemy import Connection, create_engine, inspect, make_url, text
+from sqlalchemy.pool import NullPool
+
+from gateway.config import Settings
+from gateway.errors import InvalidRequest, TableAlreadyExists, TableNotFound, TenantNotFound
+from gateway.meta import MetadataStore, PartitionState, TableDef
+from gateway.meta.models import VERSION_TABLE, Base
+from gateway.meta.store import alembic_config
+
+T = TypeVar("T")
+
+FIELDS: list[dict[str, Any]] = [
+    {"name": "id", "type": "int64", "nullable": False},
+    {"name": "payload", "type": "string"},
+]
+STORE_TABLES = {"tg_tenants", "tg_tables", "tg_partitions", VERSION_TABLE}
+
+
+# Fixtures -----------------------------------------------------------------------------
+@pytest.fixture
+def scratch_postgres(postgres_url: str | None) -> Iterator[str]:
+    """A database of our own on the configured server, dropped afterwards."""
+    if postgres_url is None:
+        if os.environ.get("CI"):
+            pytest.fail(
+                "TIDEGATE_TEST_POSTGRES_URL is not set: CI must run the PostgreSQL metadata "
+                "tests (e.g. postgresql+psycopg://postgres@127.0.0.1:5432/postgres)"
+            )
+        pytest.skip("TIDEGATE_TEST_POSTGRES_URL is not set")
+    base = make_url(postgres_url)
+    name = f"tidegate_test_{uuid.uuid4().hex[:16]}"
+    admin = create_engine(base, isolation_level="AUTOCOMMIT", poolclass=NullPool)
+    try:
+        with admin.connect() as conn:
+            conn.exec_driver_sql(f'CREATE DATABASE "{name}"')
+        try:
+            yield base.set(database=name).render_as_string(hide_password=False)
+        finally:
+            with admin.connect() as conn:
+                conn.exec_driver_sql(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    finally:
+        admin.dispose()
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)])
+def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """URL of an empty database."""
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path / 'meta' / 'metadata.db'}"
+    return str(request.getfixturevalue("scratch_postgres"))
+
+
+@pytest.fixture
+def open_store(db_url: str) -> Iterator[Callable[[], MetadataStore]]:
+    """Opens stores (each with its own engine) on the test database; closes them all."""
+    stores: list[MetadataStore] = []
+
+    def _open() -> MetadataStore:
+        stores.append(MetadataStore(db_url))
+        return stores[-1]
+
+    try:
+        yield _open
+    finally:
+        for s in stores:
+            s.close()
+
+
+@pytest.fixture
+def store(open_store: Callable[[], MetadataStore]) -> MetadataStore:
+    s = open_store()
+    s.ensure_tenant("acme")
+    s.ensure_tenant("globex")
+    return s
+
+
+def _current_revision(conn: Connection) -> str | None:
+    return MigrationContext.configure(
+        conn, opts={"version_table": VERSION_TABLE}
+    ).get_current_revision()
+
+
+def _in_threads(n: int, fn: Callable[[int], T]) -> list[T]:
+    """Run ``fn(0..n-1)`` in ``n`` threads released together; re-raises the first error."""
+    barrier = threading.Barrier(n)
+
+    def run(i: int) -> T:
+        barrier.wait(timeout=30)
+        return fn(i)
+
+    with ThreadPoolExecutor(n) as pool:
+        return list(pool.map(run, range(n)))
+
+
+# Migrations ---------------------------------------------------------------------------
+def test_open_migrates_an_empty_database(db_url: str) -> None:
+    engine = create_engine(db_url, poolclass=NullPool)
+    try:
+        if db_url.startswith("sqlite"):
+            Path(make_url(db_url).database or "").parent.mkdir(parents=True, exist_ok=True)
+        assert not STORE_TABLES & set(inspect(engine).get_table_names())
+        with MetadataStore(db_url):
+            pass
+        assert set(inspect(engine).get_table_names()) >= STORE_TABLES
+    finally:
+        engine.dispose()
+
+
+def test_reopen_is_idempotent_and_keeps_data(open_store: Callable[[], MetadataStore]) -> None:
+    first = open_store()
+    first.ensure_tenant("acme")
+    created = first.create_table("acme", "ns", "events", FIELDS, 2, ["id"])
+    with first.engine.connect() as conn:
+        revision = _current_revision(conn)
+    first.close()
+
+    again = open_store()
+    with again.engine.connect() as conn:
+        assert _current_revision(conn) == revision
+    assert again.get_table("acme", "ns", "events") == created
+    assert open_store().list_tables("acme") == [created]
+
+
+def test_current_revision_is_the_single_head(store: MetadataStore) -> None:
+    heads = ScriptDirectory.from_config(alembic_config()).get_heads()
+    assert len(heads) == 1
+    with store.engine.connect() as conn:
+        assert _current_revision(conn) == heads[0]
+
+
+def test_models_and_migrations_agree(store: MetadataStore) -> None:
+    with store.engine.connect() as conn:
+        context = MigrationContext.configure(
+            conn,
+            opts={
+                "version_table": VERSION_TABLE,
+                "compare_type": True,
+                "target_metadata": Base.metadata,
+            },
+        )
+        assert compare_metadata(context, Base.metadata) == []
+
+
+def test_downgrade_to_base_and_upgrade_again(store: MetadataStore) -> None:
+    with store.engine.connect() as conn, conn.begin():
+        command.downgrade(alembic_config(connection=conn), "base")
+    assert not (STORE_TABLES - {VERSION_TABLE}) & set(inspect(store.engine).get_table_names())
+    with store.engine.connect() as conn, conn.begin():
+        command.upgrade(alembic_config(connection=conn), "head")
+    store.ensure_tenant("acme")
+    assert store.create_table("acme", "ns", "t", FIELDS, 1).partitions == 1
+
+
+def test_concurrent_opens_of_an_empty_database(db_url: str) -> None:
+    stores = _in_threads(4, lambda _: MetadataStore(db_url))
+    try:
+        for i, s in enumerate(stores):
+            s.ensure_tenant("acme")
+            s.create_table("acme", "ns", f"t{i}", FIELDS, 1)
+        assert [t.name for t in stores[0].list_tables("acme")] == ["t0", "t1", "t2", "t3"]
+    finally:
+        for s in stores:
+            s.close()
+
+
+# Tables -------------------------------------------------------------------------------
+def test_create_get_list_drop(store: MetadataStore) -> None:
+    before = datetime.now(UTC)
+    table = store.create_table("acme", "sales", "orders", FIELDS, 4, ["id"])
+    assert isinstance(table, TableDef)
+    assert (table.tenant, table.namespace, table.name) == ("acme", "sales", "orders")
+    assert table.fields == FIELDS
+    assert table.partitions == 4
+    assert table.key_columns == ["id"]
+    assert uuid.UUID(table.table_id)
+    assert table.created_at.tzinfo is not None
+    assert before - timedelta(seconds=1) <= table.created_at <= datetime.now(UTC)
+
+    assert store.get_table("acme", "sales", "orders") == table
+    assert store.list_tables("acme") == [table]
+
+    assert store.drop_table("acme", "sales", "orders") == table
+    with pytest.raises(TableNotFound):
+        store.get_table("acme", "sales", "orders")
+    assert store.list_tables("acme") == []
+
+
+def test_create_makes_partition_rows(store: MetadataStore) -> None:
+    table = store.create_table("acme", "ns", "t", FIELDS, 3)
+    assert table.key_columns == []
+    assert store.partitions(table.table_id) == [
+        PartitionState(p, high_watermark=0, tiered_watermark=0, shard="default", epoch=0)
+        for p in range(3)
+    ]
+
+
+def test_drop_removes_partitions_and_recreate_gets_a_new_id(store: MetadataStore) -> None:
+    old = store.create_table("acme", "ns", "t", FIELDS, 2)
+    store.update_high_watermarks(old.table_id, {0: 10, 1: 20})
+    store.drop_table("acme", "ns", "t")
+    assert store.partitions(old.table_id) == []
+    with store.engine.connect() as conn:
+        rows = conn.execute(
+            text("SELECT count(*) FROM tg_partitions WHERE table_id = :t"), {"t": old.table_id}
+        ).scalar_one()
+    assert rows == 0
+
+    new = store.create_table("acme", "ns", "t", FIELDS, 2)
+    assert new.table_id != old.table_id
+    assert [p.high_watermark for p in store.partitions(new.table_id)] == [0, 0]
+
+
+def test_deleting_a_table_row_cascades_to_partitions(store: MetadataStore) -> None:
+    table = store.create_table("acme", "ns", "t", FIELDS, 2)
+    with store.engine.begin() as conn:
+        conn.execute(text("DELETE FROM tg_tables WHERE id = :t"), {"t": table.table_id})
+    assert store.partitions(table.table_id) == []
+
+
+def test_list_is_sorted_and_filters_by_namespace(store: MetadataStore) -> None:
+    for namespace, name in [("b", "z"), ("a", "y"), ("b", "a"), ("a", "x")]:
+        store.create_table("acme", namespace, name, FIELDS, 1)
+    listed = [(t.namespace, t.name) for t in store.list_tables("acme")]
+    assert listed == [("a", "x"), ("a", "y"), ("b", "a"), ("b", "z")]
+    assert [t.name for t in store.list_tables("acme", "b")] == ["a", "z"]
+    assert store.list_tables("acme", "missing") == []
+
+
+def test_duplicate_create_raises_and_keeps_the_original(store: MetadataStore) -> None:
+    original = store.create_table("acme", "ns", "t", FIELDS, 2, ["id"])
+    with pytest.raises(TableAlreadyExists, match=r"ns\.t"):
+        store.create_table("acme", "ns", "t", [{"name": "other", "type": "string"}], 5)
+    assert store.get_table("acme", "ns", "t") == original
+    assert len(store.partitions(original.table_id)) == 2
+
+
+def test_racing_creates_of_one_name_have_one_winner(
+    open_store: Callable[[], MetadataStore],
+) -> None:
+    stores = [open_store() for _ in range(4)]
+    stores[0].ensure_tenant("acme")
+
+    def create(i: int) -> str:
+        try:
+            stores[i].create_table("acme", "ns", "t", FIELDS, 2)
+        except TableAlreadyExists:
+            return "exists"
+        return "created"
+
+    assert sorted(_in_threads(4, create)) == ["created", "exists", "exists", "exists"]
+    assert len(stores[0].list_tables("acme")) == 1
+
+
+def test_unknown_table_raises_table_not_found(store: MetadataStore) -> None:
+    with pytest.raises(TableNotFound, match=r"ns\.missing") as info:
+        store.get_table("acme", "ns", "missing")
+    assert info.value.reason == "TABLE_NOT_FOUND"
+    assert info.value.details == {"namespace": "ns", "name": "missing"}
+    with pytest.raises(TableNotFound, match=r"ns\.missing"):
+        store.drop_table("acme", "ns", "missing")
+    assert store.partitions(str(uuid.uuid4())) == []
+
+
+def test_create_needs_an_existing_tenant(store: MetadataStore) -> None:
+    with pytest.raises(TenantNotFound) as info:
+        store.create_table("nobody", "ns", "t", FIELDS, 1)
+    assert info.value.reason == "TENANT_NOT_FOUND"
+    assert store.list_tables("nobody") == []
+
+
+def test_ensure_tenant_is_idempotent(store: MetadataStore) -> None:
+    store.ensure_tenant("acme")
+    store.ensure_tenant("acme")
+    with store.engine.connect() as conn:
+        rows = conn.execute(text("SELECT id, status FROM tg_tenants ORDER BY id")).all()
+    assert [tuple(r) for r in rows] == [("acme", "active"), ("globex", "active")]
+
+
+def test_create_needs_at_least_one_partition(store: MetadataStore) -> None:
+    with pytest.raises(InvalidRequest):
+        store.create_table("acme", "ns", "t", FIELDS, 0)
+    assert store.list_tables("acme") == []
+
+
+# Tenancy ------------------------------------------------------------------------------
+def test_tenants_are_isolated(store: MetadataStore) -> None:
+    mine = store.create_table("acme", "ns", "secret", FIELDS, 2)
+
+    with pytest.raises(TableNotFound):
+        store.get_table("globex", "ns", "secret")
+    assert store.list_tables("globex") == []
+    assert store.list_tables("globex", "ns") == []
+    with pytest.raises(TableNotFound):
+        store.drop_table("globex", "ns", "secret")
+    assert store.get_table("acme", "ns", "secret") == mine
+
+    # The same name in both tenants: two independent tables.
+    theirs = store.create_table("globex", "ns", "secret", FIELDS, 3)
+    assert theirs.table_id != mine.table_id
+    assert store.get_table("globex", "ns", "secret") == theirs
+    assert store.get_table("acme", "ns", "secret") == mine
+    assert store.list_tables("acme") == [mine]
+    assert store.list_tables("globex") == [theirs]
+
+    assert store.drop_table("globex", "ns", "secret") == theirs
+    assert store.get_table("acme", "ns", "secret") == mine
+    assert len(store.partitions(mine.table_id)) == 2
+
+
+# Watermarks ---------------------------------------------------------------------------
+def test_cached_high_watermarks_never_move_backwards(store: MetadataStore) -> None:
+    table = store.create_table("acme", "ns", "t", FIELDS, 3)
+    tid = table.table_id
+
+    def hws() -> list[int]:
+        return [p.high_watermark for p in store.partitions(tid)]
+
+    store.update_high_watermarks(tid, {0: 10, 1: 5})
+    assert hws() == [10, 5, 0]
+    store.update_high_watermarks(tid, {0: 3, 1: 7, 2: 1})
+    assert hws() == [10, 7, 1]
+    store.update_high_watermarks(tid, {0: 10})
+    store.update_high_watermarks(tid, {})
+    store.update_high_watermarks(tid, {99: 50})  # unknown partition: ignored
+    assert hws() == [10, 7, 1]
+    assert [p.tiered_watermark for p in store.partitions(tid)] == [0, 0, 0]
+
+
+def test_concurrent_watermark_updates_keep_the_maximum(store: MetadataStore) -> None:
+    table = store.create_table("acme", "ns", "t", FIELDS, 2)
+    values = [[(i * 37) % 101 + j for j in range(20)] for i in range(8)]
+
+    def push(i: int) -> None:
+        for v in values[i]:
+            store.update_high_watermarks(table.table_id, {0: v, 1: 1000 - v})
+
+    _in_threads(8, push)
+    flat = [v for vs in values for v in vs]
+    hws = [p.high_watermark for p in store.partitions(table.table_id)]
+    assert hws == [max(flat), 1000 - min(flat)]
+
+
+# Several stores -----------------------------------------------------------------------
+def test_two_stores_see_each_others_writes(open_store: Callable[[], MetadataStore]) -> None:
+    a, b = open_store(), open_store()
+    a.ensure_tenant("acme")
+    created = a.create_table("acme", "ns", "t", FIELDS, 2)
+    assert b.get_table("acme", "ns", "t") == created
+
+    b.update_high_watermarks(created.table_id, {1: 42})
+    assert [p.high_watermark for p in a.partitions(created.table_id)] == [0, 42]
+
+    b.create_table("acme", "ns", "u", FIELDS, 1)
+    assert [t.name for t in a.list_tables("acme")] == ["t", "u"]
+
+    a.drop_table("acme", "ns", "t")
+    with pytest.raises(TableNotFound):
+        b.get_table("acme", "ns", "t")
+    with pytest.raises(TableNotFound):
+        b.drop_table("acme", "ns", "t")
+
+
+def test_from_settings(db_url: str, tmp_path: Path) -> None:
+    settings = Settings.explicit(data_dir=tmp_path, metadata={"url": db_url})
+    with MetadataStore.from_settings(settings) as s:
+        s.ensure_tenant("acme")
+        s.create_table("acme", "ns", "t", FIELDS, 1)
+    with MetadataStore(db_url) as s:
+        assert [t.name for t in s.list_tables("acme")] == ["t"]
+
+
+def test_default_settings_use_sqlite_in_the_data_dir(tmp_path: Path) -> None:
+    settings = Settings.explicit(data_dir=tmp_path / "data")
+    with MetadataStore.from_settings(settings) as s:
+        assert s.engine.dialect.name == "sqlite"
+        with s.engine.connect() as conn:
+            assert conn.exec_driver_sql("PRAGMA journal_mode").scalar_one() == "wal"
+            assert conn.exec_driver_sql("PRAGMA foreign_keys").scalar_one() == 1
+            assert conn.exec_driver_sql("PRAGMA busy_timeout").scalar_one() > 0
+    assert (tmp_path / "data" / "metadata.db").is_file()
