@@ -1,0 +1,108 @@
+"""Run a gateway process: both edges on one event loop, one service behind them."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import signal
+from collections.abc import Iterator
+from contextlib import suppress
+from typing import Any
+
+from gateway.config import Settings
+from gateway.core.service import StreamTables
+from gateway.hot import load_hot_log
+from gateway.meta import MetadataStore
+
+__all__ = ["build_service", "serve"]
+
+log = logging.getLogger("tidegate")
+
+
+def build_service(settings: Settings) -> StreamTables:
+    """The service with its backends, from settings (creates the data folder if needed)."""
+    settings.data_dir.mkdir(parents=True, exist_ok=True)
+    meta = MetadataStore(settings.metadata_url, echo=settings.metadata.echo)
+    try:
+        hot = load_hot_log(settings)
+    except Exception:
+        meta.close()
+        raise
+    return StreamTables(settings, meta, hot)
+
+
+def _quiet_server_class() -> type[Any]:
+    import uvicorn
+
+    class QuietServer(uvicorn.Server):
+        """uvicorn without its own signal handlers: this process owns SIGTERM/SIGINT."""
+
+        @contextlib.contextmanager
+        def capture_signals(self) -> Iterator[None]:
+            yield
+
+    return QuietServer
+
+
+async def serve(settings: Settings) -> None:
+    """Serve gRPC and HTTP until SIGTERM or SIGINT, then drain and stop."""
+    import uvicorn
+
+    from gateway.server.grpc_server import GrpcEdge
+    from gateway.server.http import create_app
+
+    _QuietServer = _quiet_server_class()
+    service = build_service(settings)
+    ready = asyncio.Event()
+    stopping = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stopping.set)
+
+    grpc_edge: GrpcEdge | None = None
+    http_server: uvicorn.Server | None = None
+    http_task: asyncio.Task[None] | None = None
+    try:
+        if settings.server.grpc_port:
+            grpc_edge = GrpcEdge(service, settings)
+            await grpc_edge.start()
+            log.info("gRPC listening on %s:%s", settings.server.host, grpc_edge.port)
+        if settings.server.http_port:
+            app = create_app(
+                service, settings, ready=lambda: ready.is_set() and not stopping.is_set()
+            )
+            config = uvicorn.Config(
+                app,
+                host=settings.server.host,
+                port=settings.server.http_port,
+                log_level="warning",
+                lifespan="off",
+            )
+            http_server = _QuietServer(config)
+            http_task = asyncio.create_task(http_server.serve())
+            while not http_server.started:
+                if http_task.done():
+                    await http_task
+                    raise RuntimeError("the HTTP server stopped while starting")
+                await asyncio.sleep(0.01)
+            log.info("HTTP listening on %s:%s", settings.server.host, settings.server.http_port)
+        ready.set()
+        log.info(
+            "tidegate ready: data_dir=%s hot=%s metadata=%s",
+            settings.data_dir,
+            settings.hot.type,
+            settings.metadata_url.split("@")[-1],
+        )
+        await stopping.wait()
+        log.info("draining")
+    finally:
+        grace = settings.server.shutdown_grace_s
+        if grpc_edge is not None:
+            await grpc_edge.stop(grace)
+        if http_server is not None and http_task is not None:
+            http_server.should_exit = True
+            with suppress(asyncio.CancelledError):
+                await asyncio.wait_for(http_task, grace + 1)
+        service.close()
+        log.info("stopped")

@@ -1,0 +1,339 @@
+"""The gRPC edge (grpc.aio): the Tidegate service, health and reflection.
+
+Errors are translated once, in :class:`ErrorInterceptor`: a :class:`TidegateError` becomes
+its gRPC status with a ``google.rpc.Status`` in the ``grpc-status-details-bin`` trailer
+holding ``ErrorInfo`` (reason, domain, metadata) and, for retryable errors, ``RetryInfo``.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
+from typing import Any
+
+import grpc
+import pyarrow as pa
+from google.protobuf import any_pb2, duration_pb2
+from google.rpc import error_details_pb2, status_pb2
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+from grpc_health.v1._async import HealthServicer
+from grpc_reflection.v1alpha import reflection
+
+from gateway import metrics
+from gateway._proto.tidegate.v1 import tidegate_pb2 as pb
+from gateway._proto.tidegate.v1 import tidegate_pb2_grpc as pb_grpc
+from gateway.config import Settings
+from gateway.core.service import AppendRange, ReadResult, StreamTables, TableView
+from gateway.errors import ERROR_DOMAIN, RequestTooLarge, TidegateError
+from gateway.hot.codec import decode_stream, encode_stream
+
+__all__ = ["ErrorInterceptor", "GrpcEdge", "TidegateServicer", "error_status"]
+
+log = logging.getLogger(__name__)
+
+SERVICE_NAME = pb.DESCRIPTOR.services_by_name["Tidegate"].full_name
+#: Bytes of Arrow data per Read response message.
+_READ_CHUNK_BYTES = 1024 * 1024
+
+
+def error_status(err: TidegateError) -> status_pb2.Status:
+    """The rich ``google.rpc.Status`` of an error."""
+    info = error_details_pb2.ErrorInfo(
+        reason=err.reason,
+        domain=ERROR_DOMAIN,
+        metadata={k: str(v) for k, v in err.details.items() if v is not None},
+    )
+    details = [any_pb2.Any()]
+    details[0].Pack(info)
+    retry_after = getattr(err, "retry_after_ms", None)
+    if retry_after is not None:
+        retry = error_details_pb2.RetryInfo(
+            retry_delay=duration_pb2.Duration(
+                seconds=retry_after // 1000, nanos=(retry_after % 1000) * 1_000_000
+            )
+        )
+        packed = any_pb2.Any()
+        packed.Pack(retry)
+        details.append(packed)
+    return status_pb2.Status(code=err.grpc_code.value[0], message=err.message, details=details)
+
+
+async def _abort(context: grpc.aio.ServicerContext[Any, Any], err: TidegateError) -> None:
+    status = error_status(err)
+    await context.abort(
+        err.grpc_code,
+        err.message,
+        trailing_metadata=(("grpc-status-details-bin", status.SerializeToString()),),
+    )
+
+
+def _internal(exc: BaseException) -> TidegateError:
+    log.exception("unexpected error in a gRPC call", exc_info=exc)
+    return TidegateError("internal error; see the gateway log")
+
+
+class ErrorInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
+    """Translates every escaping exception into a gRPC status, in one place."""
+
+    async def intercept_service(
+        self,
+        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler]],
+        handler_call_details: grpc.HandlerCallDetails,
+    ) -> grpc.RpcMethodHandler:
+        handler = await continuation(handler_call_details)
+        if handler is None or not handler_call_details.method.startswith(f"/{SERVICE_NAME}/"):
+            return handler
+        if handler.unary_unary:
+            inner_uu = handler.unary_unary
+
+            async def unary_unary(request: Any, context: Any) -> Any:
+                try:
+                    return await inner_uu(request, context)
+                except TidegateError as err:
+                    await _abort(context, err)
+                except (grpc.aio.AbortError, grpc.aio.UsageError):
+                    raise
+                except Exception as exc:
+                    await _abort(context, _internal(exc))
+
+            return grpc.unary_unary_rpc_method_handler(
+                unary_unary, handler.request_deserializer, handler.response_serializer
+            )
+        inner_stream = handler.unary_stream or handler.stream_stream
+
+        async def streaming(request: Any, context: Any) -> AsyncIterator[Any]:
+            try:
+                async for item in inner_stream(request, context):
+                    yield item
+            except TidegateError as err:
+                await _abort(context, err)
+            except (grpc.aio.AbortError, grpc.aio.UsageError):
+                raise
+            except Exception as exc:
+                await _abort(context, _internal(exc))
+
+        make = (
+            grpc.unary_stream_rpc_method_handler
+            if handler.unary_stream
+            else grpc.stream_stream_rpc_method_handler
+        )
+        return make(streaming, handler.request_deserializer, handler.response_serializer)
+
+
+# --------------------------------------------------------------------------------------
+# Conversions
+# --------------------------------------------------------------------------------------
+def table_info(view: TableView) -> pb.TableInfo:
+    d = view.definition
+    return pb.TableInfo(
+        table=pb.TableRef(namespace=d.namespace, name=d.name),
+        table_id=d.table_id,
+        fields=[pb.Field(name=f["name"], type=f["type"], nullable=f["nullable"]) for f in d.fields],
+        partitions=d.partitions,
+        key_columns=d.key_columns,
+        partition_info=[
+            pb.PartitionInfo(
+                partition=p.partition,
+                earliest_offset=p.earliest_offset,
+                high_watermark=p.high_watermark,
+                tiered_watermark=p.tiered_watermark,
+                hot_bytes=p.hot_bytes,
+            )
+            for p in view.partitions
+        ],
+        created_at_ms=int(d.created_at.timestamp() * 1000),
+    )
+
+
+def _ranges(ranges: Iterable[AppendRange]) -> pb.AppendResponse:
+    return pb.AppendResponse(
+        ranges=[
+            pb.AppendRange(
+                partition=r.partition,
+                base_offset=r.base_offset,
+                count=r.count,
+                duplicate=r.duplicate,
+            )
+            for r in ranges
+        ]
+    )
+
+
+def _read_messages(result: ReadResult) -> Iterable[pb.ReadResponse]:
+    """One ReadResponse per ~1 MiB of batches; the last carries the result's next offset."""
+    pending: list[pa.RecordBatch] = []
+    size = 0
+    for i, b in enumerate(result.batches):
+        pending.append(b)
+        size += b.nbytes
+        last = i == len(result.batches) - 1
+        if size >= _READ_CHUNK_BYTES or last:
+            next_offset = int(pending[-1].column("_offset")[-1].as_py()) + 1
+            yield pb.ReadResponse(
+                arrow_ipc=encode_stream(pending, result.schema),
+                next_offset=next_offset,
+                high_watermark=result.high_watermark,
+            )
+            pending, size = [], 0
+
+
+class TidegateServicer(pb_grpc.TidegateServicer):  # type: ignore[misc]
+    def __init__(self, service: StreamTables, settings: Settings) -> None:
+        self.service = service
+        self.settings = settings
+
+    def tenant(self, context: grpc.aio.ServicerContext[Any, Any]) -> str:
+        """The tenant of a call. One default tenant until authentication lands."""
+        return self.settings.tenant
+
+    async def CreateTable(self, request: pb.CreateTableRequest, context: Any) -> pb.TableInfo:
+        fields = [{"name": f.name, "type": f.type, "nullable": f.nullable} for f in request.fields]
+        view = await self.service.create_table(
+            self.tenant(context),
+            request.table.namespace,
+            request.table.name,
+            fields,
+            request.partitions,
+            list(request.key_columns),
+        )
+        context.set_code(grpc.StatusCode.OK)
+        return table_info(view)
+
+    async def DescribeTable(self, request: pb.DescribeTableRequest, context: Any) -> pb.TableInfo:
+        view = await self.service.describe_table(
+            self.tenant(context), request.table.namespace, request.table.name
+        )
+        return table_info(view)
+
+    async def ListTables(
+        self, request: pb.ListTablesRequest, context: Any
+    ) -> pb.ListTablesResponse:
+        views = await self.service.list_tables(self.tenant(context), request.namespace or None)
+        return pb.ListTablesResponse(tables=[table_info(v) for v in views])
+
+    async def DropTable(self, request: pb.DropTableRequest, context: Any) -> pb.DropTableResponse:
+        await self.service.drop_table(
+            self.tenant(context), request.table.namespace, request.table.name
+        )
+        return pb.DropTableResponse()
+
+    async def _append(self, request: pb.AppendRequest, context: Any) -> pb.AppendResponse:
+        limit = self.settings.server.max_request_bytes
+        if len(request.arrow_ipc) > limit:
+            raise RequestTooLarge(
+                f"the append carries {len(request.arrow_ipc)} bytes; the limit is {limit}",
+                limit=limit,
+            )
+        _, batches = decode_stream(request.arrow_ipc)
+        ranges = await self.service.append(
+            self.tenant(context),
+            request.table.namespace,
+            request.table.name,
+            batches,
+            partition=request.partition if request.HasField("partition") else None,
+            producer_id=request.producer_id or None,
+            sequence=request.sequence if request.HasField("sequence") else None,
+        )
+        metrics.record_append(sum(r.count for r in ranges), len(request.arrow_ipc))
+        return _ranges(ranges)
+
+    async def Append(self, request: pb.AppendRequest, context: Any) -> pb.AppendResponse:
+        return await self._append(request, context)
+
+    async def AppendStream(
+        self, request_iterator: AsyncIterator[pb.AppendStreamRequest], context: Any
+    ) -> AsyncIterator[pb.AppendStreamResponse]:
+        async for req in request_iterator:
+            try:
+                ok = await self._append(req.append, context)
+                yield pb.AppendStreamResponse(request_id=req.request_id, ok=ok)
+            except TidegateError as err:
+                yield pb.AppendStreamResponse(
+                    request_id=req.request_id,
+                    error=pb.Error(
+                        code=err.grpc_code.value[0],
+                        reason=err.reason,
+                        message=err.message,
+                        metadata={k: str(v) for k, v in err.details.items() if v is not None},
+                        retry_after_ms=getattr(err, "retry_after_ms", None) or 0,
+                    ),
+                )
+
+    async def Read(self, request: pb.ReadRequest, context: Any) -> AsyncIterator[pb.ReadResponse]:
+        tenant = self.tenant(context)
+        ns, name = request.table.namespace, request.table.name
+        max_bytes = request.max_bytes or None
+        if request.follow:
+            async for result in self.service.follow(
+                tenant,
+                ns,
+                name,
+                request.partition,
+                request.offset,
+                max_records=request.max_records or None,
+                max_bytes=max_bytes,
+            ):
+                metrics.record_read(result.num_records)
+                for msg in _read_messages(result):
+                    yield msg
+            return
+        wanted = request.max_records or self.settings.server.default_read_records
+        offset, seen = request.offset, 0
+        while True:
+            result = await self.service.read(
+                tenant, ns, name, request.partition, offset, wanted - seen, max_bytes
+            )
+            metrics.record_read(result.num_records)
+            if not result.num_records:
+                if seen == 0:
+                    # An empty read still tells the client where the log ends.
+                    yield pb.ReadResponse(
+                        next_offset=result.next_offset, high_watermark=result.high_watermark
+                    )
+                return
+            for msg in _read_messages(result):
+                yield msg
+            seen += result.num_records
+            offset = result.next_offset
+            if seen >= wanted or offset >= result.high_watermark:
+                return
+
+
+class GrpcEdge:
+    """The grpc.aio server with the Tidegate service, health and reflection."""
+
+    def __init__(self, service: StreamTables, settings: Settings) -> None:
+        self.settings = settings
+        max_message = settings.server.max_request_bytes + 1024 * 1024
+        self.server = grpc.aio.server(
+            interceptors=[ErrorInterceptor()],
+            options=[
+                ("grpc.max_receive_message_length", max_message),
+                ("grpc.max_send_message_length", 64 * 1024 * 1024),
+                ("grpc.so_reuseport", 0),
+            ],
+        )
+        pb_grpc.add_TidegateServicer_to_server(TidegateServicer(service, settings), self.server)
+        self.health = HealthServicer()
+        health_pb2_grpc.add_HealthServicer_to_server(self.health, self.server)
+        reflection.enable_server_reflection(
+            [
+                SERVICE_NAME,
+                health_pb2.DESCRIPTOR.services_by_name["Health"].full_name,
+                reflection.SERVICE_NAME,
+            ],
+            self.server,
+        )
+        self.port = self.server.add_insecure_port(
+            f"{settings.server.host}:{settings.server.grpc_port}"
+        )
+
+    async def start(self) -> None:
+        await self.server.start()
+        await self.health.set("", health_pb2.HealthCheckResponse.SERVING)
+        await self.health.set(SERVICE_NAME, health_pb2.HealthCheckResponse.SERVING)
+
+    async def stop(self, grace: float) -> None:
+        """Flip health to NOT_SERVING first, so balancers drain us, then stop."""
+        await self.health.enter_graceful_shutdown()
+        await self.server.stop(grace)

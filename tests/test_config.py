@@ -1,0 +1,54 @@
+"""Settings: environment with a nested delimiter, an optional YAML file, strict fields."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from pydantic import ValidationError
+
+from gateway.config import DiskHotConfig, RedisHotConfig, Settings
+
+
+def test_embedded_defaults_need_no_service(tmp_path: Path) -> None:
+    s = Settings.explicit(data_dir=tmp_path)
+    assert isinstance(s.hot, DiskHotConfig) and s.hot.fsync == "batch"
+    assert s.metadata_url == f"sqlite:///{(tmp_path / 'metadata.db').resolve()}"
+    assert s.hot_path == tmp_path / "hot"
+
+
+def test_environment_with_nested_delimiter(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TIDEGATE_HOT__TYPE", "redis")
+    monkeypatch.setenv("TIDEGATE_HOT__URL", "redis://10.0.0.1:6380/2")
+    monkeypatch.setenv("TIDEGATE_SERVER__GRPC_PORT", "6000")
+    s = Settings()
+    assert isinstance(s.hot, RedisHotConfig) and s.hot.url == "redis://10.0.0.1:6380/2"
+    assert s.server.grpc_port == 6000
+
+
+def test_yaml_file_and_env_precedence(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    cfg = tmp_path / "tidegate.yaml"
+    cfg.write_text(
+        "hot:\n  type: disk\n  fsync: interval\nserver:\n  http_port: 9000\n  grpc_port: 9001\n"
+    )
+    monkeypatch.setenv("TIDEGATE_CONFIG", str(cfg))
+    monkeypatch.setenv("TIDEGATE_SERVER__GRPC_PORT", "7001")
+    s = Settings()
+    assert isinstance(s.hot, DiskHotConfig) and s.hot.fsync == "interval"
+    assert s.server.http_port == 9000
+    assert s.server.grpc_port == 7001, "the environment wins over the file"
+
+
+def test_unknown_fields_and_bad_values_are_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    with pytest.raises(ValidationError):
+        Settings.explicit(hot={"type": "disk", "fsinc": "batch"})
+    with pytest.raises(ValidationError):
+        Settings.explicit(hot={"type": "tape"})
+    monkeypatch.setenv("TIDEGATE_SERVER__HTTP_PORT", "not-a-port")
+    with pytest.raises(ValidationError):
+        Settings()
+
+
+def test_explicit_settings_ignore_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TIDEGATE_HOT__TYPE", "redis")
+    assert Settings.explicit().hot.type == "disk"

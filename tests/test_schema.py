@@ -1,0 +1,208 @@
+"""Type names, schema validation and JSON conversion."""
+
+from __future__ import annotations
+
+import datetime as dt
+import decimal
+
+import pyarrow as pa
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from gateway.errors import InvalidSchema, MalformedPayload, SchemaMismatch
+from gateway.routing import partition_for_key, route_by_key
+from gateway.schema import (
+    batch_to_rows,
+    conform_batch,
+    parse_fields,
+    parse_type,
+    rows_to_batch,
+    with_system_columns,
+)
+
+ADMITTED = [
+    "bool",
+    "int8",
+    "int16",
+    "int32",
+    "int64",
+    "float",
+    "double",
+    "string",
+    "binary",
+    "date32[day]",
+    "time64[us]",
+    "timestamp[us]",
+    "timestamp[us, tz=UTC]",
+    "decimal128(38, 10)",
+    "list<item: int64>",
+    "struct<a: int32, b: list<item: string>>",
+]
+
+
+@pytest.mark.parametrize("name", ADMITTED)
+def test_admitted_type_names_round_trip(name: str) -> None:
+    t = parse_type(name)
+    assert str(t) == name
+    assert parse_type(str(t)) == t
+
+
+@pytest.mark.parametrize(
+    ("name", "hint"),
+    [
+        ("uint32", "not supported"),
+        ("timestamp[ns]", "microseconds"),
+        ("timestamp[us, tz=America/New_York]", "UTC"),
+        ("decimal128(40, 2)", "out of range"),
+        ("list<int32", "expected"),
+        ("map<string, int32>", "not supported"),
+        ("", "non-empty"),
+    ],
+)
+def test_refused_type_names_say_why(name: str, hint: str) -> None:
+    with pytest.raises(InvalidSchema, match=hint):
+        parse_type(name)
+
+
+def test_field_rules() -> None:
+    with pytest.raises(InvalidSchema, match="reserved"):
+        parse_fields({"_offset": "int64"})
+    with pytest.raises(InvalidSchema, match="twice"):
+        parse_fields([{"name": "a", "type": "int64"}, {"name": "a", "type": "int32"}])
+    with pytest.raises(InvalidSchema, match="start with a letter"):
+        parse_fields({"1a": "int64"})
+    with pytest.raises(InvalidSchema, match="unknown keys"):
+        parse_fields([{"name": "a", "type": "int64", "default": 1}])
+    schema = parse_fields([{"name": "a", "type": "int64", "nullable": False}])
+    assert not schema.field("a").nullable
+
+
+def test_conform_widens_losslessly_and_refuses_the_rest() -> None:
+    schema = parse_fields(
+        {"i": "int64", "f": "float64", "s": "string", "ts": "timestamp[us, tz=UTC]"}
+    )
+    batch = pa.record_batch(
+        {
+            "s": pa.array(["x"], pa.large_string()),
+            "ts": pa.array([1], pa.timestamp("ms", tz="UTC")),
+            "i": pa.array([1], pa.int32()),
+            "f": pa.array([1.5], pa.float32()),
+        }
+    )
+    out = conform_batch(batch, schema)
+    assert out.schema == schema
+    assert out.column("ts")[0].as_py() == dt.datetime(1970, 1, 1, 0, 0, 0, 1000, tzinfo=dt.UTC)
+    narrowing = pa.record_batch(
+        {
+            "i": pa.array([1.5]),
+            "f": [1.0],
+            "s": ["x"],
+            "ts": pa.array([1], pa.timestamp("us", tz="UTC")),
+        }
+    )
+    with pytest.raises(SchemaMismatch, match="'i' is double"):
+        conform_batch(narrowing, schema)
+    naive = pa.record_batch(
+        {"i": [1], "f": [1.0], "s": ["x"], "ts": pa.array([1], pa.timestamp("us"))}
+    )
+    with pytest.raises(SchemaMismatch, match="'ts'"):
+        conform_batch(naive, schema)
+    with pytest.raises(SchemaMismatch, match="not nullable"):
+        conform_batch(
+            pa.record_batch({"a": pa.array([None], pa.int64())}),
+            parse_fields([{"name": "a", "type": "int64", "nullable": False}]),
+        )
+
+
+def test_json_rows_errors_name_the_row() -> None:
+    schema = parse_fields({"a": "int64", "b": "binary"})
+    with pytest.raises(SchemaMismatch, match=r"row 1\.a"):
+        rows_to_batch([{"a": 1, "b": None}, {"a": "x", "b": None}], schema)
+    with pytest.raises(SchemaMismatch, match="base64"):
+        rows_to_batch([{"a": 1, "b": 5}], schema)
+    with pytest.raises(SchemaMismatch, match="row 0"):
+        rows_to_batch([{"a": 1}], schema)
+    with pytest.raises(MalformedPayload):
+        rows_to_batch({"a": 1}, schema)
+    with pytest.raises(SchemaMismatch, match="expected an integer"):
+        rows_to_batch([{"a": True, "b": None}], schema)
+
+
+ROW_SCHEMA = parse_fields(
+    {
+        "i": "int64",
+        "f": "float64",
+        "s": "string",
+        "b": "binary",
+        "d": "decimal128(12, 3)",
+        "ts": "timestamp[us, tz=UTC]",
+        "nts": "timestamp[us]",
+        "day": "date32[day]",
+        "l": "list<int32>",
+        "st": "struct<x: int32, y: string>",
+        "ok": "bool",
+    }
+)
+
+
+def _rows() -> st.SearchStrategy[list[dict[str, object]]]:
+    ts = st.datetimes(min_value=dt.datetime(1900, 1, 1), max_value=dt.datetime(2200, 1, 1))
+    row = st.fixed_dictionaries(
+        {
+            "i": st.none() | st.integers(-(2**63), 2**63 - 1),
+            "f": st.none() | st.floats(allow_nan=False, allow_infinity=False),
+            "s": st.none() | st.text(),
+            "b": st.none() | st.binary(),
+            "d": st.none()
+            | st.decimals(
+                min_value=-(10**8), max_value=10**8, places=3, allow_nan=False, allow_infinity=False
+            ),
+            "ts": st.none() | ts.map(lambda t: t.replace(tzinfo=dt.UTC)),
+            "nts": st.none() | ts,
+            "day": st.none() | st.dates(),
+            "l": st.none() | st.lists(st.none() | st.integers(-(2**31), 2**31 - 1), max_size=4),
+            "st": st.none()
+            | st.fixed_dictionaries(
+                {"x": st.none() | st.integers(-(2**31), 2**31 - 1), "y": st.none() | st.text()}
+            ),
+            "ok": st.none() | st.booleans(),
+        }
+    )
+    return st.lists(row, min_size=1, max_size=8)
+
+
+@settings(max_examples=40, deadline=None)
+@given(_rows())
+def test_json_round_trip_is_lossless(rows: list[dict[str, object]]) -> None:
+    batch = pa.RecordBatch.from_pylist(rows, schema=ROW_SCHEMA)
+    as_json = batch_to_rows([batch])
+    again = rows_to_batch(as_json, ROW_SCHEMA)
+    assert again.equals(batch)
+    for got, want in zip(again.to_pylist(), rows, strict=True):
+        if want["d"] is not None:
+            assert got["d"] == decimal.Decimal(want["d"])  # type: ignore[arg-type]
+
+
+def test_system_columns() -> None:
+    b = rows_to_batch([{"a": 1}, {"a": 2}], parse_fields({"a": "int64"}))
+    out = with_system_columns(b, 3, 40, 1_000_000)
+    assert out.column("_partition").to_pylist() == [3, 3]
+    assert out.column("_offset").to_pylist() == [40, 41]
+    assert out.column("_timestamp")[0].as_py() == dt.datetime(1970, 1, 1, 0, 0, 1, tzinfo=dt.UTC)
+
+
+def test_key_routing_is_deterministic_and_spread() -> None:
+    assert partition_for_key(["user-1"], 8) == partition_for_key(["user-1"], 8)
+    batch = pa.record_batch({"k": [f"u{i}" for i in range(200)], "v": list(range(200))})
+    groups = route_by_key(batch, ["k"], 4)
+    assert sorted(i for idx in groups.values() for i in idx.to_pylist()) == list(range(200))
+    assert len(groups) == 4
+    for p, idx in groups.items():
+        assert all(partition_for_key([f"u{i}"], 4) == p for i in idx.to_pylist())
+
+
+def test_type_aliases() -> None:
+    assert parse_type("float64") == pa.float64()
+    assert parse_type("float32") == pa.float32()
+    assert parse_type("list<int64>") == pa.list_(pa.int64())
