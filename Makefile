@@ -1,0 +1,49 @@
+# Tidegate developer entry points. `make run` and `make test` are the README quick start.
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+EXTRAS ?= server,postgres,dev
+
+.PHONY: setup run test lint format typecheck proto proto-check pytest prereqs clean
+
+$(STAMP): pyproject.toml scripts/prereqs.sh
+	@sh scripts/prereqs.sh python
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e '.[$(EXTRAS)]'
+	@touch $(STAMP)
+
+setup: $(STAMP)
+
+## Run a gateway on embedded defaults (data in ./tidegate-data, disk hot tier, SQLite).
+run: setup
+	$(VENV)/bin/tidegate serve
+
+## Everything CI checks: lint, types, generated stubs, then the whole test suite.
+test: setup
+	@sh scripts/prereqs.sh test
+	$(MAKE) --no-print-directory lint typecheck proto-check pytest
+
+pytest: setup
+	$(PY) -m pytest $(PYTEST_ARGS)
+
+lint: setup
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+
+format: setup
+	$(VENV)/bin/ruff format .
+	$(VENV)/bin/ruff check --fix .
+
+typecheck: setup
+	$(VENV)/bin/mypy
+
+proto: setup
+	$(PY) scripts/gen_proto.py
+
+proto-check: setup
+	$(PY) scripts/gen_proto.py --check
+
+clean:
+	rm -rf $(VENV) .mypy_cache .pytest_cache .ruff_cache

@@ -1,0 +1,24 @@
+#!/bin/sh
+# Checks what `make` cannot install by itself and says how to get it.
+#   prereqs.sh python   before creating the virtualenv
+#   prereqs.sh test     before running the tests
+set -u
+fail=0
+need() { echo "tidegate: missing prerequisite: $1" >&2; echo "  install it with: $2" >&2; fail=1; }
+
+case "${1:-}" in
+python)
+  PY=${PYTHON:-python3}
+  if ! command -v "$PY" >/dev/null 2>&1; then
+    need "$PY (Python >= 3.11)" "apt-get install python3 python3-venv"
+  elif ! "$PY" -c 'import sys; sys.exit(sys.version_info < (3, 11))'; then
+    need "Python >= 3.11 (found $("$PY" --version 2>&1))" "apt-get install python3.11 python3.11-venv"
+  elif ! "$PY" -c 'import ensurepip, venv' >/dev/null 2>&1; then
+    need "the venv module with ensurepip" "apt-get install python3-venv"
+  fi
+  ;;
+test)
+  command -v redis-server >/dev/null 2>&1 || need "redis-server (the tests start their own)" "apt-get install redis-server"
+  ;;
+esac
+exit $fail
