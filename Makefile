@@ -3,9 +3,9 @@ PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
-EXTRAS ?= server,postgres,dev
+EXTRAS ?= server,postgres,bench,dev
 
-.PHONY: setup run test lint format typecheck proto proto-check pytest prereqs clean
+.PHONY: setup run test lint format typecheck proto proto-check pytest bench bench-smoke prereqs clean
 
 $(STAMP): pyproject.toml scripts/prereqs.sh
 	@sh scripts/prereqs.sh python
@@ -44,6 +44,13 @@ proto: setup
 
 proto-check: setup
 	$(PY) scripts/gen_proto.py --check
+
+## The quick benchmark suite (< 5 min): results in benchmarks/results/.
+bench: setup
+	$(PY) -m benchmarks --mode quick
+
+bench-smoke: setup
+	$(PY) -m benchmarks --mode smoke
 
 clean:
 	rm -rf $(VENV) .mypy_cache .pytest_cache .ruff_cache
