@@ -21,10 +21,21 @@ from typing import Any
 
 from benchmarks.loadgen import Workload
 from benchmarks.report import write_report
-from benchmarks.scenarios import append_via_gateway, append_via_redis
+from benchmarks.scenarios import (
+    append_via_gateway,
+    append_via_redis,
+    read_via_gateway,
+    read_via_redis,
+)
 from tests.services import GatewayProcess, RedisServer
 
 HERE = Path(__file__).resolve().parent
+
+#: workload kind -> (baseline, Tidegate) runners.
+SCENARIOS: dict[str, tuple[Any, Any]] = {
+    "append": (append_via_redis, append_via_gateway),
+    "read-hot": (read_via_redis, read_via_gateway),
+}
 
 
 def machine() -> dict[str, Any]:
@@ -76,12 +87,13 @@ async def run_suite(mode: str, workdir: Path, only: str | None) -> list[dict[str
             if only and only not in w.name:
                 continue
             print(f"== {w.name}: {w.description}", flush=True)
-            base = (await append_via_redis(w, redis.url)).summary()
+            baseline_fn, gateway_fn = SCENARIOS[w.kind]
+            base = (await baseline_fn(w, redis.url)).summary()
             base["workload"] = w.name
             results.append(base)
             print(_line(base), flush=True)
             for kind, gw in gateways.items():
-                res = (await append_via_gateway(_with_hot(w, kind), gw.grpc_target)).summary()
+                res = (await gateway_fn(_with_hot(w, kind), gw.grpc_target)).summary()
                 res["workload"] = w.name
                 res["baseline"] = base["system"]
                 res["throughput_ratio"] = (

@@ -50,6 +50,11 @@ class Workload:
     #: Outstanding requests per producer (closed loop), or at most (open loop).
     inflight: int = 4
     consumers: bool = True
+    #: ``append`` (producers) or ``read-hot`` (stream reads of a pre-filled partition).
+    kind: str = "append"
+    #: Records pre-filled for read workloads, and records per Read call.
+    read_records: int = 200_000
+    read_chunk: int = 10_000
     duration_s: float = 10.0
     warmup_s: float = 2.0
     quick: dict[str, Any] = field(default_factory=dict)

@@ -12,7 +12,7 @@ import grpc
 import pyarrow as pa
 import redis.asyncio as aioredis
 
-from benchmarks.loadgen import BatchFactory, Result, Workload, drive, follow_e2e
+from benchmarks.loadgen import BatchFactory, Result, Workload, drive, follow_e2e, record_schema
 from gateway._proto.tidegate.v1 import tidegate_pb2 as pb
 from gateway._proto.tidegate.v1 import tidegate_pb2_grpc as pb_grpc
 
@@ -133,3 +133,101 @@ async def append_via_redis(w: Workload, redis_url: str) -> Result:
         await client.delete(*keys)
         await client.aclose()
     return result
+
+
+async def _fill_gateway(stub: Any, ref: Any, w: Workload, metadata: Any) -> int:
+    factory = BatchFactory(w.batch_records, w.record_bytes)
+    batches = max(1, w.read_records // w.batch_records)
+    for i in range(batches):
+        await stub.Append(
+            pb.AppendRequest(table=ref, arrow_ipc=factory.ipc(i), partition=0), metadata=metadata
+        )
+    return batches * w.batch_records
+
+
+async def read_via_gateway(w: Workload, grpc_target: str, metadata: Any = None) -> Result:
+    """Stream reads of one hot partition from offset 0 to its end, by ``w.producers``
+    concurrent readers in a closed loop; latency is per Read call of ``read_chunk`` records."""
+    result = Result(w.name, f"tidegate ({w.hot} hot tier)")
+    async with grpc.aio.insecure_channel(grpc_target, options=_CHANNEL_OPTIONS) as ch:
+        stub = pb_grpc.TidegateStub(ch)
+        ref = pb.TableRef(namespace=f"bench{uuid.uuid4().hex[:8]}", name="reads")
+        fields = [
+            pb.Field(name=f.name, type=str(f.type), nullable=f.nullable) for f in record_schema()
+        ]
+        await stub.CreateTable(
+            pb.CreateTableRequest(table=ref, fields=fields, partitions=1), metadata=metadata
+        )
+        total = await _fill_gateway(stub, ref, w, metadata)
+
+        async def read_chunk(offset: int) -> tuple[int, int]:
+            n = nbytes = 0
+            request = pb.ReadRequest(
+                table=ref, partition=0, offset=offset, max_records=w.read_chunk
+            )
+            async for msg in stub.Read(request, metadata=metadata):
+                for b in pa.ipc.open_stream(pa.py_buffer(msg.arrow_ipc)) if msg.arrow_ipc else []:
+                    n += b.num_rows
+                    nbytes += b.nbytes
+            return n, nbytes
+
+        await _closed_reads(w, result, total, read_chunk)
+    return result
+
+
+async def read_via_redis(w: Workload, redis_url: str) -> Result:
+    """Baseline: XRANGE of the same Arrow blobs from a Redis stream, decoded with pyarrow."""
+    result = Result(w.name, "redis-py XRANGE (baseline)")
+    factory = BatchFactory(w.batch_records, w.record_bytes)
+    client = aioredis.from_url(redis_url)
+    key = f"bench:{uuid.uuid4().hex[:8]}:reads"
+    batches = max(1, w.read_records // w.batch_records)
+    per_entry = w.batch_records
+    try:
+        for i in range(batches):
+            await client.xadd(key, {"d": factory.ipc(i)}, id=f"{i * per_entry}-1")
+        total = batches * per_entry
+
+        async def read_chunk(offset: int) -> tuple[int, int]:
+            first = (offset // per_entry) * per_entry
+            count = -(-w.read_chunk // per_entry)
+            entries = await client.xrange(key, min=f"{first}-1", count=count)
+            n = nbytes = 0
+            for _, fields in entries:
+                for b in pa.ipc.open_stream(pa.py_buffer(fields[b"d"])):
+                    n += b.num_rows
+                    nbytes += b.nbytes
+            return n, nbytes
+
+        await _closed_reads(w, result, total, read_chunk)
+    finally:
+        await client.delete(key)
+        await client.aclose()
+    return result
+
+
+async def _closed_reads(w: Workload, result: Result, total: int, read_chunk: Any) -> None:
+    """``w.producers`` readers each scan [0, total) repeatedly in chunks until the window
+    ends; every chunk's latency and size is recorded after the warm-up."""
+    start = time.monotonic()
+    measure_from = start + w.warmup_s
+    stop_at = measure_from + w.duration_s
+
+    async def reader(r: int) -> None:
+        offset = (r * total // max(1, w.producers)) // w.read_chunk * w.read_chunk
+        while time.monotonic() < stop_at:
+            t0 = time.monotonic()
+            try:
+                n, nbytes = await read_chunk(offset)
+            except Exception:
+                result.errors += 1
+                continue
+            if t0 >= measure_from:
+                result.batches += 1
+                result.records += n
+                result.bytes += nbytes
+                result.ack.record_value(max(1, int((time.monotonic() - t0) * 1e6)))
+            offset = (offset + w.read_chunk) % total
+
+    await asyncio.gather(*(reader(r) for r in range(w.producers)))
+    result.seconds = w.duration_s

@@ -18,6 +18,7 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 
 from gateway.errors import InvalidSchema, MalformedPayload, SchemaMismatch
@@ -371,7 +372,7 @@ def with_system_columns(
     arrays = [
         *batch.columns,
         pa.repeat(pa.scalar(partition, pa.int32()), n),
-        pa.array(range(base_offset, base_offset + n), pa.int64()),
+        pa.array(np.arange(base_offset, base_offset + n, dtype=np.int64)),
         pa.repeat(pa.scalar(timestamp_us, TIMESTAMP_TYPE), n),
     ]
     return pa.RecordBatch.from_arrays(arrays, schema=system_schema(batch.schema))

@@ -91,6 +91,30 @@ class ReadResult:
         return sum(b.num_rows for b in self.batches)
 
 
+def _slice_batches(
+    stored: Sequence[StoredBatch], partition: int, offset: int, max_records: int
+) -> tuple[list[pa.RecordBatch], int]:
+    """Decoded records ``[offset, offset + max_records)`` of hot batches, with system
+    columns, and the offset after the last one."""
+    out: list[pa.RecordBatch] = []
+    remaining = max_records
+    next_offset = offset
+    for sb in stored:
+        if remaining <= 0:
+            break
+        start = max(0, next_offset - sb.base_offset)
+        length = min(sb.count - start, remaining)
+        if length <= 0:
+            continue
+        rows = with_system_columns(
+            decode_batch(sb.payload), partition, sb.base_offset, sb.timestamp_us
+        )
+        out.append(rows.slice(start, length))
+        remaining -= length
+        next_offset = sb.base_offset + start + length
+    return out, next_offset
+
+
 def _check_ident(kind: str, value: str) -> None:
     if not isinstance(value, str) or not _IDENT_RE.match(value):
         raise InvalidRequest(
@@ -393,27 +417,14 @@ class StreamTables:
                 latest=o.high,
             )
 
-        def fetch() -> tuple[list[StoredBatch], int]:
+        def fetch() -> tuple[list[pa.RecordBatch], int, int]:
+            # Decoding runs here, on the I/O pool, not on the event loop: pyarrow releases
+            # the GIL while it decompresses.
             stored = self.hot.read(part, offset, max_records, max_bytes)
-            return stored, self.hot.offsets(part).high
+            high = self.hot.offsets(part).high
+            return (*_slice_batches(stored, part.partition, offset, max_records), high)
 
-        stored, high = await self._run(fetch)
-        out: list[pa.RecordBatch] = []
-        remaining = max_records
-        next_offset = offset
-        for sb in stored:
-            if remaining <= 0:
-                break
-            rows = with_system_columns(
-                decode_batch(sb.payload), part.partition, sb.base_offset, sb.timestamp_us
-            )
-            start = max(0, next_offset - sb.base_offset)
-            length = min(rows.num_rows - start, remaining)
-            if length <= 0:
-                continue
-            out.append(rows.slice(start, length))
-            remaining -= length
-            next_offset = sb.base_offset + start + length
+        out, next_offset, high = await self._run(fetch)
         return ReadResult(out, next_offset, max(high, next_offset), table.stored_schema)
 
     async def follow(
