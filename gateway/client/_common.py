@@ -467,10 +467,10 @@ class ProducerBatch:
     attempts: int = 0
     first_attempt: float = 0.0
 
-    def add(self, piece: Piece) -> None:
+    def add(self, piece: Piece, nbytes: int) -> None:
         self.pieces.append(piece)
         self.records += piece.batch.num_rows
-        self.nbytes += piece.batch.nbytes
+        self.nbytes += nbytes
 
     def seal(self, schema: pa.Schema, compression: Compression) -> None:
         self.payload = encode([p.batch for p in self.pieces], schema, compression)
@@ -585,7 +585,10 @@ class Accumulator:
             if current.records and current.nbytes + take * row_bytes > self.config.batch_bytes:
                 self._close(p)
                 continue
-            current.add(Piece(batch.slice(start, take), delivery, rows[start : start + take]))
+            current.add(
+                Piece(batch.slice(start, take), delivery, rows[start : start + take]),
+                take * row_bytes,
+            )
             start += take
             if current.records >= self.config.batch_records or (
                 current.nbytes >= self.config.batch_bytes

@@ -47,6 +47,9 @@ from gateway.errors import Throttled, TidegateError
 
 __all__ = ["Client", "Consumer", "Producer"]
 
+#: The first client's name for :func:`gateway.client._common.ipc` (tests use it).
+_ipc = ipc
+
 #: Retry policy of idempotent unary calls (describe, list, offsets).
 DEFAULT_CALL_RETRY = Retry(timeout=30.0)
 

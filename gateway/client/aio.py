@@ -451,23 +451,33 @@ class AsyncProducer:
 
     async def _read_responses(self, call: Any, gen: int) -> None:
         core = self.core
+        err: BaseException
         try:
             while True:
                 resp = await call.read()
                 if resp is grpc.aio.EOF:
-                    raise _StreamEnded()
+                    break
                 _resolve(core.on_response(gen, resp))
                 self._progressed()
                 self._notify()
-        except (grpc.RpcError, _StreamEnded) as exc:
-            err: BaseException = (
-                error_from_rpc(exc)
-                if isinstance(exc, grpc.RpcError)
-                else Unavailable("the append stream ended")
-            )
-            _resolve(core.on_stream_error(gen, err))
-            self._progressed()
-            self._notify()
+            # The stream ended: its status says why (with RetryInfo when throttled).
+            code = await call.code()
+            if code is grpc.StatusCode.OK:
+                err = Unavailable("the append stream ended")
+            else:
+                err = error_from_rpc(
+                    grpc.aio.AioRpcError(
+                        code,
+                        await call.initial_metadata(),
+                        await call.trailing_metadata(),
+                        await call.details(),
+                    )
+                )
+        except grpc.RpcError as exc:
+            err = error_from_rpc(exc)
+        _resolve(core.on_stream_error(gen, err))
+        self._progressed()
+        self._notify()
 
     async def _run(self) -> None:
         core = self.core
@@ -490,10 +500,6 @@ class AsyncProducer:
             timeout = None if wake is None else max(0.0, wake - now) + 0.0005
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._wake.wait(), timeout)
-
-
-class _StreamEnded(Exception):
-    pass
 
 
 def _resolve(deliveries: list[Delivery]) -> None:
