@@ -700,6 +700,8 @@ class ProducerCore:
         self.stream_failures = 0
         #: Records sent but not yet acknowledged or failed (buffered, queued, in flight).
         self.unfinished = 0
+        #: Batches put back to be resent after a retryable failure (a statistic).
+        self.retries = 0
 
     # Sends ------------------------------------------------------------------------------
     def add(self, data: Any, partition: int | None) -> Delivery:
@@ -791,6 +793,7 @@ class ProducerCore:
         delay = self.config.retry.next_delay(err, self.failures[q.partition], batch.first_attempt)
         self._forget(q)
         if delay is not None:
+            self.retries += len(q.in_flight)
             q.rewind()
             q.paused_until = time.monotonic() + delay
             return []
@@ -816,6 +819,7 @@ class ProducerCore:
         if retry.retryable(err):
             self.stream_paused_until = now + retry.delay(err, self.stream_failures)
         for q in self.queues:
+            self.retries += len(q.in_flight)
             q.rewind()
             if not q.waiting:
                 continue

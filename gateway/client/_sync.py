@@ -377,6 +377,11 @@ class Producer:
         self._thread.start()
 
     @property
+    def retries(self) -> int:
+        """Batches resent so far after retryable failures."""
+        return self._core.retries
+
+    @property
     def producer_id(self) -> str | None:
         return self._core.producer_id
 

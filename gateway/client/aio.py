@@ -356,6 +356,11 @@ class AsyncProducer:
         return self._core
 
     @property
+    def retries(self) -> int:
+        """Batches resent so far after retryable failures."""
+        return self.core.retries
+
+    @property
     def producer_id(self) -> str | None:
         return self.core.producer_id
 
