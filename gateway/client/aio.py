@@ -490,7 +490,12 @@ class AsyncProducer:
             now = time.monotonic()
             force = self._flushing > 0 or self._closed
             if core.needs_stream(now, force):
-                await self._open_stream()
+                try:
+                    await self._open_stream()
+                except Exception as exc:  # pragma: no cover - channel closed under us
+                    _resolve(core.fail_all(exc))
+                    self._progressed()
+                    continue
             requests = core.outgoing(now, force)
             call = self._call
             if requests and call is not None:
