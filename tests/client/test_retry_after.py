@@ -32,9 +32,15 @@ HINT_MS = 300
 class FakeGateway(pb_grpc.TidegateServicer):  # type: ignore[misc]
     """One table ``ns.t`` (one int64 column ``n``, one partition) with idempotent appends."""
 
-    def __init__(self, mode: str, throttle_attempts: set[int]) -> None:
+    def __init__(
+        self, mode: str, throttle_attempts: set[int], refuse_attempts: set[int] = frozenset()
+    ) -> None:
         self.mode = mode
         self.throttle_attempts = throttle_attempts
+        #: Attempts answered with a final (non-retryable) error: nothing stored.
+        self.refuse_attempts = refuse_attempts
+        #: While set, every append stream is refused UNAVAILABLE.
+        self.down = False
         self.lock = threading.Lock()
         #: (monotonic time received, sequence, throttled?) per append attempt.
         self.attempts: list[tuple[float, int, bool]] = []
@@ -84,12 +90,21 @@ class FakeGateway(pb_grpc.TidegateServicer):  # type: ignore[misc]
         )
 
     def AppendStream(self, request_iterator: Any, context: Any) -> Iterator[Any]:
+        if self.down:
+            context.abort(grpc.StatusCode.UNAVAILABLE, "down for maintenance")
         for req in request_iterator:
             with self.lock:
                 n = len(self.attempts) + 1
                 throttle = n in self.throttle_attempts
                 self.attempts.append((time.monotonic(), req.append.sequence, throttle))
-                result = None if throttle else self._store(req.append)
+                if n in self.refuse_attempts:
+                    result: Any = pb.Error(
+                        code=grpc.StatusCode.INVALID_ARGUMENT.value[0],
+                        reason="SCHEMA_MISMATCH",
+                        message="refused for the test",
+                    )
+                else:
+                    result = None if throttle else self._store(req.append)
             if throttle and self.mode == "status":
                 retry = error_details_pb2.RetryInfo(
                     retry_delay=duration_pb2.Duration(nanos=HINT_MS * 1_000_000)
@@ -124,7 +139,11 @@ class FakeGateway(pb_grpc.TidegateServicer):  # type: ignore[misc]
 @pytest.fixture
 def fake(request: pytest.FixtureRequest) -> Iterator[tuple[FakeGateway, str]]:
     mode = request.param
-    servicer = FakeGateway(mode, throttle_attempts={1, 4, 5})
+    servicer = (
+        FakeGateway("per_request", set(), refuse_attempts={3})
+        if mode == "refuse"
+        else FakeGateway(mode, throttle_attempts={1, 4, 5})
+    )
     server = grpc.server(futures.ThreadPoolExecutor(4))
     pb_grpc.add_TidegateServicer_to_server(servicer, server)
     port = server.add_insecure_port("127.0.0.1:0")
@@ -195,3 +214,56 @@ def test_errors_are_typed(fake: tuple[FakeGateway, str]) -> None:
     _, target = fake
     with connect(target) as c, pytest.raises(TableNotFound):
         c.describe_table("ns.other")
+
+
+@pytest.mark.parametrize("fake", ["refuse"], indirect=True)
+@pytest.mark.parametrize("flavour", ["sync", "aio"])
+def test_a_refused_batch_fails_alone_and_the_rest_follow_in_order(
+    fake: tuple[FakeGateway, str], flavour: str
+) -> None:
+    """A final error fails that batch's future only; the batches behind it (rejected as
+    gaps) are renumbered and stored, in order, once."""
+    gw, target = fake
+
+    async def aio_run() -> list[Any]:
+        async with connect_async(target) as c, c.producer("ns.t", **PRODUCER) as p:
+            futs = [
+                await p.send(pa.table({"n": list(range(i, i + 100))})) for i in range(0, 1000, 100)
+            ]
+            await p.flush()
+            return list(await asyncio.gather(*futs, return_exceptions=True))
+
+    if flavour == "sync":
+        with connect(target) as c, c.producer("ns.t", **PRODUCER) as p:
+            futs = [p.send(pa.table({"n": list(range(i, i + 100))})) for i in range(0, 1000, 100)]
+            p.flush()
+            outcomes = [f.exception() or f.result() for f in futs]
+    else:
+        outcomes = asyncio.run(aio_run())
+    failed = [i for i, o in enumerate(outcomes) if isinstance(o, BaseException)]
+    assert len(failed) == 1
+    assert type(outcomes[failed[0]]).__name__ == "SchemaMismatch"
+    lost = set(range(failed[0] * 100, failed[0] * 100 + 100))
+    assert gw.values == [v for v in range(1000) if v not in lost]
+    offsets = [md.offset for o in outcomes if not isinstance(o, BaseException) for md in o]
+    assert offsets == list(range(900))
+
+
+@pytest.mark.parametrize("fake", ["status"], indirect=True)
+def test_giving_up_during_an_outage_then_recovering(fake: tuple[FakeGateway, str]) -> None:
+    """Sends fail once the retry deadline passes; later sends go through under a new
+    producer identity, so nothing can be mistaken for a batch of unknown fate."""
+    gw, target = fake
+    gw.throttle_attempts = set()
+    gw.down = True
+    quick = {**PRODUCER, "retry": Retry(ConstantBackoff(0.05), timeout=0.5)}
+    with connect(target) as c, c.producer("ns.t", **quick) as p:
+        doomed = p.send(pa.table({"n": [1, 2, 3]}))
+        p.flush()
+        assert type(doomed.exception(timeout=10)).__name__ == "Unavailable"
+        gw.down = False
+        ok = p.send(pa.table({"n": [4, 5]}))
+        p.flush()
+        assert [md.offset for md in ok.result(timeout=10)] == [0, 1]
+    assert gw.values == [4, 5]
+    assert {pid for pid, _ in gw.stored} == {f"{p.producer_id}.1"}
