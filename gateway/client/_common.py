@@ -645,8 +645,9 @@ class PartitionQueue:
     def __len__(self) -> int:
         return len(self.waiting) + len(self.in_flight)
 
-    def can_send(self, now: float) -> bool:
-        limit = self.max_in_flight if self.acked_once else 1
+    def can_send(self, now: float, probing: bool = False) -> bool:
+        """Whether another batch may go now; ``probing``: the stream has not answered yet."""
+        limit = self.max_in_flight if self.acked_once and not probing else 1
         return bool(self.waiting) and len(self.in_flight) < limit and now >= self.paused_until
 
     def take(self, idempotent: bool) -> ProducerBatch:
@@ -675,6 +676,10 @@ class PartitionQueue:
         self.next_sequence = freed
 
 
+#: gRPC codes of a stream broken by the transport rather than refused by the gateway.
+_TRANSPORT_CODES = frozenset({"INTERNAL", "UNKNOWN", "CANCELLED", "DEADLINE_EXCEEDED"})
+
+
 class ProducerCore:
     """The producer's state machine, free of I/O: the sync and asyncio producers drive it.
 
@@ -698,6 +703,10 @@ class ProducerCore:
         self.stream_open = False
         self.stream_paused_until = 0.0
         self.stream_failures = 0
+        #: Whether the current stream answered once. Until it has, one batch per partition
+        #: goes: after an outage or a refusal the stream is probed before the window opens
+        #: (and a refusal never races a burst of requests, which can cost its status).
+        self.stream_answered = False
         #: Records sent but not yet acknowledged or failed (buffered, queued, in flight).
         self.unfinished = 0
         #: Batches put back to be resent after a retryable failure (a statistic).
@@ -729,6 +738,7 @@ class ProducerCore:
         """Call when a new stream is open; returns its generation."""
         self.stream_gen += 1
         self.stream_open = True
+        self.stream_answered = False
         return self.stream_gen
 
     def outgoing(self, now: float, force: bool = False) -> list[pb.AppendStreamRequest]:
@@ -738,7 +748,7 @@ class ProducerCore:
             return []
         out = []
         for q in self.queues:
-            while q.can_send(now):
+            while q.can_send(now, probing=not self.stream_answered):
                 batch = q.take(self.config.idempotent)
                 self._ids += 1
                 self.pending[self._ids] = (q, batch)
@@ -771,6 +781,7 @@ class ProducerCore:
             return []  # an answer to a batch already rewound for resending
         q, batch = entry
         self.stream_failures = 0
+        self.stream_answered = True
         if resp.WhichOneof("result") == "ok":
             q.in_flight.remove(batch)
             q.acked_once = True
@@ -810,6 +821,14 @@ class ProducerCore:
         """Stream ``gen`` broke: resend what it carried, or fail it when not retryable."""
         if gen != self.stream_gen or not self.stream_open:
             return []
+        if (
+            isinstance(err, TidegateError)
+            and not isinstance(err, RetryableError)
+            and err.details.get("grpc_code") in _TRANSPORT_CODES
+        ):
+            # The stream broke below the API (a reset, a lost connection): resending is
+            # safe, the batches being idempotent.
+            err = Unavailable(f"the append stream broke: {err.message}")
         self.stream_open = False
         self.pending.clear()
         self.stream_failures += 1

@@ -339,6 +339,7 @@ class AsyncProducer:
         self._flushing = 0
         self._task: asyncio.Task[None] | None = None
         self._call: Any = None
+        self._requests: asyncio.Queue[pb.AppendStreamRequest | None] | None = None
         self._reader: asyncio.Task[None] | None = None
 
     async def start(self) -> None:
@@ -440,6 +441,9 @@ class AsyncProducer:
             await self._close_stream()
 
     async def _close_stream(self) -> None:
+        if self._requests is not None:
+            self._requests.put_nowait(None)
+            self._requests = None
         if self._reader is not None and self._reader is not asyncio.current_task():
             self._reader.cancel()
         self._reader = None
@@ -450,34 +454,29 @@ class AsyncProducer:
     async def _open_stream(self) -> None:
         await self._close_stream()
         gen = self.core.stream_opened()
-        call = self.client.stub.AppendStream(metadata=self.client.metadata)
-        self._call = call
+        requests: asyncio.Queue[pb.AppendStreamRequest | None] = asyncio.Queue()
+
+        async def outgoing() -> AsyncIterator[pb.AppendStreamRequest]:
+            # grpc consumes this iterator and stops by itself when the call ends, so a
+            # request never races the server's final status (call.write() could, and then
+            # the status, with its retry-after hint, was lost to an INTERNAL).
+            while (request := await requests.get()) is not None:
+                yield request
+
+        call = self.client.stub.AppendStream(outgoing(), metadata=self.client.metadata)
+        self._requests, self._call = requests, call
         self._reader = asyncio.get_running_loop().create_task(self._read_responses(call, gen))
 
     async def _read_responses(self, call: Any, gen: int) -> None:
         core = self.core
         err: BaseException
         try:
-            while True:
-                resp = await call.read()
-                if resp is grpc.aio.EOF:
-                    break
+            async for resp in call:
                 _resolve(core.on_response(gen, resp))
                 self._progressed()
                 self._notify()
-            # The stream ended: its status says why (with RetryInfo when throttled).
-            code = await call.code()
-            if code is grpc.StatusCode.OK:
-                err = Unavailable("the append stream ended")
-            else:
-                err = error_from_rpc(
-                    grpc.aio.AioRpcError(
-                        code,
-                        await call.initial_metadata(),
-                        await call.trailing_metadata(),
-                        await call.details(),
-                    )
-                )
+            # The stream ended without an error status: the gateway went away cleanly.
+            err = Unavailable("the append stream ended")
         except grpc.RpcError as exc:
             err = error_from_rpc(exc)
         _resolve(core.on_stream_error(gen, err))
@@ -497,13 +496,9 @@ class AsyncProducer:
                     self._progressed()
                     continue
             requests = core.outgoing(now, force)
-            call = self._call
-            if requests and call is not None:
-                try:
-                    for r in requests:
-                        await call.write(r)
-                except (grpc.RpcError, asyncio.InvalidStateError):
-                    pass  # the reader sees the broken stream and rewinds
+            if requests and self._requests is not None:
+                for r in requests:
+                    self._requests.put_nowait(r)
                 continue
             wake = core.next_wakeup(now)
             self._wake.clear()

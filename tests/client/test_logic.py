@@ -181,3 +181,12 @@ def test_start_positions() -> None:
         start_positions(info, [3], {}, "earliest", None)
     assert timestamp_us(dt.datetime(1970, 1, 1, 0, 0, 1)) == 1_000_000
     assert timestamp_us(1.5) == 1_500_000
+
+
+def test_every_reason_maps_to_its_own_class() -> None:
+    from gateway.errors import RetryableError, TidegateError, error_for_reason
+
+    assert error_for_reason("INTERNAL") is TidegateError
+    assert not issubclass(error_for_reason("INTERNAL"), RetryableError)
+    assert error_for_reason("THROTTLED") is Throttled
+    assert error_for_reason("NO_SUCH_REASON") is TidegateError
