@@ -43,7 +43,7 @@ from gateway.client._common import (
     table_fields,
     timestamp_us,
 )
-from gateway.errors import Throttled, TidegateError
+from gateway.errors import Throttled, TidegateError, Unavailable
 
 __all__ = ["Client", "Consumer", "Producer"]
 
@@ -371,6 +371,7 @@ class Producer:
         self._cond = threading.Condition()
         self._closed = False
         self._stop = False
+        self._flushing = 0
         self._requests: queue.SimpleQueue[pb.AppendStreamRequest | None] | None = None
         self._call: Any = None
         self._thread = threading.Thread(target=self._run, name="tidegate-producer", daemon=True)
@@ -426,14 +427,16 @@ class Producer:
         """Send everything buffered and wait until it is acknowledged (or failed)."""
         deadline = None if timeout is None else time.monotonic() + timeout
         with self._cond:
-            self._flush_requested = True
+            self._flushing += 1
             self._cond.notify_all()
-            while not self._core.idle():
-                left = None if deadline is None else deadline - time.monotonic()
-                if left is not None and left <= 0:
-                    raise TimeoutError("flush timed out")
-                self._cond.wait(left if left is not None else 0.5)
-            self._flush_requested = False
+            try:
+                while not self._core.idle():
+                    left = None if deadline is None else deadline - time.monotonic()
+                    if left is not None and left <= 0:
+                        raise TimeoutError("flush timed out")
+                    self._cond.wait(min(left, 0.5) if left is not None else 0.5)
+            finally:
+                self._flushing -= 1
 
     def close(self, timeout: float | None = None) -> None:
         """Flush, then stop the sender. Sends after close raise."""
@@ -453,8 +456,6 @@ class Producer:
             self._close_stream()
 
     # Sender ----------------------------------------------------------------------------
-    _flush_requested = False
-
     def _close_stream(self) -> None:
         if self._requests is not None:
             self._requests.put(None)
@@ -476,19 +477,21 @@ class Producer:
         ).start()
 
     def _read_responses(self, call: Any, gen: int) -> None:
+        err: BaseException
         try:
             for resp in call:
                 with self._cond:
                     done = self._core.on_response(gen, resp)
                     self._cond.notify_all()
                 _resolve(done)
-            raise grpc.RpcError()  # the server ended the stream: treat as a broken one
+            # The stream ended without an error status: the gateway went away cleanly.
+            err = Unavailable("the append stream ended")
         except grpc.RpcError as exc:
-            err: BaseException = error_from_rpc(exc) if hasattr(exc, "code") else _stream_ended()
-            with self._cond:
-                done = self._core.on_stream_error(gen, err)
-                self._cond.notify_all()
-            _resolve(done)
+            err = error_from_rpc(exc)
+        with self._cond:
+            done = self._core.on_stream_error(gen, err)
+            self._cond.notify_all()
+        _resolve(done)
 
     def _run(self) -> None:
         while True:
@@ -496,7 +499,7 @@ class Producer:
                 if self._stop:
                     return
                 now = time.monotonic()
-                force = self._flush_requested or self._closed
+                force = self._flushing > 0 or self._closed
                 if self._core.needs_stream(now, force):
                     try:
                         self._open_stream()
@@ -510,12 +513,6 @@ class Producer:
                     continue
                 wake = self._core.next_wakeup(now)
                 self._cond.wait(None if wake is None else max(0.0, wake - now) + 0.0005)
-
-
-def _stream_ended() -> TidegateError:
-    from gateway.errors import Unavailable
-
-    return Unavailable("the append stream ended")
 
 
 def _resolve(deliveries: list[Delivery]) -> None:
