@@ -193,7 +193,11 @@ def _all_subclasses(cls: type[TidegateError]) -> list[type[TidegateError]]:
 
 
 _ALL_ERRORS: list[type[TidegateError]] = [TidegateError, *_all_subclasses(TidegateError)]
-_BY_REASON: dict[str, type[TidegateError]] = {c.reason: c for c in _ALL_ERRORS}
+# Only classes that name their own reason: RetryableError inherits "INTERNAL" and must not
+# make an internal error look retryable.
+_BY_REASON: dict[str, type[TidegateError]] = {
+    c.reason: c for c in _ALL_ERRORS if "reason" in vars(c)
+}
 
 
 def error_for_reason(reason: str) -> type[TidegateError]:

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     import httpx
 
-    from gateway.client import Client
+    from gateway.client import AsyncClient, Client
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
@@ -129,6 +129,21 @@ class RedisServer:
         self.start()
 
 
+def connect(target: str, **kwargs: Any) -> Client:
+    """A gRPC client of the gateway at ``target``: the one place tests (and the child
+    processes they start) build clients, so credentials are added here."""
+    from gateway.client import Client
+
+    return Client(target, **kwargs)
+
+
+def connect_async(target: str, **kwargs: Any) -> AsyncClient:
+    """The asyncio twin of :func:`connect`; call it inside the loop that will use it."""
+    from gateway.client import AsyncClient
+
+    return AsyncClient(target, **kwargs)
+
+
 class GatewayProcess:
     """``python -m gateway serve`` as a real process, configured only by the env we give it."""
 
@@ -194,9 +209,11 @@ class GatewayProcess:
     def client(self, **kwargs: Any) -> Client:
         """A gRPC client for this gateway. Tests build clients only through here (and
         :meth:`http_client`), so credentials are added in one place."""
-        from gateway.client import Client
+        return connect(self.grpc_target, **kwargs)
 
-        return Client(self.grpc_target, **kwargs)
+    def async_client(self, **kwargs: Any) -> AsyncClient:
+        """An asyncio gRPC client (see :meth:`client`); call it inside the loop that uses it."""
+        return connect_async(self.grpc_target, **kwargs)
 
     def http_client(self, **kwargs: Any) -> httpx.Client:
         """An HTTP client for this gateway (see :meth:`client`)."""
@@ -215,6 +232,12 @@ class GatewayProcess:
         if self.proc is not None and self.proc.poll() is None:
             self.proc.send_signal(signal.SIGKILL)
             self.proc.wait(10)
+
+    def restart(self, timeout: float = 60.0) -> GatewayProcess:
+        """SIGKILL, then start again on the same data folder and the same ports, so
+        clients connected to it reconnect by themselves."""
+        self.kill()
+        return self.start(timeout)
 
     def stop(self) -> None:
         if self.proc is not None and self.proc.poll() is None:

@@ -31,7 +31,7 @@ FIELDS: list[dict[str, Any]] = [
     {"name": "id", "type": "int64", "nullable": False},
     {"name": "payload", "type": "string"},
 ]
-STORE_TABLES = {"tg_tenants", "tg_tables", "tg_partitions", VERSION_TABLE}
+STORE_TABLES = {"tg_tenants", "tg_tables", "tg_partitions", "tg_group_offsets", VERSION_TABLE}
 
 
 # Fixtures -----------------------------------------------------------------------------
@@ -396,3 +396,32 @@ def test_default_settings_use_sqlite_in_the_data_dir(tmp_path: Path) -> None:
             assert conn.exec_driver_sql("PRAGMA foreign_keys").scalar_one() == 1
             assert conn.exec_driver_sql("PRAGMA busy_timeout").scalar_one() > 0
     assert (tmp_path / "data" / "metadata.db").is_file()
+
+
+def test_group_offsets_commit_fetch_and_isolation(store: MetadataStore) -> None:
+    table = store.create_table("acme", "ns", "t", FIELDS, 3)
+    assert store.fetch_offsets("acme", "g1", table.table_id) == {}
+    store.commit_offsets("acme", "g1", table.table_id, {0: 5, 2: 7})
+    store.commit_offsets("acme", "g1", table.table_id, {0: 9})
+    store.commit_offsets("acme", "g2", table.table_id, {1: 1})
+    assert store.fetch_offsets("acme", "g1", table.table_id) == {0: 9, 2: 7}
+    assert store.fetch_offsets("acme", "g2", table.table_id) == {1: 1}
+    assert store.fetch_offsets("globex", "g1", table.table_id) == {}
+    # Rewinding on purpose is allowed: the last commit wins.
+    store.commit_offsets("acme", "g1", table.table_id, {0: 3})
+    assert store.fetch_offsets("acme", "g1", table.table_id)[0] == 3
+
+
+def test_dropping_a_table_forgets_its_group_offsets(store: MetadataStore) -> None:
+    old = store.create_table("acme", "ns", "t", FIELDS, 1)
+    store.commit_offsets("acme", "g", old.table_id, {0: 4})
+    store.drop_table("acme", "ns", "t")
+    assert store.fetch_offsets("acme", "g", old.table_id) == {}
+    new = store.create_table("acme", "ns", "t", FIELDS, 1)
+    assert store.fetch_offsets("acme", "g", new.table_id) == {}
+
+
+def test_concurrent_group_commits_keep_one_row(store: MetadataStore) -> None:
+    table = store.create_table("acme", "ns", "t", FIELDS, 1)
+    _in_threads(6, lambda i: store.commit_offsets("acme", "g", table.table_id, {0: i}))
+    assert store.fetch_offsets("acme", "g", table.table_id)[0] in range(6)

@@ -46,6 +46,7 @@ P = ParamSpec("P")
 R = TypeVar("R")
 
 _IDENT_RE = re.compile(r"^[A-Za-z][A-Za-z0-9_\-]{0,127}$")
+_GROUP_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,254}$")
 MAX_PARTITIONS = 4096
 _TABLE_CACHE_TTL_S = 2.0
 
@@ -475,3 +476,100 @@ class StreamTables:
                 timeout = min(timeout, left)
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(event.wait(), timeout)
+
+    # Offsets ---------------------------------------------------------------------------
+    def _partitions(self, table: TableView, partitions: Sequence[int] | None) -> list[int]:
+        if not partitions:
+            return list(range(table.definition.partitions))
+        for p in partitions:
+            self._part(table, p)
+        return sorted(set(partitions))
+
+    async def offsets_for_times(
+        self,
+        tenant: str,
+        namespace: str,
+        name: str,
+        timestamp_us: int,
+        partitions: Sequence[int] | None = None,
+    ) -> dict[int, int]:
+        """Per partition, the first offset appended at or after ``timestamp_us``.
+
+        Over the hot tier: a binary search on batch offsets, reading one batch header per
+        step (each batch carries one append timestamp, taken as non-decreasing along the
+        log). A partition with no such record answers its high watermark; one whose every
+        record is at or after the time answers its earliest offset.
+
+        Raises:
+            TableNotFound, InvalidPartition.
+        """
+        table = await self.table(tenant, namespace, name)
+        wanted = self._partitions(table, partitions)
+
+        def search(p: int) -> int:
+            part = self._part(table, p)
+            o = self.hot.offsets(part)
+            # The answer lies in [lo, hi]; both stay on batch boundaries (or the log's ends).
+            lo, hi = o.low, o.high
+            while lo < hi:
+                stored = self.hot.read(part, (lo + hi) // 2, 1, 1)
+                if not stored:
+                    break
+                sb = stored[0]
+                if sb.timestamp_us >= timestamp_us:
+                    hi = max(lo, sb.base_offset)
+                else:
+                    lo = min(hi, sb.next_offset)
+            return lo
+
+        def run() -> dict[int, int]:
+            return {p: search(p) for p in wanted}
+
+        return await self._run(run)
+
+    # Consumer groups -------------------------------------------------------------------
+    async def commit_offsets(
+        self, tenant: str, group: str, namespace: str, name: str, offsets: dict[int, int]
+    ) -> None:
+        """Store a group's committed offsets (partition -> next offset to consume).
+
+        Raises:
+            TableNotFound, InvalidPartition, InvalidRequest: a bad group name or a
+            negative offset.
+        """
+        self._check_group(group)
+        table = await self.table(tenant, namespace, name)
+        for p, off in offsets.items():
+            self._part(table, p)
+            if isinstance(off, bool) or not isinstance(off, int) or off < 0:
+                raise InvalidRequest(f"offset {off!r} of partition {p} must be >= 0")
+        await self._run(
+            self.meta.commit_offsets, tenant, group, table.definition.table_id, dict(offsets)
+        )
+
+    async def fetch_offsets(
+        self,
+        tenant: str,
+        group: str,
+        namespace: str,
+        name: str,
+        partitions: Sequence[int] | None = None,
+    ) -> dict[int, int]:
+        """A group's committed offsets; partitions without a commit are absent.
+
+        Raises:
+            TableNotFound, InvalidPartition, InvalidRequest: a bad group name.
+        """
+        self._check_group(group)
+        table = await self.table(tenant, namespace, name)
+        wanted = set(self._partitions(table, partitions))
+        got = await self._run(self.meta.fetch_offsets, tenant, group, table.definition.table_id)
+        return {p: o for p, o in sorted(got.items()) if p in wanted}
+
+    @staticmethod
+    def _check_group(group: str) -> None:
+        if not isinstance(group, str) or not _GROUP_RE.match(group):
+            raise InvalidRequest(
+                f"group {group!r} must start with a letter or digit and hold only letters, "
+                "digits, '_', '.' and '-' (at most 255)"
+            )

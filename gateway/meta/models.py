@@ -36,6 +36,7 @@ __all__ = [
     "NAMING_CONVENTION",
     "VERSION_TABLE",
     "Base",
+    "GroupOffset",
     "PartitionRecord",
     "TableRecord",
     "Tenant",
@@ -148,3 +149,22 @@ class PartitionRecord(Base):
         String(255), default="default", server_default=text("'default'")
     )
     epoch: Mapped[int] = mapped_column(Integer, default=0, server_default=text("0"))
+
+
+class GroupOffset(Base):
+    """A consumer group's committed offset for one partition of a table: the next offset
+    the group will consume. Keyed by ``table_id``, so a dropped and re-created table starts
+    with no commits."""
+
+    __tablename__ = "tg_group_offsets"
+
+    tenant_id: Mapped[str] = mapped_column(
+        String(255), ForeignKey("tg_tenants.id"), primary_key=True
+    )
+    group_id: Mapped[str] = mapped_column(String(255), primary_key=True)
+    table_id: Mapped[str] = mapped_column(
+        String(36), ForeignKey("tg_tables.id", ondelete="CASCADE"), primary_key=True
+    )
+    partition: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=False)
+    offset: Mapped[int] = mapped_column(BigInteger)
+    committed_at: Mapped[datetime] = mapped_column(default=utcnow)

@@ -45,7 +45,7 @@ from gateway.errors import (
     TableNotFound,
     TenantNotFound,
 )
-from gateway.meta.models import PartitionRecord, TableRecord, Tenant, utcnow
+from gateway.meta.models import GroupOffset, PartitionRecord, TableRecord, Tenant, utcnow
 
 if TYPE_CHECKING:
     from gateway.config import Settings
@@ -346,6 +346,7 @@ class MetadataStore:
                 raise _not_found(namespace, name)
             # Explicit, not only ON DELETE CASCADE, so it holds whatever the backend enforces.
             session.execute(delete(PartitionRecord).where(PartitionRecord.table_id == record.id))
+            session.execute(delete(GroupOffset).where(GroupOffset.table_id == record.id))
             deleted = session.execute(
                 delete(TableRecord).where(
                     TableRecord.id == record.id, TableRecord.tenant_id == tenant
@@ -400,6 +401,63 @@ class MetadataStore:
         ]
         with self._session(write=True) as session:
             session.connection().execute(stmt, params)
+
+    # Consumer groups --------------------------------------------------------------------
+    def commit_offsets(
+        self, tenant: str, group: str, table_id: str, offsets: Mapping[int, int]
+    ) -> None:
+        """Store ``group``'s committed offsets (partition -> next offset to consume).
+
+        The last commit wins, also when it moves an offset backwards (a consumer that
+        rewinds on purpose). All partitions of one call are stored in one transaction.
+        """
+        if not offsets:
+            return
+        for attempt in range(2):
+            try:
+                with self._session(write=True) as session:
+                    existing = {
+                        r.partition: r
+                        for r in session.scalars(
+                            select(GroupOffset).where(
+                                GroupOffset.tenant_id == tenant,
+                                GroupOffset.group_id == group,
+                                GroupOffset.table_id == table_id,
+                                GroupOffset.partition.in_(list(offsets)),
+                            )
+                        )
+                    }
+                    now = utcnow()
+                    for p, off in sorted(offsets.items()):
+                        row = existing.get(p)
+                        if row is None:
+                            session.add(
+                                GroupOffset(
+                                    tenant_id=tenant,
+                                    group_id=group,
+                                    table_id=table_id,
+                                    partition=p,
+                                    offset=off,
+                                    committed_at=now,
+                                )
+                            )
+                        else:
+                            row.offset = off
+                            row.committed_at = now
+                return
+            except IntegrityError:
+                if attempt:  # a concurrent first commit of the same partition: redo once
+                    raise
+
+    def fetch_offsets(self, tenant: str, group: str, table_id: str) -> dict[int, int]:
+        """``group``'s committed offsets for the table; partitions never committed are absent."""
+        stmt = select(GroupOffset.partition, GroupOffset.offset).where(
+            GroupOffset.tenant_id == tenant,
+            GroupOffset.group_id == group,
+            GroupOffset.table_id == table_id,
+        )
+        with self._session(write=False) as session:
+            return {int(p): int(o) for p, o in session.execute(stmt)}
 
     # Helpers ----------------------------------------------------------------------------
     @staticmethod

@@ -298,6 +298,47 @@ class TidegateServicer(pb_grpc.TidegateServicer):  # type: ignore[misc]
             if seen >= wanted or offset >= result.high_watermark:
                 return
 
+    # Offsets and consumer groups ----------------------------------------------------------
+    async def OffsetsForTimes(
+        self, request: pb.OffsetsForTimesRequest, context: Any
+    ) -> pb.OffsetsForTimesResponse:
+        found = await self.service.offsets_for_times(
+            self.tenant(context),
+            request.table.namespace,
+            request.table.name,
+            request.timestamp_us,
+            list(request.partitions),
+        )
+        return pb.OffsetsForTimesResponse(offsets=_partition_offsets(found))
+
+    async def CommitOffsets(
+        self, request: pb.CommitOffsetsRequest, context: Any
+    ) -> pb.CommitOffsetsResponse:
+        await self.service.commit_offsets(
+            self.tenant(context),
+            request.group,
+            request.table.namespace,
+            request.table.name,
+            {o.partition: o.offset for o in request.offsets},
+        )
+        return pb.CommitOffsetsResponse()
+
+    async def FetchOffsets(
+        self, request: pb.FetchOffsetsRequest, context: Any
+    ) -> pb.FetchOffsetsResponse:
+        found = await self.service.fetch_offsets(
+            self.tenant(context),
+            request.group,
+            request.table.namespace,
+            request.table.name,
+            list(request.partitions),
+        )
+        return pb.FetchOffsetsResponse(offsets=_partition_offsets(found))
+
+
+def _partition_offsets(offsets: dict[int, int]) -> list[pb.PartitionOffset]:
+    return [pb.PartitionOffset(partition=p, offset=o) for p, o in sorted(offsets.items())]
+
 
 class GrpcEdge:
     """The grpc.aio server with the Tidegate service, health and reflection."""

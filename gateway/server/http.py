@@ -191,6 +191,26 @@ class ReadResponse(BaseModel):
     high_watermark: int = Field(description="The partition's high watermark at the read.")
 
 
+class PartitionOffset(_Request):
+    partition: int = Field(description="Partition number, 0..N-1.")
+    offset: int = Field(description="Next offset the group will consume.")
+
+
+class CommitOffsetsRequest(_Request):
+    """``POST /v1/groups/{group}/tables/{namespace}/{name}/offsets``."""
+
+    offsets: list[PartitionOffset] = Field(description="Committed offsets per partition.")
+
+
+class GroupOffsets(BaseModel):
+    group: str
+    namespace: str
+    name: str
+    offsets: list[dict[str, int]] = Field(
+        description="[{partition, offset}] for every partition the group has committed."
+    )
+
+
 class ErrorBody(BaseModel):
     model_config = ConfigDict(extra="allow")
 
@@ -759,5 +779,57 @@ def create_app(
         return await _maybe_offload(
             result.num_records >= _OFFLOAD_RECORDS, _read_response, result, arrow
         )
+
+    # Consumer groups -------------------------------------------------------------------
+    def _group_offsets(group: str, namespace: str, name: str, got: dict[int, int]) -> JSONResponse:
+        return JSONResponse(
+            {
+                "group": group,
+                "namespace": namespace,
+                "name": name,
+                "offsets": [{"partition": p, "offset": o} for p, o in sorted(got.items())],
+            }
+        )
+
+    @app.get(
+        "/v1/groups/{group}/tables/{namespace}/{name}/offsets",
+        tags=["groups"],
+        response_model=GroupOffsets,
+        responses=_ERRORS,
+        summary="A consumer group's committed offsets for a table.",
+    )
+    async def fetch_offsets(
+        group: Annotated[str, Path(description="Consumer group id.")],
+        namespace: Namespace,
+        name: Name,
+        tenant: Tenant,
+    ) -> JSONResponse:
+        """Partitions the group never committed are absent."""
+        got = await service.fetch_offsets(tenant, group, namespace, name)
+        return _group_offsets(group, namespace, name, got)
+
+    @app.post(
+        "/v1/groups/{group}/tables/{namespace}/{name}/offsets",
+        tags=["groups"],
+        response_model=GroupOffsets,
+        responses=_ERRORS,
+        summary="Commit a consumer group's offsets for a table.",
+    )
+    async def commit_offsets(
+        group: Annotated[str, Path(description="Consumer group id.")],
+        namespace: Namespace,
+        name: Name,
+        body: CommitOffsetsRequest,
+        tenant: Tenant,
+    ) -> JSONResponse:
+        """Store the next offset to consume per partition; answers every committed offset."""
+        offsets: dict[int, int] = {}
+        for o in body.offsets:
+            if o.partition in offsets:
+                raise InvalidRequest(f"partition {o.partition} is committed twice")
+            offsets[o.partition] = o.offset
+        await service.commit_offsets(tenant, group, namespace, name, offsets)
+        got = await service.fetch_offsets(tenant, group, namespace, name)
+        return _group_offsets(group, namespace, name, got)
 
     return app

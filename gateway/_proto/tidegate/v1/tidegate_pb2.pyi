@@ -192,3 +192,57 @@ class ReadResponse(_message.Message):
     next_offset: int
     high_watermark: int
     def __init__(self, arrow_ipc: _Optional[bytes] = ..., next_offset: _Optional[int] = ..., high_watermark: _Optional[int] = ...) -> None: ...
+
+class PartitionOffset(_message.Message):
+    __slots__ = ("partition", "offset")
+    PARTITION_FIELD_NUMBER: _ClassVar[int]
+    OFFSET_FIELD_NUMBER: _ClassVar[int]
+    partition: int
+    offset: int
+    def __init__(self, partition: _Optional[int] = ..., offset: _Optional[int] = ...) -> None: ...
+
+class OffsetsForTimesRequest(_message.Message):
+    __slots__ = ("table", "timestamp_us", "partitions")
+    TABLE_FIELD_NUMBER: _ClassVar[int]
+    TIMESTAMP_US_FIELD_NUMBER: _ClassVar[int]
+    PARTITIONS_FIELD_NUMBER: _ClassVar[int]
+    table: TableRef
+    timestamp_us: int
+    partitions: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, table: _Optional[_Union[TableRef, _Mapping]] = ..., timestamp_us: _Optional[int] = ..., partitions: _Optional[_Iterable[int]] = ...) -> None: ...
+
+class OffsetsForTimesResponse(_message.Message):
+    __slots__ = ("offsets",)
+    OFFSETS_FIELD_NUMBER: _ClassVar[int]
+    offsets: _containers.RepeatedCompositeFieldContainer[PartitionOffset]
+    def __init__(self, offsets: _Optional[_Iterable[_Union[PartitionOffset, _Mapping]]] = ...) -> None: ...
+
+class CommitOffsetsRequest(_message.Message):
+    __slots__ = ("group", "table", "offsets")
+    GROUP_FIELD_NUMBER: _ClassVar[int]
+    TABLE_FIELD_NUMBER: _ClassVar[int]
+    OFFSETS_FIELD_NUMBER: _ClassVar[int]
+    group: str
+    table: TableRef
+    offsets: _containers.RepeatedCompositeFieldContainer[PartitionOffset]
+    def __init__(self, group: _Optional[str] = ..., table: _Optional[_Union[TableRef, _Mapping]] = ..., offsets: _Optional[_Iterable[_Union[PartitionOffset, _Mapping]]] = ...) -> None: ...
+
+class CommitOffsetsResponse(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class FetchOffsetsRequest(_message.Message):
+    __slots__ = ("group", "table", "partitions")
+    GROUP_FIELD_NUMBER: _ClassVar[int]
+    TABLE_FIELD_NUMBER: _ClassVar[int]
+    PARTITIONS_FIELD_NUMBER: _ClassVar[int]
+    group: str
+    table: TableRef
+    partitions: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, group: _Optional[str] = ..., table: _Optional[_Union[TableRef, _Mapping]] = ..., partitions: _Optional[_Iterable[int]] = ...) -> None: ...
+
+class FetchOffsetsResponse(_message.Message):
+    __slots__ = ("offsets",)
+    OFFSETS_FIELD_NUMBER: _ClassVar[int]
+    offsets: _containers.RepeatedCompositeFieldContainer[PartitionOffset]
+    def __init__(self, offsets: _Optional[_Iterable[_Union[PartitionOffset, _Mapping]]] = ...) -> None: ...

@@ -69,6 +69,21 @@ class TidegateStub:
                 request_serializer=gateway_dot___proto_dot_tidegate_dot_v1_dot_tidegate__pb2.ReadRequest.SerializeToString,
                 response_deserializer=gateway_dot___proto_dot_tidegate_dot_v1_dot_tidegate__pb2.ReadResponse.FromString,
                 _registered_method=True)
+        self.OffsetsForTimes = channel.unary_unary(
+                '/tidegate.v1.Tidegate/OffsetsForTimes',
+                request_serializer=gateway_dot___proto_dot_tidegate_dot_v1_dot_tidegate__pb2.OffsetsForTimesRequest.SerializeToString,
+                response_deserializer=gateway_dot___proto_dot_tidegate_dot_v1_dot_tidegate__pb2.OffsetsForTimesResponse.FromString,
+                _registered_method=True)
+        self.CommitOffsets = channel.unary_unary(
+                '/tidegate.v1.Tidegate/CommitOffsets',
+                request_serializer=gateway_dot___proto_dot_tidegate_dot_v1_dot_tidegate__pb2.CommitOffsetsRequest.SerializeToString,
+                response_deserializer=gateway_dot___proto_dot_tidegate_dot_v1_dot_tidegate__pb2.CommitOffsetsResponse.FromString,
+                _registered_method=True)
+        self.FetchOffsets = channel.unary_unary(
+                '/tidegate.v1.Tidegate/FetchOffsets',
+                request_serializer=gateway_dot___proto_dot_tidegate_dot_v1_dot_tidegate__pb2.FetchOffsetsRequest.SerializeToString,
+                response_deserializer=gateway_dot___proto_dot_tidegate_dot_v1_dot_tidegate__pb2.FetchOffsetsResponse.FromString,
+                _registered_method=True)
 
 
 class TidegateServicer:
@@ -125,6 +140,30 @@ class TidegateServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def OffsetsForTimes(self, request, context):
+        """Offsets -----------------------------------------------------------------------------
+        Per partition, the first offset whose append timestamp is at or after `timestamp_us`
+        (the high watermark when there is none). Appends carry one timestamp per batch.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def CommitOffsets(self, request, context):
+        """Consumer groups ---------------------------------------------------------------------
+        Store a group's committed offsets (the next offset to consume) per partition.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def FetchOffsets(self, request, context):
+        """A group's committed offsets; partitions without a commit are left out.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_TidegateServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -162,6 +201,21 @@ def add_TidegateServicer_to_server(servicer, server):
                     servicer.Read,
                     request_deserializer=gateway_dot___proto_dot_tidegate_dot_v1_dot_tidegate__pb2.ReadRequest.FromString,
                     response_serializer=gateway_dot___proto_dot_tidegate_dot_v1_dot_tidegate__pb2.ReadResponse.SerializeToString,
+            ),
+            'OffsetsForTimes': grpc.unary_unary_rpc_method_handler(
+                    servicer.OffsetsForTimes,
+                    request_deserializer=gateway_dot___proto_dot_tidegate_dot_v1_dot_tidegate__pb2.OffsetsForTimesRequest.FromString,
+                    response_serializer=gateway_dot___proto_dot_tidegate_dot_v1_dot_tidegate__pb2.OffsetsForTimesResponse.SerializeToString,
+            ),
+            'CommitOffsets': grpc.unary_unary_rpc_method_handler(
+                    servicer.CommitOffsets,
+                    request_deserializer=gateway_dot___proto_dot_tidegate_dot_v1_dot_tidegate__pb2.CommitOffsetsRequest.FromString,
+                    response_serializer=gateway_dot___proto_dot_tidegate_dot_v1_dot_tidegate__pb2.CommitOffsetsResponse.SerializeToString,
+            ),
+            'FetchOffsets': grpc.unary_unary_rpc_method_handler(
+                    servicer.FetchOffsets,
+                    request_deserializer=gateway_dot___proto_dot_tidegate_dot_v1_dot_tidegate__pb2.FetchOffsetsRequest.FromString,
+                    response_serializer=gateway_dot___proto_dot_tidegate_dot_v1_dot_tidegate__pb2.FetchOffsetsResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -353,6 +407,87 @@ class Tidegate:
             '/tidegate.v1.Tidegate/Read',
             gateway_dot___proto_dot_tidegate_dot_v1_dot_tidegate__pb2.ReadRequest.SerializeToString,
             gateway_dot___proto_dot_tidegate_dot_v1_dot_tidegate__pb2.ReadResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def OffsetsForTimes(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tidegate.v1.Tidegate/OffsetsForTimes',
+            gateway_dot___proto_dot_tidegate_dot_v1_dot_tidegate__pb2.OffsetsForTimesRequest.SerializeToString,
+            gateway_dot___proto_dot_tidegate_dot_v1_dot_tidegate__pb2.OffsetsForTimesResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def CommitOffsets(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tidegate.v1.Tidegate/CommitOffsets',
+            gateway_dot___proto_dot_tidegate_dot_v1_dot_tidegate__pb2.CommitOffsetsRequest.SerializeToString,
+            gateway_dot___proto_dot_tidegate_dot_v1_dot_tidegate__pb2.CommitOffsetsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def FetchOffsets(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tidegate.v1.Tidegate/FetchOffsets',
+            gateway_dot___proto_dot_tidegate_dot_v1_dot_tidegate__pb2.FetchOffsetsRequest.SerializeToString,
+            gateway_dot___proto_dot_tidegate_dot_v1_dot_tidegate__pb2.FetchOffsetsResponse.FromString,
             options,
             channel_credentials,
             insecure,
