@@ -31,7 +31,15 @@ FIELDS: list[dict[str, Any]] = [
     {"name": "id", "type": "int64", "nullable": False},
     {"name": "payload", "type": "string"},
 ]
-STORE_TABLES = {"tg_tenants", "tg_tables", "tg_partitions", VERSION_TABLE}
+STORE_TABLES = {
+    "tg_tenants",
+    "tg_tables",
+    "tg_partitions",
+    "tg_api_keys",
+    "tg_quotas",
+    "tg_usage",
+    VERSION_TABLE,
+}
 
 
 # Fixtures -----------------------------------------------------------------------------

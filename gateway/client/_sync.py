@@ -12,6 +12,7 @@ from google.rpc import error_details_pb2, status_pb2
 
 from gateway._proto.tidegate.v1 import tidegate_pb2 as pb
 from gateway._proto.tidegate.v1 import tidegate_pb2_grpc as pb_grpc
+from gateway.client._auth import authorized_channel
 from gateway.errors import (
     OffsetOutOfRange,
     RetryableError,
@@ -125,13 +126,18 @@ class Client:
 
     Example::
 
-        with Client("127.0.0.1:50051") as c:
+        with Client("127.0.0.1:50051", api_key="tg_...") as c:
             c.create_table("shop.orders", {"id": "int64", "item": "string"}, partitions=4)
             c.append("shop.orders", [{"id": 1, "item": "kettle"}])
             print(c.read("shop.orders", partition=0, offset=0).to_pylist())
     """
 
-    def __init__(self, target: str, *, timeout: float = 30.0) -> None:
+    def __init__(self, target: str, *, api_key: str | None = None, timeout: float = 30.0) -> None:
+        """Args:
+        target: the gateway's gRPC address, ``host:port``.
+        api_key: the tenant's API key, sent as ``authorization: Bearer <key>``.
+        timeout: seconds per call (reads with ``follow`` take their own).
+        """
         self.timeout = timeout
         self._channel = grpc.insecure_channel(
             target,
@@ -140,7 +146,7 @@ class Client:
                 ("grpc.max_send_message_length", _MAX_MESSAGE),
             ],
         )
-        self._stub = pb_grpc.TidegateStub(self._channel)
+        self._stub = pb_grpc.TidegateStub(authorized_channel(self._channel, api_key))
 
     def __enter__(self) -> Client:
         return self
