@@ -225,7 +225,7 @@ class GatewayProcess:
         kwargs.setdefault("api_key", self.api_key)
         return Client(self.grpc_target, **kwargs)
 
-    def http_client(self, *, api_key: str | None | bool = True, **kwargs: Any) -> httpx.Client:
+    def http_client(self, *, api_key: str | bool | None = True, **kwargs: Any) -> httpx.Client:
         """An HTTP client for this gateway (see :meth:`client`); ``api_key=None`` sends no
         credential, a string sends that key."""
         import httpx
@@ -243,7 +243,7 @@ class GatewayProcess:
 
         return AdminClient(self.grpc_target, operator_key=self.operator_key)
 
-    def channel(self, api_key: str | None | bool = True, **kwargs: Any) -> grpc.Channel:
+    def channel(self, api_key: str | bool | None = True, **kwargs: Any) -> grpc.Channel:
         """A raw gRPC channel sending the bootstrap tenant's key (or ``api_key``)."""
         import grpc
 
