@@ -97,6 +97,43 @@ def test_open_endpoints_need_no_key(gateway: GatewayProcess) -> None:
         assert http.get("/v1/tables").status_code == 401
 
 
+_CREATE = pb.CreateTableRequest(
+    table=pb.TableRef(namespace="auth", name="t"),
+    fields=[pb.Field(name="v", type="int64", nullable=True)],
+    partitions=1,
+)
+
+
+def _refused_everywhere(gateway: GatewayProcess, key: str | None, label: str) -> None:
+    """Every kind of call with ``key`` is UNAUTHENTICATED / 401."""
+    ref = _CREATE.table
+    with gateway.channel(api_key=key) as ch:
+        stub = pb_grpc.TidegateStub(ch)
+        admin = apb_grpc.AdminStub(ch)
+        calls: list[Callable[[], Any]] = [
+            lambda: stub.CreateTable(_CREATE, timeout=10),
+            lambda: stub.ListTables(pb.ListTablesRequest(), timeout=10),
+            lambda: stub.Read(pb.ReadRequest(table=ref, partition=0, offset=0), timeout=10),
+            lambda: stub.Append(
+                pb.AppendRequest(table=ref, arrow_ipc=_ipc([{"v": 1}])), timeout=10
+            ),
+            lambda: admin.ListTenants(apb.ListTenantsRequest(), timeout=10),
+        ]
+        for call in calls:
+            code, reason, _, _ = grpc_failure(call)
+            assert (code, reason) == (grpc.StatusCode.UNAUTHENTICATED, "UNAUTHENTICATED"), label
+    headers = {} if key is None else {"authorization": f"Bearer {key}"}
+    with gateway.http_client(api_key=None, headers=headers) as http:
+        made = http.post(
+            "/v1/tables",
+            json={"namespace": "auth", "name": "t", "schema": {"v": "int64"}, "partitions": 1},
+        )
+        assert http_failure(made)[:2] == (401, "UNAUTHENTICATED"), label
+        appended = http.post("/v1/tables/auth/t/records", json={"rows": [{"v": 1}]})
+        assert appended.status_code == 401, label
+        assert http.get("/v1/admin/tenants").status_code == 401, label
+
+
 def test_bad_keys_are_unauthenticated_and_do_nothing(gateway: GatewayProcess) -> None:
     tenant = new_tenant(gateway)
     revoked = new_tenant(gateway)
@@ -110,42 +147,8 @@ def test_bad_keys_are_unauthenticated_and_do_nothing(gateway: GatewayProcess) ->
         "wrong secret": body,
         "revoked": revoked.key,
     }
-    create = pb.CreateTableRequest(
-        table=pb.TableRef(namespace="auth", name="t"),
-        fields=[pb.Field(name="v", type="int64", nullable=True)],
-        partitions=1,
-    )
     for label, key in bad_keys.items():
-        with gateway.channel(api_key=key) as ch:
-            stub = pb_grpc.TidegateStub(ch)
-            for call in (
-                lambda: stub.CreateTable(create, timeout=10),
-                lambda: stub.ListTables(pb.ListTablesRequest(), timeout=10),
-                lambda: stub.Read(
-                    pb.ReadRequest(table=create.table, partition=0, offset=0), timeout=10
-                ),
-                lambda: stub.Append(
-                    pb.AppendRequest(table=create.table, arrow_ipc=_ipc([{"v": 1}])), timeout=10
-                ),
-            ):
-                code, reason, _, _ = grpc_failure(call)
-                assert (code, reason) == (grpc.StatusCode.UNAUTHENTICATED, "UNAUTHENTICATED"), label
-            admin = apb_grpc.AdminStub(ch)
-            code, reason, _, _ = grpc_failure(
-                lambda: admin.ListTenants(apb.ListTenantsRequest(), timeout=10)
-            )
-            assert code is grpc.StatusCode.UNAUTHENTICATED, label
-        headers = {} if key is None else {"authorization": f"Bearer {key}"}
-        with gateway.http_client(api_key=None, headers=headers) as http:
-            made = http.post(
-                "/v1/tables",
-                json={"namespace": "auth", "name": "t", "schema": {"v": "int64"}, "partitions": 1},
-            )
-            assert http_failure(made)[:2] == (401, "UNAUTHENTICATED"), label
-            assert (
-                http.post("/v1/tables/auth/t/records", json={"rows": [{"v": 1}]}).status_code == 401
-            )
-            assert http.get("/v1/admin/tenants").status_code == 401
+        _refused_everywhere(gateway, key, label)
     with gateway.http_client(api_key=None, headers={"authorization": "Basic abc"}) as http:
         assert http_failure(http.get("/v1/tables"))[:2] == (401, "UNAUTHENTICATED")
     # No work was done: neither tenant has a table.
