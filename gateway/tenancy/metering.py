@@ -116,6 +116,11 @@ class Meter:
                 if value is not None:
                     row[name] = max(row.get(name, 0), value)
 
+    def active_tenants(self) -> set[str]:
+        """Tenants with figures waiting for the next flush."""
+        with self._lock:
+            return {t for t, _ in self._pending}
+
     def forget(self, tenant: str) -> None:
         """Drop the tenant's pending figures (it is being deleted)."""
         with self._lock:

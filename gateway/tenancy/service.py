@@ -142,6 +142,10 @@ class Tenancy:
         self._hot_bytes: dict[str, tuple[float, int]] = {}
         self._in_flight: dict[str, int] = {}
         self._flusher: asyncio.Task[None] | None = None
+        #: Storage samplers run for every active tenant before a usage flush; each returns
+        #: ``{"hot_bytes": n}`` / ``{"cold_bytes": n}``. The hot tier's is built in; the cold
+        #: tier registers its own here (the metering hook for cold bytes).
+        self.storage_samplers: list[Callable[[str], dict[str, int]]] = [self._sample_hot]
 
     async def _run(self, fn: Callable[P, R], *args: P.args, **kwargs: P.kwargs) -> R:
         return await asyncio.get_running_loop().run_in_executor(None, lambda: fn(*args, **kwargs))
@@ -156,9 +160,27 @@ class Tenancy:
         while True:
             await asyncio.sleep(interval)
             try:
-                await self._run(self.meter.flush)
+                await self._run(self._sample_and_flush, None)
             except Exception:
                 log.exception("writing usage failed; will retry")
+
+    def _sample_hot(self, tenant: str) -> dict[str, int]:
+        total = 0
+        for d in self.service.meta.list_tables(tenant):
+            for p in range(d.partitions):
+                total += self.service.hot.offsets(PartitionId(tenant, d.table_id, p)).size_bytes
+        return {"hot_bytes": total}
+
+    def _sample_and_flush(self, only: str | None) -> None:
+        """Sample the storage of active tenants (or of ``only``), then flush usage."""
+        tenants = {only} if only is not None else self.meter.active_tenants()
+        for tenant in tenants:
+            for sampler in self.storage_samplers:
+                try:
+                    self.meter.set_storage(tenant, **sampler(tenant))
+                except Exception:
+                    log.exception("sampling the storage of tenant %s failed", tenant)
+        self.meter.flush()
 
     async def close(self) -> None:
         """Stop the flush loop and write what is pending."""
@@ -167,7 +189,7 @@ class Tenancy:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._flusher
         try:
-            await self._run(self.meter.flush)
+            await self._run(self._sample_and_flush, None)
         except Exception:
             log.exception("writing usage at shutdown failed")
         self.buckets.close()
@@ -335,14 +357,7 @@ class Tenancy:
         if hit is not None and hit[0] > now:
             return hit[1]
 
-        def measure() -> int:
-            total = 0
-            for d in self.service.meta.list_tables(tenant):
-                for p in range(d.partitions):
-                    total += self.service.hot.offsets(PartitionId(tenant, d.table_id, p)).size_bytes
-            return total
-
-        size = await self._run(measure)
+        size = (await self._run(self._sample_hot, tenant))["hot_bytes"]
         self._hot_bytes[tenant] = (now + _HOT_BYTES_TTL_S, size)
         self.meter.set_storage(tenant, hot_bytes=size)
         return size
@@ -423,5 +438,5 @@ class Tenancy:
     ) -> list[UsageRow]:
         """The tenant's usage per minute; this gateway's pending figures are written first."""
         await self.get_tenant(tenant)
-        await self._run(self.meter.flush)
+        await self._run(self._sample_and_flush, tenant)
         return await self._run(self.tenants.usage, tenant, since, until)
