@@ -608,3 +608,73 @@ def test_deleting_a_tenant_leaves_nothing_disk(tmp_path: Path) -> None:
             c.create_table("still.here", SCHEMA, partitions=1)
     finally:
         gw.stop()
+
+
+# --------------------------------------------------------------------------------------
+# The admin API over HTTP, and the other quotas
+# --------------------------------------------------------------------------------------
+def test_http_admin_lifecycle(gateway: GatewayProcess) -> None:
+    name = f"h{secrets.token_hex(5)}"
+    with gateway.http_client(api_key=gateway.operator_key) as op:
+        made = op.post("/v1/admin/tenants", json={"name": name})
+        assert made.status_code == 201 and made.json()["status"] == "active"
+        assert http_failure(op.post("/v1/admin/tenants", json={"name": name}))[:2] == (
+            409,
+            "TENANT_ALREADY_EXISTS",
+        )
+        assert http_failure(op.post("/v1/admin/tenants", json={"name": "../x"}))[0] == 400
+        assert name in [t["name"] for t in op.get("/v1/admin/tenants").json()["tenants"]]
+        issued = op.post(f"/v1/admin/tenants/{name}/keys").json()
+        key, key_id = issued["api_key"], issued["key_id"]
+        assert key.startswith(f"tg_{key_id}_")
+        assert op.get(f"/v1/admin/tenants/{name}/keys").json()["keys"] == [
+            {k: issued[k] for k in ("key_id", "tenant", "created_at", "revoked")}
+        ]
+        quota = op.put(f"/v1/admin/tenants/{name}/quota", json={"max_partitions": 3})
+        assert quota.json()["max_partitions"] == 3 and quota.json()["max_tables"] is None
+        assert op.get(f"/v1/admin/tenants/{name}/quota").json()["max_partitions"] == 3
+
+        with gateway.http_client(api_key=key) as http:
+            spec = {"namespace": "n", "schema": {"v": "int64"}, "partitions": 2}
+            assert http.post("/v1/tables", json={**spec, "name": "a"}).status_code == 201
+            over = http.post("/v1/tables", json={**spec, "name": "b"})
+            assert http_failure(over)[:2] == (429, "QUOTA_EXCEEDED")
+            assert "retry-after" not in over.headers
+            assert op.post(f"/v1/admin/tenants/{name}/suspend").json()["status"] == "suspended"
+            assert http_failure(http.get("/v1/tables"))[:2] == (403, "TENANT_SUSPENDED")
+            assert op.post(f"/v1/admin/tenants/{name}/resume").json()["status"] == "active"
+            assert http.get("/v1/tables").status_code == 200
+            usage = op.get(f"/v1/admin/tenants/{name}/usage").json()
+            # Two creates and the list after resuming; the refused list did no work.
+            assert sum(r["requests"] for r in usage["usage"]) == 3
+            assert op.delete(f"/v1/admin/keys/{key_id}").status_code == 204
+            assert http_failure(http.get("/v1/tables"))[:2] == (401, "UNAUTHENTICATED")
+        assert op.delete(f"/v1/admin/tenants/{name}").status_code == 204
+        assert http_failure(op.get(f"/v1/admin/tenants/{name}"))[:2] == (404, "TENANT_NOT_FOUND")
+
+
+def test_read_request_and_hot_bytes_quotas(gateway: GatewayProcess) -> None:
+    t = new_tenant(gateway)
+    body = payload(200)
+    with gateway.client(api_key=t.key) as c:
+        c.create_table("r.t", SCHEMA, partitions=1)
+        c.append_ipc("r.t", body)
+        c.append_ipc("r.t", body)
+        hot = c.describe_table("r.t").partition_info[0].hot_bytes
+    with gateway.admin() as admin:
+        admin.set_quota(t.name, read_bytes_per_s=100, max_hot_bytes=hot)
+    time.sleep(1.1)  # the quotas are cached for a second per gateway
+    with gateway.client(api_key=t.key) as c:
+        assert c.read("r.t", partition=0, offset=0).num_rows == 400  # the read leaves debt
+        with pytest.raises(Throttled) as read_err:
+            c.read("r.t", partition=0, offset=0)
+        assert read_err.value.details["quota"] == "read_bytes_per_s"
+        with pytest.raises(Throttled) as hot_err:
+            c.append_ipc("r.t", body)
+        assert hot_err.value.details["quota"] == "max_hot_bytes"
+    with gateway.admin() as admin:
+        admin.set_quota(t.name, read_bytes_per_s=-1, max_hot_bytes=-1, requests_per_s=2)
+    time.sleep(1.1)
+    with gateway.http_client(api_key=t.key) as http:
+        codes = [http.get("/v1/tables").status_code for _ in range(6)]
+        assert codes[:2] == [200, 200] and 429 in codes
