@@ -227,7 +227,10 @@ class ErrorResponse(BaseModel):
 
 _ERRORS: dict[int | str, dict[str, Any]] = {
     400: {"model": ErrorResponse, "description": "Invalid request"},
+    401: {"model": ErrorResponse, "description": "No valid 'authorization: Bearer <key>'"},
+    403: {"model": ErrorResponse, "description": "Tenant suspended, or the operator key"},
     404: {"model": ErrorResponse, "description": "No such table"},
+    429: {"model": ErrorResponse, "description": "Over a quota; see Retry-After"},
     503: {"model": ErrorResponse, "description": "A backend is unavailable"},
 }
 _ARROW_BINARY = {"schema": {"type": "string", "format": "binary"}}

@@ -95,6 +95,9 @@ def test_open_endpoints_need_no_key(gateway: GatewayProcess) -> None:
         for path in ("/healthz", "/readyz", "/metrics", "/openapi.json", "/docs"):
             assert http.get(path).status_code == 200, path
         assert http.get("/v1/tables").status_code == 401
+        paths = http.get("/openapi.json").json()["paths"]
+        assert {"401", "429"} <= set(paths["/v1/tables"]["get"]["responses"])
+        assert "/v1/admin/tenants/{tenant}/usage" in paths
 
 
 _CREATE = pb.CreateTableRequest(
