@@ -113,6 +113,9 @@ class QuotaConfig(_Section):
     max_in_flight: int = Field(
         16, ge=1, description="Requests of one tenant in progress at once on one gateway."
     )
+    max_follows: int = Field(
+        64, ge=1, description="Follow reads (long polls, streams) of one tenant per gateway."
+    )
     append_bytes_per_s: int | None = Field(None, ge=1, description="Default; None: unlimited.")
     read_bytes_per_s: int | None = Field(None, ge=1, description="Default; None: unlimited.")
     requests_per_s: int | None = Field(None, ge=1, description="Default; None: unlimited.")

@@ -65,7 +65,9 @@ def test_operator_key_is_generated_once(tmp_path: Path) -> None:
 
 def test_admission_bounds_each_tenant_alone(tmp_path: Path) -> None:
     settings = Settings.explicit(
-        data_dir=tmp_path, hot={"type": "disk", "fsync": "never"}, quota={"max_in_flight": 2}
+        data_dir=tmp_path,
+        hot={"type": "disk", "fsync": "never"},
+        quota={"max_in_flight": 2, "max_follows": 1},
     )
     service = build_service(settings)
     tenancy = Tenancy(settings, service, "o" * 20)
@@ -78,7 +80,11 @@ def test_admission_bounds_each_tenant_alone(tmp_path: Path) -> None:
             assert info.value.retry_after_ms and info.value.details["quota"] == "in_flight"
             async with tenancy.admit("b"), tenancy.admit("b"):
                 assert tenancy.in_flight("b") == 2
-        assert tenancy.in_flight("a") == 0
+            async with tenancy.admit("a", follow=True):  # its own pool
+                with pytest.raises(Throttled):
+                    async with tenancy.admit("a", follow=True):
+                        pass
+        assert tenancy.in_flight("a") == 0 and tenancy.in_flight("a", follow=True) == 0
         async with tenancy.admit("a"):
             pass
 

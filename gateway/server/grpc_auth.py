@@ -6,8 +6,9 @@ tenant's in-flight slots on this gateway for the call, and exposes the tenant to
 servicer through a context variable. Calls of ``tidegate.v1.Admin`` need the operator key.
 Health and reflection stay open.
 
-Follow reads and append streams live long: they do not hold an in-flight slot (each
-append of a stream is still charged against the tenant's quotas).
+Follow reads live long by design: they hold a slot of their own bounded pool
+(``quota.max_follows``) instead. Append streams hold no slot; each append of a stream is
+still charged against the tenant's quotas.
 """
 
 from __future__ import annotations
@@ -88,11 +89,7 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
             async def unary_stream(request: Any, context: Any) -> AsyncIterator[Any]:
                 tenant = await tenancy.tenant_of(_authorization(context))
                 _TENANT.set(tenant)
-                if getattr(request, "follow", False):
-                    async for item in inner_us(request, context):
-                        yield item
-                    return
-                async with tenancy.admit(tenant):
+                async with tenancy.admit(tenant, follow=bool(getattr(request, "follow", False))):
                     async for item in inner_us(request, context):
                         yield item
 

@@ -104,10 +104,11 @@ async def _request_tenant(request: Request) -> AsyncIterator[str]:
     found = resolver(request)
     tenant = await found if inspect.isawaitable(found) else found
     tenancy: Tenancy | None = request.app.state.tenancy
-    if tenancy is None or request.query_params.get("follow") in ("true", "1"):
+    if tenancy is None:
         yield tenant
         return
-    async with tenancy.admit(tenant):
+    follow = request.query_params.get("follow", "").lower() in ("true", "1", "yes", "on")
+    async with tenancy.admit(tenant, follow=follow):
         yield tenant
 
 

@@ -140,7 +140,7 @@ class Tenancy:
         self.meter = Meter(self.tenants, max_label_tenants=settings.metering.metrics_max_tenants)
         self._quotas: dict[str, tuple[float, Quotas]] = {}
         self._hot_bytes: dict[str, tuple[float, int]] = {}
-        self._in_flight: dict[str, int] = {}
+        self._in_flight: dict[tuple[str, str], int] = {}
         self._flusher: asyncio.Task[None] | None = None
         #: Storage samplers run for every active tenant before a usage flush; each returns
         #: ``{"hot_bytes": n}`` / ``{"cold_bytes": n}``. The hot tier's is built in; the cold
@@ -244,31 +244,37 @@ class Tenancy:
 
     # Admission and quotas -----------------------------------------------------------------
     @contextlib.asynccontextmanager
-    async def admit(self, tenant: str) -> AsyncIterator[None]:
-        """Hold one of the tenant's in-flight slots on this gateway for the request.
+    async def admit(self, tenant: str, *, follow: bool = False) -> AsyncIterator[None]:
+        """Hold one of the tenant's slots on this gateway for the request.
 
-        Raises: Throttled: the tenant already has ``quota.max_in_flight`` requests here.
+        Ordinary requests share ``quota.max_in_flight`` slots per tenant; follow reads (long
+        polls and open streams, which wait by design) have their own ``quota.max_follows``.
+
+        Raises: Throttled: the tenant has no free slot here.
         """
-        n = self._in_flight.get(tenant, 0)
-        if n >= self.settings.quota.max_in_flight:
+        key = (tenant, "follow" if follow else "request")
+        limit = self.settings.quota.max_follows if follow else self.settings.quota.max_in_flight
+        n = self._in_flight.get(key, 0)
+        if n >= limit:
             self.meter.add(tenant, throttled=1)
+            what = "follow reads" if follow else "requests"
             raise Throttled(
-                f"tenant has {n} requests in flight on this gateway; retry later",
+                f"the tenant has {n} {what} in progress on this gateway; retry later",
                 retry_after_ms=_BUSY_RETRY_MS,
-                quota="in_flight",
+                quota="max_follows" if follow else "in_flight",
             )
-        self._in_flight[tenant] = n + 1
+        self._in_flight[key] = n + 1
         try:
             yield
         finally:
-            left = self._in_flight[tenant] - 1
+            left = self._in_flight[key] - 1
             if left:
-                self._in_flight[tenant] = left
+                self._in_flight[key] = left
             else:
-                del self._in_flight[tenant]
+                del self._in_flight[key]
 
-    def in_flight(self, tenant: str) -> int:
-        return self._in_flight.get(tenant, 0)
+    def in_flight(self, tenant: str, *, follow: bool = False) -> int:
+        return self._in_flight.get((tenant, "follow" if follow else "request"), 0)
 
     async def quotas(self, tenant: str) -> Quotas:
         now = time.monotonic()
@@ -392,7 +398,7 @@ class Tenancy:
         every tier lets go of the data), then remove buckets, usage, keys and rows."""
         await self.suspend(name)
         for _ in range(100):  # let this gateway's requests of the tenant finish
-            if not self.in_flight(name):
+            if not self.in_flight(name) and not self.in_flight(name, follow=True):
                 break
             await asyncio.sleep(0.05)
         for view in await self.service.list_tables(name):

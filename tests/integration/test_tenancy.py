@@ -358,34 +358,44 @@ def test_a_flooding_tenant_does_not_throttle_another(gateway: GatewayProcess) ->
 
 
 def test_in_flight_work_is_bounded_per_tenant(tmp_path: Path) -> None:
-    """With one in-flight slot per tenant, a tenant's long read holds its slot, its second
-    request is refused with a retry hint, and another tenant is served meanwhile."""
-    env = {**gateway_env("disk", None), "TIDEGATE_QUOTA__MAX_IN_FLIGHT": "1"}
+    """A tenant's long poll holds its only follow slot: its next long poll is refused with
+    a retry hint, while its ordinary requests and another tenant's go on."""
+    env = {
+        **gateway_env("disk", None),
+        "TIDEGATE_QUOTA__MAX_IN_FLIGHT": "1",
+        "TIDEGATE_QUOTA__MAX_FOLLOWS": "1",
+    }
     gw = GatewayProcess(tmp_path / "gw", env).start()
     try:
         a, b = new_tenant(gw), new_tenant(gw)
-        with gw.client(api_key=a.key) as c:
-            c.create_table("w.t", SCHEMA, partitions=1)
-        with gw.client(api_key=b.key) as c:
-            c.create_table("w.t", SCHEMA, partitions=1)
+        for t in (a, b):
+            with gw.client(api_key=t.key) as c:
+                c.create_table("w.t", SCHEMA, partitions=1)
+        url = "/v1/tables/w/t/partitions/0/records"
+        first: list[httpx.Response] = []
         with gw.http_client(api_key=a.key) as http:
-            # A long poll holds no slot (it may wait for minutes): two at once are fine.
-            url = "/v1/tables/w/t/partitions/0/records"
-            results: list[int] = []
-
-            def poll() -> None:
-                results.append(
-                    http.get(
-                        url, params={"offset": 0, "follow": "true", "wait_ms": 300}
-                    ).status_code
+            holder = threading.Thread(
+                target=lambda: first.append(
+                    http.get(url, params={"offset": 0, "follow": "true", "wait_ms": 20_000})
                 )
-
-            polls = [threading.Thread(target=poll) for _ in range(2)]
-            for p in polls:
-                p.start()
-            for p in polls:
-                p.join(30)
-            assert results == [200, 200]
+            )
+            holder.start()
+            refused = None
+            deadline = time.monotonic() + 15
+            while refused is None and time.monotonic() < deadline:
+                resp = http.get(url, params={"offset": 0, "follow": "true", "wait_ms": 0})
+                if resp.status_code == 429:
+                    refused = resp
+            assert refused is not None, "the second long poll was never refused"
+            assert refused.json()["error"]["quota"] == "max_follows"
+            assert int(refused.headers["retry-after"]) >= 1
+            # A's ordinary requests still run; the append wakes the waiting poll.
+            appended = http.post(
+                url.rsplit("/partitions", 1)[0] + "/records", json={"rows": [{"v": 1, "s": "a"}]}
+            )
+            assert appended.status_code == 200, appended.text
+            holder.join(30)
+            assert first[0].status_code == 200 and len(first[0].json()["records"]) == 1
         with gw.client(api_key=b.key) as c:
             c.append("w.t", [{"v": 1, "s": "b"}])
     finally:
