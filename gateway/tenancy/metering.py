@@ -132,6 +132,8 @@ class Meter:
         with self._flush_lock:
             with self._lock:
                 pending, self._pending = self._pending, {}
+            # An idle tenant whose storage was sampled at zero leaves no row behind.
+            pending = {k: v for k, v in pending.items() if any(v.values())}
             if not pending:
                 return
             try:

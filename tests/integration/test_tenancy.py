@@ -159,7 +159,7 @@ def test_bad_keys_are_unauthenticated_and_do_nothing(gateway: GatewayProcess) ->
         assert c.list_tables() == []
     with gateway.admin() as admin:
         admin.resume_tenant(revoked.name)
-        assert admin.usage(revoked.name) == []
+        assert admin.usage(revoked.name) == []  # no request of the revoked key counted
 
 
 def test_operator_key_is_not_a_tenant_and_tenant_keys_are_not_operators(
