@@ -115,3 +115,18 @@ def test_meter_adds_up_and_flushes_once(tmp_path: Path) -> None:
         assert tenancy.tenants.usage("ghost") == []
     finally:
         service.close()
+
+
+def test_metrics_label_at_most_the_configured_number_of_tenants(tmp_path: Path) -> None:
+    settings = Settings.explicit(
+        data_dir=tmp_path,
+        hot={"type": "disk", "fsync": "never"},
+        metering={"metrics_max_tenants": 2},
+    )
+    service = build_service(settings)
+    tenancy = Tenancy(settings, service, "o" * 20)
+    try:
+        labels = [tenancy.meter.label(t) for t in ("a", "b", "c", "a", "d")]
+        assert labels == ["a", "b", "_other", "a", "_other"]
+    finally:
+        service.close()

@@ -230,6 +230,14 @@ class TenantStore:
         """
         if not rows:
             return
+        try:
+            self._add_usage(rows)
+        except IntegrityError:
+            # Another gateway inserted one of the same minutes first (PostgreSQL); the
+            # second attempt finds its row and adds to it.
+            self._add_usage(rows)
+
+    def _add_usage(self, rows: Mapping[tuple[str, datetime], Mapping[str, int]]) -> None:
         with self._session(write=True) as session:
             tenants = {t for t, _ in rows}
             alive = set(session.scalars(select(Tenant.id).where(Tenant.id.in_(tenants))))

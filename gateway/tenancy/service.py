@@ -444,5 +444,9 @@ class Tenancy:
     ) -> list[UsageRow]:
         """The tenant's usage per minute; this gateway's pending figures are written first."""
         await self.get_tenant(tenant)
-        await self._run(self._sample_and_flush, tenant)
+        try:
+            await self._run(self._sample_and_flush, tenant)
+        except Exception:
+            # What was written stays readable; the pending figures go with the next flush.
+            log.exception("writing usage before a usage read failed")
         return await self._run(self.tenants.usage, tenant, since, until)
