@@ -12,7 +12,7 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from datetime import datetime
 
-from sqlalchemy import delete, func, select, update
+from sqlalchemy import Table, case, delete, func, insert, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
@@ -230,29 +230,40 @@ class TenantStore:
         """
         if not rows:
             return
-        try:
-            self._add_usage(rows)
-        except IntegrityError:
-            # Another gateway inserted one of the same minutes first (PostgreSQL); the
-            # second attempt finds its row and adds to it.
-            self._add_usage(rows)
+        for attempt in range(3):
+            try:
+                self._add_usage(rows)
+                return
+            except IntegrityError:
+                # Another gateway inserted one of the same minutes first; the transaction
+                # rolled back whole, and the next attempt finds the row and adds to it.
+                if attempt == 2:
+                    raise
 
     def _add_usage(self, rows: Mapping[tuple[str, datetime], Mapping[str, int]]) -> None:
+        # Increments in SQL (``c = c + v``), never read-modify-write: under PostgreSQL's
+        # READ COMMITTED two gateways adding to one minute at once would lose an update.
+        table = UsageRecord.__table__
+        assert isinstance(table, Table)
         with self._session(write=True) as session:
             tenants = {t for t, _ in rows}
             alive = set(session.scalars(select(Tenant.id).where(Tenant.id.in_(tenants))))
             for (tenant, minute), counters in sorted(rows.items()):
-                if tenant not in alive:
+                if tenant not in alive or not counters:
                     continue
-                row = session.get(UsageRecord, (tenant, minute))
-                if row is None:
-                    row = UsageRecord(tenant_id=tenant, minute=minute)
-                    for f in USAGE_FIELDS:
-                        setattr(row, f, 0)
-                    session.add(row)
+                values = {}
                 for f, v in counters.items():
-                    current = getattr(row, f) or 0
-                    setattr(row, f, max(current, v) if f in _GAUGES else current + v)
+                    col = table.c[f]
+                    values[f] = case((col < v, v), else_=col) if f in _GAUGES else col + v
+                updated = session.execute(
+                    update(table)
+                    .where(table.c.tenant_id == tenant, table.c.minute == minute)
+                    .values(**values)
+                )
+                if updated.rowcount == 0:  # type: ignore[attr-defined]
+                    fresh = dict.fromkeys(USAGE_FIELDS, 0)
+                    fresh.update(counters)
+                    session.execute(insert(table).values(tenant_id=tenant, minute=minute, **fresh))
 
     def usage(
         self, tenant: str, since: datetime | None = None, until: datetime | None = None
