@@ -28,16 +28,55 @@ app = typer.Typer(
 table_app = typer.Typer(help="Create, list, describe and drop tables.", no_args_is_help=True)
 app.add_typer(table_app, name="table")
 
+tenant_app = typer.Typer(
+    help="Tenants, API keys, quotas and usage (needs the operator key).", no_args_is_help=True
+)
+key_app = typer.Typer(help="Issue, list and revoke a tenant's API keys.", no_args_is_help=True)
+quota_app = typer.Typer(help="Set and show a tenant's quotas.", no_args_is_help=True)
+app.add_typer(tenant_app, name="tenant")
+tenant_app.add_typer(key_app, name="key")
+tenant_app.add_typer(quota_app, name="quota")
+
 Target = Annotated[
     str,
     typer.Option("--target", "-t", envvar="TIDEGATE_TARGET", help="Gateway gRPC address."),
 ]
+ApiKey = Annotated[
+    str | None,
+    typer.Option(
+        "--api-key", envvar="TIDEGATE_API_KEY", help="The tenant's API key.", show_default=False
+    ),
+]
+OperatorKey = Annotated[
+    str,
+    typer.Option(
+        "--operator-key",
+        envvar="TIDEGATE_OPERATOR_KEY",
+        help="The operator key (printed at first start, in <data_dir>/operator.key).",
+        show_default=False,
+    ),
+]
+
+# The target of every data command, and the key its client sends (set by the callback).
+_API_KEY: dict[str, str | None] = {"key": None}
+
+
+@app.callback()
+def _main(api_key: ApiKey = None) -> None:
+    """Tidegate: a hot log and Iceberg tables served as one stream-table."""
+    _API_KEY["key"] = api_key
 
 
 def _client(target: str) -> Any:
     from gateway.client import Client
 
-    return Client(target)
+    return Client(target, api_key=_API_KEY["key"])
+
+
+def _admin(target: str, operator_key: str) -> Any:
+    from gateway.client import AdminClient
+
+    return AdminClient(target, operator_key=operator_key)
 
 
 def _fail(err: TidegateError) -> None:
@@ -285,6 +324,191 @@ def read(
                 raise typer.Exit(1)
             pq.write_table(pa.Table.from_batches(batches), output)
             typer.echo(f"wrote {sum(b.num_rows for b in batches)} records to {output}")
+
+
+# Tenants -------------------------------------------------------------------------------
+@tenant_app.command("create")
+def tenant_create(
+    name: Annotated[str, typer.Argument(help="Tenant name.")],
+    operator_key: OperatorKey,
+    issue_key: Annotated[
+        bool, typer.Option("--issue-key", help="Also issue an API key and print it alone.")
+    ] = False,
+    target: Target = "127.0.0.1:50051",
+) -> None:
+    """Create a tenant (with --issue-key: print only its first API key)."""
+    with _admin(target, operator_key) as a:
+        try:
+            info = a.create_tenant(name)
+            if issue_key:
+                typer.echo(a.issue_key(name)[1])
+                return
+        except TidegateError as err:
+            _fail(err)
+        typer.echo(json.dumps(info))
+
+
+@tenant_app.command("list")
+def tenant_list(operator_key: OperatorKey, target: Target = "127.0.0.1:50051") -> None:
+    """List tenants and their status."""
+    with _admin(target, operator_key) as a:
+        try:
+            for t in a.list_tenants():
+                typer.echo(f"{t['name']}\t{t['status']}")
+        except TidegateError as err:
+            _fail(err)
+
+
+def _tenant_action(action: str, name: str, operator_key: str, target: str) -> None:
+    with _admin(target, operator_key) as a:
+        try:
+            getattr(a, f"{action}_tenant")(name)
+        except TidegateError as err:
+            _fail(err)
+    typer.echo(f"{action}{'d' if action.endswith('e') else 'ed'} {name}")
+
+
+@tenant_app.command("suspend")
+def tenant_suspend(
+    name: Annotated[str, typer.Argument(help="Tenant name.")],
+    operator_key: OperatorKey,
+    target: Target = "127.0.0.1:50051",
+) -> None:
+    """Refuse every request of the tenant, on every gateway, at once."""
+    _tenant_action("suspend", name, operator_key, target)
+
+
+@tenant_app.command("resume")
+def tenant_resume(
+    name: Annotated[str, typer.Argument(help="Tenant name.")],
+    operator_key: OperatorKey,
+    target: Target = "127.0.0.1:50051",
+) -> None:
+    """Serve a suspended tenant again."""
+    _tenant_action("resume", name, operator_key, target)
+
+
+@tenant_app.command("delete")
+def tenant_delete(
+    name: Annotated[str, typer.Argument(help="Tenant name.")],
+    operator_key: OperatorKey,
+    target: Target = "127.0.0.1:50051",
+) -> None:
+    """Delete the tenant with its tables (every tier), keys, quotas and usage."""
+    _tenant_action("delete", name, operator_key, target)
+
+
+@key_app.command("issue")
+def key_issue(
+    tenant: Annotated[str, typer.Argument(help="Tenant name.")],
+    operator_key: OperatorKey,
+    target: Target = "127.0.0.1:50051",
+) -> None:
+    """Issue an API key and print it (alone: it is never shown again)."""
+    with _admin(target, operator_key) as a:
+        try:
+            typer.echo(a.issue_key(tenant)[1])
+        except TidegateError as err:
+            _fail(err)
+
+
+@key_app.command("revoke")
+def key_revoke(
+    key_id: Annotated[str, typer.Argument(help="Key id (the part after 'tg_').")],
+    operator_key: OperatorKey,
+    target: Target = "127.0.0.1:50051",
+) -> None:
+    """Revoke a key: it authenticates nothing from now on."""
+    with _admin(target, operator_key) as a:
+        try:
+            a.revoke_key(key_id)
+        except TidegateError as err:
+            _fail(err)
+    typer.echo(f"revoked {key_id}")
+
+
+@key_app.command("list")
+def key_list(
+    tenant: Annotated[str, typer.Argument(help="Tenant name.")],
+    operator_key: OperatorKey,
+    target: Target = "127.0.0.1:50051",
+) -> None:
+    """The tenant's key ids (never the keys)."""
+    with _admin(target, operator_key) as a:
+        try:
+            for k in a.list_keys(tenant):
+                typer.echo(f"{k['key_id']}\t{'revoked' if k['revoked'] else 'active'}")
+        except TidegateError as err:
+            _fail(err)
+
+
+@quota_app.command("set")
+def quota_set(
+    tenant: Annotated[str, typer.Argument(help="Tenant name.")],
+    operator_key: OperatorKey,
+    append_bytes_per_s: Annotated[int | None, typer.Option(help="Append bytes/s.")] = None,
+    read_bytes_per_s: Annotated[int | None, typer.Option(help="Read bytes/s.")] = None,
+    requests_per_s: Annotated[int | None, typer.Option(help="Requests/s.")] = None,
+    max_tables: Annotated[int | None, typer.Option(help="Tables.")] = None,
+    max_partitions: Annotated[int | None, typer.Option(help="Partitions, all tables.")] = None,
+    max_hot_bytes: Annotated[int | None, typer.Option(help="Hot-tier bytes.")] = None,
+    target: Target = "127.0.0.1:50051",
+) -> None:
+    """Set quotas (a negative value means unlimited); prints the tenant's quotas."""
+    values = {
+        k: v
+        for k, v in {
+            "append_bytes_per_s": append_bytes_per_s,
+            "read_bytes_per_s": read_bytes_per_s,
+            "requests_per_s": requests_per_s,
+            "max_tables": max_tables,
+            "max_partitions": max_partitions,
+            "max_hot_bytes": max_hot_bytes,
+        }.items()
+        if v is not None
+    }
+    with _admin(target, operator_key) as a:
+        try:
+            typer.echo(json.dumps(a.set_quota(tenant, **values)))
+        except TidegateError as err:
+            _fail(err)
+
+
+@quota_app.command("get")
+def quota_get(
+    tenant: Annotated[str, typer.Argument(help="Tenant name.")],
+    operator_key: OperatorKey,
+    target: Target = "127.0.0.1:50051",
+) -> None:
+    """The tenant's own quotas (null: the gateway's default)."""
+    with _admin(target, operator_key) as a:
+        try:
+            typer.echo(json.dumps(a.get_quota(tenant)))
+        except TidegateError as err:
+            _fail(err)
+
+
+@tenant_app.command("usage")
+def tenant_usage(
+    tenant: Annotated[str, typer.Argument(help="Tenant name.")],
+    operator_key: OperatorKey,
+    target: Target = "127.0.0.1:50051",
+) -> None:
+    """Usage per minute as JSON lines, then the totals."""
+    with _admin(target, operator_key) as a:
+        try:
+            rows = a.usage(tenant)
+        except TidegateError as err:
+            _fail(err)
+    totals: dict[str, int] = {}
+    for row in rows:
+        typer.echo(json.dumps(row))
+        for k, v in row.items():
+            if k in ("hot_bytes", "cold_bytes"):
+                totals[k] = max(totals.get(k, 0), v)
+            elif k != "minute_ms":
+                totals[k] = totals.get(k, 0) + v
+    typer.echo(json.dumps({"total": totals}))
 
 
 def main() -> None:

@@ -22,8 +22,11 @@ from pydantic_settings import (
 )
 
 __all__ = [
+    "AuthConfig",
     "DiskHotConfig",
     "MetadataConfig",
+    "MeteringConfig",
+    "QuotaConfig",
     "RedisHotConfig",
     "ServerConfig",
     "Settings",
@@ -87,6 +90,54 @@ class ServerConfig(_Section):
     io_threads: int = Field(32, ge=1, description="Threads for blocking hot-tier calls.")
 
 
+class AuthConfig(_Section):
+    """Authentication: tenant API keys (in the metadata store) and the operator key."""
+
+    operator_key: str | None = Field(
+        None,
+        min_length=16,
+        description="Key of the admin API. Unset: generated once at first start, stored in "
+        "<data_dir>/operator.key and printed.",
+    )
+
+
+class QuotaConfig(_Section):
+    """Per-tenant quotas: defaults for tenants without their own, and the limiter."""
+
+    redis_url: str | None = Field(
+        None,
+        description="Redis shared by every replica for the token buckets; default the Redis "
+        "hot tier's URL, or in-process buckets with the disk hot tier.",
+    )
+    burst_s: float = Field(1.0, gt=0, le=60, description="Bucket capacity, in seconds of the rate.")
+    max_in_flight: int = Field(
+        16, ge=1, description="Requests of one tenant in progress at once on one gateway."
+    )
+    max_follows: int = Field(
+        64, ge=1, description="Follow reads (long polls, streams) of one tenant per gateway."
+    )
+    append_bytes_per_s: int | None = Field(None, ge=1, description="Default; None: unlimited.")
+    read_bytes_per_s: int | None = Field(None, ge=1, description="Default; None: unlimited.")
+    requests_per_s: int | None = Field(None, ge=1, description="Default; None: unlimited.")
+    max_tables: int | None = Field(None, ge=0, description="Default; None: unlimited.")
+    max_partitions: int | None = Field(None, ge=0, description="Default; None: unlimited.")
+    max_hot_bytes: int | None = Field(None, ge=0, description="Default; None: unlimited.")
+
+
+class MeteringConfig(_Section):
+    """Per-tenant, per-minute usage records."""
+
+    flush_interval_s: float = Field(
+        10.0, gt=0, description="How often usage aggregated in memory is written."
+    )
+    metrics_max_tenants: int = Field(
+        100,
+        ge=0,
+        description="Tenants labelled by name in /metrics per process; later ones share "
+        'tenant="_other".',
+    )
+
+
 class Settings(BaseSettings):
     """Everything a gateway process needs."""
 
@@ -99,7 +150,9 @@ class Settings(BaseSettings):
 
     data_dir: Path = Field(Path("tidegate-data"), description="Embedded-mode data folder.")
     tenant: str = Field(
-        "default", description="Tenant of every request until authentication lands."
+        "default",
+        description="Tenant of requests to an edge built without authentication (in-process "
+        "tests); served gateways always authenticate.",
     )
     hot: HotConfig = Field(default_factory=DiskHotConfig, description="Hot log tier backend.")
     compression: Literal["zstd", "lz4", "none"] = Field(
@@ -107,6 +160,9 @@ class Settings(BaseSettings):
     )
     metadata: MetadataConfig = Field(default_factory=MetadataConfig)
     server: ServerConfig = Field(default_factory=ServerConfig)
+    auth: AuthConfig = Field(default_factory=AuthConfig)
+    quota: QuotaConfig = Field(default_factory=QuotaConfig)
+    metering: MeteringConfig = Field(default_factory=MeteringConfig)
 
     @classmethod
     def settings_customise_sources(
@@ -135,6 +191,15 @@ class Settings(BaseSettings):
         if isinstance(self.hot, DiskHotConfig) and self.hot.path is not None:
             return self.hot.path
         return self.data_dir / "hot"
+
+    @property
+    def quota_redis_url(self) -> str | None:
+        """Where the shared token buckets live, or None for in-process buckets."""
+        if self.quota.redis_url:
+            return self.quota.redis_url
+        if isinstance(self.hot, RedisHotConfig):
+            return self.hot.url
+        return None
 
     @classmethod
     def explicit(cls, **values: Any) -> Settings:

@@ -14,11 +14,19 @@ for retryable errors), the FastAPI handler into ``{"error": {"reason", "message"
     │   ├── InvalidIdempotentAppend    producer_id/sequence used inconsistently
     │   ├── RequestTooLarge            over the configured request size (HTTP 413)
     │   └── UnsupportedMediaType       a body neither JSON nor Arrow IPC (HTTP 415)
+    ├── Unauthenticated                UNAUTHENTICATED / 401: no, a malformed, a revoked
+    │                                  or a wrong API key
+    ├── PermissionDenied               PERMISSION_DENIED / 403
+    │   └── TenantSuspended            the key's tenant is suspended
     ├── NotFound                       NOT_FOUND / 404
     │   ├── TableNotFound
-    │   └── TenantNotFound
+    │   ├── TenantNotFound
+    │   └── KeyNotFound
     ├── AlreadyExists                  ALREADY_EXISTS / 409
-    │   └── TableAlreadyExists
+    │   ├── TableAlreadyExists
+    │   └── TenantAlreadyExists
+    ├── QuotaExceeded                  RESOURCE_EXHAUSTED / 429: a table or partition count
+    │                                  quota; not retryable as is
     ├── OffsetOutOfRange               OUT_OF_RANGE / 416, carries earliest and latest
     └── RetryableError                 safe to retry the same request unchanged
         ├── OutOfOrderSequence         ABORTED / 409: an earlier sequence is missing
@@ -38,18 +46,24 @@ __all__ = [
     "InvalidPartition",
     "InvalidRequest",
     "InvalidSchema",
+    "KeyNotFound",
     "MalformedPayload",
     "NotFound",
     "OffsetOutOfRange",
     "OutOfOrderSequence",
+    "PermissionDenied",
+    "QuotaExceeded",
     "RequestTooLarge",
     "RetryableError",
     "SchemaMismatch",
     "TableAlreadyExists",
     "TableNotFound",
+    "TenantAlreadyExists",
     "TenantNotFound",
+    "TenantSuspended",
     "Throttled",
     "TidegateError",
+    "Unauthenticated",
     "Unavailable",
     "UnsupportedMediaType",
     "error_for_reason",
@@ -117,6 +131,29 @@ class UnsupportedMediaType(InvalidRequest):
     reason = "UNSUPPORTED_MEDIA_TYPE"
 
 
+class Unauthenticated(TidegateError):
+    """The request carries no API key, a malformed one, or one that is wrong or revoked.
+
+    The message never says which: a caller cannot probe for valid key ids.
+    """
+
+    grpc_code = grpc.StatusCode.UNAUTHENTICATED
+    http_status = 401
+    reason = "UNAUTHENTICATED"
+
+
+class PermissionDenied(TidegateError):
+    """The caller is known but may not do this (a tenant key on the admin API)."""
+
+    grpc_code = grpc.StatusCode.PERMISSION_DENIED
+    http_status = 403
+    reason = "PERMISSION_DENIED"
+
+
+class TenantSuspended(PermissionDenied):
+    reason = "TENANT_SUSPENDED"
+
+
 class NotFound(TidegateError):
     grpc_code = grpc.StatusCode.NOT_FOUND
     http_status = 404
@@ -131,6 +168,10 @@ class TenantNotFound(NotFound):
     reason = "TENANT_NOT_FOUND"
 
 
+class KeyNotFound(NotFound):
+    reason = "KEY_NOT_FOUND"
+
+
 class AlreadyExists(TidegateError):
     grpc_code = grpc.StatusCode.ALREADY_EXISTS
     http_status = 409
@@ -139,6 +180,18 @@ class AlreadyExists(TidegateError):
 
 class TableAlreadyExists(AlreadyExists):
     reason = "TABLE_ALREADY_EXISTS"
+
+
+class TenantAlreadyExists(AlreadyExists):
+    reason = "TENANT_ALREADY_EXISTS"
+
+
+class QuotaExceeded(TidegateError):
+    """A count quota (tables, partitions) would be passed; retrying will not help."""
+
+    grpc_code = grpc.StatusCode.RESOURCE_EXHAUSTED
+    http_status = 429
+    reason = "QUOTA_EXCEEDED"
 
 
 class OffsetOutOfRange(TidegateError):

@@ -4,7 +4,9 @@ Names follow ``tidegate_<subsystem>_<what>_<unit>``: counters end in ``_total``,
 in ``_seconds`` with explicit buckets. Every label has bounded cardinality: HTTP routes are
 labelled by their *template* (``/v1/tables/{namespace}/{name}``), never the raw path, and
 requests that match no route share one ``route="<unmatched>"`` series. Tenants and tables
-are deliberately not labels; per-tenant usage belongs to metering.
+are not labels here; per-tenant counters live in :mod:`gateway.tenancy.metering`, which
+names at most ``metering.metrics_max_tenants`` tenants per process and counts the rest under
+``tenant="_other"``.
 
 Everything registers in prometheus_client's default registry, which ``GET /metrics``
 exposes.

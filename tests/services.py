@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import secrets
 import shutil
 import signal
 import socket
@@ -15,9 +16,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    import grpc
     import httpx
 
-    from gateway.client import AsyncClient, Client
+    from gateway.client import AdminClient, AsyncClient, Client
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
@@ -145,13 +147,32 @@ def connect_async(target: str, **kwargs: Any) -> AsyncClient:
 
 
 class GatewayProcess:
-    """``python -m gateway serve`` as a real process, configured only by the env we give it."""
+    """``python -m gateway serve`` as a real process, configured only by the env we give it.
 
-    def __init__(self, data_dir: Path, env: Mapping[str, str] | None = None) -> None:
+    It runs with an operator key of its own (``TIDEGATE_AUTH__OPERATOR_KEY``, unless the
+    env given sets one) and, at first start, creates a tenant and an API key for it, so
+    :meth:`client` and :meth:`http_client` authenticate as that tenant.
+    """
+
+    def __init__(
+        self,
+        data_dir: Path,
+        env: Mapping[str, str] | None = None,
+        *,
+        tenant: str | None = None,
+        api_key: str | None = None,
+    ) -> None:
         self.data_dir = data_dir
         self.grpc_port = free_port()
         self.http_port = free_port()
         self.extra_env = dict(env or {})
+        self.operator_key = self.extra_env.setdefault(
+            "TIDEGATE_AUTH__OPERATOR_KEY", f"tgop_test_{secrets.token_hex(16)}"
+        )
+        #: The bootstrap tenant and its key; pass both to share them with another gateway
+        #: on the same metadata store.
+        self.tenant = tenant or f"t{secrets.token_hex(6)}"
+        self.api_key = api_key
         self.proc: subprocess.Popen[bytes] | None = None
         self.log_path = data_dir / "gateway.log"
 
@@ -191,6 +212,10 @@ class GatewayProcess:
             wait_for_port(self.grpc_port, timeout, self.proc)
             wait_for_port(self.http_port, timeout, self.proc)
             self._wait_ready(timeout)
+            if self.api_key is None:
+                with self.admin() as admin:
+                    admin.create_tenant(self.tenant)
+                    self.api_key = admin.issue_key(self.tenant)[1]
         except Exception as exc:
             raise RuntimeError(f"gateway did not start: {exc}\n{self.log()}") from exc
         return self
@@ -208,19 +233,42 @@ class GatewayProcess:
 
     def client(self, **kwargs: Any) -> Client:
         """A gRPC client for this gateway. Tests build clients only through here (and
-        :meth:`http_client`), so credentials are added in one place."""
+        :meth:`http_client`), so credentials are added in one place: the bootstrap
+        tenant's key unless ``api_key`` is given (``api_key=None``: no credential)."""
+        kwargs.setdefault("api_key", self.api_key)
         return connect(self.grpc_target, **kwargs)
 
     def async_client(self, **kwargs: Any) -> AsyncClient:
         """An asyncio gRPC client (see :meth:`client`); call it inside the loop that uses it."""
+        kwargs.setdefault("api_key", self.api_key)
         return connect_async(self.grpc_target, **kwargs)
 
-    def http_client(self, **kwargs: Any) -> httpx.Client:
-        """An HTTP client for this gateway (see :meth:`client`)."""
+    def http_client(self, *, api_key: str | bool | None = True, **kwargs: Any) -> httpx.Client:
+        """An HTTP client for this gateway (see :meth:`client`); ``api_key=None`` sends no
+        credential, a string sends that key."""
         import httpx
 
         kwargs.setdefault("timeout", 30)
-        return httpx.Client(base_url=self.http_url, **kwargs)
+        key = self.api_key if api_key is True else api_key
+        headers = dict(kwargs.pop("headers", {}) or {})
+        if key:
+            headers.setdefault("authorization", f"Bearer {key}")
+        return httpx.Client(base_url=self.http_url, headers=headers, **kwargs)
+
+    def admin(self) -> AdminClient:
+        """A gRPC admin client holding this gateway's operator key."""
+        from gateway.client import AdminClient
+
+        return AdminClient(self.grpc_target, operator_key=self.operator_key)
+
+    def channel(self, api_key: str | bool | None = True, **kwargs: Any) -> grpc.Channel:
+        """A raw gRPC channel sending the bootstrap tenant's key (or ``api_key``)."""
+        import grpc
+
+        from gateway.client._auth import authorized_channel
+
+        key = self.api_key if api_key is True else api_key
+        return authorized_channel(grpc.insecure_channel(self.grpc_target, **kwargs), key or None)
 
     def log(self) -> str:
         try:

@@ -31,7 +31,16 @@ FIELDS: list[dict[str, Any]] = [
     {"name": "id", "type": "int64", "nullable": False},
     {"name": "payload", "type": "string"},
 ]
-STORE_TABLES = {"tg_tenants", "tg_tables", "tg_partitions", "tg_group_offsets", VERSION_TABLE}
+STORE_TABLES = {
+    "tg_tenants",
+    "tg_tables",
+    "tg_partitions",
+    "tg_api_keys",
+    "tg_quotas",
+    "tg_usage",
+    "tg_group_offsets",
+    VERSION_TABLE,
+}
 
 
 # Fixtures -----------------------------------------------------------------------------

@@ -68,6 +68,14 @@ def test_run_command_serves_on_embedded_defaults(tmp_path: Path) -> None:
             for _ in range(100):
                 if c.get("/readyz").status_code == 200:
                     break
+            # The operator key was generated at first start and kept in the data folder.
+            operator = (tmp_path / "data" / "operator.key").read_text().strip()
+            admin = {"authorization": f"Bearer {operator}"}
+            assert c.get("/v1/tables").status_code == 401
+            assert c.post("/v1/admin/tenants", json={"name": "demo"}, headers=admin).is_success
+            issued = c.post("/v1/admin/tenants/demo/keys", headers=admin)
+            assert issued.status_code == 201, issued.text
+            c.headers["authorization"] = f"Bearer {issued.json()['api_key']}"
             created = c.post(
                 "/v1/tables",
                 json={"namespace": "demo", "name": "t", "schema": {"v": "int64"}, "partitions": 1},
@@ -81,3 +89,4 @@ def test_run_command_serves_on_embedded_defaults(tmp_path: Path) -> None:
         os.killpg(proc.pid, signal.SIGTERM)
         out, _ = proc.communicate(timeout=30)
     assert b"stopped" in out, out.decode(errors="replace")[-2000:]
+    assert operator.encode() in out, "the generated operator key is printed at first start"

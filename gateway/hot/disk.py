@@ -1016,6 +1016,14 @@ class DiskHotLog(HotLog):
                     shutil.rmtree(directory)
                 return
 
+    def drop_tenant(self, tenant: str) -> None:
+        with self._parts_lock:
+            live = [p for p in self._parts if p.tenant == tenant]
+        for part in live:
+            self.drop(part)
+        with contextlib.suppress(FileNotFoundError):
+            shutil.rmtree(self.root / _check_component(tenant))
+
     def close(self) -> None:
         with self._parts_lock:
             self._closed = True

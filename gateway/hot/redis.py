@@ -471,6 +471,18 @@ class RedisHotLog(HotLog):
         # One DEL: the keys share a slot, and a reader never sees half a partition.
         self._call(f"drop of {part.path}", lambda: self._client.delete(*keys), retry=True)
 
+    def drop_tenant(self, tenant: str) -> None:
+        tag = _escape(f"{tenant}/")
+        for ch in "\\*?[]":
+            tag = tag.replace(ch, "\\" + ch)
+        pattern = f"tg:{{{tag}*"
+
+        def sweep() -> None:
+            for key in list(self._client.scan_iter(match=pattern, count=500)):
+                self._client.delete(key)
+
+        self._call(f"drop of tenant {tenant}", sweep, retry=True)
+
     def close(self) -> None:
         self._client.close()
         self._pool.disconnect()

@@ -34,13 +34,18 @@ from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 __all__ = [
     "NAMING_CONVENTION",
+    "QUOTA_FIELDS",
+    "USAGE_FIELDS",
     "VERSION_TABLE",
+    "ApiKey",
     "Base",
     "GroupOffset",
     "PartitionRecord",
+    "QuotaRecord",
     "TableRecord",
     "Tenant",
     "UTCDateTime",
+    "UsageRecord",
 ]
 
 #: Alembic's bookkeeping table for this store.
@@ -168,3 +173,84 @@ class GroupOffset(Base):
     partition: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=False)
     offset: Mapped[int] = mapped_column(BigInteger)
     committed_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
+class ApiKey(Base):
+    """A tenant's API key. The secret is never stored: only ``HMAC-SHA256(salt, secret)``.
+
+    The key a client sends is ``tg_<id>_<secret>``; the id finds the row, the digest is
+    compared in constant time.
+    """
+
+    __tablename__ = "tg_api_keys"
+
+    id: Mapped[str] = mapped_column(String(32), primary_key=True)
+    tenant_id: Mapped[str] = mapped_column(
+        String(255), ForeignKey("tg_tenants.id", ondelete="CASCADE")
+    )
+    salt: Mapped[str] = mapped_column(String(64))
+    digest: Mapped[str] = mapped_column(String(128))
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    #: Set when revoked; a revoked key authenticates nothing.
+    revoked_at: Mapped[datetime | None] = mapped_column(nullable=True)
+
+
+#: Quota columns of :class:`QuotaRecord`; NULL means "the configured default".
+QUOTA_FIELDS = (
+    "append_bytes_per_s",
+    "read_bytes_per_s",
+    "requests_per_s",
+    "max_tables",
+    "max_partitions",
+    "max_hot_bytes",
+)
+
+
+class QuotaRecord(Base):
+    """A tenant's own quotas. A NULL column falls back to the configured default; a
+    negative value means unlimited."""
+
+    __tablename__ = "tg_quotas"
+
+    tenant_id: Mapped[str] = mapped_column(
+        String(255), ForeignKey("tg_tenants.id", ondelete="CASCADE"), primary_key=True
+    )
+    append_bytes_per_s: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
+    read_bytes_per_s: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
+    requests_per_s: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
+    max_tables: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
+    max_partitions: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
+    max_hot_bytes: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
+
+
+#: Counter columns of :class:`UsageRecord`.
+USAGE_FIELDS = (
+    "append_bytes",
+    "append_records",
+    "read_bytes",
+    "read_records",
+    "requests",
+    "throttled",
+    "hot_bytes",
+    "cold_bytes",
+)
+
+
+class UsageRecord(Base):
+    """Usage of one tenant in one minute (UTC, truncated). Counters add up across
+    gateways; ``hot_bytes`` and ``cold_bytes`` are the largest storage seen that minute."""
+
+    __tablename__ = "tg_usage"
+
+    tenant_id: Mapped[str] = mapped_column(
+        String(255), ForeignKey("tg_tenants.id", ondelete="CASCADE"), primary_key=True
+    )
+    minute: Mapped[datetime] = mapped_column(primary_key=True)
+    append_bytes: Mapped[int] = mapped_column(BigInteger, default=0, server_default=text("0"))
+    append_records: Mapped[int] = mapped_column(BigInteger, default=0, server_default=text("0"))
+    read_bytes: Mapped[int] = mapped_column(BigInteger, default=0, server_default=text("0"))
+    read_records: Mapped[int] = mapped_column(BigInteger, default=0, server_default=text("0"))
+    requests: Mapped[int] = mapped_column(BigInteger, default=0, server_default=text("0"))
+    throttled: Mapped[int] = mapped_column(BigInteger, default=0, server_default=text("0"))
+    hot_bytes: Mapped[int] = mapped_column(BigInteger, default=0, server_default=text("0"))
+    cold_bytes: Mapped[int] = mapped_column(BigInteger, default=0, server_default=text("0"))

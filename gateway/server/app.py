@@ -14,6 +14,8 @@ from gateway.config import Settings
 from gateway.core.service import StreamTables
 from gateway.hot import load_hot_log
 from gateway.meta import MetadataStore
+from gateway.tenancy import Tenancy, load_operator_key
+from gateway.tenancy.service import OPERATOR_KEY_FILE
 
 __all__ = ["build_service", "serve"]
 
@@ -54,6 +56,15 @@ async def serve(settings: Settings) -> None:
 
     _QuietServer = _quiet_server_class()
     service = build_service(settings)
+    operator_key, generated = load_operator_key(settings)
+    if generated:
+        print(
+            f"tidegate: generated the operator key (stored in "
+            f"{settings.data_dir / OPERATOR_KEY_FILE}): {operator_key}",
+            flush=True,
+        )
+    tenancy = Tenancy(settings, service, operator_key)
+    tenancy.start()
     ready = asyncio.Event()
     stopping = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -65,12 +76,15 @@ async def serve(settings: Settings) -> None:
     http_task: asyncio.Task[None] | None = None
     try:
         if settings.server.grpc_port:
-            grpc_edge = GrpcEdge(service, settings)
+            grpc_edge = GrpcEdge(service, settings, tenancy)
             await grpc_edge.start()
             log.info("gRPC listening on %s:%s", settings.server.host, grpc_edge.port)
         if settings.server.http_port:
             app = create_app(
-                service, settings, ready=lambda: ready.is_set() and not stopping.is_set()
+                service,
+                settings,
+                ready=lambda: ready.is_set() and not stopping.is_set(),
+                tenancy=tenancy,
             )
             config = uvicorn.Config(
                 app,
@@ -104,5 +118,6 @@ async def serve(settings: Settings) -> None:
             http_server.should_exit = True
             with suppress(asyncio.CancelledError):
                 await asyncio.wait_for(http_task, grace + 1)
+        await tenancy.close()
         service.close()
         log.info("stopped")

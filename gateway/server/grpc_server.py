@@ -3,6 +3,10 @@
 Errors are translated once, in :class:`ErrorInterceptor`: a :class:`TidegateError` becomes
 its gRPC status with a ``google.rpc.Status`` in the ``grpc-status-details-bin`` trailer
 holding ``ErrorInfo`` (reason, domain, metadata) and, for retryable errors, ``RetryInfo``.
+
+Callers are authenticated once, in :class:`gateway.server.grpc_auth.AuthInterceptor`
+(inside the error interceptor, so its refusals are translated like any error); the
+servicer learns the tenant from :func:`gateway.server.grpc_auth.current_tenant`.
 """
 
 from __future__ import annotations
@@ -26,6 +30,8 @@ from gateway.config import Settings
 from gateway.core.service import AppendRange, ReadResult, StreamTables, TableView
 from gateway.errors import ERROR_DOMAIN, RequestTooLarge, TidegateError
 from gateway.hot.codec import decode_stream, encode_stream
+from gateway.server.grpc_auth import ADMIN_SERVICE_NAME, AuthInterceptor, current_tenant
+from gateway.tenancy import Tenancy
 
 __all__ = ["ErrorInterceptor", "GrpcEdge", "TidegateServicer", "error_status"]
 
@@ -81,7 +87,10 @@ class ErrorInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
         handler_call_details: grpc.HandlerCallDetails,
     ) -> grpc.RpcMethodHandler:
         handler = await continuation(handler_call_details)
-        if handler is None or not handler_call_details.method.startswith(f"/{SERVICE_NAME}/"):
+        method = handler_call_details.method
+        if handler is None or not method.startswith(
+            (f"/{SERVICE_NAME}/", f"/{ADMIN_SERVICE_NAME}/")
+        ):
             return handler
         if handler.unary_unary:
             inner_uu = handler.unary_unary
@@ -178,18 +187,25 @@ def _read_messages(result: ReadResult) -> Iterable[pb.ReadResponse]:
 
 
 class TidegateServicer(pb_grpc.TidegateServicer):  # type: ignore[misc]
-    def __init__(self, service: StreamTables, settings: Settings) -> None:
+    def __init__(
+        self, service: StreamTables, settings: Settings, tenancy: Tenancy | None = None
+    ) -> None:
         self.service = service
         self.settings = settings
+        self.tenancy = tenancy
 
     def tenant(self, context: grpc.aio.ServicerContext[Any, Any]) -> str:
-        """The tenant of a call. One default tenant until authentication lands."""
-        return self.settings.tenant
+        """The tenant of a call, as the auth interceptor resolved it (``settings.tenant``
+        on an edge built without tenancy)."""
+        return current_tenant() or self.settings.tenant
 
     async def CreateTable(self, request: pb.CreateTableRequest, context: Any) -> pb.TableInfo:
         fields = [{"name": f.name, "type": f.type, "nullable": f.nullable} for f in request.fields]
+        tenant = self.tenant(context)
+        if self.tenancy is not None:
+            await self.tenancy.check_create_table(tenant, request.partitions)
         view = await self.service.create_table(
-            self.tenant(context),
+            tenant,
             request.table.namespace,
             request.table.name,
             fields,
@@ -224,9 +240,12 @@ class TidegateServicer(pb_grpc.TidegateServicer):  # type: ignore[misc]
                 f"the append carries {len(request.arrow_ipc)} bytes; the limit is {limit}",
                 limit=limit,
             )
+        tenant = self.tenant(context)
+        if self.tenancy is not None:
+            await self.tenancy.charge_append(tenant, len(request.arrow_ipc))
         _, batches = decode_stream(request.arrow_ipc)
         ranges = await self.service.append(
-            self.tenant(context),
+            tenant,
             request.table.namespace,
             request.table.name,
             batches,
@@ -234,7 +253,10 @@ class TidegateServicer(pb_grpc.TidegateServicer):  # type: ignore[misc]
             producer_id=request.producer_id or None,
             sequence=request.sequence if request.HasField("sequence") else None,
         )
-        metrics.record_append(sum(r.count for r in ranges), len(request.arrow_ipc))
+        records = sum(r.count for r in ranges)
+        metrics.record_append(records, len(request.arrow_ipc))
+        if self.tenancy is not None:
+            self.tenancy.record_append(tenant, records, len(request.arrow_ipc))
         return _ranges(ranges)
 
     async def Append(self, request: pb.AppendRequest, context: Any) -> pb.AppendResponse:
@@ -259,10 +281,23 @@ class TidegateServicer(pb_grpc.TidegateServicer):  # type: ignore[misc]
                     ),
                 )
 
+    async def _check_read(self, tenant: str) -> None:
+        if self.tenancy is not None:
+            await self.tenancy.check_read(tenant)
+
+    async def _messages(self, tenant: str, result: ReadResult) -> list[pb.ReadResponse]:
+        metrics.record_read(result.num_records)
+        msgs = list(_read_messages(result))
+        if self.tenancy is not None:
+            nbytes = sum(len(m.arrow_ipc) for m in msgs)
+            await self.tenancy.record_read(tenant, result.num_records, nbytes)
+        return msgs
+
     async def Read(self, request: pb.ReadRequest, context: Any) -> AsyncIterator[pb.ReadResponse]:
         tenant = self.tenant(context)
         ns, name = request.table.namespace, request.table.name
         max_bytes = request.max_bytes or None
+        await self._check_read(tenant)
         if request.follow:
             async for result in self.service.follow(
                 tenant,
@@ -273,17 +308,19 @@ class TidegateServicer(pb_grpc.TidegateServicer):  # type: ignore[misc]
                 max_records=request.max_records or None,
                 max_bytes=max_bytes,
             ):
-                metrics.record_read(result.num_records)
-                for msg in _read_messages(result):
+                for msg in await self._messages(tenant, result):
                     yield msg
+                await self._check_read(tenant)
             return
         wanted = request.max_records or self.settings.server.default_read_records
         offset, seen = request.offset, 0
         while True:
+            if seen:
+                await self._check_read(tenant)
             result = await self.service.read(
                 tenant, ns, name, request.partition, offset, wanted - seen, max_bytes
             )
-            metrics.record_read(result.num_records)
+            msgs = await self._messages(tenant, result)
             if not result.num_records:
                 if seen == 0:
                     # An empty read still tells the client where the log ends.
@@ -291,7 +328,7 @@ class TidegateServicer(pb_grpc.TidegateServicer):  # type: ignore[misc]
                         next_offset=result.next_offset, high_watermark=result.high_watermark
                     )
                 return
-            for msg in _read_messages(result):
+            for msg in msgs:
                 yield msg
             seen += result.num_records
             offset = result.next_offset
@@ -343,23 +380,37 @@ def _partition_offsets(offsets: dict[int, int]) -> list[pb.PartitionOffset]:
 class GrpcEdge:
     """The grpc.aio server with the Tidegate service, health and reflection."""
 
-    def __init__(self, service: StreamTables, settings: Settings) -> None:
+    def __init__(
+        self, service: StreamTables, settings: Settings, tenancy: Tenancy | None = None
+    ) -> None:
         self.settings = settings
         max_message = settings.server.max_request_bytes + 1024 * 1024
+        interceptors: list[grpc.aio.ServerInterceptor] = [ErrorInterceptor()]
+        if tenancy is not None:
+            interceptors.append(AuthInterceptor(tenancy))
         self.server = grpc.aio.server(
-            interceptors=[ErrorInterceptor()],
+            interceptors=interceptors,
             options=[
                 ("grpc.max_receive_message_length", max_message),
                 ("grpc.max_send_message_length", 64 * 1024 * 1024),
                 ("grpc.so_reuseport", 0),
             ],
         )
-        pb_grpc.add_TidegateServicer_to_server(TidegateServicer(service, settings), self.server)
+        pb_grpc.add_TidegateServicer_to_server(
+            TidegateServicer(service, settings, tenancy), self.server
+        )
+        services = [SERVICE_NAME]
+        if tenancy is not None:
+            from gateway._proto.tidegate.v1 import admin_pb2_grpc
+            from gateway.server.grpc_admin import AdminServicer
+
+            admin_pb2_grpc.add_AdminServicer_to_server(AdminServicer(tenancy), self.server)
+            services.append(ADMIN_SERVICE_NAME)
         self.health = HealthServicer()
         health_pb2_grpc.add_HealthServicer_to_server(self.health, self.server)
         reflection.enable_server_reflection(
             [
-                SERVICE_NAME,
+                *services,
                 health_pb2.DESCRIPTOR.services_by_name["Health"].full_name,
                 reflection.SERVICE_NAME,
             ],

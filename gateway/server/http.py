@@ -7,16 +7,21 @@ handlers installed in :func:`create_app`: a :class:`~gateway.errors.TidegateErro
 ``retry_after_ms``); request validation failures become 400 ``INVALID_REQUEST``; anything
 unexpected is logged and answered 500 ``INTERNAL``.
 
-Every request resolves to one tenant through a single function (``tenant_of``); until
-authentication lands it is ``settings.tenant``.
+Every request resolves to one tenant through a single dependency (``Tenant``): with a
+:class:`~gateway.tenancy.Tenancy` it authenticates the ``authorization: Bearer <key>``
+header, charges the tenant's requests/s and holds one of its in-flight slots for the
+request; without one (in-process tests) it asks the app's ``tenant_of`` resolver.
+``/healthz``, ``/readyz``, ``/metrics`` and the OpenAPI document stay open; ``/v1/admin``
+needs the operator key (see :mod:`gateway.server.http_admin`).
 """
 
 from __future__ import annotations
 
+import inspect
 import logging
 import math
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from datetime import UTC, datetime
 from typing import Annotated, Any, TypeVar
 
@@ -42,6 +47,7 @@ from gateway.errors import (
 )
 from gateway.hot.codec import decode_stream, encode_stream
 from gateway.schema import batch_to_rows, fields_to_json, parse_json, rows_to_batch
+from gateway.tenancy import Tenancy
 
 __all__ = [
     "ARROW_STREAM",
@@ -82,10 +88,28 @@ def default_tenant_of(settings: Settings) -> Callable[[Request], str]:
     return tenant_of
 
 
-def _request_tenant(request: Request) -> str:
-    """The one place a route learns its tenant: the app's ``tenant_of`` resolver."""
-    resolver: Callable[[Request], str] = request.app.state.tenant_of
-    return resolver(request)
+def tenancy_tenant_of(tenancy: Tenancy) -> Callable[[Request], Awaitable[str]]:
+    """The resolver of a served gateway: the tenant of the request's API key."""
+
+    async def tenant_of(request: Request) -> str:
+        return await tenancy.tenant_of(request.headers.get("authorization"))
+
+    return tenant_of
+
+
+async def _request_tenant(request: Request) -> AsyncIterator[str]:
+    """The one place a route learns its tenant: the app's ``tenant_of`` resolver, then
+    (with tenancy) an in-flight slot of the tenant held until the route returns."""
+    resolver: Callable[[Request], str | Awaitable[str]] = request.app.state.tenant_of
+    found = resolver(request)
+    tenant = await found if inspect.isawaitable(found) else found
+    tenancy: Tenancy | None = request.app.state.tenancy
+    if tenancy is None:
+        yield tenant
+        return
+    follow = request.query_params.get("follow", "").lower() in ("true", "1", "yes", "on")
+    async with tenancy.admit(tenant, follow=follow):
+        yield tenant
 
 
 # Annotated parameter types shared by the routes (module level, so FastAPI resolves them).
@@ -224,7 +248,10 @@ class ErrorResponse(BaseModel):
 
 _ERRORS: dict[int | str, dict[str, Any]] = {
     400: {"model": ErrorResponse, "description": "Invalid request"},
+    401: {"model": ErrorResponse, "description": "No valid 'authorization: Bearer <key>'"},
+    403: {"model": ErrorResponse, "description": "Tenant suspended, or the operator key"},
     404: {"model": ErrorResponse, "description": "No such table"},
+    429: {"model": ErrorResponse, "description": "Over a quota; see Retry-After"},
     503: {"model": ErrorResponse, "description": "A backend is unavailable"},
 }
 _ARROW_BINARY = {"schema": {"type": "string", "format": "binary"}}
@@ -492,16 +519,20 @@ def create_app(
     service: StreamTables,
     settings: Settings,
     *,
-    tenant_of: Callable[[Request], str] | None = None,
+    tenant_of: Callable[[Request], str | Awaitable[str]] | None = None,
     ready: Callable[[], bool] | None = None,
+    tenancy: Tenancy | None = None,
 ) -> FastAPI:
     """The HTTP edge over ``service``.
 
     Args:
         service: the stream-table service both edges share.
         settings: gateway settings (request limits, long-poll wait, default tenant).
-        tenant_of: resolves a request's tenant; default :func:`default_tenant_of`.
+        tenant_of: resolves a request's tenant; default: the API key's tenant with
+            ``tenancy``, else :func:`default_tenant_of`.
         ready: answers ``/readyz``; default always ready.
+        tenancy: authentication, quotas, metering and the ``/v1/admin`` routes; served
+            gateways always have it.
     """
     is_ready = ready or (lambda: True)
     server = settings.server
@@ -512,7 +543,12 @@ def create_app(
         version="1",
         responses={500: {"model": ErrorResponse, "description": "Internal error"}},
     )
-    app.state.tenant_of = tenant_of or default_tenant_of(settings)
+    if tenant_of is None:
+        tenant_of = (
+            tenancy_tenant_of(tenancy) if tenancy is not None else default_tenant_of(settings)
+        )
+    app.state.tenant_of = tenant_of
+    app.state.tenancy = tenancy
 
     async def handle_tidegate_error(request: Request, exc: Exception) -> Response:
         assert isinstance(exc, TidegateError)
@@ -560,6 +596,11 @@ def create_app(
     async def prometheus() -> Response:
         return Response(generate_latest(REGISTRY), media_type=CONTENT_TYPE_LATEST)
 
+    if tenancy is not None:
+        from gateway.server.http_admin import admin_router
+
+        app.include_router(admin_router(tenancy))
+
     # Tables ----------------------------------------------------------------------------
     @app.post(
         "/v1/tables",
@@ -575,6 +616,8 @@ def create_app(
             if isinstance(body.schema_, dict)
             else [f.model_dump() for f in body.schema_]
         )
+        if tenancy is not None:
+            await tenancy.check_create_table(tenant, body.partitions)
         view = await service.create_table(
             tenant, body.namespace, body.name, spec, body.partitions, body.key_columns
         )
@@ -671,6 +714,8 @@ def create_app(
                 supported=f"{JSON},{ARROW_STREAM}",
             )
         body = await _read_body(request, server.max_request_bytes)
+        if tenancy is not None:
+            await tenancy.charge_append(tenant, len(body))
         big = len(body) >= _OFFLOAD_BYTES
         batches: list[pa.RecordBatch]
         if media == ARROW_STREAM:
@@ -692,7 +737,10 @@ def create_app(
             producer_id=producer_id,
             sequence=sequence,
         )
-        metrics.record_append(sum(r.count for r in ranges), len(body))
+        records = sum(r.count for r in ranges)
+        metrics.record_append(records, len(body))
+        if tenancy is not None:
+            tenancy.record_append(tenant, records, len(body))
         return JSONResponse(_ranges(ranges))
 
     @app.get(
@@ -747,6 +795,8 @@ def create_app(
         and their timeouts working.
         """
         arrow = _wants_arrow(request.headers.get("accept"))
+        if tenancy is not None:
+            await tenancy.check_read(tenant)
         if follow:
             cap = server.http_follow_wait_ms
             wait = cap if wait_ms is None else min(wait_ms, cap)
@@ -776,9 +826,12 @@ def create_app(
                 tenant, namespace, name, partition, offset, max_records, max_bytes
             )
         metrics.record_read(result.num_records)
-        return await _maybe_offload(
+        response = await _maybe_offload(
             result.num_records >= _OFFLOAD_RECORDS, _read_response, result, arrow
         )
+        if tenancy is not None:
+            await tenancy.record_read(tenant, result.num_records, len(response.body))
+        return response
 
     # Consumer groups -------------------------------------------------------------------
     def _group_offsets(group: str, namespace: str, name: str, got: dict[int, int]) -> JSONResponse:

@@ -51,9 +51,7 @@ def http_error(resp: httpx.Response) -> tuple[int, str, dict[str, Any]]:
 
 @pytest.fixture
 def stub(gateway: GatewayProcess) -> Any:
-    with grpc.insecure_channel(
-        gateway.grpc_target, options=[("grpc.max_send_message_length", 64 << 20)]
-    ) as ch:
+    with gateway.channel(options=[("grpc.max_send_message_length", 64 << 20)]) as ch:
         yield pb_grpc.TidegateStub(ch)
 
 

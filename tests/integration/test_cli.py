@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -17,13 +18,19 @@ pytestmark = pytest.mark.integration
 
 
 def tidegate(
-    gateway: GatewayProcess, *args: str, ok: bool = True
+    gateway: GatewayProcess, *args: str, ok: bool = True, api_key: str | None = None
 ) -> subprocess.CompletedProcess[str]:
+    """Run the CLI with the gateway's bootstrap tenant key (or ``api_key``) and its
+    operator key in the environment, as a user would export them."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TIDEGATE_")}
+    env["TIDEGATE_API_KEY"] = api_key if api_key is not None else str(gateway.api_key)
+    env["TIDEGATE_OPERATOR_KEY"] = gateway.operator_key
     proc = subprocess.run(
         [sys.executable, "-m", "gateway", *args, "--target", gateway.grpc_target],
         capture_output=True,
         text=True,
         timeout=60,
+        env=env,
     )
     if ok:
         assert proc.returncode == 0, proc.stderr
@@ -105,3 +112,49 @@ def test_cli_rejects_bad_file_without_writing(
         ]
         == 0
     )
+
+
+def test_cli_tenant_admin(gateway: GatewayProcess, namespace: str) -> None:
+    name = f"cli{namespace}"
+    created = json.loads(tidegate(gateway, "tenant", "create", name).stdout)
+    assert created["name"] == name and created["status"] == "active"
+    assert f"{name}\tactive" in tidegate(gateway, "tenant", "list").stdout
+    key = tidegate(gateway, "tenant", "key", "issue", name).stdout.strip()
+    assert key.startswith("tg_")
+    quota = json.loads(
+        tidegate(gateway, "tenant", "quota", "set", name, "--max-tables", "1").stdout
+    )
+    assert quota["max_tables"] == 1
+    assert json.loads(tidegate(gateway, "tenant", "quota", "get", name).stdout)["max_tables"] == 1
+
+    tidegate(gateway, "table", "create", f"{namespace}.a", "--schema", "v:int64", api_key=key)
+    over = tidegate(
+        gateway, "table", "create", f"{namespace}.b", "--schema", "v:int64", api_key=key, ok=False
+    )
+    assert over.returncode == 2 and "QUOTA_EXCEEDED" in over.stderr
+    listed = tidegate(gateway, "table", "list", api_key=key).stdout
+    assert f"{namespace}.a" in listed
+    assert f"{namespace}.a" not in tidegate(gateway, "table", "list").stdout  # other tenant
+
+    usage = tidegate(gateway, "tenant", "usage", name).stdout.splitlines()
+    assert json.loads(usage[-1])["total"]["requests"] >= 3
+
+    tidegate(gateway, "tenant", "suspend", name)
+    refused = tidegate(gateway, "table", "list", api_key=key, ok=False)
+    assert refused.returncode == 2 and "TENANT_SUSPENDED" in refused.stderr
+    tidegate(gateway, "tenant", "resume", name)
+    tidegate(gateway, "table", "list", api_key=key)
+
+    key_id = key[3:19]
+    assert f"{key_id}\tactive" in tidegate(gateway, "tenant", "key", "list", name).stdout
+    tidegate(gateway, "tenant", "key", "revoke", key_id)
+    revoked = tidegate(gateway, "table", "list", api_key=key, ok=False)
+    assert revoked.returncode == 2 and "UNAUTHENTICATED" in revoked.stderr
+
+    tidegate(gateway, "tenant", "delete", name)
+    assert name not in tidegate(gateway, "tenant", "list").stdout
+
+
+def test_cli_without_a_key_is_refused(gateway: GatewayProcess) -> None:
+    res = tidegate(gateway, "table", "list", api_key="", ok=False)
+    assert res.returncode == 2 and "UNAUTHENTICATED" in res.stderr

@@ -101,8 +101,8 @@ CONSUMER_CHILD = """
 import sys, time
 from tests.services import connect
 
-target, table, out_path = sys.argv[1:4]
-with connect(target) as c, open(out_path, "a") as out:
+target, table, out_path, api_key = sys.argv[1:5]
+with connect(target, api_key=api_key) as c, open(out_path, "a") as out:
     consumer = c.consumer(table, group="crashers", follow=True, auto_commit_interval=None,
                           max_records=300)
     for batch in consumer.batches():
@@ -127,7 +127,15 @@ def test_a_killed_group_consumer_resumes_from_its_last_commit(tmp_path: Path) ->
                     c.append(table, [{"n": i} for i in range(start, start + 1_000)], partition=p)
             seen_path = tmp_path / "seen.txt"
             child = subprocess.Popen(
-                [sys.executable, "-c", CONSUMER_CHILD, gw.grpc_target, table, str(seen_path)],
+                [
+                    sys.executable,
+                    "-c",
+                    CONSUMER_CHILD,
+                    gw.grpc_target,
+                    table,
+                    str(seen_path),
+                    gw.api_key,
+                ],
                 cwd=REPO_ROOT,
                 env={**os.environ, "PYTHONPATH": str(REPO_ROOT)},
             )

@@ -72,7 +72,7 @@ def _crash_and_verify(tmp_path: Path, env: dict[str, str], kill_extra: RedisServ
     attempted = next(ids)
     acknowledged = list(acks)
 
-    gw2 = GatewayProcess(tmp_path / "gw", env)
+    gw2 = GatewayProcess(tmp_path / "gw", env, tenant=gw.tenant, api_key=gw.api_key)
     gw2.start()
     try:
         with gw2.client() as c:
@@ -137,7 +137,7 @@ def test_idempotent_retry_across_restart(
             )[0]
             assert (again.base_offset, again.count, again.duplicate) == (8, 2, True)
         gw.kill()
-        gw = GatewayProcess(tmp_path / "gw", env).start()
+        gw = GatewayProcess(tmp_path / "gw", env, tenant=gw.tenant, api_key=gw.api_key).start()
         with gw.client() as c:
             retried = c.append(
                 table, [{"v": 4}, {"v": 4}], partition=1, producer_id="prod-a", sequence=4

@@ -15,16 +15,33 @@ from tests.services import REPO_ROOT, GatewayProcess
 pytestmark = pytest.mark.integration
 
 
-def blocks(lang: str) -> list[str]:
-    section = (REPO_ROOT / "README.md").read_text().split("## Use it", 1)[1].split("\n## ", 1)[0]
+def blocks(heading: str, lang: str) -> list[str]:
+    readme = (REPO_ROOT / "README.md").read_text()
+    section = readme.split(f"## {heading}", 1)[1].split("\n## ", 1)[0]
     return re.findall(rf"```{lang}\n(.*?)```", section, re.S)
 
 
 def test_readme_examples(gateway: GatewayProcess, tmp_path: Path) -> None:
-    curl, cli = blocks("sh")
-    (python,) = blocks("python")
-    env = {**os.environ, "TIDEGATE_TARGET": gateway.grpc_target}
+    (get_key,) = blocks("Get a key", "sh")
+    curl, cli = blocks("Use it", "sh")
+    (python,) = blocks("Use it", "python")
+    # The folder `make run` would have made: the operator key, where the README reads it.
+    (tmp_path / "tidegate-data").mkdir()
+    (tmp_path / "tidegate-data" / "operator.key").write_text(gateway.operator_key + "\n")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TIDEGATE_")}
+    env["TIDEGATE_TARGET"] = gateway.grpc_target
     env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env['PATH']}"
+    key = subprocess.run(
+        ["bash", "-euo", "pipefail", "-c", get_key + '\necho "$TIDEGATE_API_KEY"'],
+        check=True,
+        env=env,
+        timeout=60,
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+    ).stdout.splitlines()[-1]
+    assert key.startswith("tg_")
+    env["TIDEGATE_API_KEY"] = key
     curl = curl.replace("localhost:8080", gateway.http_url.removeprefix("http://")).replace(
         "curl -s", "curl -sf"
     )
@@ -58,8 +75,10 @@ def test_readme_examples(gateway: GatewayProcess, tmp_path: Path) -> None:
         text=True,
     )
     assert "appended 2 records" in out.stdout
-    with gateway.client() as c:
+    with gateway.client(api_key=key) as c:
         orders = c.describe_table("shop.orders")
         assert sum(p.high_watermark for p in orders.partition_info) == 1
         clicks = c.describe_table("shop.clicks")
         assert sum(p.high_watermark for p in clicks.partition_info) == 2
+    with gateway.client() as other:  # the bootstrap tenant sees none of shop's tables
+        assert not other.list_tables("shop")

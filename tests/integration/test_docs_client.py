@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 import sys
@@ -21,6 +22,7 @@ def test_client_guide_runs(gateway: GatewayProcess) -> None:
     out = subprocess.run(
         [sys.executable, "-c", code],
         cwd=REPO_ROOT,
+        env={**os.environ, "TIDEGATE_API_KEY": str(gateway.api_key)},
         capture_output=True,
         text=True,
         timeout=120,

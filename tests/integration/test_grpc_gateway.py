@@ -207,7 +207,7 @@ def test_append_stream_pipelines_in_order(
         )
         for i in range(6)
     ]
-    with grpc.insecure_channel(gateway.grpc_target) as ch:
+    with gateway.channel() as ch:
         responses = list(pb_grpc.TidegateStub(ch).AppendStream(iter(requests), timeout=30))
     assert [r.request_id for r in responses] == list(range(6))
     assert responses[3].WhichOneof("result") == "error"

@@ -1,0 +1,143 @@
+from google.protobuf.internal import containers as _containers
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
+from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class TenantInfo(_message.Message):
+    __slots__ = ("name", "status", "created_at_ms")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    CREATED_AT_MS_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    status: str
+    created_at_ms: int
+    def __init__(self, name: _Optional[str] = ..., status: _Optional[str] = ..., created_at_ms: _Optional[int] = ...) -> None: ...
+
+class CreateTenantRequest(_message.Message):
+    __slots__ = ("name",)
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    def __init__(self, name: _Optional[str] = ...) -> None: ...
+
+class TenantRequest(_message.Message):
+    __slots__ = ("name",)
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    def __init__(self, name: _Optional[str] = ...) -> None: ...
+
+class ListTenantsRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class ListTenantsResponse(_message.Message):
+    __slots__ = ("tenants",)
+    TENANTS_FIELD_NUMBER: _ClassVar[int]
+    tenants: _containers.RepeatedCompositeFieldContainer[TenantInfo]
+    def __init__(self, tenants: _Optional[_Iterable[_Union[TenantInfo, _Mapping]]] = ...) -> None: ...
+
+class DeleteTenantResponse(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class KeyInfo(_message.Message):
+    __slots__ = ("key_id", "tenant", "created_at_ms", "revoked")
+    KEY_ID_FIELD_NUMBER: _ClassVar[int]
+    TENANT_FIELD_NUMBER: _ClassVar[int]
+    CREATED_AT_MS_FIELD_NUMBER: _ClassVar[int]
+    REVOKED_FIELD_NUMBER: _ClassVar[int]
+    key_id: str
+    tenant: str
+    created_at_ms: int
+    revoked: bool
+    def __init__(self, key_id: _Optional[str] = ..., tenant: _Optional[str] = ..., created_at_ms: _Optional[int] = ..., revoked: _Optional[bool] = ...) -> None: ...
+
+class IssueKeyResponse(_message.Message):
+    __slots__ = ("key", "api_key")
+    KEY_FIELD_NUMBER: _ClassVar[int]
+    API_KEY_FIELD_NUMBER: _ClassVar[int]
+    key: KeyInfo
+    api_key: str
+    def __init__(self, key: _Optional[_Union[KeyInfo, _Mapping]] = ..., api_key: _Optional[str] = ...) -> None: ...
+
+class RevokeKeyRequest(_message.Message):
+    __slots__ = ("key_id",)
+    KEY_ID_FIELD_NUMBER: _ClassVar[int]
+    key_id: str
+    def __init__(self, key_id: _Optional[str] = ...) -> None: ...
+
+class RevokeKeyResponse(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class ListKeysResponse(_message.Message):
+    __slots__ = ("keys",)
+    KEYS_FIELD_NUMBER: _ClassVar[int]
+    keys: _containers.RepeatedCompositeFieldContainer[KeyInfo]
+    def __init__(self, keys: _Optional[_Iterable[_Union[KeyInfo, _Mapping]]] = ...) -> None: ...
+
+class Quota(_message.Message):
+    __slots__ = ("append_bytes_per_s", "read_bytes_per_s", "requests_per_s", "max_tables", "max_partitions", "max_hot_bytes")
+    APPEND_BYTES_PER_S_FIELD_NUMBER: _ClassVar[int]
+    READ_BYTES_PER_S_FIELD_NUMBER: _ClassVar[int]
+    REQUESTS_PER_S_FIELD_NUMBER: _ClassVar[int]
+    MAX_TABLES_FIELD_NUMBER: _ClassVar[int]
+    MAX_PARTITIONS_FIELD_NUMBER: _ClassVar[int]
+    MAX_HOT_BYTES_FIELD_NUMBER: _ClassVar[int]
+    append_bytes_per_s: int
+    read_bytes_per_s: int
+    requests_per_s: int
+    max_tables: int
+    max_partitions: int
+    max_hot_bytes: int
+    def __init__(self, append_bytes_per_s: _Optional[int] = ..., read_bytes_per_s: _Optional[int] = ..., requests_per_s: _Optional[int] = ..., max_tables: _Optional[int] = ..., max_partitions: _Optional[int] = ..., max_hot_bytes: _Optional[int] = ...) -> None: ...
+
+class SetQuotaRequest(_message.Message):
+    __slots__ = ("tenant", "quota")
+    TENANT_FIELD_NUMBER: _ClassVar[int]
+    QUOTA_FIELD_NUMBER: _ClassVar[int]
+    tenant: str
+    quota: Quota
+    def __init__(self, tenant: _Optional[str] = ..., quota: _Optional[_Union[Quota, _Mapping]] = ...) -> None: ...
+
+class GetUsageRequest(_message.Message):
+    __slots__ = ("tenant", "since_ms", "until_ms")
+    TENANT_FIELD_NUMBER: _ClassVar[int]
+    SINCE_MS_FIELD_NUMBER: _ClassVar[int]
+    UNTIL_MS_FIELD_NUMBER: _ClassVar[int]
+    tenant: str
+    since_ms: int
+    until_ms: int
+    def __init__(self, tenant: _Optional[str] = ..., since_ms: _Optional[int] = ..., until_ms: _Optional[int] = ...) -> None: ...
+
+class UsageRecord(_message.Message):
+    __slots__ = ("minute_ms", "append_bytes", "append_records", "read_bytes", "read_records", "requests", "throttled", "hot_bytes", "cold_bytes")
+    MINUTE_MS_FIELD_NUMBER: _ClassVar[int]
+    APPEND_BYTES_FIELD_NUMBER: _ClassVar[int]
+    APPEND_RECORDS_FIELD_NUMBER: _ClassVar[int]
+    READ_BYTES_FIELD_NUMBER: _ClassVar[int]
+    READ_RECORDS_FIELD_NUMBER: _ClassVar[int]
+    REQUESTS_FIELD_NUMBER: _ClassVar[int]
+    THROTTLED_FIELD_NUMBER: _ClassVar[int]
+    HOT_BYTES_FIELD_NUMBER: _ClassVar[int]
+    COLD_BYTES_FIELD_NUMBER: _ClassVar[int]
+    minute_ms: int
+    append_bytes: int
+    append_records: int
+    read_bytes: int
+    read_records: int
+    requests: int
+    throttled: int
+    hot_bytes: int
+    cold_bytes: int
+    def __init__(self, minute_ms: _Optional[int] = ..., append_bytes: _Optional[int] = ..., append_records: _Optional[int] = ..., read_bytes: _Optional[int] = ..., read_records: _Optional[int] = ..., requests: _Optional[int] = ..., throttled: _Optional[int] = ..., hot_bytes: _Optional[int] = ..., cold_bytes: _Optional[int] = ...) -> None: ...
+
+class GetUsageResponse(_message.Message):
+    __slots__ = ("tenant", "usage")
+    TENANT_FIELD_NUMBER: _ClassVar[int]
+    USAGE_FIELD_NUMBER: _ClassVar[int]
+    tenant: str
+    usage: _containers.RepeatedCompositeFieldContainer[UsageRecord]
+    def __init__(self, tenant: _Optional[str] = ..., usage: _Optional[_Iterable[_Union[UsageRecord, _Mapping]]] = ...) -> None: ...

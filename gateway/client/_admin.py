@@ -1,0 +1,129 @@
+"""Tenant administration over gRPC (``tidegate.v1.Admin``), with the operator key."""
+
+from __future__ import annotations
+
+from typing import Any, cast
+
+import grpc
+
+from gateway._proto.tidegate.v1 import admin_pb2 as apb
+from gateway._proto.tidegate.v1 import admin_pb2_grpc as apb_grpc
+from gateway.client._auth import authorized_channel
+from gateway.client._common import error_from_rpc
+
+__all__ = ["AdminClient"]
+
+QUOTA_FIELDS = (
+    "append_bytes_per_s",
+    "read_bytes_per_s",
+    "requests_per_s",
+    "max_tables",
+    "max_partitions",
+    "max_hot_bytes",
+)
+USAGE_FIELDS = (
+    "append_bytes",
+    "append_records",
+    "read_bytes",
+    "read_records",
+    "requests",
+    "throttled",
+    "hot_bytes",
+    "cold_bytes",
+)
+
+
+class AdminClient:
+    """Tenants, keys, quotas and usage. Every call needs the operator key.
+
+    Example::
+
+        with AdminClient("127.0.0.1:50051", operator_key=op) as admin:
+            admin.create_tenant("acme")
+            key = admin.issue_key("acme")  # shown once
+    """
+
+    def __init__(self, target: str, *, operator_key: str, timeout: float = 30.0) -> None:
+        self.timeout = timeout
+        self._channel = grpc.insecure_channel(target)
+        self._stub = apb_grpc.AdminStub(authorized_channel(self._channel, operator_key))
+
+    def __enter__(self) -> AdminClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self._channel.close()
+
+    def _call(self, method: str, request: Any) -> Any:
+        try:
+            return getattr(self._stub, method)(request, timeout=self.timeout)
+        except grpc.RpcError as exc:
+            raise error_from_rpc(exc) from None
+
+    @staticmethod
+    def _tenant(info: Any) -> dict[str, Any]:
+        return {"name": info.name, "status": info.status, "created_at_ms": info.created_at_ms}
+
+    def create_tenant(self, name: str) -> dict[str, Any]:
+        return self._tenant(self._call("CreateTenant", apb.CreateTenantRequest(name=name)))
+
+    def list_tenants(self) -> list[dict[str, Any]]:
+        return [
+            self._tenant(t) for t in self._call("ListTenants", apb.ListTenantsRequest()).tenants
+        ]
+
+    def get_tenant(self, name: str) -> dict[str, Any]:
+        return self._tenant(self._call("GetTenant", apb.TenantRequest(name=name)))
+
+    def suspend_tenant(self, name: str) -> dict[str, Any]:
+        return self._tenant(self._call("SuspendTenant", apb.TenantRequest(name=name)))
+
+    def resume_tenant(self, name: str) -> dict[str, Any]:
+        return self._tenant(self._call("ResumeTenant", apb.TenantRequest(name=name)))
+
+    def delete_tenant(self, name: str) -> None:
+        self._call("DeleteTenant", apb.TenantRequest(name=name))
+
+    def issue_key(self, tenant: str) -> tuple[str, str]:
+        """``(key_id, api_key)``; the full key is never shown again."""
+        resp = self._call("IssueKey", apb.TenantRequest(name=tenant))
+        return str(resp.key.key_id), str(resp.api_key)
+
+    def revoke_key(self, key_id: str) -> None:
+        self._call("RevokeKey", apb.RevokeKeyRequest(key_id=key_id))
+
+    def list_keys(self, tenant: str) -> list[dict[str, Any]]:
+        resp = self._call("ListKeys", apb.TenantRequest(name=tenant))
+        return [
+            {"key_id": k.key_id, "created_at_ms": k.created_at_ms, "revoked": k.revoked}
+            for k in resp.keys
+        ]
+
+    def set_quota(self, tenant: str, **values: int) -> dict[str, int | None]:
+        """Set quotas (``append_bytes_per_s=...``); a negative value means unlimited."""
+        unknown = set(values) - set(QUOTA_FIELDS)
+        if unknown:
+            raise ValueError(f"unknown quota fields {sorted(unknown)}")
+        resp = self._call("SetQuota", apb.SetQuotaRequest(tenant=tenant, quota=apb.Quota(**values)))
+        return self._quota(resp)
+
+    def get_quota(self, tenant: str) -> dict[str, int | None]:
+        """The tenant's own quotas; None: the gateway's configured default."""
+        return self._quota(self._call("GetQuota", apb.TenantRequest(name=tenant)))
+
+    @staticmethod
+    def _quota(q: Any) -> dict[str, int | None]:
+        return {f: (int(getattr(q, f)) if q.HasField(f) else None) for f in QUOTA_FIELDS}
+
+    def usage(self, tenant: str, since_ms: int = 0, until_ms: int = 0) -> list[dict[str, int]]:
+        """Usage per minute: ``{"minute_ms", "append_bytes", ...}`` rows, oldest first."""
+        resp = self._call(
+            "GetUsage", apb.GetUsageRequest(tenant=tenant, since_ms=since_ms, until_ms=until_ms)
+        )
+        return [
+            {"minute_ms": r.minute_ms, **{f: int(getattr(r, f)) for f in USAGE_FIELDS}}
+            for r in cast(Any, resp).usage
+        ]

@@ -1,0 +1,104 @@
+"""The ``tidegate.v1.Admin`` gRPC service: tenants, keys, quotas and usage.
+
+The auth interceptor lets only the operator key through; errors are translated by the
+same error interceptor as the data plane.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+from gateway._proto.tidegate.v1 import admin_pb2 as apb
+from gateway._proto.tidegate.v1 import admin_pb2_grpc as apb_grpc
+from gateway.meta.models import QUOTA_FIELDS
+from gateway.meta.tenants import KeyInfo, TenantInfo
+from gateway.tenancy import Tenancy
+
+__all__ = ["AdminServicer"]
+
+
+def _ms(value: datetime) -> int:
+    return int(value.timestamp() * 1000)
+
+
+def _tenant(info: TenantInfo) -> apb.TenantInfo:
+    return apb.TenantInfo(name=info.name, status=info.status, created_at_ms=_ms(info.created_at))
+
+
+def _key(info: KeyInfo) -> apb.KeyInfo:
+    return apb.KeyInfo(
+        key_id=info.key_id,
+        tenant=info.tenant,
+        created_at_ms=_ms(info.created_at),
+        revoked=info.revoked,
+    )
+
+
+def _quota(values: dict[str, int | None]) -> apb.Quota:
+    return apb.Quota(**{k: v for k, v in values.items() if v is not None})
+
+
+def _from_ms(ms: int) -> datetime | None:
+    return datetime.fromtimestamp(ms / 1000, UTC) if ms else None
+
+
+class AdminServicer(apb_grpc.AdminServicer):  # type: ignore[misc]
+    def __init__(self, tenancy: Tenancy) -> None:
+        self.tenancy = tenancy
+
+    async def CreateTenant(self, request: apb.CreateTenantRequest, context: Any) -> apb.TenantInfo:
+        return _tenant(await self.tenancy.create_tenant(request.name))
+
+    async def ListTenants(
+        self, request: apb.ListTenantsRequest, context: Any
+    ) -> apb.ListTenantsResponse:
+        return apb.ListTenantsResponse(
+            tenants=[_tenant(t) for t in await self.tenancy.list_tenants()]
+        )
+
+    async def GetTenant(self, request: apb.TenantRequest, context: Any) -> apb.TenantInfo:
+        return _tenant(await self.tenancy.get_tenant(request.name))
+
+    async def SuspendTenant(self, request: apb.TenantRequest, context: Any) -> apb.TenantInfo:
+        return _tenant(await self.tenancy.suspend(request.name))
+
+    async def ResumeTenant(self, request: apb.TenantRequest, context: Any) -> apb.TenantInfo:
+        return _tenant(await self.tenancy.resume(request.name))
+
+    async def DeleteTenant(
+        self, request: apb.TenantRequest, context: Any
+    ) -> apb.DeleteTenantResponse:
+        await self.tenancy.delete_tenant(request.name)
+        return apb.DeleteTenantResponse()
+
+    async def IssueKey(self, request: apb.TenantRequest, context: Any) -> apb.IssueKeyResponse:
+        info, key = await self.tenancy.issue_key(request.name)
+        return apb.IssueKeyResponse(key=_key(info), api_key=key)
+
+    async def RevokeKey(self, request: apb.RevokeKeyRequest, context: Any) -> apb.RevokeKeyResponse:
+        await self.tenancy.revoke_key(request.key_id)
+        return apb.RevokeKeyResponse()
+
+    async def ListKeys(self, request: apb.TenantRequest, context: Any) -> apb.ListKeysResponse:
+        keys = await self.tenancy.list_keys(request.name)
+        return apb.ListKeysResponse(keys=[_key(k) for k in keys])
+
+    async def SetQuota(self, request: apb.SetQuotaRequest, context: Any) -> apb.Quota:
+        values: dict[str, int | None] = {}
+        for f in QUOTA_FIELDS:
+            if request.quota.HasField(f):
+                values[f] = int(getattr(request.quota, f))
+        return _quota(await self.tenancy.set_quota(request.tenant, values))
+
+    async def GetQuota(self, request: apb.TenantRequest, context: Any) -> apb.Quota:
+        return _quota(await self.tenancy.get_quota(request.name))
+
+    async def GetUsage(self, request: apb.GetUsageRequest, context: Any) -> apb.GetUsageResponse:
+        rows = await self.tenancy.usage(
+            request.tenant, _from_ms(request.since_ms), _from_ms(request.until_ms)
+        )
+        return apb.GetUsageResponse(
+            tenant=request.tenant,
+            usage=[apb.UsageRecord(minute_ms=_ms(r.minute), **r.counters) for r in rows],
+        )

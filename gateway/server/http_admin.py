@@ -1,0 +1,146 @@
+"""``/v1/admin``: tenants, API keys, quotas and usage over HTTP (operator key only).
+
+Mirrors the ``tidegate.v1.Admin`` gRPC service. A tenant key is refused with 403
+``PERMISSION_DENIED``, a missing or wrong key with 401 ``UNAUTHENTICATED``.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Depends, Path, Query, Request
+from fastapi.responses import JSONResponse, Response
+from pydantic import BaseModel, ConfigDict, Field
+
+from gateway.meta.models import QUOTA_FIELDS
+from gateway.meta.tenants import KeyInfo, TenantInfo
+from gateway.tenancy import Tenancy
+
+__all__ = ["admin_router"]
+
+
+class _Request(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+
+class CreateTenantRequest(_Request):
+    name: str = Field(description="Tenant name: a letter, then letters, digits, '_' or '-'.")
+
+
+class QuotaBody(_Request):
+    """Quotas to set. An absent field is left as is; null returns it to the configured
+    default; a negative value means unlimited."""
+
+    append_bytes_per_s: int | None = None
+    read_bytes_per_s: int | None = None
+    requests_per_s: int | None = None
+    max_tables: int | None = None
+    max_partitions: int | None = None
+    max_hot_bytes: int | None = None
+
+
+def _iso(value: datetime) -> str:
+    return value.astimezone(UTC).isoformat().replace("+00:00", "Z")
+
+
+def _tenant(info: TenantInfo) -> dict[str, Any]:
+    return {"name": info.name, "status": info.status, "created_at": _iso(info.created_at)}
+
+
+def _key(info: KeyInfo) -> dict[str, Any]:
+    return {
+        "key_id": info.key_id,
+        "tenant": info.tenant,
+        "created_at": _iso(info.created_at),
+        "revoked": info.revoked,
+    }
+
+
+def _from_ms(ms: int | None) -> datetime | None:
+    return datetime.fromtimestamp(ms / 1000, UTC) if ms else None
+
+
+TenantName = Annotated[str, Path(description="Tenant name.")]
+
+
+def admin_router(tenancy: Tenancy) -> APIRouter:
+    async def require_operator(request: Request) -> None:
+        await tenancy.operator(request.headers.get("authorization"))
+
+    router = APIRouter(prefix="/v1/admin", tags=["admin"], dependencies=[Depends(require_operator)])
+
+    @router.post("/tenants", status_code=201, summary="Create a tenant.")
+    async def create_tenant(body: CreateTenantRequest) -> JSONResponse:
+        return JSONResponse(_tenant(await tenancy.create_tenant(body.name)), status_code=201)
+
+    @router.get("/tenants", summary="List tenants.")
+    async def list_tenants() -> JSONResponse:
+        return JSONResponse({"tenants": [_tenant(t) for t in await tenancy.list_tenants()]})
+
+    @router.get("/tenants/{tenant}", summary="A tenant and its status.")
+    async def get_tenant(tenant: TenantName) -> JSONResponse:
+        return JSONResponse(_tenant(await tenancy.get_tenant(tenant)))
+
+    @router.post("/tenants/{tenant}/suspend", summary="Refuse every request of the tenant.")
+    async def suspend(tenant: TenantName) -> JSONResponse:
+        return JSONResponse(_tenant(await tenancy.suspend(tenant)))
+
+    @router.post("/tenants/{tenant}/resume", summary="Serve a suspended tenant again.")
+    async def resume(tenant: TenantName) -> JSONResponse:
+        return JSONResponse(_tenant(await tenancy.resume(tenant)))
+
+    @router.delete(
+        "/tenants/{tenant}",
+        status_code=204,
+        response_class=Response,
+        summary="Delete the tenant: its tables in every tier, keys, quotas, usage.",
+    )
+    async def delete_tenant(tenant: TenantName) -> Response:
+        await tenancy.delete_tenant(tenant)
+        return Response(status_code=204)
+
+    @router.post(
+        "/tenants/{tenant}/keys",
+        status_code=201,
+        summary="Issue an API key; the full key is in this answer only.",
+    )
+    async def issue_key(tenant: TenantName) -> JSONResponse:
+        info, key = await tenancy.issue_key(tenant)
+        return JSONResponse({**_key(info), "api_key": key}, status_code=201)
+
+    @router.get("/tenants/{tenant}/keys", summary="The tenant's keys (ids only).")
+    async def list_keys(tenant: TenantName) -> JSONResponse:
+        return JSONResponse({"keys": [_key(k) for k in await tenancy.list_keys(tenant)]})
+
+    @router.delete(
+        "/keys/{key_id}", status_code=204, response_class=Response, summary="Revoke a key."
+    )
+    async def revoke_key(key_id: Annotated[str, Path()]) -> Response:
+        await tenancy.revoke_key(key_id)
+        return Response(status_code=204)
+
+    @router.get("/tenants/{tenant}/quota", summary="The tenant's own quotas (null: default).")
+    async def get_quota(tenant: TenantName) -> JSONResponse:
+        return JSONResponse(await tenancy.get_quota(tenant))
+
+    @router.put("/tenants/{tenant}/quota", summary="Set some of the tenant's quotas.")
+    async def set_quota(tenant: TenantName, body: QuotaBody) -> JSONResponse:
+        values = {f: getattr(body, f) for f in QUOTA_FIELDS if f in body.model_fields_set}
+        return JSONResponse(await tenancy.set_quota(tenant, values))
+
+    @router.get("/tenants/{tenant}/usage", summary="The tenant's usage per minute.")
+    async def usage(
+        tenant: TenantName,
+        since_ms: Annotated[int | None, Query(description="From this minute (ms).")] = None,
+        until_ms: Annotated[int | None, Query(description="Before this minute (ms).")] = None,
+    ) -> JSONResponse:
+        rows = await tenancy.usage(tenant, _from_ms(since_ms), _from_ms(until_ms))
+        return JSONResponse(
+            {
+                "tenant": tenant,
+                "usage": [{"minute": _iso(r.minute), **r.counters} for r in rows],
+            }
+        )
+
+    return router

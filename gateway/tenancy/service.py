@@ -1,0 +1,452 @@
+"""Tenancy: who is calling, what they may do, how much, and what they used.
+
+Both edges call one :class:`Tenancy`: authenticate the ``authorization: Bearer <key>``
+credential (a tenant API key or the operator key), admit the request under the tenant's
+in-flight bound, charge its rates against token buckets, meter what it did, and run the
+admin operations (tenants, keys, quotas, usage).
+
+Authentication reads the key and its tenant's status from the metadata store on every
+request (one indexed query), so a revoked key or a suspended tenant is refused at once by
+every replica. Quotas are cached for a second.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hmac
+import logging
+import os
+import re
+import secrets
+import time
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import ParamSpec, TypeVar
+
+from gateway.config import Settings
+from gateway.core.service import StreamTables
+from gateway.errors import (
+    InvalidRequest,
+    PermissionDenied,
+    QuotaExceeded,
+    TenantSuspended,
+    Throttled,
+    Unauthenticated,
+)
+from gateway.hot import PartitionId
+from gateway.meta.models import QUOTA_FIELDS
+from gateway.meta.tenants import KeyInfo, TenantInfo, TenantStore, UsageRow
+from gateway.tenancy import keys
+from gateway.tenancy.buckets import LocalBuckets, RedisBuckets, TokenBuckets
+from gateway.tenancy.metering import Meter
+
+__all__ = ["OPERATOR_KEY_FILE", "Principal", "Quotas", "Tenancy", "load_operator_key"]
+
+log = logging.getLogger(__name__)
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+OPERATOR_KEY_FILE = "operator.key"
+_TENANT_RE = re.compile(r"^[A-Za-z][A-Za-z0-9_\-]{0,62}$")
+_QUOTA_TTL_S = 1.0
+_HOT_BYTES_TTL_S = 1.0
+#: Retry hint when a tenant has too much work in flight on this gateway.
+_BUSY_RETRY_MS = 50
+
+
+def load_operator_key(settings: Settings) -> tuple[str, bool]:
+    """The operator key and whether it was generated just now.
+
+    From ``auth.operator_key`` when configured; otherwise read from
+    ``<data_dir>/operator.key``, which is created (mode 0600) at first start.
+    """
+    if settings.auth.operator_key:
+        return settings.auth.operator_key, False
+    path = Path(settings.data_dir) / OPERATOR_KEY_FILE
+    try:
+        return path.read_text().strip(), False
+    except FileNotFoundError:
+        pass
+    key = f"tgop_{secrets.token_urlsafe(32)}"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{OPERATOR_KEY_FILE}.{secrets.token_hex(4)}")
+    tmp.touch(mode=0o600)
+    tmp.write_text(key + "\n")
+    try:
+        os.link(tmp, path)  # atomic, and refuses to replace a key another process wrote
+    except FileExistsError:
+        tmp.unlink()
+        return path.read_text().strip(), False
+    tmp.unlink()
+    return key, True
+
+
+@dataclass(frozen=True, slots=True)
+class Principal:
+    """Who a request comes from: a tenant, or the operator (``tenant is None``)."""
+
+    tenant: str | None
+
+    @property
+    def is_operator(self) -> bool:
+        return self.tenant is None
+
+
+@dataclass(frozen=True, slots=True)
+class Quotas:
+    """Effective quotas of a tenant; None is unlimited."""
+
+    append_bytes_per_s: int | None = None
+    read_bytes_per_s: int | None = None
+    requests_per_s: int | None = None
+    max_tables: int | None = None
+    max_partitions: int | None = None
+    max_hot_bytes: int | None = None
+
+
+def bearer_key(authorization: str | None) -> str:
+    """The key of an ``authorization: Bearer <key>`` value.
+
+    Raises: Unauthenticated: missing or not a bearer credential.
+    """
+    if not authorization:
+        raise Unauthenticated("authentication required: send 'authorization: Bearer <key>'")
+    scheme, _, key = authorization.strip().partition(" ")
+    if scheme.lower() != "bearer" or not key.strip():
+        raise Unauthenticated("the authorization header must be 'Bearer <key>'")
+    return key.strip()
+
+
+class Tenancy:
+    def __init__(
+        self,
+        settings: Settings,
+        service: StreamTables,
+        operator_key: str,
+        buckets: TokenBuckets | None = None,
+    ) -> None:
+        self.settings = settings
+        self.service = service
+        self.tenants = TenantStore(service.meta)
+        self._operator_key = operator_key
+        if buckets is None:
+            url = settings.quota_redis_url
+            buckets = RedisBuckets(url) if url else LocalBuckets()
+        self.buckets = buckets
+        self.meter = Meter(self.tenants, max_label_tenants=settings.metering.metrics_max_tenants)
+        self._quotas: dict[str, tuple[float, Quotas]] = {}
+        self._hot_bytes: dict[str, tuple[float, int]] = {}
+        self._in_flight: dict[tuple[str, str], int] = {}
+        self._flusher: asyncio.Task[None] | None = None
+        #: Storage samplers run for every active tenant before a usage flush; each returns
+        #: ``{"hot_bytes": n}`` / ``{"cold_bytes": n}``. The hot tier's is built in; the cold
+        #: tier registers its own here (the metering hook for cold bytes).
+        self.storage_samplers: list[Callable[[str], dict[str, int]]] = [self._sample_hot]
+
+    async def _run(self, fn: Callable[P, R], *args: P.args, **kwargs: P.kwargs) -> R:
+        return await asyncio.get_running_loop().run_in_executor(None, lambda: fn(*args, **kwargs))
+
+    # Lifecycle ----------------------------------------------------------------------------
+    def start(self) -> None:
+        """Start the periodic usage flush (call from the running event loop)."""
+        self._flusher = asyncio.create_task(self._flush_loop())
+
+    async def _flush_loop(self) -> None:
+        interval = self.settings.metering.flush_interval_s
+        while True:
+            await asyncio.sleep(interval)
+            try:
+                await self._run(self._sample_and_flush, None)
+            except Exception:
+                log.exception("writing usage failed; will retry")
+
+    def _sample_hot(self, tenant: str) -> dict[str, int]:
+        total = 0
+        for d in self.service.meta.list_tables(tenant):
+            for p in range(d.partitions):
+                total += self.service.hot.offsets(PartitionId(tenant, d.table_id, p)).size_bytes
+        return {"hot_bytes": total}
+
+    def _sample_and_flush(self, only: str | None) -> None:
+        """Sample the storage of active tenants (or of ``only``), then flush usage."""
+        tenants = {only} if only is not None else self.meter.active_tenants()
+        for tenant in tenants:
+            for sampler in self.storage_samplers:
+                try:
+                    self.meter.set_storage(tenant, **sampler(tenant))
+                except Exception:
+                    log.exception("sampling the storage of tenant %s failed", tenant)
+        self.meter.flush()
+
+    async def close(self) -> None:
+        """Stop the flush loop and write what is pending."""
+        if self._flusher is not None:
+            self._flusher.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._flusher
+        try:
+            await self._run(self._sample_and_flush, None)
+        except Exception:
+            log.exception("writing usage at shutdown failed")
+        self.buckets.close()
+
+    # Authentication -----------------------------------------------------------------------
+    async def authenticate(self, authorization: str | None) -> Principal:
+        """Resolve a credential to a tenant or the operator.
+
+        Raises:
+            Unauthenticated: missing, malformed, unknown, wrong or revoked key.
+            TenantSuspended: the key's tenant is suspended.
+        """
+        key = bearer_key(authorization)
+        if hmac.compare_digest(key.encode(), self._operator_key.encode()):
+            return Principal(None)
+        parsed = keys.parse(key)
+        if parsed is None:
+            raise Unauthenticated("invalid API key")
+        key_id, secret = parsed
+        record = await self._run(self.tenants.key_for_auth, key_id)
+        if record is None or not keys.verify(secret, record.salt, record.digest):
+            raise Unauthenticated("invalid API key")
+        if record.revoked:
+            raise Unauthenticated("invalid API key")
+        if record.tenant_status != "active":
+            raise TenantSuspended(f"tenant {record.tenant!r} is suspended")
+        return Principal(record.tenant)
+
+    async def tenant_of(self, authorization: str | None) -> str:
+        """The tenant of a data-plane request; counts it and charges requests/s.
+
+        Raises: Unauthenticated, TenantSuspended, PermissionDenied (the operator key,
+        which belongs to no tenant), Throttled.
+        """
+        principal = await self.authenticate(authorization)
+        if principal.tenant is None:
+            raise PermissionDenied(
+                "the operator key manages tenants; use a tenant's API key for tables and data"
+            )
+        tenant = principal.tenant
+        self.meter.add(tenant, requests=1)
+        quotas = await self.quotas(tenant)
+        if quotas.requests_per_s is not None:
+            await self._take(tenant, "requests", 1, quotas.requests_per_s)
+        return tenant
+
+    async def operator(self, authorization: str | None) -> None:
+        """Raises: Unauthenticated; PermissionDenied for a tenant key."""
+        principal = await self.authenticate(authorization)
+        if not principal.is_operator:
+            raise PermissionDenied("the admin API needs the operator key")
+
+    # Admission and quotas -----------------------------------------------------------------
+    @contextlib.asynccontextmanager
+    async def admit(self, tenant: str, *, follow: bool = False) -> AsyncIterator[None]:
+        """Hold one of the tenant's slots on this gateway for the request.
+
+        Ordinary requests share ``quota.max_in_flight`` slots per tenant; follow reads (long
+        polls and open streams, which wait by design) have their own ``quota.max_follows``.
+
+        Raises: Throttled: the tenant has no free slot here.
+        """
+        key = (tenant, "follow" if follow else "request")
+        limit = self.settings.quota.max_follows if follow else self.settings.quota.max_in_flight
+        n = self._in_flight.get(key, 0)
+        if n >= limit:
+            self.meter.add(tenant, throttled=1)
+            what = "follow reads" if follow else "requests"
+            raise Throttled(
+                f"the tenant has {n} {what} in progress on this gateway; retry later",
+                retry_after_ms=_BUSY_RETRY_MS,
+                quota="max_follows" if follow else "in_flight",
+            )
+        self._in_flight[key] = n + 1
+        try:
+            yield
+        finally:
+            left = self._in_flight[key] - 1
+            if left:
+                self._in_flight[key] = left
+            else:
+                del self._in_flight[key]
+
+    def in_flight(self, tenant: str, *, follow: bool = False) -> int:
+        return self._in_flight.get((tenant, "follow" if follow else "request"), 0)
+
+    async def quotas(self, tenant: str) -> Quotas:
+        now = time.monotonic()
+        hit = self._quotas.get(tenant)
+        if hit is not None and hit[0] > now:
+            return hit[1]
+        own = await self._run(self.tenants.get_quota, tenant)
+        defaults = self.settings.quota
+        values: dict[str, int | None] = {}
+        for f in QUOTA_FIELDS:
+            v = own.get(f)
+            if v is None:
+                v = getattr(defaults, f)
+            values[f] = None if v is None or v < 0 else int(v)
+        q = Quotas(**values)
+        self._quotas[tenant] = (now + _QUOTA_TTL_S, q)
+        return q
+
+    async def _take(
+        self, tenant: str, kind: str, amount: float, rate: int, *, force: bool = False
+    ) -> None:
+        burst = rate * self.settings.quota.burst_s
+        wait = await self._run(self.buckets.take, tenant, kind, amount, rate, burst, force)
+        if wait:
+            self.meter.add(tenant, throttled=1)
+            raise Throttled(
+                f"over the tenant's {kind.replace('_', ' ')} quota of {rate}/s; retry in {wait} ms",
+                retry_after_ms=wait,
+                quota=f"{kind}_per_s",
+            )
+
+    async def charge_append(self, tenant: str, nbytes: int) -> None:
+        """Admit an append of ``nbytes`` payload bytes, or raise Throttled."""
+        q = await self.quotas(tenant)
+        if q.max_hot_bytes is not None:
+            held = await self.hot_bytes(tenant)
+            if held + nbytes > q.max_hot_bytes:
+                self.meter.add(tenant, throttled=1)
+                raise Throttled(
+                    f"the tenant holds {held} bytes in the hot tier; its quota is "
+                    f"{q.max_hot_bytes}",
+                    retry_after_ms=1000,
+                    quota="max_hot_bytes",
+                )
+        if q.append_bytes_per_s is not None:
+            await self._take(tenant, "append_bytes", nbytes, q.append_bytes_per_s)
+
+    def record_append(self, tenant: str, records: int, nbytes: int) -> None:
+        self.meter.add(tenant, append_records=records, append_bytes=nbytes)
+
+    async def check_read(self, tenant: str) -> None:
+        """Refuse a read while the tenant's read bucket is in debt."""
+        q = await self.quotas(tenant)
+        if q.read_bytes_per_s is not None:
+            await self._take(tenant, "read_bytes", 1, q.read_bytes_per_s)
+
+    async def record_read(self, tenant: str, records: int, nbytes: int) -> None:
+        """Meter a read and charge the bytes it returned to the read bucket."""
+        self.meter.add(tenant, read_records=records, read_bytes=nbytes)
+        q = await self.quotas(tenant)
+        if q.read_bytes_per_s is not None and nbytes:
+            await self._take(tenant, "read_bytes", nbytes, q.read_bytes_per_s, force=True)
+
+    async def check_create_table(self, tenant: str, partitions: int) -> None:
+        """Raises: QuotaExceeded over the table or partition count quota."""
+        q = await self.quotas(tenant)
+        if q.max_tables is None and q.max_partitions is None:
+            return
+        tables, parts = await self._run(self.tenants.counts, tenant)
+        if q.max_tables is not None and tables + 1 > q.max_tables:
+            raise QuotaExceeded(
+                f"the tenant has {tables} tables; its quota is {q.max_tables}",
+                quota="max_tables",
+            )
+        if q.max_partitions is not None and parts + partitions > q.max_partitions:
+            raise QuotaExceeded(
+                f"the tenant has {parts} partitions; {partitions} more would pass its quota "
+                f"of {q.max_partitions}",
+                quota="max_partitions",
+            )
+
+    async def hot_bytes(self, tenant: str) -> int:
+        """Bytes the tenant holds in the hot tier (cached for a second); also metered."""
+        now = time.monotonic()
+        hit = self._hot_bytes.get(tenant)
+        if hit is not None and hit[0] > now:
+            return hit[1]
+
+        size = (await self._run(self._sample_hot, tenant))["hot_bytes"]
+        self._hot_bytes[tenant] = (now + _HOT_BYTES_TTL_S, size)
+        self.meter.set_storage(tenant, hot_bytes=size)
+        return size
+
+    # Admin --------------------------------------------------------------------------------
+    @staticmethod
+    def _check_name(name: str) -> None:
+        if not isinstance(name, str) or not _TENANT_RE.match(name):
+            raise InvalidRequest(
+                f"tenant name {name!r} must start with a letter and hold only letters, "
+                "digits, '_' and '-' (at most 63)"
+            )
+
+    async def create_tenant(self, name: str) -> TenantInfo:
+        self._check_name(name)
+        return await self._run(self.tenants.create_tenant, name)
+
+    async def get_tenant(self, name: str) -> TenantInfo:
+        return await self._run(self.tenants.get_tenant, name)
+
+    async def list_tenants(self) -> list[TenantInfo]:
+        return await self._run(self.tenants.list_tenants)
+
+    async def suspend(self, name: str) -> TenantInfo:
+        return await self._run(self.tenants.set_status, name, "suspended")
+
+    async def resume(self, name: str) -> TenantInfo:
+        return await self._run(self.tenants.set_status, name, "active")
+
+    async def delete_tenant(self, name: str) -> None:
+        """Suspend (refused at once everywhere), drop every table through the service (so
+        every tier lets go of the data), then remove buckets, usage, keys and rows."""
+        await self.suspend(name)
+        for _ in range(100):  # let this gateway's requests of the tenant finish
+            if not self.in_flight(name) and not self.in_flight(name, follow=True):
+                break
+            await asyncio.sleep(0.05)
+        for view in await self.service.list_tables(name):
+            d = view.definition
+            with contextlib.suppress(Exception):
+                await self.service.drop_table(name, d.namespace, d.name)
+        await self._run(self.service.hot.drop_tenant, name)
+        await self._run(self.buckets.forget, name)
+        self.meter.forget(name)
+        self._quotas.pop(name, None)
+        self._hot_bytes.pop(name, None)
+        await self._run(self.tenants.delete_tenant, name)
+
+    async def issue_key(self, tenant: str) -> tuple[KeyInfo, str]:
+        """A new key for ``tenant``: its info and the full key (shown once)."""
+        issued = keys.issue()
+        info = await self._run(
+            self.tenants.add_key, tenant, issued.key_id, issued.salt, issued.digest
+        )
+        return info, issued.key
+
+    async def revoke_key(self, key_id: str, tenant: str | None = None) -> None:
+        await self._run(self.tenants.revoke_key, key_id, tenant)
+
+    async def list_keys(self, tenant: str) -> list[KeyInfo]:
+        await self.get_tenant(tenant)
+        return await self._run(self.tenants.list_keys, tenant)
+
+    async def get_quota(self, tenant: str) -> dict[str, int | None]:
+        await self.get_tenant(tenant)
+        return await self._run(self.tenants.get_quota, tenant)
+
+    async def set_quota(self, tenant: str, values: dict[str, int | None]) -> dict[str, int | None]:
+        unknown = set(values) - set(QUOTA_FIELDS)
+        if unknown:
+            raise InvalidRequest(f"unknown quota fields {sorted(unknown)}")
+        out = await self._run(self.tenants.set_quota, tenant, values)
+        self._quotas.pop(tenant, None)
+        return out
+
+    async def usage(
+        self, tenant: str, since: datetime | None = None, until: datetime | None = None
+    ) -> list[UsageRow]:
+        """The tenant's usage per minute; this gateway's pending figures are written first."""
+        await self.get_tenant(tenant)
+        try:
+            await self._run(self._sample_and_flush, tenant)
+        except Exception:
+            # What was written stays readable; the pending figures go with the next flush.
+            log.exception("writing usage before a usage read failed")
+        return await self._run(self.tenants.usage, tenant, since, until)

@@ -1,0 +1,132 @@
+"""The tenancy building blocks in-process, on real backends: keys, token buckets (in
+process and on the session's redis-server), fair admission and the usage meter."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import pytest
+
+from gateway.config import Settings
+from gateway.errors import Throttled
+from gateway.server.app import build_service
+from gateway.tenancy import Tenancy, keys, load_operator_key
+from gateway.tenancy.buckets import LocalBuckets, RedisBuckets, TokenBuckets
+from tests.services import RedisServer
+
+
+def test_keys_round_trip_and_reject_tampering() -> None:
+    issued = keys.issue()
+    parsed = keys.parse(issued.key)
+    assert parsed is not None and parsed[0] == issued.key_id
+    assert keys.verify(parsed[1], issued.salt, issued.digest)
+    assert not keys.verify(parsed[1] + "x", issued.salt, issued.digest)
+    assert issued.key.split("_", 2)[2] not in issued.digest  # the secret is not stored
+    for bad in ("", "tg_", "tg_xyz_abc", "tg_0123456789abcdeX_s", "sk_0123456789abcdef_s"):
+        assert keys.parse(bad) is None
+
+
+@pytest.fixture(params=["local", "redis"])
+def buckets(request: pytest.FixtureRequest) -> TokenBuckets:
+    if request.param == "local":
+        return LocalBuckets()
+    server: RedisServer = request.getfixturevalue("redis_server")
+    return RedisBuckets(server.url)
+
+
+def test_bucket_admits_the_burst_then_asks_to_wait(
+    buckets: TokenBuckets, unique_tenant: str
+) -> None:
+    rate, burst = 100.0, 100.0
+    assert buckets.take(unique_tenant, "x", 60, rate, burst) == 0
+    wait = buckets.take(unique_tenant, "x", 60, rate, burst)
+    assert 1 <= wait <= 250  # about 200 ms to refill 20 tokens
+    # A request larger than the burst is admitted from a full bucket, into debt.
+    assert buckets.take(unique_tenant, "big", 500, rate, burst) == 0
+    assert buckets.take(unique_tenant, "big", 1, rate, burst) >= 4000
+    # Forced charges (bytes a read returned) always pass and leave debt behind.
+    assert buckets.take(unique_tenant, "r", 300, rate, burst, force=True) == 0
+    assert buckets.take(unique_tenant, "r", 1, rate, burst) > 0
+    buckets.forget(unique_tenant)
+    assert buckets.take(unique_tenant, "big", 100, rate, burst) == 0
+    buckets.close()
+
+
+def test_operator_key_is_generated_once(tmp_path: Path) -> None:
+    settings = Settings.explicit(data_dir=tmp_path)
+    key, generated = load_operator_key(settings)
+    assert generated and key.startswith("tgop_")
+    assert load_operator_key(settings) == (key, False)
+    assert (tmp_path / "operator.key").stat().st_mode & 0o077 == 0
+    configured = Settings.explicit(data_dir=tmp_path, auth={"operator_key": "x" * 20})
+    assert load_operator_key(configured) == ("x" * 20, False)
+
+
+def test_admission_bounds_each_tenant_alone(tmp_path: Path) -> None:
+    settings = Settings.explicit(
+        data_dir=tmp_path,
+        hot={"type": "disk", "fsync": "never"},
+        quota={"max_in_flight": 2, "max_follows": 1},
+    )
+    service = build_service(settings)
+    tenancy = Tenancy(settings, service, "o" * 20)
+
+    async def scenario() -> None:
+        async with tenancy.admit("a"), tenancy.admit("a"):
+            with pytest.raises(Throttled) as info:
+                async with tenancy.admit("a"):
+                    pass
+            assert info.value.retry_after_ms and info.value.details["quota"] == "in_flight"
+            async with tenancy.admit("b"), tenancy.admit("b"):
+                assert tenancy.in_flight("b") == 2
+            async with tenancy.admit("a", follow=True):  # its own pool
+                with pytest.raises(Throttled):
+                    async with tenancy.admit("a", follow=True):
+                        pass
+        assert tenancy.in_flight("a") == 0 and tenancy.in_flight("a", follow=True) == 0
+        async with tenancy.admit("a"):
+            pass
+
+    try:
+        asyncio.run(scenario())
+    finally:
+        service.close()
+
+
+def test_meter_adds_up_and_flushes_once(tmp_path: Path) -> None:
+    settings = Settings.explicit(data_dir=tmp_path, hot={"type": "disk", "fsync": "never"})
+    service = build_service(settings)
+    tenancy = Tenancy(settings, service, "o" * 20)
+    try:
+        tenancy.tenants.create_tenant("acme")
+        for _ in range(3):
+            tenancy.meter.add("acme", append_bytes=10, append_records=2, requests=1)
+        tenancy.meter.set_storage("acme", hot_bytes=5)
+        tenancy.meter.set_storage("acme", hot_bytes=3, cold_bytes=7)
+        tenancy.meter.add("ghost", requests=1)  # no such tenant: discarded at flush
+        tenancy.meter.flush()
+        tenancy.meter.flush()  # nothing pending: nothing added twice
+        (row,) = tenancy.tenants.usage("acme")
+        assert row.counters["append_bytes"] == 30
+        assert row.counters["append_records"] == 6
+        assert row.counters["requests"] == 3
+        assert (row.counters["hot_bytes"], row.counters["cold_bytes"]) == (5, 7)
+        assert tenancy.tenants.usage("ghost") == []
+    finally:
+        service.close()
+
+
+def test_metrics_label_at_most_the_configured_number_of_tenants(tmp_path: Path) -> None:
+    settings = Settings.explicit(
+        data_dir=tmp_path,
+        hot={"type": "disk", "fsync": "never"},
+        metering={"metrics_max_tenants": 2},
+    )
+    service = build_service(settings)
+    tenancy = Tenancy(settings, service, "o" * 20)
+    try:
+        labels = [tenancy.meter.label(t) for t in ("a", "b", "c", "a", "d")]
+        assert labels == ["a", "b", "_other", "a", "_other"]
+    finally:
+        service.close()
