@@ -12,6 +12,12 @@ import sys
 import time
 from collections.abc import Iterator, Mapping
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import httpx
+
+    from gateway.client import Client
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
@@ -184,6 +190,20 @@ class GatewayProcess:
                     return
             time.sleep(0.05)
         raise TimeoutError("gateway /readyz never answered 200")
+
+    def client(self, **kwargs: Any) -> Client:
+        """A gRPC client for this gateway. Tests build clients only through here (and
+        :meth:`http_client`), so credentials are added in one place."""
+        from gateway.client import Client
+
+        return Client(self.grpc_target, **kwargs)
+
+    def http_client(self, **kwargs: Any) -> httpx.Client:
+        """An HTTP client for this gateway (see :meth:`client`)."""
+        import httpx
+
+        kwargs.setdefault("timeout", 30)
+        return httpx.Client(base_url=self.http_url, **kwargs)
 
     def log(self) -> str:
         try:

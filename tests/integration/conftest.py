@@ -39,13 +39,13 @@ def gateway(
 
 @pytest.fixture
 def client(gateway: GatewayProcess) -> Iterator[Client]:
-    with Client(gateway.grpc_target) as c:
+    with gateway.client() as c:
         yield c
 
 
 @pytest.fixture
 def http(gateway: GatewayProcess) -> Iterator[httpx.Client]:
-    with httpx.Client(base_url=gateway.http_url, timeout=30) as c:
+    with gateway.http_client() as c:
         yield c
 
 

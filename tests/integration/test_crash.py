@@ -11,7 +11,6 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
-from gateway.client import Client
 from gateway.errors import TidegateError
 from tests.integration.conftest import gateway_env
 from tests.services import GatewayProcess, RedisServer
@@ -22,7 +21,7 @@ PARTITIONS = 3
 
 
 def _hammer(
-    target: str,
+    gw: GatewayProcess,
     table: str,
     acks: list[tuple[int, int, int, int]],
     stop: threading.Event,
@@ -30,7 +29,7 @@ def _hammer(
 ) -> None:
     """Append batches with unique ids until the gateway dies; record what was acknowledged."""
     try:
-        with Client(target, timeout=10) as c:
+        with gw.client(timeout=10) as c:
             while not stop.is_set():
                 batch_id = next(ids)
                 n = 1 + batch_id % 7
@@ -49,14 +48,13 @@ def _hammer(
 def _crash_and_verify(tmp_path: Path, env: dict[str, str], kill_extra: RedisServer | None) -> None:
     gw = GatewayProcess(tmp_path / "gw", env).start()
     table = "crash.events"
-    with Client(gw.grpc_target) as c:
+    with gw.client() as c:
         c.create_table(table, {"batch": "int64", "i": "int64"}, partitions=PARTITIONS)
     acks: list[tuple[int, int, int, int]] = []
     stop = threading.Event()
     ids = itertools.count()
     writers = [
-        threading.Thread(target=_hammer, args=(gw.grpc_target, table, acks, stop, ids))
-        for _ in range(6)
+        threading.Thread(target=_hammer, args=(gw, table, acks, stop, ids)) for _ in range(6)
     ]
     for w in writers:
         w.start()
@@ -77,7 +75,7 @@ def _crash_and_verify(tmp_path: Path, env: dict[str, str], kill_extra: RedisServ
     gw2 = GatewayProcess(tmp_path / "gw", env)
     gw2.start()
     try:
-        with Client(gw2.grpc_target) as c:
+        with gw2.client() as c:
             stored: dict[int, list[tuple[int, int, int]]] = {}
             for p in range(PARTITIONS):
                 rows = c.read(table, partition=p, offset=0, max_records=1_000_000).to_pylist()
@@ -125,7 +123,7 @@ def test_idempotent_retry_across_restart(
     gw = GatewayProcess(tmp_path / "gw", env).start()
     table = f"idem{kind}.t"
     try:
-        with Client(gw.grpc_target) as c:
+        with gw.client() as c:
             c.create_table(table, {"v": "int64"}, partitions=2)
             first = [
                 c.append(
@@ -140,7 +138,7 @@ def test_idempotent_retry_across_restart(
             assert (again.base_offset, again.count, again.duplicate) == (8, 2, True)
         gw.kill()
         gw = GatewayProcess(tmp_path / "gw", env).start()
-        with Client(gw.grpc_target) as c:
+        with gw.client() as c:
             retried = c.append(
                 table, [{"v": 4}, {"v": 4}], partition=1, producer_id="prod-a", sequence=4
             )[0]

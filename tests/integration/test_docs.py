@@ -10,7 +10,6 @@ from pathlib import Path
 
 import pytest
 
-from gateway.client import Client
 from tests.services import REPO_ROOT, GatewayProcess
 
 pytestmark = pytest.mark.integration
@@ -57,7 +56,7 @@ def test_readme_examples(gateway: GatewayProcess, tmp_path: Path) -> None:
         text=True,
     )
     assert "appended 2 records" in out.stdout
-    with Client(gateway.grpc_target) as c:
+    with gateway.client() as c:
         orders = c.describe_table("shop.orders")
         assert sum(p.high_watermark for p in orders.partition_info) == 1
         clicks = c.describe_table("shop.clicks")

@@ -112,7 +112,7 @@ def test_eight_concurrent_writers_dense_offsets(
 
     def writer(w: int) -> None:
         try:
-            with Client(gateway.grpc_target) as c:
+            with gateway.client() as c:
                 for s in range(per_writer):
                     n = 1 + (w + s) % 5
                     rows = pa.table(
@@ -169,7 +169,7 @@ def test_follow_receives_rows_appended_after_start(
     started = threading.Event()
 
     def follower() -> None:
-        with Client(gateway.grpc_target) as c:
+        with gateway.client() as c:
             started.set()
             for batches, _, _ in c.read_batches(
                 table, partition=0, offset=0, max_records=31, follow=True, timeout=60
