@@ -27,6 +27,7 @@ __all__ = [
     "RedisHotConfig",
     "ServerConfig",
     "Settings",
+    "TieringConfig",
 ]
 
 
@@ -87,6 +88,29 @@ class ServerConfig(_Section):
     io_threads: int = Field(32, ge=1, description="Threads for blocking hot-tier calls.")
 
 
+class TieringConfig(_Section):
+    """Tiering: moving each partition's hot range into the Iceberg table (``tiering/``)."""
+
+    enabled: bool = Field(
+        True, description="Tier on a schedule inside `tidegate serve` (the embedded mode)."
+    )
+    interval_s: float = Field(30.0, gt=0, description="Period of the embedded schedule.")
+    runner: Literal["local", "spark"] = Field(
+        "local",
+        description="Embedded schedule's runner: threads in the gateway ('local') or Spark.",
+    )
+    master: str = Field("local[2]", description="Spark master of the spark runner.")
+    target_file_bytes: int = Field(
+        128 * 1024 * 1024, ge=1024, description="Roll a new Parquet file at about this size."
+    )
+    hot_retention_s: float = Field(
+        300.0,
+        ge=0,
+        description="Keep tiered records in the hot tier this long after their commit.",
+    )
+    commit_attempts: int = Field(6, ge=1, description="Tries of a conflicting commit.")
+
+
 class Settings(BaseSettings):
     """Everything a gateway process needs."""
 
@@ -107,6 +131,7 @@ class Settings(BaseSettings):
     )
     metadata: MetadataConfig = Field(default_factory=MetadataConfig)
     server: ServerConfig = Field(default_factory=ServerConfig)
+    tiering: TieringConfig = Field(default_factory=TieringConfig)
 
     @classmethod
     def settings_customise_sources(
