@@ -22,11 +22,15 @@ from pydantic_settings import (
 )
 
 __all__ = [
+    "ColdConfig",
     "DiskHotConfig",
     "MetadataConfig",
     "RedisHotConfig",
+    "RestCatalogConfig",
+    "S3Config",
     "ServerConfig",
     "Settings",
+    "SqlCatalogConfig",
     "TieringConfig",
 ]
 
@@ -57,6 +61,57 @@ class RedisHotConfig(_Section):
 
 
 HotConfig = Annotated[DiskHotConfig | RedisHotConfig, Field(discriminator="type")]
+
+
+class SqlCatalogConfig(_Section):
+    """Iceberg SQL catalog (pyiceberg ``SqlCatalog``) over SQLAlchemy."""
+
+    type: Literal["sql"] = "sql"
+    uri: str | None = Field(
+        None, description="SQLAlchemy URL (SQLite or PostgreSQL); default <data_dir>/catalog.db."
+    )
+    name: str = Field("tidegate", description="Catalog name (rows are keyed by it).")
+
+
+class RestCatalogConfig(_Section):
+    """Iceberg REST catalog."""
+
+    type: Literal["rest"] = "rest"
+    uri: str = Field(description="Base URL of the REST catalog.")
+    credential: str | None = Field(None, description="OAuth2 client credential 'id:secret'.")
+    name: str = Field("tidegate", description="Catalog name.")
+    properties: dict[str, str] = Field(
+        default_factory=dict, description="Extra pyiceberg catalog properties."
+    )
+
+
+CatalogConfig = Annotated[SqlCatalogConfig | RestCatalogConfig, Field(discriminator="type")]
+
+
+class S3Config(_Section):
+    """S3-compatible object storage for an ``s3://`` warehouse."""
+
+    endpoint: str | None = Field(None, description="Endpoint URL; None: AWS itself.")
+    access_key_id: str | None = Field(None, description="Access key; None: the default chain.")
+    secret_access_key: str | None = Field(None, description="Secret key of access_key_id.")
+    region: str = Field("us-east-1", description="Region of the bucket.")
+    path_style: bool = Field(False, description="Path-style addressing (MinIO, moto).")
+
+
+class ColdConfig(_Section):
+    """The cold tier: Iceberg catalog and warehouse."""
+
+    enabled: bool = Field(True, description="Keep an Iceberg table per stream-table.")
+    catalog: CatalogConfig = Field(
+        default_factory=SqlCatalogConfig, description="Iceberg catalog backend."
+    )
+    warehouse: str | None = Field(
+        None, description="Local folder or s3://bucket/prefix; default <data_dir>/warehouse."
+    )
+    s3: S3Config = Field(default_factory=S3Config, description="Object storage access.")
+    presign_expiry_s: int = Field(
+        3600, ge=1, le=7 * 24 * 3600, description="Lifetime of presigned URLs in read plans."
+    )
 
 
 class MetadataConfig(_Section):
@@ -132,6 +187,7 @@ class Settings(BaseSettings):
     metadata: MetadataConfig = Field(default_factory=MetadataConfig)
     server: ServerConfig = Field(default_factory=ServerConfig)
     tiering: TieringConfig = Field(default_factory=TieringConfig)
+    cold: ColdConfig = Field(default_factory=ColdConfig, description="Iceberg cold tier.")
 
     @classmethod
     def settings_customise_sources(
@@ -154,6 +210,22 @@ class Settings(BaseSettings):
         if self.metadata.url:
             return self.metadata.url
         return f"sqlite:///{(self.data_dir / 'metadata.db').resolve()}"
+
+    @property
+    def cold_catalog_uri(self) -> str:
+        c = self.cold.catalog
+        if c.uri:
+            return c.uri
+        return f"sqlite:///{(self.data_dir / 'catalog.db').resolve()}"
+
+    @property
+    def cold_warehouse(self) -> str:
+        """The warehouse as a URI: ``s3://...`` or ``file:///abs/path``."""
+        w = self.cold.warehouse
+        if w and "://" in w:
+            return w.rstrip("/")
+        path = Path(w) if w else self.data_dir / "warehouse"
+        return path.resolve().as_uri()
 
     @property
     def hot_path(self) -> Path:

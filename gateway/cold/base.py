@@ -32,6 +32,8 @@ __all__ = [
     "DataFile",
     "PlannedFile",
     "StorageOptions",
+    "fs_path",
+    "write_data_file",
 ]
 
 WATERMARKS_PROPERTY = "tidegate.watermarks"
@@ -84,9 +86,80 @@ class StorageOptions:
     warehouse: str
     properties: Mapping[str, str] = field(default_factory=dict)
 
-    def filesystem(self) -> Any:
-        """A ``pyarrow.fs.FileSystem`` and the root path for this warehouse."""
-        raise NotImplementedError
+    def filesystem(self) -> tuple[Any, str]:
+        """A ``pyarrow.fs.FileSystem`` and the root path for this warehouse.
+
+        Local warehouses get a ``LocalFileSystem``; ``s3://`` ones an ``S3FileSystem``
+        configured from ``properties`` (endpoint override for MinIO or moto, keys,
+        region, path-style addressing).
+        """
+        from pyarrow import fs as pafs
+
+        if self.warehouse.startswith(("s3://", "s3a://")):
+            p = self.properties
+            endpoint = p.get("s3.endpoint")
+            scheme = None
+            if endpoint and "://" in endpoint:
+                scheme, endpoint = endpoint.split("://", 1)
+            s3 = pafs.S3FileSystem(
+                access_key=p.get("s3.access-key-id"),
+                secret_key=p.get("s3.secret-access-key"),
+                region=p.get("s3.region") or None,
+                endpoint_override=endpoint,
+                scheme=scheme or "https",
+                force_virtual_addressing=p.get("s3.force-virtual-addressing") == "true",
+            )
+            return s3, fs_path(self.warehouse)
+        return pafs.LocalFileSystem(), fs_path(self.warehouse)
+
+
+def fs_path(uri: str) -> str:
+    """A warehouse URI as a path of :meth:`StorageOptions.filesystem`'s filesystem:
+    ``s3://bucket/key`` -> ``bucket/key``, ``file:///a/b`` -> ``/a/b``."""
+    from urllib.parse import unquote, urlparse
+
+    if uri.startswith(("s3://", "s3a://")):
+        return uri.split("://", 1)[1]
+    if uri.startswith("file:"):
+        return unquote(urlparse(uri).path)
+    return uri
+
+
+def write_data_file(
+    options: StorageOptions, folder: str, rows: pa.Table, file_schema: pa.Schema
+) -> DataFile:
+    """Write ``rows`` (one partition, any order) as one Parquet data file in ``folder``
+    (a :meth:`ColdTable.data_location`), sorted by offset and in ``file_schema``
+    (:meth:`ColdTable.file_schema`, which carries the Iceberg field ids), and return
+    its description for :meth:`ColdTable.commit_tiered`. Pure pyarrow: runs in a Spark
+    task without pyiceberg or a catalog."""
+    import uuid
+
+    import pyarrow.parquet as pq
+
+    if rows.num_rows == 0:
+        raise ValueError("a data file needs at least one row")
+    rows = rows.sort_by("_offset")
+    parts = rows.column("_partition").unique()
+    if len(parts) != 1:
+        raise ValueError(f"a data file holds one partition, got {parts.to_pylist()}")
+    rows = rows.select(file_schema.names).cast(file_schema)
+    filesystem, _ = options.filesystem()
+    path = f"{folder.rstrip('/')}/{uuid.uuid4().hex}.parquet"
+    target = fs_path(path)
+    if not folder.startswith(("s3://", "s3a://")):
+        filesystem.create_dir(fs_path(folder), recursive=True)
+    with filesystem.open_output_stream(target) as out:
+        pq.write_table(rows, out, compression="zstd")
+    offsets = rows.column("_offset")
+    return DataFile(
+        path=path,
+        partition=int(parts[0].as_py()),
+        record_count=rows.num_rows,
+        file_size_bytes=int(filesystem.get_file_info(target).size),
+        min_offset=int(offsets[0].as_py()),
+        max_offset=int(offsets[-1].as_py()),
+    )
 
 
 class ColdTable(ABC):
@@ -152,6 +225,12 @@ class ColdTable(ABC):
     @abstractmethod
     def data_location(self, partition: int) -> str:
         """Folder (URI) where tasks write new data files of ``partition``."""
+
+    def file_schema(self) -> pa.Schema:
+        """The Arrow schema data files are written in (Iceberg physical types, with
+        ``PARQUET:field_id`` metadata so any Iceberg reader resolves columns by id).
+        Addition to the original interface: used by :func:`write_data_file`."""
+        raise NotImplementedError
 
 
 class ColdStore(ABC):
