@@ -250,6 +250,28 @@ class ColdStore(ABC):
             InvalidSchema: a type Iceberg cannot store losslessly.
         """
 
+    def check_schema(self, schema: pa.Schema) -> None:  # noqa: B027 - optional hook
+        """Refuse a user schema this store cannot hold losslessly (called before any
+        metadata is written). Addition to the original interface.
+
+        Raises:
+            InvalidSchema: with the offending column.
+        """
+
+    def parse_filter(self, text: str | None, stored: pa.Schema) -> Any:
+        """A scan filter from its text form, checked against ``stored``; None for no
+        filter. Addition to the original interface.
+
+        Raises:
+            InvalidRequest: unparsable, or naming an unknown column.
+        """
+        raise NotImplementedError
+
+    def arrow_filter(self, expr: Any, stored: pa.Schema) -> Any:
+        """``expr`` (from :meth:`parse_filter`) as a ``pyarrow.compute.Expression`` over
+        ``stored`` rows (the hot side of a scan). Addition to the original interface."""
+        raise NotImplementedError
+
     @abstractmethod
     def table(self, table: TableDef) -> ColdTable:
         """The Iceberg table of an existing stream-table."""

@@ -71,6 +71,9 @@ TABLE_PROPERTIES = {
     "write.metadata.metrics.column._partition": "full",
     "write.metadata.metrics.column._offset": "full",
     "tidegate.layout": "1",
+    # No silent re-apply of a conflicting commit by pyiceberg: commit_tiered must raise
+    # CommitConflict so the tiering job re-plans (else a racing run commits twice).
+    "commit.retry.num-retries": "0",
 }
 
 
@@ -205,10 +208,12 @@ def filter_to_arrow(expr: Any, stored: pa.Schema) -> pc.Expression | None:
     """The Arrow compute expression of an Iceberg filter (for the hot side of a scan)."""
     if expr is None:
         return None
+    from pyiceberg.expressions.visitors import bind
     from pyiceberg.io.pyarrow import expression_to_pyarrow
 
     user = pa.schema([f for f in stored if not f.name.startswith("_")])
-    return expression_to_pyarrow(expr, arrow_to_iceberg(user))
+    ice = arrow_to_iceberg(user)
+    return expression_to_pyarrow(bind(ice, expr, case_sensitive=True), ice)
 
 
 # --------------------------------------------------------------------------------------
@@ -317,10 +322,10 @@ class IcebergColdTable(ColdTable):
         from pyiceberg.expressions import And, EqualTo, GreaterThanOrEqual, LessThan
 
         expr = And(
-            EqualTo(PARTITION_COLUMN, partition),  # type: ignore[call-arg]
+            EqualTo(PARTITION_COLUMN, partition),  # type: ignore[call-arg,misc]
             And(
-                GreaterThanOrEqual(OFFSET_COLUMN, from_offset),  # type: ignore[call-arg]
-                LessThan(OFFSET_COLUMN, to_offset),  # type: ignore[call-arg]
+                GreaterThanOrEqual(OFFSET_COLUMN, from_offset),  # type: ignore[call-arg,misc]
+                LessThan(OFFSET_COLUMN, to_offset),  # type: ignore[call-arg,misc]
             ),
         )
         oid = self._offset_id()
@@ -543,6 +548,15 @@ class IcebergColdStore(ColdStore):
             properties=props,
         )
         return IcebergColdTable(self, self._identifier(table), schema)
+
+    def check_schema(self, schema: pa.Schema) -> None:
+        arrow_to_iceberg(schema)
+
+    def parse_filter(self, text: str | None, stored: pa.Schema) -> Any:
+        return parse_filter(text, stored)
+
+    def arrow_filter(self, expr: Any, stored: pa.Schema) -> Any:
+        return filter_to_arrow(expr, stored)
 
     def table(self, table: TableDef) -> IcebergColdTable:
         from gateway.schema import parse_fields

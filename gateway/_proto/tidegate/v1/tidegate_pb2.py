@@ -24,7 +24,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n)gateway/_proto/tidegate/v1/tidegate.proto\x12\x0btidegate.v1\"5\n\x05\x46ield\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0c\n\x04type\x18\x02 \x01(\t\x12\x10\n\x08nullable\x18\x03 \x01(\x08\"+\n\x08TableRef\x12\x11\n\tnamespace\x18\x01 \x01(\t\x12\x0c\n\x04name\x18\x02 \x01(\t\"\x87\x01\n\x12\x43reateTableRequest\x12$\n\x05table\x18\x01 \x01(\x0b\x32\x15.tidegate.v1.TableRef\x12\"\n\x06\x66ields\x18\x02 \x03(\x0b\x32\x12.tidegate.v1.Field\x12\x12\n\npartitions\x18\x03 \x01(\x05\x12\x13\n\x0bkey_columns\x18\x04 \x03(\t\"\x80\x01\n\rPartitionInfo\x12\x11\n\tpartition\x18\x01 \x01(\x05\x12\x17\n\x0f\x65\x61rliest_offset\x18\x02 \x01(\x03\x12\x16\n\x0ehigh_watermark\x18\x03 \x01(\x03\x12\x18\n\x10tiered_watermark\x18\x04 \x01(\x03\x12\x11\n\thot_bytes\x18\x05 \x01(\x03\"\xdb\x01\n\tTableInfo\x12$\n\x05table\x18\x01 \x01(\x0b\x32\x15.tidegate.v1.TableRef\x12\x10\n\x08table_id\x18\x02 \x01(\t\x12\"\n\x06\x66ields\x18\x03 \x03(\x0b\x32\x12.tidegate.v1.Field\x12\x12\n\npartitions\x18\x04 \x01(\x05\x12\x13\n\x0bkey_columns\x18\x05 \x03(\t\x12\x32\n\x0epartition_info\x18\x06 \x03(\x0b\x32\x1a.tidegate.v1.PartitionInfo\x12\x15\n\rcreated_at_ms\x18\x07 \x01(\x03\"<\n\x14\x44\x65scribeTableRequest\x12$\n\x05table\x18\x01 \x01(\x0b\x32\x15.tidegate.v1.TableRef\"&\n\x11ListTablesRequest\x12\x11\n\tnamespace\x18\x01 \x01(\t\"<\n\x12ListTablesResponse\x12&\n\x06tables\x18\x01 \x03(\x0b\x32\x16.tidegate.v1.TableInfo\"8\n\x10\x44ropTableRequest\x12$\n\x05table\x18\x01 \x01(\x0b\x32\x15.tidegate.v1.TableRef\"\x13\n\x11\x44ropTableResponse\"\xa7\x01\n\rAppendRequest\x12$\n\x05table\x18\x01 \x01(\x0b\x32\x15.tidegate.v1.TableRef\x12\x11\n\tarrow_ipc\x18\x02 \x01(\x0c\x12\x16\n\tpartition\x18\x03 \x01(\x05H\x00\x88\x01\x01\x12\x13\n\x0bproducer_id\x18\x04 \x01(\t\x12\x15\n\x08sequence\x18\x05 \x01(\x03H\x01\x88\x01\x01\x42\x0c\n\n_partitionB\x0b\n\t_sequence\"W\n\x0b\x41ppendRange\x12\x11\n\tpartition\x18\x01 \x01(\x05\x12\x13\n\x0b\x62\x61se_offset\x18\x02 \x01(\x03\x12\r\n\x05\x63ount\x18\x03 \x01(\x03\x12\x11\n\tduplicate\x18\x04 \x01(\x08\":\n\x0e\x41ppendResponse\x12(\n\x06ranges\x18\x01 \x03(\x0b\x32\x18.tidegate.v1.AppendRange\"U\n\x13\x41ppendStreamRequest\x12\x12\n\nrequest_id\x18\x01 \x01(\x04\x12*\n\x06\x61ppend\x18\x02 \x01(\x0b\x32\x1a.tidegate.v1.AppendRequest\"\xb3\x01\n\x05\x45rror\x12\x0c\n\x04\x63ode\x18\x01 \x01(\x05\x12\x0e\n\x06reason\x18\x02 \x01(\t\x12\x0f\n\x07message\x18\x03 \x01(\t\x12\x32\n\x08metadata\x18\x04 \x03(\x0b\x32 .tidegate.v1.Error.MetadataEntry\x12\x16\n\x0eretry_after_ms\x18\x05 \x01(\x03\x1a/\n\rMetadataEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"\x84\x01\n\x14\x41ppendStreamResponse\x12\x12\n\nrequest_id\x18\x01 \x01(\x04\x12)\n\x02ok\x18\x02 \x01(\x0b\x32\x1b.tidegate.v1.AppendResponseH\x00\x12#\n\x05\x65rror\x18\x03 \x01(\x0b\x32\x12.tidegate.v1.ErrorH\x00\x42\x08\n\x06result\"\x8e\x01\n\x0bReadRequest\x12$\n\x05table\x18\x01 \x01(\x0b\x32\x15.tidegate.v1.TableRef\x12\x11\n\tpartition\x18\x02 \x01(\x05\x12\x0e\n\x06offset\x18\x03 \x01(\x03\x12\x13\n\x0bmax_records\x18\x04 \x01(\x03\x12\x11\n\tmax_bytes\x18\x05 \x01(\x03\x12\x0e\n\x06\x66ollow\x18\x06 \x01(\x08\"N\n\x0cReadResponse\x12\x11\n\tarrow_ipc\x18\x01 \x01(\x0c\x12\x13\n\x0bnext_offset\x18\x02 \x01(\x03\x12\x16\n\x0ehigh_watermark\x18\x03 \x01(\x03\x32\x94\x04\n\x08Tidegate\x12\x46\n\x0b\x43reateTable\x12\x1f.tidegate.v1.CreateTableRequest\x1a\x16.tidegate.v1.TableInfo\x12J\n\rDescribeTable\x12!.tidegate.v1.DescribeTableRequest\x1a\x16.tidegate.v1.TableInfo\x12M\n\nListTables\x12\x1e.tidegate.v1.ListTablesRequest\x1a\x1f.tidegate.v1.ListTablesResponse\x12J\n\tDropTable\x12\x1d.tidegate.v1.DropTableRequest\x1a\x1e.tidegate.v1.DropTableResponse\x12\x41\n\x06\x41ppend\x12\x1a.tidegate.v1.AppendRequest\x1a\x1b.tidegate.v1.AppendResponse\x12W\n\x0c\x41ppendStream\x12 .tidegate.v1.AppendStreamRequest\x1a!.tidegate.v1.AppendStreamResponse(\x01\x30\x01\x12=\n\x04Read\x12\x18.tidegate.v1.ReadRequest\x1a\x19.tidegate.v1.ReadResponse0\x01\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n)gateway/_proto/tidegate/v1/tidegate.proto\x12\x0btidegate.v1\"5\n\x05\x46ield\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0c\n\x04type\x18\x02 \x01(\t\x12\x10\n\x08nullable\x18\x03 \x01(\x08\"+\n\x08TableRef\x12\x11\n\tnamespace\x18\x01 \x01(\t\x12\x0c\n\x04name\x18\x02 \x01(\t\"\x87\x01\n\x12\x43reateTableRequest\x12$\n\x05table\x18\x01 \x01(\x0b\x32\x15.tidegate.v1.TableRef\x12\"\n\x06\x66ields\x18\x02 \x03(\x0b\x32\x12.tidegate.v1.Field\x12\x12\n\npartitions\x18\x03 \x01(\x05\x12\x13\n\x0bkey_columns\x18\x04 \x03(\t\"\xa8\x01\n\rPartitionInfo\x12\x11\n\tpartition\x18\x01 \x01(\x05\x12\x17\n\x0f\x65\x61rliest_offset\x18\x02 \x01(\x03\x12\x16\n\x0ehigh_watermark\x18\x03 \x01(\x03\x12\x18\n\x10tiered_watermark\x18\x04 \x01(\x03\x12\x11\n\thot_bytes\x18\x05 \x01(\x03\x12\x13\n\x0blag_records\x18\x06 \x01(\x03\x12\x11\n\tlag_bytes\x18\x07 \x01(\x03\"\xdb\x01\n\tTableInfo\x12$\n\x05table\x18\x01 \x01(\x0b\x32\x15.tidegate.v1.TableRef\x12\x10\n\x08table_id\x18\x02 \x01(\t\x12\"\n\x06\x66ields\x18\x03 \x03(\x0b\x32\x12.tidegate.v1.Field\x12\x12\n\npartitions\x18\x04 \x01(\x05\x12\x13\n\x0bkey_columns\x18\x05 \x03(\t\x12\x32\n\x0epartition_info\x18\x06 \x03(\x0b\x32\x1a.tidegate.v1.PartitionInfo\x12\x15\n\rcreated_at_ms\x18\x07 \x01(\x03\"<\n\x14\x44\x65scribeTableRequest\x12$\n\x05table\x18\x01 \x01(\x0b\x32\x15.tidegate.v1.TableRef\"&\n\x11ListTablesRequest\x12\x11\n\tnamespace\x18\x01 \x01(\t\"<\n\x12ListTablesResponse\x12&\n\x06tables\x18\x01 \x03(\x0b\x32\x16.tidegate.v1.TableInfo\"8\n\x10\x44ropTableRequest\x12$\n\x05table\x18\x01 \x01(\x0b\x32\x15.tidegate.v1.TableRef\"\x13\n\x11\x44ropTableResponse\"\xa7\x01\n\rAppendRequest\x12$\n\x05table\x18\x01 \x01(\x0b\x32\x15.tidegate.v1.TableRef\x12\x11\n\tarrow_ipc\x18\x02 \x01(\x0c\x12\x16\n\tpartition\x18\x03 \x01(\x05H\x00\x88\x01\x01\x12\x13\n\x0bproducer_id\x18\x04 \x01(\t\x12\x15\n\x08sequence\x18\x05 \x01(\x03H\x01\x88\x01\x01\x42\x0c\n\n_partitionB\x0b\n\t_sequence\"W\n\x0b\x41ppendRange\x12\x11\n\tpartition\x18\x01 \x01(\x05\x12\x13\n\x0b\x62\x61se_offset\x18\x02 \x01(\x03\x12\r\n\x05\x63ount\x18\x03 \x01(\x03\x12\x11\n\tduplicate\x18\x04 \x01(\x08\":\n\x0e\x41ppendResponse\x12(\n\x06ranges\x18\x01 \x03(\x0b\x32\x18.tidegate.v1.AppendRange\"U\n\x13\x41ppendStreamRequest\x12\x12\n\nrequest_id\x18\x01 \x01(\x04\x12*\n\x06\x61ppend\x18\x02 \x01(\x0b\x32\x1a.tidegate.v1.AppendRequest\"\xb3\x01\n\x05\x45rror\x12\x0c\n\x04\x63ode\x18\x01 \x01(\x05\x12\x0e\n\x06reason\x18\x02 \x01(\t\x12\x0f\n\x07message\x18\x03 \x01(\t\x12\x32\n\x08metadata\x18\x04 \x03(\x0b\x32 .tidegate.v1.Error.MetadataEntry\x12\x16\n\x0eretry_after_ms\x18\x05 \x01(\x03\x1a/\n\rMetadataEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"\x84\x01\n\x14\x41ppendStreamResponse\x12\x12\n\nrequest_id\x18\x01 \x01(\x04\x12)\n\x02ok\x18\x02 \x01(\x0b\x32\x1b.tidegate.v1.AppendResponseH\x00\x12#\n\x05\x65rror\x18\x03 \x01(\x0b\x32\x12.tidegate.v1.ErrorH\x00\x42\x08\n\x06result\"\x8e\x01\n\x0bReadRequest\x12$\n\x05table\x18\x01 \x01(\x0b\x32\x15.tidegate.v1.TableRef\x12\x11\n\tpartition\x18\x02 \x01(\x05\x12\x0e\n\x06offset\x18\x03 \x01(\x03\x12\x13\n\x0bmax_records\x18\x04 \x01(\x03\x12\x11\n\tmax_bytes\x18\x05 \x01(\x03\x12\x0e\n\x06\x66ollow\x18\x06 \x01(\x08\"N\n\x0cReadResponse\x12\x11\n\tarrow_ipc\x18\x01 \x01(\x0c\x12\x13\n\x0bnext_offset\x18\x02 \x01(\x03\x12\x16\n\x0ehigh_watermark\x18\x03 \x01(\x03\"\x81\x01\n\x0bScanRequest\x12$\n\x05table\x18\x01 \x01(\x0b\x32\x15.tidegate.v1.TableRef\x12\x0f\n\x07\x63olumns\x18\x02 \x03(\t\x12\x0e\n\x06\x66ilter\x18\x03 \x01(\t\x12\r\n\x05\x61s_of\x18\x04 \x01(\t\x12\x12\n\x05limit\x18\x05 \x01(\x03H\x00\x88\x01\x01\x42\x08\n\x06_limit\"6\n\x0cScanResponse\x12\x11\n\tarrow_ipc\x18\x01 \x01(\x0c\x12\x13\n\x0bsnapshot_id\x18\x02 \x01(\x03\"V\n\x0fPlanReadRequest\x12$\n\x05table\x18\x01 \x01(\x0b\x32\x15.tidegate.v1.TableRef\x12\x0e\n\x06\x66ilter\x18\x02 \x01(\t\x12\r\n\x05\x61s_of\x18\x03 \x01(\t\"\x9f\x01\n\x0fPlannedDataFile\x12\x0b\n\x03url\x18\x01 \x01(\t\x12\x11\n\tpartition\x18\x02 \x01(\x05\x12\x14\n\x0crecord_count\x18\x03 \x01(\x03\x12\x17\n\x0f\x66ile_size_bytes\x18\x04 \x01(\x03\x12\x12\n\nmin_offset\x18\x05 \x01(\x03\x12\x12\n\nmax_offset\x18\x06 \x01(\x03\x12\x15\n\rexpires_at_ms\x18\x07 \x01(\x03\"E\n\x08HotRange\x12\x11\n\tpartition\x18\x01 \x01(\x05\x12\x13\n\x0b\x66rom_offset\x18\x02 \x01(\x03\x12\x11\n\tto_offset\x18\x03 \x01(\x03\"\x95\x01\n\x10PlanReadResponse\x12\x13\n\x0bsnapshot_id\x18\x01 \x01(\x03\x12+\n\x05\x66iles\x18\x02 \x03(\x0b\x32\x1c.tidegate.v1.PlannedDataFile\x12)\n\nhot_ranges\x18\x03 \x03(\x0b\x32\x15.tidegate.v1.HotRange\x12\x14\n\x0c\x61rrow_schema\x18\x04 \x01(\x0c\x32\x9c\x05\n\x08Tidegate\x12\x46\n\x0b\x43reateTable\x12\x1f.tidegate.v1.CreateTableRequest\x1a\x16.tidegate.v1.TableInfo\x12J\n\rDescribeTable\x12!.tidegate.v1.DescribeTableRequest\x1a\x16.tidegate.v1.TableInfo\x12M\n\nListTables\x12\x1e.tidegate.v1.ListTablesRequest\x1a\x1f.tidegate.v1.ListTablesResponse\x12J\n\tDropTable\x12\x1d.tidegate.v1.DropTableRequest\x1a\x1e.tidegate.v1.DropTableResponse\x12\x41\n\x06\x41ppend\x12\x1a.tidegate.v1.AppendRequest\x1a\x1b.tidegate.v1.AppendResponse\x12W\n\x0c\x41ppendStream\x12 .tidegate.v1.AppendStreamRequest\x1a!.tidegate.v1.AppendStreamResponse(\x01\x30\x01\x12=\n\x04Read\x12\x18.tidegate.v1.ReadRequest\x1a\x19.tidegate.v1.ReadResponse0\x01\x12=\n\x04Scan\x12\x18.tidegate.v1.ScanRequest\x1a\x19.tidegate.v1.ScanResponse0\x01\x12G\n\x08PlanRead\x12\x1c.tidegate.v1.PlanReadRequest\x1a\x1d.tidegate.v1.PlanReadResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -40,37 +40,49 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_CREATETABLEREQUEST']._serialized_start=159
   _globals['_CREATETABLEREQUEST']._serialized_end=294
   _globals['_PARTITIONINFO']._serialized_start=297
-  _globals['_PARTITIONINFO']._serialized_end=425
-  _globals['_TABLEINFO']._serialized_start=428
-  _globals['_TABLEINFO']._serialized_end=647
-  _globals['_DESCRIBETABLEREQUEST']._serialized_start=649
-  _globals['_DESCRIBETABLEREQUEST']._serialized_end=709
-  _globals['_LISTTABLESREQUEST']._serialized_start=711
-  _globals['_LISTTABLESREQUEST']._serialized_end=749
-  _globals['_LISTTABLESRESPONSE']._serialized_start=751
-  _globals['_LISTTABLESRESPONSE']._serialized_end=811
-  _globals['_DROPTABLEREQUEST']._serialized_start=813
-  _globals['_DROPTABLEREQUEST']._serialized_end=869
-  _globals['_DROPTABLERESPONSE']._serialized_start=871
-  _globals['_DROPTABLERESPONSE']._serialized_end=890
-  _globals['_APPENDREQUEST']._serialized_start=893
-  _globals['_APPENDREQUEST']._serialized_end=1060
-  _globals['_APPENDRANGE']._serialized_start=1062
-  _globals['_APPENDRANGE']._serialized_end=1149
-  _globals['_APPENDRESPONSE']._serialized_start=1151
-  _globals['_APPENDRESPONSE']._serialized_end=1209
-  _globals['_APPENDSTREAMREQUEST']._serialized_start=1211
-  _globals['_APPENDSTREAMREQUEST']._serialized_end=1296
-  _globals['_ERROR']._serialized_start=1299
-  _globals['_ERROR']._serialized_end=1478
-  _globals['_ERROR_METADATAENTRY']._serialized_start=1431
-  _globals['_ERROR_METADATAENTRY']._serialized_end=1478
-  _globals['_APPENDSTREAMRESPONSE']._serialized_start=1481
-  _globals['_APPENDSTREAMRESPONSE']._serialized_end=1613
-  _globals['_READREQUEST']._serialized_start=1616
-  _globals['_READREQUEST']._serialized_end=1758
-  _globals['_READRESPONSE']._serialized_start=1760
-  _globals['_READRESPONSE']._serialized_end=1838
-  _globals['_TIDEGATE']._serialized_start=1841
-  _globals['_TIDEGATE']._serialized_end=2373
+  _globals['_PARTITIONINFO']._serialized_end=465
+  _globals['_TABLEINFO']._serialized_start=468
+  _globals['_TABLEINFO']._serialized_end=687
+  _globals['_DESCRIBETABLEREQUEST']._serialized_start=689
+  _globals['_DESCRIBETABLEREQUEST']._serialized_end=749
+  _globals['_LISTTABLESREQUEST']._serialized_start=751
+  _globals['_LISTTABLESREQUEST']._serialized_end=789
+  _globals['_LISTTABLESRESPONSE']._serialized_start=791
+  _globals['_LISTTABLESRESPONSE']._serialized_end=851
+  _globals['_DROPTABLEREQUEST']._serialized_start=853
+  _globals['_DROPTABLEREQUEST']._serialized_end=909
+  _globals['_DROPTABLERESPONSE']._serialized_start=911
+  _globals['_DROPTABLERESPONSE']._serialized_end=930
+  _globals['_APPENDREQUEST']._serialized_start=933
+  _globals['_APPENDREQUEST']._serialized_end=1100
+  _globals['_APPENDRANGE']._serialized_start=1102
+  _globals['_APPENDRANGE']._serialized_end=1189
+  _globals['_APPENDRESPONSE']._serialized_start=1191
+  _globals['_APPENDRESPONSE']._serialized_end=1249
+  _globals['_APPENDSTREAMREQUEST']._serialized_start=1251
+  _globals['_APPENDSTREAMREQUEST']._serialized_end=1336
+  _globals['_ERROR']._serialized_start=1339
+  _globals['_ERROR']._serialized_end=1518
+  _globals['_ERROR_METADATAENTRY']._serialized_start=1471
+  _globals['_ERROR_METADATAENTRY']._serialized_end=1518
+  _globals['_APPENDSTREAMRESPONSE']._serialized_start=1521
+  _globals['_APPENDSTREAMRESPONSE']._serialized_end=1653
+  _globals['_READREQUEST']._serialized_start=1656
+  _globals['_READREQUEST']._serialized_end=1798
+  _globals['_READRESPONSE']._serialized_start=1800
+  _globals['_READRESPONSE']._serialized_end=1878
+  _globals['_SCANREQUEST']._serialized_start=1881
+  _globals['_SCANREQUEST']._serialized_end=2010
+  _globals['_SCANRESPONSE']._serialized_start=2012
+  _globals['_SCANRESPONSE']._serialized_end=2066
+  _globals['_PLANREADREQUEST']._serialized_start=2068
+  _globals['_PLANREADREQUEST']._serialized_end=2154
+  _globals['_PLANNEDDATAFILE']._serialized_start=2157
+  _globals['_PLANNEDDATAFILE']._serialized_end=2316
+  _globals['_HOTRANGE']._serialized_start=2318
+  _globals['_HOTRANGE']._serialized_end=2387
+  _globals['_PLANREADRESPONSE']._serialized_start=2390
+  _globals['_PLANREADRESPONSE']._serialized_end=2539
+  _globals['_TIDEGATE']._serialized_start=2542
+  _globals['_TIDEGATE']._serialized_end=3210
 # @@protoc_insertion_point(module_scope)
