@@ -152,6 +152,8 @@ class PartitionInfo(BaseModel):
     high_watermark: int = Field(description="Next offset to be assigned.")
     tiered_watermark: int = Field(description="Every offset below this is in Iceberg.")
     hot_bytes: int = Field(description="Bytes held by the hot tier.")
+    lag_records: int = Field(description="Records not yet tiered (HW - T).")
+    lag_bytes: int = Field(description="Estimated hot bytes of the records not yet tiered.")
 
 
 class TableDescription(BaseModel):
@@ -245,6 +247,8 @@ def _describe(view: TableView, *, with_partitions: bool) -> dict[str, Any]:
                 "high_watermark": p.high_watermark,
                 "tiered_watermark": p.tiered_watermark,
                 "hot_bytes": p.hot_bytes,
+                "lag_records": p.lag_records,
+                "lag_bytes": p.lag_bytes,
             }
             for p in view.partitions
         ]
