@@ -18,7 +18,8 @@ decimal128(p, s)            decimal(p, s)              decimal128(p, s)
 list<T>, struct<...>        list, struct               same, recursively
 ==========================  =========================  ==============================
 
-Field ids are assigned depth-first in schema order, then the system columns; they never
+Field ids are assigned as a catalog does at create (top-level columns in order, the
+system columns last among them, then nested fields); they never
 change for a table (no schema evolution yet). Data files carry the ids in their Parquet
 schema, and the table has a default name mapping too, so files written without ids
 (plain pyarrow) resolve by name.
@@ -148,7 +149,7 @@ def arrow_to_iceberg(user: pa.Schema) -> Schema:
         InvalidSchema: a type that would not round-trip value for value.
     """
     from pyiceberg import types as it
-    from pyiceberg.schema import Schema
+    from pyiceberg.schema import Schema, assign_fresh_schema_ids
 
     ids = _Ids()
     fields = []
@@ -160,7 +161,9 @@ def arrow_to_iceberg(user: pa.Schema) -> Schema:
     fields.append(it.NestedField(ids(), PARTITION_COLUMN, it.IntegerType(), True))
     fields.append(it.NestedField(ids(), OFFSET_COLUMN, it.LongType(), True))
     fields.append(it.NestedField(ids(), "_timestamp", it.TimestamptzType(), True))
-    return Schema(*fields)
+    # The ids a catalog assigns at create (top-level fields first, then nested ones), so
+    # this function and the table agree on every id.
+    return assign_fresh_schema_ids(Schema(*fields))
 
 
 def _cast(batch: pa.RecordBatch | pa.Table, target: pa.Schema) -> pa.RecordBatch:
@@ -360,25 +363,32 @@ class IcebergColdTable(ColdTable):
     ) -> Iterator[pa.RecordBatch]:
         if snap.snapshot_id is None or limit == 0:
             return
-        from pyiceberg.expressions import AlwaysTrue
-
+        # pyiceberg plans the files (manifest pruning by partition value and column
+        # bounds); the files are read with pyarrow directly, as in read_range, because
+        # pyiceberg's Arrow projection turns a null list<struct> into an empty list.
         names = list(columns) if columns is not None else self.stored_schema.names
         target = pa.schema([self.stored_schema.field(n) for n in names])
-        scan = self._load().scan(
-            row_filter=row_filter if row_filter is not None else AlwaysTrue(),
-            selected_fields=tuple(names) if names else ("*",),
-            snapshot_id=snap.snapshot_id,
-            limit=limit,
-        )
+        arrow_filter = filter_to_arrow(row_filter, self.stored_schema)
+        read_cols = self.stored_schema.names if arrow_filter is not None else names
+        filesystem, _ = self.store.storage_options().filesystem()
         left = limit
-        for batch in scan.to_arrow_batch_reader():
+        tasks = sorted(
+            self._tasks(snap, row_filter),
+            key=lambda t: (int(t.file.partition[0]), str(t.file.file_path)),
+        )
+        for task in tasks:
+            with filesystem.open_input_file(fs_path(str(task.file.file_path))) as source:
+                data = pq.read_table(source, columns=read_cols)
+            if arrow_filter is not None:
+                data = data.filter(arrow_filter)
+            data = data.sort_by(OFFSET_COLUMN) if OFFSET_COLUMN in data.column_names else data
             if left is not None:
-                if left <= 0:
-                    return
-                batch = batch.slice(0, left)
-                left -= batch.num_rows
-            if batch.num_rows:
-                yield _cast(batch, target)
+                data = data.slice(0, left)
+                left -= data.num_rows
+            if data.num_rows:
+                yield _cast(data.select(names), target)
+            if left is not None and left <= 0:
+                return
 
     def plan(self, snap: ColdSnapshot, row_filter: Any = None) -> list[PlannedFile]:
         oid = self._offset_id() if snap.snapshot_id is not None else 0
