@@ -3,8 +3,6 @@ SQL catalog on SQLite with a local warehouse, and one local[2] SparkSession per 
 
 from __future__ import annotations
 
-import os
-import sys
 import time
 import uuid
 from collections.abc import Iterator, Sequence
@@ -97,18 +95,3 @@ def harness(hot_kind: str, tmp_path: Path, request: pytest.FixtureRequest) -> It
         yield h
     finally:
         h.close()
-
-
-@pytest.fixture(scope="session")
-def spark() -> Iterator[Any]:
-    """The session's one local[2] SparkSession."""
-    os.environ["PYSPARK_PYTHON"] = sys.executable
-    os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
-    from tiering.spark import spark_session
-
-    session = spark_session("local[2]", "tidegate-tests")
-    session.sparkContext.setLogLevel("ERROR")
-    try:
-        yield session
-    finally:
-        session.stop()
