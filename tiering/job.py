@@ -22,9 +22,15 @@ RunnerName = Literal["local", "spark"]
 
 def make_runner(c: Components, kind: RunnerName, master: str | None = None) -> Runner:
     if kind == "spark":
+        import os
+
         from tiering.spark import SparkRunner, spark_session
 
-        return SparkRunner(c.settings, spark_session(master or c.settings.tiering.master))
+        if master is None and not os.environ.get("PYSPARK_GATEWAY_PORT"):
+            master = c.settings.tiering.master
+        # Under spark-submit (its JVM gateway is there) and no explicit master, the
+        # application's --master wins.
+        return SparkRunner(c.settings, spark_session(master))
     return LocalRunner(c)
 
 

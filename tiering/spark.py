@@ -28,17 +28,20 @@ _HOT: dict[str, HotLog] = {}
 _HOT_LOCK = threading.Lock()
 
 
-def spark_session(master: str = "local[2]", app_name: str = "tidegate-tiering") -> Any:
-    """A SparkSession fit for tiering (the active one when there is one)."""
+def spark_session(master: str | None = "local[2]", app_name: str = "tidegate-tiering") -> Any:
+    """A SparkSession fit for tiering (the active one when there is one). ``master=None``
+    leaves the master to ``spark-submit --master``."""
     try:
         from pyspark.sql import SparkSession
     except ImportError as exc:  # pragma: no cover - depends on the install
         raise RuntimeError(f"the Spark runner needs pip install 'tidegate[spark]' ({exc})") from exc
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    builder = SparkSession.builder
+    if master is not None:
+        builder = builder.master(master)
     return (
-        SparkSession.builder.master(master)
-        .appName(app_name)
+        builder.appName(app_name)
         .config("spark.scheduler.mode", "FAIR")
         .config("spark.sql.parquet.outputTimestampType", "TIMESTAMP_MICROS")
         .config("spark.ui.enabled", "false")
