@@ -112,6 +112,12 @@ class ColdConfig(_Section):
     presign_expiry_s: int = Field(
         3600, ge=1, le=7 * 24 * 3600, description="Lifetime of presigned URLs in read plans."
     )
+    snapshot_cache_ms: int = Field(
+        500,
+        ge=0,
+        description="How long stream reads reuse a table's current snapshot (keep it far "
+        "below tiering.hot_retention_s); scans and plans always pin afresh.",
+    )
 
 
 class MetadataConfig(_Section):

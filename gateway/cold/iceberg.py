@@ -247,16 +247,31 @@ class IcebergColdTable(ColdTable):
         self.identifier = identifier
         self.user_schema = user_schema
         self.stored_schema = system_schema(user_schema)
+        self._cached: Table | None = None
 
     def _load(self) -> Table:
         from pyiceberg.exceptions import NoSuchTableError
 
         try:
-            return self.store.catalog.load_table(self.identifier)
+            table = self.store.catalog.load_table(self.identifier)
         except NoSuchTableError as exc:
             raise SnapshotNotFound(
                 f"the Iceberg table {'.'.join(self.identifier)} does not exist"
             ) from exc
+        self._cached = table
+        return table
+
+    def _load_for(self, snap: ColdSnapshot) -> Table:
+        """The table metadata holding ``snap``: the last loaded one when it does (a
+        snapshot never changes once committed), else freshly loaded."""
+        cached = self._cached
+        if (
+            cached is not None
+            and snap.snapshot_id is not None
+            and cached.snapshot_by_id(snap.snapshot_id) is not None
+        ):
+            return cached
+        return self._load()
 
     @property
     def metadata_location(self) -> str:
@@ -265,7 +280,7 @@ class IcebergColdTable(ColdTable):
 
     @property
     def location(self) -> str:
-        return str(self._load().location())
+        return str((self._cached or self._load()).location())  # never changes
 
     def snapshot(self, as_of: int | dt.datetime | None = None) -> ColdSnapshot:
         table = self._load()
@@ -291,7 +306,7 @@ class IcebergColdTable(ColdTable):
             return []
         from pyiceberg.expressions import AlwaysTrue
 
-        scan = self._load().scan(
+        scan = self._load_for(snap).scan(
             row_filter=row_filter if row_filter is not None else AlwaysTrue(),
             snapshot_id=snap.snapshot_id,
         )
@@ -314,8 +329,8 @@ class IcebergColdTable(ColdTable):
             max_offset=int(hi),
         )
 
-    def _offset_id(self) -> int:
-        return int(self._load().schema().find_field(OFFSET_COLUMN).field_id)
+    def _offset_id(self, snap: ColdSnapshot) -> int:
+        return int(self._load_for(snap).schema().find_field(OFFSET_COLUMN).field_id)
 
     def files(
         self, snap: ColdSnapshot, partition: int, from_offset: int, to_offset: int
@@ -331,14 +346,14 @@ class IcebergColdTable(ColdTable):
                 LessThan(OFFSET_COLUMN, to_offset),  # type: ignore[call-arg,misc]
             ),
         )
-        oid = self._offset_id()
+        oid = self._offset_id(snap)
         out = [self._data_file(t.file, oid) for t in self._tasks(snap, expr)]
         return sorted(out, key=lambda d: (d.min_offset, d.path))
 
     def read_range(
         self, snap: ColdSnapshot, partition: int, from_offset: int, to_offset: int
     ) -> Iterator[pa.RecordBatch]:
-        filesystem, _ = self.store.storage_options().filesystem()
+        filesystem = self.store.filesystem()
         for f in self.files(snap, partition, from_offset, to_offset):
             lo, hi = max(from_offset, f.min_offset), min(to_offset, f.max_offset + 1)
             if hi <= lo:
@@ -370,7 +385,7 @@ class IcebergColdTable(ColdTable):
         target = pa.schema([self.stored_schema.field(n) for n in names])
         arrow_filter = filter_to_arrow(row_filter, self.stored_schema)
         read_cols = self.stored_schema.names if arrow_filter is not None else names
-        filesystem, _ = self.store.storage_options().filesystem()
+        filesystem = self.store.filesystem()
         left = limit
         tasks = sorted(
             self._tasks(snap, row_filter),
@@ -391,7 +406,7 @@ class IcebergColdTable(ColdTable):
                 return
 
     def plan(self, snap: ColdSnapshot, row_filter: Any = None) -> list[PlannedFile]:
-        oid = self._offset_id() if snap.snapshot_id is not None else 0
+        oid = self._offset_id(snap) if snap.snapshot_id is not None else 0
         files = [self._data_file(t.file, oid) for t in self._tasks(snap, row_filter)]
         files.sort(key=lambda d: (d.partition, d.min_offset, d.path))
         return [self.store.planned(f) for f in files]
@@ -437,7 +452,8 @@ class IcebergColdTable(ColdTable):
     def file_schema(self) -> pa.Schema:
         from pyiceberg.io.pyarrow import schema_to_pyarrow
 
-        arrow = schema_to_pyarrow(self._load().schema(), include_field_ids=True)
+        # No schema evolution yet: the schema never changes.
+        arrow = schema_to_pyarrow((self._cached or self._load()).schema(), include_field_ids=True)
         # Plain (not large) offsets: what Spark and DuckDB write too.
         return pa.schema([pa.field(f.name, _small(f.type), f.nullable, f.metadata) for f in arrow])
 
@@ -473,6 +489,7 @@ class IcebergColdStore(ColdStore):
         self.io_properties = dict(io_properties)
         self.presign_expiry_s = presign_expiry_s
         self._s3: Any = None
+        self._fs: Any = None
         self._lock = threading.Lock()
 
     @classmethod
@@ -591,6 +608,13 @@ class IcebergColdStore(ColdStore):
 
     def storage_options(self) -> StorageOptions:
         return StorageOptions(self.warehouse, self.io_properties)
+
+    def filesystem(self) -> Any:
+        """The warehouse's pyarrow filesystem, built once (thread-safe to share)."""
+        with self._lock:
+            if self._fs is None:
+                self._fs, _ = self.storage_options().filesystem()
+            return self._fs
 
     def _s3_client(self) -> Any:
         with self._lock:

@@ -213,6 +213,8 @@ class StreamTables:
         self.hot = hot
         #: The Iceberg tier; None serves the hot tier alone (``cold.enabled=false``).
         self.cold = cold
+        self._cold_tables: dict[str, ColdTable] = {}
+        self._snapshots: dict[str, tuple[float, ColdSnapshot]] = {}
         self._pool = ThreadPoolExecutor(settings.server.io_threads, thread_name_prefix="tg-io")
         self._tables: dict[tuple[str, str, str], tuple[float, TableView]] = {}
         self._round_robin: dict[str, itertools.count[int]] = {}
@@ -363,6 +365,7 @@ class StreamTables:
         """
         d = await self._run(self.meta.drop_table, tenant, namespace, name)
         self._tables.pop((tenant, namespace, name), None)
+        self._cold_tables.pop(d.table_id, None)
         cold = self.cold
 
         def drop_logs() -> None:
@@ -498,8 +501,34 @@ class StreamTables:
         return await self._read(table, part, offset, records, nbytes)
 
     def _cold_table(self, table: TableView) -> ColdTable:
+        """The table's cold handle, kept per table id (handles cache table metadata)."""
         assert self.cold is not None
-        return self.cold.table(table.definition)
+        d = table.definition
+        handle = self._cold_tables.get(d.table_id)
+        if handle is None:
+            if len(self._cold_tables) > 4096:
+                self._cold_tables.clear()
+            handle = self._cold_tables[d.table_id] = self.cold.table(d)
+        return handle
+
+    def _read_snapshot(self, table: TableView, cold: ColdTable) -> ColdSnapshot:
+        """The current snapshot for a stream read, reused for ``cold.snapshot_cache_ms``.
+
+        An older snapshot is still a consistent view: its ``T(p)`` is lower, and the hot
+        tier keeps records below the newest ``T(p)`` for ``hot_retention`` (far longer), so
+        the read finds them there."""
+        ttl = self.settings.cold.snapshot_cache_ms / 1000
+        key = table.definition.table_id
+        now = time.monotonic()
+        hit = self._snapshots.get(key)
+        if hit is not None and hit[0] > now:
+            return hit[1]
+        snap = cold.snapshot()
+        if ttl > 0:
+            if len(self._snapshots) > 4096:
+                self._snapshots.clear()
+            self._snapshots[key] = (now + ttl, snap)
+        return snap
 
     async def _read(
         self, table: TableView, part: PartitionId, offset: int, max_records: int, max_bytes: int
@@ -509,7 +538,7 @@ class StreamTables:
         cold = self._cold_table(table) if self.cold is not None else None
 
         def fetch() -> ReadResult:
-            snap = cold.snapshot() if cold is not None else None
+            snap = self._read_snapshot(table, cold) if cold is not None else None
             tiered = snap.watermark(part.partition) if snap is not None else 0
             o = self.hot.offsets(part)
             earliest = 0 if tiered > 0 else o.low

@@ -300,7 +300,6 @@ class TidegateServicer(pb_grpc.TidegateServicer):  # type: ignore[misc]
             if seen >= wanted or offset >= result.high_watermark:
                 return
 
-
     async def Scan(self, request: pb.ScanRequest, context: Any) -> AsyncIterator[pb.ScanResponse]:
         result = await self.service.scan(
             self.tenant(context),
