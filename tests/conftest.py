@@ -11,13 +11,23 @@ from typing import Any
 import pytest
 
 from gateway.config import Settings
-from tests.services import RedisServer
+from tests.services import MotoServer, RedisServer
 
 
 @pytest.fixture(scope="session")
 def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServer]:
     """One redis-server of our own for the session (``appendfsync always``)."""
     server = RedisServer(tmp_path_factory.mktemp("redis")).start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture(scope="session")
+def moto_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MotoServer]:
+    """moto's S3 server, one process for the session; tests make their own buckets."""
+    server = MotoServer(tmp_path_factory.mktemp("moto")).start()
     try:
         yield server
     finally:

@@ -288,3 +288,47 @@ class Client:
         if not batches:
             return pa.table({})
         return pa.Table.from_batches(batches)
+
+    # Scans -----------------------------------------------------------------------------
+    def scan(
+        self,
+        table: str | TableRef,
+        *,
+        columns: Sequence[str] = (),
+        filter: str = "",
+        as_of: int | str | None = None,
+        limit: int | None = None,
+    ) -> pa.Table:
+        """The whole table (cold snapshot plus hot tail, one consistent view) with a
+        projection, a filter in pyiceberg's expression syntax (``"v > 5 and tag is not
+        null"``) and a limit. With ``as_of`` (a snapshot id or an ISO-8601 time) only that
+        Iceberg snapshot is read."""
+        request = pb.ScanRequest(
+            table=TableRef.parse(table).pb(),
+            columns=list(columns),
+            filter=filter,
+            as_of="" if as_of is None else str(as_of),
+            limit=limit,
+        )
+        schema: pa.Schema | None = None
+        batches: list[pa.RecordBatch] = []
+        try:
+            for msg in self._stub.Scan(request, timeout=self.timeout):
+                reader = pa.ipc.open_stream(msg.arrow_ipc)
+                schema = reader.schema
+                batches.extend(reader)
+        except grpc.RpcError as exc:
+            raise error_from_rpc(exc) from None
+        return pa.Table.from_batches(batches, schema)
+
+    def plan_read(
+        self, table: str | TableRef, *, filter: str = "", as_of: int | str | None = None
+    ) -> pb.PlanReadResponse:
+        """A read plan: the pinned snapshot's data files (URLs readable without
+        warehouse credentials) and the hot ranges per partition."""
+        request = pb.PlanReadRequest(
+            table=TableRef.parse(table).pb(),
+            filter=filter,
+            as_of="" if as_of is None else str(as_of),
+        )
+        return cast(pb.PlanReadResponse, self._call("PlanRead", request))

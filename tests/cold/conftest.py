@@ -24,15 +24,6 @@ STORAGES = ["local-sqlite", "s3-sqlite", "local-postgresql", "s3-postgresql"]
 
 
 @pytest.fixture(scope="session")
-def moto_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MotoServer]:
-    server = MotoServer(tmp_path_factory.mktemp("moto")).start()
-    try:
-        yield server
-    finally:
-        server.stop()
-
-
-@pytest.fixture(scope="session")
 def catalog_postgres(postgres_url: str | None) -> Iterator[str]:
     """A database of our own for Iceberg SQL catalogs, dropped at the end."""
     if postgres_url is None:
