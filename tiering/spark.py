@@ -4,13 +4,16 @@ Tasks run :func:`tiering.core.write_range` on the executors (pyarrow writes the 
 files, no Iceberg Spark runtime needed) and return the files' metadata; the driver commits
 once per table through pyiceberg. Each tenant's jobs run in its own fair-scheduler pool
 (``spark.scheduler.mode=FAIR``), so one tenant's volume does not hold up another's.
+
+Executors reopen the hot tier from the settings. With Redis that is always safe; the disk
+tier belongs to one process, so run Spark over it only while no gateway appends to it
+(the embedded gateway tiers the disk tier with the local runner instead).
 """
 
 from __future__ import annotations
 
 import os
 import sys
-import threading
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -19,13 +22,8 @@ from tiering.core import RangeTask, write_range
 
 if TYPE_CHECKING:
     from gateway.config import Settings
-    from gateway.hot import HotLog
 
 __all__ = ["SparkRunner", "spark_session"]
-
-#: Hot logs built on an executor, per settings, reused across its tasks.
-_HOT: dict[str, HotLog] = {}
-_HOT_LOCK = threading.Lock()
 
 
 def spark_session(master: str | None = "local[2]", app_name: str = "tidegate-tiering") -> Any:
@@ -50,22 +48,18 @@ def spark_session(master: str | None = "local[2]", app_name: str = "tidegate-tie
     )
 
 
-def _executor_hot(settings_json: Mapping[str, Any]) -> HotLog:
-    import json
-
+def _run_task(settings_json: Mapping[str, Any], task: RangeTask) -> list[DataFile]:
+    """Open the hot log for this one task: a log cached in a reused Python worker would
+    go stale (the disk tier keeps its index in the memory of the process that opened
+    it), and opening Redis is one connection."""
     from gateway.config import Settings
     from gateway.hot import load_hot_log
 
-    key = json.dumps(settings_json, sort_keys=True, default=str)
-    with _HOT_LOCK:
-        hot = _HOT.get(key)
-        if hot is None:
-            hot = _HOT[key] = load_hot_log(Settings.explicit(**settings_json))
-        return hot
-
-
-def _run_task(settings_json: Mapping[str, Any], task: RangeTask) -> list[DataFile]:
-    return write_range(task, _executor_hot(settings_json))
+    hot = load_hot_log(Settings.explicit(**settings_json))
+    try:
+        return write_range(task, hot)
+    finally:
+        hot.close()
 
 
 class _TaskFn:

@@ -177,3 +177,9 @@ def test_hot_retention_trims_only_below_the_tiered_watermark(harness: Harness) -
     trim_hot(harness.c, d)
     assert harness.c.hot.offsets(PartitionId(d.tenant, d.table_id, 0)).low <= 20
     assert harness.watermarks(d) == {0: 20}
+
+
+def test_retry_is_data() -> None:
+    retry = Retry(attempts=4, backoff=Backoff(base_s=0.1, factor=2, cap_s=0.3, jitter=False))
+    assert retry.delays() == [0.1, 0.2, 0.3]
+    assert all(0 <= Backoff(base_s=1).delay(i) <= 1 * 2**i for i in range(3))
