@@ -511,17 +511,22 @@ class StreamTables:
             handle = self._cold_tables[d.table_id] = self.cold.table(d)
         return handle
 
-    def _read_snapshot(self, table: TableView, cold: ColdTable) -> ColdSnapshot:
-        """The current snapshot for a stream read, reused for ``cold.snapshot_cache_ms``.
+    def _read_snapshot(
+        self, table: TableView, cold: ColdTable, *, fresh: bool = False
+    ) -> ColdSnapshot:
+        """The current snapshot for a stream read, reused for ``cold.snapshot_cache_ms``
+        unless ``fresh``.
 
         An older snapshot is still a consistent view: its ``T(p)`` is lower, and the hot
-        tier keeps records below the newest ``T(p)`` for ``hot_retention`` (far longer), so
-        the read finds them there."""
+        tier keeps records below the newest ``T(p)`` for ``hot_retention``, so the read
+        finds them there. A caller that finds the hot tier trimmed above the reused
+        snapshot's ``T(p)`` (a retention shorter than the reuse) asks again with
+        ``fresh``."""
         ttl = self.settings.cold.snapshot_cache_ms / 1000
         key = table.definition.table_id
         now = time.monotonic()
         hit = self._snapshots.get(key)
-        if hit is not None and hit[0] > now:
+        if not fresh and hit is not None and hit[0] > now:
             return hit[1]
         snap = cold.snapshot()
         if ttl > 0:
@@ -541,6 +546,10 @@ class StreamTables:
             snap = self._read_snapshot(table, cold) if cold is not None else None
             tiered = snap.watermark(part.partition) if snap is not None else 0
             o = self.hot.offsets(part)
+            if cold is not None and o.low > tiered:
+                # Trimmed above the reused snapshot's watermark: look at the newest one.
+                snap = self._read_snapshot(table, cold, fresh=True)
+                tiered = snap.watermark(part.partition)
             earliest = 0 if tiered > 0 else o.low
             high = max(o.high, tiered)
             if (
