@@ -151,12 +151,13 @@ def write_data_file(
         filesystem.create_dir(fs_path(folder), recursive=True)
     with filesystem.open_output_stream(target) as out:
         pq.write_table(rows, out, compression="zstd")
+        size = out.tell()
     offsets = rows.column("_offset")
     return DataFile(
         path=path,
         partition=int(parts[0].as_py()),
         record_count=rows.num_rows,
-        file_size_bytes=int(filesystem.get_file_info(target).size),
+        file_size_bytes=int(size),
         min_offset=int(offsets[0].as_py()),
         max_offset=int(offsets[-1].as_py()),
     )

@@ -376,3 +376,28 @@ async def test_no_row_twice_or_missing_under_concurrent_tiering(service: StreamT
     assert not errors, errors
     assert scans == reads == 8
     assert sum(t.cold().snapshot().watermarks.values()) > 0
+
+
+@pytest.mark.parametrize("storage", ["local-sqlite"], indirect=True)
+async def test_stream_read_opens_only_the_files_of_its_range(service: StreamTables) -> None:
+    """A 1,000-record stream read at a random offset of a table with 200 data files."""
+    from tests.cold.test_iceberg_store import RecordingFS
+
+    t = await Table.create(service)
+    for i in range(20):
+        await t.append_simple(i * 1000, 1000)
+    snap = t.tier(20_000, rows_per_file=100)
+    assert len(t.cold().plan(snap)) == 200
+    assert isinstance(service.cold, IcebergColdStore)
+    recorder = RecordingFS(service.cold.filesystem())
+    service.cold._fs = recorder
+    offset = random.Random(5).randrange(0, 19_000)
+    r = await service.read(TENANT, t.ns, t.name, 0, offset, 1000)
+    got = pa.Table.from_batches(r.batches).column("_offset").to_pylist()
+    assert got == list(range(offset, offset + 1000))
+    first, last = offset // 100, (offset + 999) // 100
+    assert len(recorder.opened) == last - first + 1 <= 11
+    assert all(
+        f.min_offset // 100 in range(first, last + 1)
+        for f in t.cold().files(snap, 0, offset, offset + 1000)
+    )
