@@ -16,14 +16,14 @@ from __future__ import annotations
 import logging
 import math
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from datetime import UTC, datetime
 from typing import Annotated, Any, TypeVar
 
 import pyarrow as pa
 from fastapi import Depends, FastAPI, Path, Query, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse, Response
+from fastapi.responses import JSONResponse, Response, StreamingResponse
 from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, generate_latest
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from starlette.concurrency import run_in_threadpool
@@ -405,6 +405,26 @@ def _read_response(result: ReadResult, arrow: bool) -> Response:
         "high_watermark": result.high_watermark,
     }
     return JSONResponse(content, headers=headers)
+
+
+_END_OF_STREAM = b"\xff\xff\xff\xff\x00\x00\x00\x00"
+
+
+async def _arrow_chunks(
+    schema: pa.Schema, batches: AsyncIterator[pa.RecordBatch]
+) -> AsyncIterator[bytes]:
+    """An Arrow IPC stream, one chunk per batch: the schema message, each batch as an
+    encapsulated message, then the end-of-stream marker."""
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, schema):
+        pass
+    header = bytes(sink.getvalue().to_pybytes())
+    assert header.endswith(_END_OF_STREAM)
+    yield header[: -len(_END_OF_STREAM)]
+    async for batch in batches:
+        metrics.record_read(batch.num_rows)
+        yield bytes(batch.serialize().to_pybytes())
+    yield _END_OF_STREAM
 
 
 # --------------------------------------------------------------------------------------
@@ -831,15 +851,17 @@ def create_app(
             as_of=req.as_of,
             limit=req.limit,
         )
+        headers = {"Tidegate-Snapshot-Id": str(result.snapshot_id or "")}
+        if _wants_arrow(request.headers.get("accept")):
+            # Streamed batch by batch: a scan may be larger than memory.
+            return StreamingResponse(
+                _arrow_chunks(result.schema, result.batches),
+                media_type=ARROW_STREAM,
+                headers=headers,
+            )
         batches = [b async for b in result.batches]
         rows = sum(b.num_rows for b in batches)
         metrics.record_read(rows)
-        headers = {"Tidegate-Snapshot-Id": str(result.snapshot_id or "")}
-        if _wants_arrow(request.headers.get("accept")):
-            body = await _maybe_offload(
-                rows >= _OFFLOAD_RECORDS, encode_stream, batches, result.schema
-            )
-            return Response(body, media_type=ARROW_STREAM, headers=headers)
         out = await _maybe_offload(rows >= _OFFLOAD_RECORDS, batch_to_rows, batches)
         return JSONResponse({"rows": out, "snapshot_id": result.snapshot_id}, headers=headers)
 

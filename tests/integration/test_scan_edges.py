@@ -72,6 +72,17 @@ def test_scan_and_plan_over_http_and_grpc(
         "_timestamp",
     ]
 
+    whole = pa.ipc.open_stream(
+        http.post(f"{base}/scan", json={}, headers={"Accept": ARROW}).content
+    ).read_all()
+    assert sorted(
+        zip(
+            whole.column("_partition").to_pylist(), whole.column("_offset").to_pylist(), strict=True
+        )
+    ) == [(p, o) for p in (0, 1) for o in range(30)]
+    empty = http.post(f"{base}/scan", json={"limit": 0}, headers={"Accept": ARROW})
+    assert pa.ipc.open_stream(empty.content).read_all().num_rows == 0
+
     scanned = client.scan(f"{namespace}.{name}", columns=["v"], filter="v >= 25")
     assert sorted(scanned.column("v").to_pylist()) == sorted([25, 26, 27, 28, 29] * 2)
     assert client.scan(f"{namespace}.{name}", limit=3).num_rows == 3
