@@ -1,12 +1,14 @@
 """The stream-table model, checked by hypothesis: random interleavings of appends,
-tiering runs (local runner), hot retention trims, stream reads and scans, on both hot
-tiers. Every stream read and every scan equals a reference model: no gap, no duplicate,
-no reordering, the same values, wherever the tier boundary falls."""
+tiering runs (local runner), hot retention trims (within and past the retention), stream
+reads and scans, on both hot tiers. Every stream read and every scan equals a reference
+model: no gap, no duplicate, no reordering, the same values, wherever the tier boundary
+falls."""
 
 from __future__ import annotations
 
 import asyncio
 import tempfile
+import time
 import uuid
 from pathlib import Path
 from typing import Any
@@ -23,6 +25,7 @@ from tests.services import RedisServer
 from tiering.core import Components, tier_table, trim_hot
 
 PARTITIONS = 2
+RETENTION_S = 60.0
 
 Op = tuple[Any, ...]
 
@@ -31,6 +34,7 @@ ops = st.lists(
         st.tuples(st.just("append"), st.integers(0, PARTITIONS - 1), st.integers(1, 7)),
         st.tuples(st.just("tier")),
         st.tuples(st.just("trim")),
+        st.tuples(st.just("trim_later")),
         st.tuples(
             st.just("read"),
             st.integers(0, PARTITIONS - 1),
@@ -54,7 +58,7 @@ def _settings(kind: str, data_dir: Path, redis: RedisServer) -> Settings:
         data_dir=data_dir,
         tenant="default",
         hot=hot,
-        tiering={"hot_retention_s": 0, "enabled": False},
+        tiering={"hot_retention_s": RETENTION_S, "enabled": False},
         server={"default_read_records": 1000},
     )
 
@@ -112,7 +116,12 @@ def _run(kind: str, redis: RedisServer, program: list[Op]) -> None:
                 elif op[0] == "tier":
                     await asyncio.to_thread(tier_table, c, d, trim=False)
                 elif op[0] == "trim":
-                    await asyncio.to_thread(trim_hot, c, d)
+                    # Within the retention: trims nothing tiered less than 60 s ago.
+                    assert await asyncio.to_thread(trim_hot, c, d) == {}
+                elif op[0] == "trim_later":
+                    # As if the retention had passed since every commit so far.
+                    later = time.time() + RETENTION_S + 1
+                    await asyncio.to_thread(trim_hot, c, d, now=later)
                 elif op[0] == "read":
                     await _check_reads(svc, name, model, op[1], op[2], op[3])
                 else:
