@@ -3,7 +3,8 @@ PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
-EXTRAS ?= server,postgres,bench,dev
+# spark: the tiering jobs and their tests (local[2]) need pyspark and a Java runtime.
+EXTRAS ?= server,postgres,spark,bench,dev
 
 .PHONY: setup run test lint format typecheck proto proto-check pytest bench bench-smoke prereqs clean
 

@@ -115,6 +115,47 @@ def serve(
     asyncio.run(serve_async(settings))
 
 
+@app.command()
+def tier(
+    every: Annotated[
+        float | None, typer.Option(help="Repeat every N seconds (default: run once).")
+    ] = None,
+    runner: Annotated[
+        str, typer.Option(help="'local' (threads in this process) or 'spark'.")
+    ] = "local",
+    master: Annotated[
+        str | None, typer.Option(help="Spark master (default: tiering.master).")
+    ] = None,
+    data_dir: Annotated[Path | None, typer.Option(help="Embedded-mode data folder.")] = None,
+    log_level: Annotated[str, typer.Option(help="Python log level.")] = "INFO",
+) -> None:
+    """Move every table's hot records into its Iceberg table (then trim the hot tier
+    below what has been tiered for tiering.hot_retention_s)."""
+    from gateway.config import Settings
+    from tiering.core import Components
+    from tiering.job import make_runner, run_forever, run_once
+
+    if runner not in ("local", "spark"):
+        raise typer.BadParameter("--runner must be 'local' or 'spark'")
+    kind: Any = runner
+    logging.basicConfig(
+        level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    settings = Settings()
+    if data_dir is not None:
+        settings = settings.model_copy(update={"data_dir": data_dir})
+    if every:
+        run_forever(settings, every_s=every, kind=kind, master=master)
+        return
+    with Components.open(settings) as c:
+        report = run_once(c, make_runner(c, kind, master))
+    for name, err in report.failures.items():
+        typer.echo(f"failed: {name}: {err}", err=True)
+    typer.echo(f"tiered {report.records} records in {len(report.tables)} tables")
+    if report.failures:
+        raise typer.Exit(1)
+
+
 def _parse_schema(spec: str) -> list[dict[str, Any]]:
     """``name:type,name:type`` or a JSON document (inline or ``@file.json``)."""
     text = Path(spec[1:]).read_text() if spec.startswith("@") else spec
@@ -157,6 +198,8 @@ def _describe(info: Any) -> dict[str, Any]:
                 "high_watermark": p.high_watermark,
                 "tiered_watermark": p.tiered_watermark,
                 "hot_bytes": p.hot_bytes,
+                "lag_records": p.lag_records,
+                "lag_bytes": p.lag_bytes,
             }
             for p in info.partition_info
         ],

@@ -23,13 +23,18 @@ from pydantic_settings import (
 
 __all__ = [
     "AuthConfig",
+    "ColdConfig",
     "DiskHotConfig",
     "MetadataConfig",
     "MeteringConfig",
     "QuotaConfig",
     "RedisHotConfig",
+    "RestCatalogConfig",
+    "S3Config",
     "ServerConfig",
     "Settings",
+    "SqlCatalogConfig",
+    "TieringConfig",
 ]
 
 
@@ -59,6 +64,63 @@ class RedisHotConfig(_Section):
 
 
 HotConfig = Annotated[DiskHotConfig | RedisHotConfig, Field(discriminator="type")]
+
+
+class SqlCatalogConfig(_Section):
+    """Iceberg SQL catalog (pyiceberg ``SqlCatalog``) over SQLAlchemy."""
+
+    type: Literal["sql"] = "sql"
+    uri: str | None = Field(
+        None, description="SQLAlchemy URL (SQLite or PostgreSQL); default <data_dir>/catalog.db."
+    )
+    name: str = Field("tidegate", description="Catalog name (rows are keyed by it).")
+
+
+class RestCatalogConfig(_Section):
+    """Iceberg REST catalog."""
+
+    type: Literal["rest"] = "rest"
+    uri: str = Field(description="Base URL of the REST catalog.")
+    credential: str | None = Field(None, description="OAuth2 client credential 'id:secret'.")
+    name: str = Field("tidegate", description="Catalog name.")
+    properties: dict[str, str] = Field(
+        default_factory=dict, description="Extra pyiceberg catalog properties."
+    )
+
+
+CatalogConfig = Annotated[SqlCatalogConfig | RestCatalogConfig, Field(discriminator="type")]
+
+
+class S3Config(_Section):
+    """S3-compatible object storage for an ``s3://`` warehouse."""
+
+    endpoint: str | None = Field(None, description="Endpoint URL; None: AWS itself.")
+    access_key_id: str | None = Field(None, description="Access key; None: the default chain.")
+    secret_access_key: str | None = Field(None, description="Secret key of access_key_id.")
+    region: str = Field("us-east-1", description="Region of the bucket.")
+    path_style: bool = Field(False, description="Path-style addressing (MinIO, moto).")
+
+
+class ColdConfig(_Section):
+    """The cold tier: Iceberg catalog and warehouse."""
+
+    enabled: bool = Field(True, description="Keep an Iceberg table per stream-table.")
+    catalog: CatalogConfig = Field(
+        default_factory=SqlCatalogConfig, description="Iceberg catalog backend."
+    )
+    warehouse: str | None = Field(
+        None, description="Local folder or s3://bucket/prefix; default <data_dir>/warehouse."
+    )
+    s3: S3Config = Field(default_factory=S3Config, description="Object storage access.")
+    presign_expiry_s: int = Field(
+        3600, ge=1, le=7 * 24 * 3600, description="Lifetime of presigned URLs in read plans."
+    )
+    snapshot_cache_ms: int = Field(
+        500,
+        ge=0,
+        description="How long stream reads reuse a table's current snapshot (keep it far "
+        "below tiering.hot_retention_s); scans and plans always pin afresh.",
+    )
 
 
 class MetadataConfig(_Section):
@@ -138,6 +200,29 @@ class MeteringConfig(_Section):
     )
 
 
+class TieringConfig(_Section):
+    """Tiering: moving each partition's hot range into the Iceberg table (``tiering/``)."""
+
+    enabled: bool = Field(
+        True, description="Tier on a schedule inside `tidegate serve` (the embedded mode)."
+    )
+    interval_s: float = Field(30.0, gt=0, description="Period of the embedded schedule.")
+    runner: Literal["local", "spark"] = Field(
+        "local",
+        description="Embedded schedule's runner: threads in the gateway ('local') or Spark.",
+    )
+    master: str = Field("local[2]", description="Spark master of the spark runner.")
+    target_file_bytes: int = Field(
+        128 * 1024 * 1024, ge=1024, description="Roll a new Parquet file at about this size."
+    )
+    hot_retention_s: float = Field(
+        300.0,
+        ge=0,
+        description="Keep tiered records in the hot tier this long after their commit.",
+    )
+    commit_attempts: int = Field(6, ge=1, description="Tries of a conflicting commit.")
+
+
 class Settings(BaseSettings):
     """Everything a gateway process needs."""
 
@@ -163,6 +248,8 @@ class Settings(BaseSettings):
     auth: AuthConfig = Field(default_factory=AuthConfig)
     quota: QuotaConfig = Field(default_factory=QuotaConfig)
     metering: MeteringConfig = Field(default_factory=MeteringConfig)
+    tiering: TieringConfig = Field(default_factory=TieringConfig)
+    cold: ColdConfig = Field(default_factory=ColdConfig, description="Iceberg cold tier.")
 
     @classmethod
     def settings_customise_sources(
@@ -185,6 +272,22 @@ class Settings(BaseSettings):
         if self.metadata.url:
             return self.metadata.url
         return f"sqlite:///{(self.data_dir / 'metadata.db').resolve()}"
+
+    @property
+    def cold_catalog_uri(self) -> str:
+        c = self.cold.catalog
+        if c.uri:
+            return c.uri
+        return f"sqlite:///{(self.data_dir / 'catalog.db').resolve()}"
+
+    @property
+    def cold_warehouse(self) -> str:
+        """The warehouse as a URI: ``s3://...`` or ``file:///abs/path``."""
+        w = self.cold.warehouse
+        if w and "://" in w:
+            return w.rstrip("/")
+        path = Path(w) if w else self.data_dir / "warehouse"
+        return path.resolve().as_uri()
 
     @property
     def hot_path(self) -> Path:

@@ -21,7 +21,8 @@ for retryable errors), the FastAPI handler into ``{"error": {"reason", "message"
     ├── NotFound                       NOT_FOUND / 404
     │   ├── TableNotFound
     │   ├── TenantNotFound
-    │   └── KeyNotFound
+    │   ├── KeyNotFound
+    │   └── SnapshotNotFound           an as_of that names no snapshot
     ├── AlreadyExists                  ALREADY_EXISTS / 409
     │   ├── TableAlreadyExists
     │   └── TenantAlreadyExists
@@ -30,6 +31,7 @@ for retryable errors), the FastAPI handler into ``{"error": {"reason", "message"
     ├── OffsetOutOfRange               OUT_OF_RANGE / 416, carries earliest and latest
     └── RetryableError                 safe to retry the same request unchanged
         ├── OutOfOrderSequence         ABORTED / 409: an earlier sequence is missing
+        ├── CommitConflict             ABORTED / 409: the Iceberg table moved; re-plan
         ├── Throttled                  RESOURCE_EXHAUSTED / 429, carries retry_after_ms
         └── Unavailable                UNAVAILABLE / 503: a backend is down
 """
@@ -42,6 +44,7 @@ import grpc
 
 __all__ = [
     "AlreadyExists",
+    "CommitConflict",
     "InvalidIdempotentAppend",
     "InvalidPartition",
     "InvalidRequest",
@@ -56,6 +59,7 @@ __all__ = [
     "RequestTooLarge",
     "RetryableError",
     "SchemaMismatch",
+    "SnapshotNotFound",
     "TableAlreadyExists",
     "TableNotFound",
     "TenantAlreadyExists",
@@ -172,6 +176,10 @@ class KeyNotFound(NotFound):
     reason = "KEY_NOT_FOUND"
 
 
+class SnapshotNotFound(NotFound):
+    reason = "SNAPSHOT_NOT_FOUND"
+
+
 class AlreadyExists(TidegateError):
     grpc_code = grpc.StatusCode.ALREADY_EXISTS
     http_status = 409
@@ -223,6 +231,14 @@ class OutOfOrderSequence(RetryableError):
     grpc_code = grpc.StatusCode.ABORTED
     http_status = 409
     reason = "OUT_OF_ORDER_SEQUENCE"
+
+
+class CommitConflict(RetryableError):
+    """Another commit changed the Iceberg table since the snapshot a job planned from."""
+
+    grpc_code = grpc.StatusCode.ABORTED
+    http_status = 409
+    reason = "COMMIT_CONFLICT"
 
 
 class Throttled(RetryableError):

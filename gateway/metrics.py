@@ -14,7 +14,9 @@ exposes.
 
 from __future__ import annotations
 
-from prometheus_client import Counter, Histogram
+from typing import Any
+
+from prometheus_client import Counter, Gauge, Histogram
 
 __all__ = [
     "APPEND_BYTES",
@@ -26,6 +28,9 @@ __all__ = [
     "observe_http_request",
     "record_append",
     "record_read",
+    "record_tiering",
+    "record_tiering_failure",
+    "set_tiering_lag",
 ]
 
 #: The ``route`` label of HTTP requests that matched no route (404s of unknown paths).
@@ -75,3 +80,58 @@ def observe_http_request(route: str, method: str, status: int, seconds: float) -
     """Count one answered HTTP request and its latency. ``route`` must be a template."""
     HTTP_REQUESTS.labels(route=route, method=method, status=str(status)).inc()
     HTTP_DURATION.labels(route=route, method=method).observe(seconds)
+
+
+TIERING_RECORDS = Counter(
+    "tidegate_tiering_records_total",
+    "Records committed to Iceberg by tiering runs.",
+)
+TIERING_BYTES = Counter(
+    "tidegate_tiering_bytes_total",
+    "Parquet bytes committed to Iceberg by tiering runs.",
+)
+TIERING_TABLES = Counter(
+    "tidegate_tiering_tables_total",
+    "Tables handled by tiering runs, by outcome (ok, failed).",
+    ["outcome"],
+)
+TIERING_CONFLICTS = Counter(
+    "tidegate_tiering_commit_conflicts_total",
+    "Tiering commits that lost a race to a concurrent commit and were re-planned.",
+)
+HOT_TRIMMED = Counter(
+    "tidegate_hot_trims_total",
+    "Partitions trimmed in the hot tier after tiering (below the retained watermark).",
+)
+TIERING_LAG_RECORDS = Gauge(
+    "tidegate_tiering_lag_records",
+    "Records in the hot tier not yet tiered (sum of HW(p) - T(p) over every partition "
+    "this gateway last looked at).",
+)
+TIERING_LAG_BYTES = Gauge(
+    "tidegate_tiering_lag_bytes",
+    "Estimated hot-tier bytes not yet tiered (same scope as tidegate_tiering_lag_records).",
+)
+TIERING_RUN_SECONDS = Histogram(
+    "tidegate_tiering_run_duration_seconds",
+    "Duration of whole tiering runs (every table).",
+    buckets=(0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0, 900.0),
+)
+
+
+def record_tiering(result: Any) -> None:
+    """Count one table tiered (a ``tiering.core.TableResult``)."""
+    TIERING_TABLES.labels(outcome="ok").inc()
+    TIERING_RECORDS.inc(result.records)
+    TIERING_BYTES.inc(result.bytes)
+    TIERING_CONFLICTS.inc(result.conflicts)
+    HOT_TRIMMED.inc(len(result.trimmed))
+
+
+def record_tiering_failure() -> None:
+    TIERING_TABLES.labels(outcome="failed").inc()
+
+
+def set_tiering_lag(records: int, nbytes: int) -> None:
+    TIERING_LAG_RECORDS.set(records)
+    TIERING_LAG_BYTES.set(nbytes)

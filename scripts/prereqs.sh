@@ -19,6 +19,10 @@ python)
   ;;
 test)
   command -v redis-server >/dev/null 2>&1 || need "redis-server (the tests start their own)" "apt-get install redis-server"
+  java_ok=0
+  if [ -n "${JAVA_HOME:-}" ] && [ -x "$JAVA_HOME/bin/java" ]; then java_ok=1
+  elif command -v java >/dev/null 2>&1; then java_ok=1; fi
+  [ "$java_ok" = 1 ] || need "a Java 17+ runtime (Spark runs the tiering tests in local[2])" "apt-get install openjdk-17-jre-headless"
   ;;
 esac
 exit $fail

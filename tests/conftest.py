@@ -6,17 +6,28 @@ import os
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from gateway.config import Settings
-from tests.services import RedisServer
+from tests.services import MotoServer, RedisServer
 
 
 @pytest.fixture(scope="session")
 def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServer]:
     """One redis-server of our own for the session (``appendfsync always``)."""
     server = RedisServer(tmp_path_factory.mktemp("redis")).start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture(scope="session")
+def moto_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MotoServer]:
+    """moto's S3 server, one process for the session; tests make their own buckets."""
+    server = MotoServer(tmp_path_factory.mktemp("moto")).start()
     try:
         yield server
     finally:
@@ -40,3 +51,20 @@ def hot_settings(kind: str, tmp_path: Path, redis_server: RedisServer | None) ->
 @pytest.fixture
 def unique_tenant() -> str:
     return f"t{uuid.uuid4().hex[:12]}"
+
+
+@pytest.fixture(scope="session")
+def spark() -> Iterator[Any]:
+    """The test session's one local[2] SparkSession (shared by every Spark test)."""
+    import sys
+
+    os.environ["PYSPARK_PYTHON"] = sys.executable
+    os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
+    from tiering.spark import spark_session
+
+    session = spark_session("local[2]", "tidegate-tests")
+    session.sparkContext.setLogLevel("ERROR")
+    try:
+        yield session
+    finally:
+        session.stop()

@@ -131,6 +131,71 @@ class RedisServer:
         self.start()
 
 
+class MotoServer:
+    """moto's S3 server as a real process on a free port, reached over HTTP."""
+
+    ACCESS_KEY = "testing"
+    SECRET_KEY = "testing"
+    REGION = "us-east-1"
+
+    def __init__(self, workdir: Path, port: int | None = None) -> None:
+        self.workdir = workdir
+        self.port = port or free_port()
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def endpoint(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def start(self) -> MotoServer:
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        log = open(self.workdir / "moto.log", "ab")  # noqa: SIM115 - owned by the child
+        env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(self.port)],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env=env,
+        )
+        log.close()
+        wait_for_port(self.port, proc=self.proc)
+        return self
+
+    def client(self) -> Any:
+        import boto3
+
+        return boto3.client(
+            "s3",
+            endpoint_url=self.endpoint,
+            aws_access_key_id=self.ACCESS_KEY,
+            aws_secret_access_key=self.SECRET_KEY,
+            region_name=self.REGION,
+        )
+
+    def create_bucket(self, name: str) -> str:
+        self.client().create_bucket(Bucket=name)
+        return name
+
+    def cold_s3_settings(self) -> dict[str, Any]:
+        """The ``cold.s3`` config section for this server."""
+        return {
+            "endpoint": self.endpoint,
+            "access_key_id": self.ACCESS_KEY,
+            "secret_access_key": self.SECRET_KEY,
+            "region": self.REGION,
+            "path_style": True,
+        }
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(10)
+
+
 def connect(target: str, **kwargs: Any) -> Client:
     """A gRPC client of the gateway at ``target``: the one place tests (and the child
     processes they start) build clients, so credentials are added here."""
@@ -297,7 +362,7 @@ class GatewayProcess:
 
 
 @contextlib.contextmanager
-def running(service: RedisServer | GatewayProcess) -> Iterator[None]:
+def running(service: RedisServer | GatewayProcess | MotoServer) -> Iterator[None]:
     try:
         yield
     finally:

@@ -52,3 +52,28 @@ def test_unknown_fields_and_bad_values_are_refused(monkeypatch: pytest.MonkeyPat
 def test_explicit_settings_ignore_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("TIDEGATE_HOT__TYPE", "redis")
     assert Settings.explicit().hot.type == "disk"
+
+
+def test_cold_defaults_are_embedded_and_env_configures_s3(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from gateway.config import RestCatalogConfig, SqlCatalogConfig
+
+    s = Settings.explicit(data_dir=tmp_path)
+    assert isinstance(s.cold.catalog, SqlCatalogConfig)
+    assert s.cold_catalog_uri == f"sqlite:///{(tmp_path / 'catalog.db').resolve()}"
+    assert s.cold_warehouse == (tmp_path / "warehouse").resolve().as_uri()
+
+    monkeypatch.setenv("TIDEGATE_COLD__WAREHOUSE", "s3://bucket/prefix/")
+    monkeypatch.setenv("TIDEGATE_COLD__S3__ENDPOINT", "http://127.0.0.1:9000")
+    monkeypatch.setenv("TIDEGATE_COLD__S3__PATH_STYLE", "true")
+    monkeypatch.setenv("TIDEGATE_COLD__CATALOG__TYPE", "rest")
+    monkeypatch.setenv("TIDEGATE_COLD__CATALOG__URI", "http://catalog:8181")
+    monkeypatch.setenv("TIDEGATE_COLD__CATALOG__CREDENTIAL", "id:secret")
+    env = Settings()
+    assert env.cold_warehouse == "s3://bucket/prefix"
+    assert env.cold.s3.endpoint == "http://127.0.0.1:9000" and env.cold.s3.path_style
+    assert isinstance(env.cold.catalog, RestCatalogConfig)
+    assert env.cold.catalog.credential == "id:secret"
+    with pytest.raises(ValidationError):
+        Settings.explicit(cold={"catalog": {"type": "sql", "url": "typo"}})

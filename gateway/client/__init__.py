@@ -21,6 +21,7 @@ from gateway.client._sync import Client, Consumer, Producer
 from gateway.client.aio import AsyncClient, AsyncConsumer, AsyncProducer
 from gateway.errors import (
     AlreadyExists,
+    CommitConflict,
     InvalidIdempotentAppend,
     InvalidPartition,
     InvalidRequest,
@@ -35,6 +36,7 @@ from gateway.errors import (
     RequestTooLarge,
     RetryableError,
     SchemaMismatch,
+    SnapshotNotFound,
     TableAlreadyExists,
     TableNotFound,
     TenantAlreadyExists,
@@ -56,6 +58,7 @@ __all__ = [
     "AsyncProducer",
     "Backoff",
     "Client",
+    "CommitConflict",
     "ConstantBackoff",
     "Consumer",
     "ExponentialBackoff",
@@ -76,6 +79,7 @@ __all__ = [
     "Retry",
     "RetryableError",
     "SchemaMismatch",
+    "SnapshotNotFound",
     "TableAlreadyExists",
     "TableInfo",
     "TableNotFound",

@@ -919,3 +919,30 @@ def start_positions(
                 f"start must be 'earliest', 'latest', an offset or a datetime, not {start!r}"
             )
     return out
+
+
+def scan_request(
+    table: str | TableRef,
+    columns: Sequence[str],
+    filter: str,
+    as_of: int | str | None,
+    limit: int | None,
+) -> pb.ScanRequest:
+    return pb.ScanRequest(
+        table=TableRef.parse(table).pb(),
+        columns=list(columns),
+        filter=filter,
+        as_of="" if as_of is None else str(as_of),
+        limit=limit,
+    )
+
+
+def scan_table(messages: Sequence[pb.ScanResponse]) -> pa.Table:
+    """The rows of a Scan call's messages; the first message always carries the schema."""
+    schema: pa.Schema | None = None
+    batches: list[pa.RecordBatch] = []
+    for msg in messages:
+        reader = pa.ipc.open_stream(msg.arrow_ipc)
+        schema = reader.schema
+        batches.extend(reader)
+    return pa.Table.from_batches(batches, schema)

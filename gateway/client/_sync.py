@@ -39,6 +39,8 @@ from gateway.client._common import (
     mark_consumed,
     normalise_target,
     ranges_from_pb,
+    scan_request,
+    scan_table,
     start_positions,
     table_fields,
     timestamp_us,
@@ -296,6 +298,56 @@ class Client:
     def consumer(self, table: str | TableRef, **options: Any) -> Consumer:
         """A :class:`Consumer` of ``table``; keyword arguments as for :class:`Consumer`."""
         return Consumer(self, table, **options)
+
+    # Scans -----------------------------------------------------------------------------
+    def scan_batches(
+        self,
+        table: str | TableRef,
+        *,
+        columns: Sequence[str] = (),
+        filter: str = "",
+        as_of: int | str | None = None,
+        limit: int | None = None,
+    ) -> Iterator[pa.RecordBatch]:
+        """Batches of the whole table (cold snapshot plus hot tail, one consistent view)
+        with a projection, a filter in pyiceberg's expression syntax (``"v > 5 and tag is
+        not null"``) and a limit. With ``as_of`` (a snapshot id or an ISO-8601 time) only
+        that Iceberg snapshot is read."""
+        request = scan_request(table, columns, filter, as_of, limit)
+        try:
+            for msg in self._stub.Scan(request, timeout=self.timeout, metadata=self.metadata):
+                yield from pa.ipc.open_stream(msg.arrow_ipc)
+        except grpc.RpcError as exc:
+            raise error_from_rpc(exc) from None
+
+    def scan(
+        self,
+        table: str | TableRef,
+        *,
+        columns: Sequence[str] = (),
+        filter: str = "",
+        as_of: int | str | None = None,
+        limit: int | None = None,
+    ) -> pa.Table:
+        """:meth:`scan_batches` as one ``pyarrow.Table`` (``.to_pandas()`` for pandas)."""
+        request = scan_request(table, columns, filter, as_of, limit)
+        try:
+            messages = list(self._stub.Scan(request, timeout=self.timeout, metadata=self.metadata))
+        except grpc.RpcError as exc:
+            raise error_from_rpc(exc) from None
+        return scan_table(messages)
+
+    def plan_read(
+        self, table: str | TableRef, *, filter: str = "", as_of: int | str | None = None
+    ) -> pb.PlanReadResponse:
+        """A read plan: the pinned snapshot's data files (URLs readable without warehouse
+        credentials) and the hot ranges per partition."""
+        request = pb.PlanReadRequest(
+            table=TableRef.parse(table).pb(),
+            filter=filter,
+            as_of="" if as_of is None else str(as_of),
+        )
+        return cast(pb.PlanReadResponse, self._call("PlanRead", request, idempotent=True))
 
     # Offsets ---------------------------------------------------------------------------
     def offsets_for_times(

@@ -48,6 +48,8 @@ from gateway.client._common import (
     mark_consumed,
     normalise_target,
     ranges_from_pb,
+    scan_request,
+    scan_table,
     start_positions,
     table_fields,
     timestamp_us,
@@ -274,6 +276,57 @@ class AsyncClient:
         return AsyncConsumer(self, table, **options)
 
     # Offsets ---------------------------------------------------------------------------
+    async def scan_batches(
+        self,
+        table: str | TableRef,
+        *,
+        columns: Sequence[str] = (),
+        filter: str = "",
+        as_of: int | str | None = None,
+        limit: int | None = None,
+    ) -> AsyncIterator[pa.RecordBatch]:
+        """Batches of the whole table; see :meth:`gateway.client.Client.scan_batches`."""
+        request = scan_request(table, columns, filter, as_of, limit)
+        try:
+            async for msg in self._stub.Scan(request, timeout=self.timeout, metadata=self.metadata):
+                for batch in pa.ipc.open_stream(msg.arrow_ipc):
+                    yield batch
+        except grpc.RpcError as exc:
+            raise error_from_rpc(exc) from None
+
+    async def scan(
+        self,
+        table: str | TableRef,
+        *,
+        columns: Sequence[str] = (),
+        filter: str = "",
+        as_of: int | str | None = None,
+        limit: int | None = None,
+    ) -> pa.Table:
+        """The whole table as one ``pyarrow.Table``; see :meth:`Client.scan`."""
+        request = scan_request(table, columns, filter, as_of, limit)
+        try:
+            messages = [
+                m
+                async for m in self._stub.Scan(
+                    request, timeout=self.timeout, metadata=self.metadata
+                )
+            ]
+        except grpc.RpcError as exc:
+            raise error_from_rpc(exc) from None
+        return scan_table(messages)
+
+    async def plan_read(
+        self, table: str | TableRef, *, filter: str = "", as_of: int | str | None = None
+    ) -> pb.PlanReadResponse:
+        """A read plan; see :meth:`gateway.client.Client.plan_read`."""
+        request = pb.PlanReadRequest(
+            table=TableRef.parse(table).pb(),
+            filter=filter,
+            as_of="" if as_of is None else str(as_of),
+        )
+        return cast(pb.PlanReadResponse, await self._call("PlanRead", request, idempotent=True))
+
     async def offsets_for_times(
         self,
         table: str | TableRef,

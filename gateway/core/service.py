@@ -10,13 +10,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import datetime as dt
 import itertools
 import re
 import time
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any, ParamSpec, TypeVar
+from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 
 import pyarrow as pa
 
@@ -27,12 +28,14 @@ from gateway.errors import (
     InvalidRequest,
     InvalidSchema,
     OffsetOutOfRange,
+    SnapshotNotFound,
 )
 from gateway.hot import HotLog, PartitionId, ProducerSequence, StoredBatch
 from gateway.hot.codec import decode_batch, encode_batch
 from gateway.meta import MetadataStore, TableDef
 from gateway.routing import partition_for_key, route_by_key
 from gateway.schema import (
+    OFFSET_COLUMN,
     conform_batch,
     fields_to_json,
     parse_fields,
@@ -40,7 +43,19 @@ from gateway.schema import (
     with_system_columns,
 )
 
-__all__ = ["AppendRange", "PartitionView", "ReadResult", "StreamTables", "TableView"]
+if TYPE_CHECKING:
+    from gateway.cold import ColdSnapshot, ColdStore, ColdTable, PlannedFile
+
+__all__ = [
+    "AppendRange",
+    "HotRange",
+    "PartitionView",
+    "ReadPlan",
+    "ReadResult",
+    "ScanResult",
+    "StreamTables",
+    "TableView",
+]
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -58,6 +73,20 @@ class PartitionView:
     high_watermark: int
     tiered_watermark: int
     hot_bytes: int
+
+    @property
+    def lag_records(self) -> int:
+        """Records not yet tiered: ``HW(p) - T(p)``."""
+        return max(0, self.high_watermark - self.tiered_watermark)
+
+    @property
+    def lag_bytes(self) -> int:
+        """Estimated hot bytes of the records not yet tiered (pro rata of ``hot_bytes``)."""
+        held = self.high_watermark - self.earliest_offset
+        behind = self.high_watermark - max(self.tiered_watermark, self.earliest_offset)
+        if held <= 0 or behind <= 0:
+            return 0
+        return self.hot_bytes * behind // held
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,6 +145,58 @@ def _slice_batches(
     return out, next_offset
 
 
+@dataclass(frozen=True, slots=True)
+class HotRange:
+    """Offsets ``[from_offset, to_offset)`` of a partition that a reader fetches from the
+    gateway (not in the pinned snapshot)."""
+
+    partition: int
+    from_offset: int
+    to_offset: int
+
+
+@dataclass(frozen=True, slots=True)
+class ReadPlan:
+    """A pinned view of a table for engines that read in parallel: the snapshot's data
+    files plus the hot ranges per partition. Together they hold every record once."""
+
+    snapshot_id: int | None
+    files: list[PlannedFile]
+    hot_ranges: list[HotRange]
+    schema: pa.Schema
+
+
+@dataclass
+class ScanResult:
+    """A scan's schema, pinned view and batches (an async iterator, consumed once)."""
+
+    schema: pa.Schema
+    snapshot_id: int | None
+    batches: AsyncIterator[pa.RecordBatch]
+
+
+def _parse_as_of(as_of: Any) -> int | dt.datetime | None:
+    """A snapshot id (int or digits) or an ISO-8601 time (UTC when naive)."""
+    if as_of is None or as_of == "":
+        return None
+    if isinstance(as_of, bool):
+        raise InvalidRequest(f"as_of must be a snapshot id or an ISO-8601 time, got {as_of!r}")
+    if isinstance(as_of, int):
+        return as_of
+    if isinstance(as_of, str):
+        text = as_of.strip()
+        if text.lstrip("-").isdigit():
+            return int(text)
+        try:
+            when = dt.datetime.fromisoformat(text)
+        except ValueError:
+            raise InvalidRequest(
+                f"as_of {as_of!r} is neither a snapshot id nor an ISO-8601 time", as_of=as_of
+            ) from None
+        return when if when.tzinfo else when.replace(tzinfo=dt.UTC)
+    raise InvalidRequest(f"as_of must be a snapshot id or an ISO-8601 time, got {as_of!r}")
+
+
 def _check_ident(kind: str, value: str) -> None:
     if not isinstance(value, str) or not _IDENT_RE.match(value):
         raise InvalidRequest(
@@ -145,10 +226,20 @@ class _Notifier:
 class StreamTables:
     """Create, describe, list, drop, append to and read stream-tables."""
 
-    def __init__(self, settings: Settings, meta: MetadataStore, hot: HotLog) -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        meta: MetadataStore,
+        hot: HotLog,
+        cold: ColdStore | None = None,
+    ) -> None:
         self.settings = settings
         self.meta = meta
         self.hot = hot
+        #: The Iceberg tier; None serves the hot tier alone (``cold.enabled=false``).
+        self.cold = cold
+        self._cold_tables: dict[str, ColdTable] = {}
+        self._snapshots: dict[str, tuple[float, ColdSnapshot]] = {}
         self._pool = ThreadPoolExecutor(settings.server.io_threads, thread_name_prefix="tg-io")
         self._tables: dict[tuple[str, str, str], tuple[float, TableView]] = {}
         self._round_robin: dict[str, itertools.count[int]] = {}
@@ -161,6 +252,8 @@ class StreamTables:
     def close(self) -> None:
         self._pool.shutdown(wait=True, cancel_futures=True)
         self.hot.close()
+        if self.cold is not None:
+            self.cold.close()
         self.meta.close()
 
     # Tables ----------------------------------------------------------------------------
@@ -195,8 +288,12 @@ class StreamTables:
                 raise InvalidSchema(f"key column {k!r} is not a column of the schema")
         if len(set(keys)) != len(keys):
             raise InvalidSchema("a key column is named twice")
+        cold = self.cold
+        if cold is not None:
+            # Before any metadata is written: an unstorable schema leaves nothing behind.
+            cold.check_schema(schema)
         await self._run(self.meta.ensure_tenant, tenant)
-        await self._run(
+        d = await self._run(
             self.meta.create_table,
             tenant,
             namespace,
@@ -205,6 +302,13 @@ class StreamTables:
             partitions,
             keys,
         )
+        if cold is not None:
+            try:
+                await self._run(cold.create_table, d, schema)
+            except BaseException:
+                with contextlib.suppress(Exception):
+                    await self._run(self.meta.drop_table, tenant, namespace, name)
+                raise
         return await self.describe_table(tenant, namespace, name)
 
     async def table(self, tenant: str, namespace: str, name: str) -> TableView:
@@ -250,13 +354,24 @@ class StreamTables:
         def offsets() -> list[PartitionView]:
             views = []
             cached = {p.partition: p for p in self.meta.partitions(d.table_id)}
+            # The snapshot summary is the source of truth of T(p); the store caches it.
+            snap = self._cold_table(table).snapshot() if self.cold is not None else None
             for p in range(d.partitions):
                 o = self.hot.offsets(PartitionId(d.tenant, d.table_id, p))
-                tiered = cached[p].tiered_watermark if p in cached else 0
-                views.append(PartitionView(p, o.low, o.high, tiered, o.size_bytes))
+                if snap is not None:
+                    tiered = snap.watermark(p)
+                else:
+                    tiered = cached[p].tiered_watermark if p in cached else 0
+                earliest = 0 if tiered > 0 else o.low
+                high = max(o.high, tiered)
+                views.append(PartitionView(p, earliest, high, tiered, o.size_bytes))
             self.meta.update_high_watermarks(
                 d.table_id, {v.partition: v.high_watermark for v in views}
             )
+            if snap is not None:
+                self.meta.update_tiered_watermarks(
+                    d.table_id, {v.partition: v.tiered_watermark for v in views}
+                )
             return views
 
         return TableView(d, table.schema, tuple(await self._run(offsets)))
@@ -275,10 +390,14 @@ class StreamTables:
         """
         d = await self._run(self.meta.drop_table, tenant, namespace, name)
         self._tables.pop((tenant, namespace, name), None)
+        self._cold_tables.pop(d.table_id, None)
+        cold = self.cold
 
         def drop_logs() -> None:
             for p in range(d.partitions):
                 self.hot.drop(PartitionId(d.tenant, d.table_id, p))
+            if cold is not None:
+                cold.drop_table(d)
 
         await self._run(drop_logs)
 
@@ -406,27 +525,99 @@ class StreamTables:
         records, nbytes = self._limits(max_records, max_bytes)
         return await self._read(table, part, offset, records, nbytes)
 
+    def _cold_table(self, table: TableView) -> ColdTable:
+        """The table's cold handle, kept per table id (handles cache table metadata)."""
+        assert self.cold is not None
+        d = table.definition
+        handle = self._cold_tables.get(d.table_id)
+        if handle is None:
+            if len(self._cold_tables) > 4096:
+                self._cold_tables.clear()
+            handle = self._cold_tables[d.table_id] = self.cold.table(d)
+        return handle
+
+    def _read_snapshot(
+        self, table: TableView, cold: ColdTable, *, fresh: bool = False
+    ) -> ColdSnapshot:
+        """The current snapshot for a stream read, reused for ``cold.snapshot_cache_ms``
+        unless ``fresh``.
+
+        An older snapshot is still a consistent view: its ``T(p)`` is lower, and the hot
+        tier keeps records below the newest ``T(p)`` for ``hot_retention``, so the read
+        finds them there. A caller that finds the hot tier trimmed above the reused
+        snapshot's ``T(p)`` (a retention shorter than the reuse) asks again with
+        ``fresh``."""
+        ttl = self.settings.cold.snapshot_cache_ms / 1000
+        key = table.definition.table_id
+        now = time.monotonic()
+        hit = self._snapshots.get(key)
+        if not fresh and hit is not None and hit[0] > now:
+            return hit[1]
+        snap = cold.snapshot()
+        if ttl > 0:
+            if len(self._snapshots) > 4096:
+                self._snapshots.clear()
+            self._snapshots[key] = (now + ttl, snap)
+        return snap
+
     async def _read(
         self, table: TableView, part: PartitionId, offset: int, max_records: int, max_bytes: int
     ) -> ReadResult:
-        if isinstance(offset, bool) or not isinstance(offset, int) or offset < 0:
-            o = await self._run(self.hot.offsets, part)
-            raise OffsetOutOfRange(
-                f"offset {offset!r} is out of range [{o.low}, {o.high}]",
-                offset=offset if isinstance(offset, int) else -1,
-                earliest=o.low,
-                latest=o.high,
-            )
+        """Stitched read: offsets below ``T(p)`` of the current snapshot come from its
+        data files, offsets at or above it from the hot tier, in one ordered result."""
+        cold = self._cold_table(table) if self.cold is not None else None
 
-        def fetch() -> tuple[list[pa.RecordBatch], int, int]:
-            # Decoding runs here, on the I/O pool, not on the event loop: pyarrow releases
-            # the GIL while it decompresses.
-            stored = self.hot.read(part, offset, max_records, max_bytes)
-            high = self.hot.offsets(part).high
-            return (*_slice_batches(stored, part.partition, offset, max_records), high)
+        def fetch() -> ReadResult:
+            snap = self._read_snapshot(table, cold) if cold is not None else None
+            tiered = snap.watermark(part.partition) if snap is not None else 0
+            o = self.hot.offsets(part)
+            if cold is not None and o.low > tiered:
+                # Trimmed above the reused snapshot's watermark: look at the newest one.
+                snap = self._read_snapshot(table, cold, fresh=True)
+                tiered = snap.watermark(part.partition)
+            earliest = 0 if tiered > 0 else o.low
+            high = max(o.high, tiered)
+            if (
+                isinstance(offset, bool)
+                or not isinstance(offset, int)
+                or offset < earliest
+                or offset > high
+            ):
+                raise OffsetOutOfRange(
+                    f"offset {offset!r} is out of range [{earliest}, {high}]",
+                    offset=offset if isinstance(offset, int) else -1,
+                    earliest=earliest,
+                    latest=high,
+                )
+            out: list[pa.RecordBatch] = []
+            remaining, nbytes, next_offset = max_records, 0, offset
+            if cold is not None and snap is not None and offset < tiered:
+                stop = min(tiered, offset + max_records)
+                for batch in cold.read_range(snap, part.partition, offset, stop):
+                    first = batch.column(OFFSET_COLUMN)[0].as_py()
+                    if first != next_offset:  # pragma: no cover - a broken snapshot
+                        raise RuntimeError(
+                            f"cold tier gap in partition {part.partition}: expected offset "
+                            f"{next_offset}, found {first}"
+                        )
+                    out.append(batch)
+                    remaining -= batch.num_rows
+                    nbytes += batch.nbytes
+                    next_offset += batch.num_rows
+                    if nbytes >= max_bytes:
+                        break
+                if next_offset < stop and nbytes < max_bytes:  # pragma: no cover
+                    raise RuntimeError(
+                        f"cold tier is missing offsets {next_offset}..{stop - 1} of "
+                        f"partition {part.partition}"
+                    )
+            if remaining > 0 and nbytes < max_bytes and next_offset < o.high:
+                stored = self.hot.read(part, next_offset, remaining, max_bytes - nbytes)
+                hot, next_offset = _slice_batches(stored, part.partition, next_offset, remaining)
+                out.extend(hot)
+            return ReadResult(out, next_offset, max(high, next_offset), table.stored_schema)
 
-        out, next_offset, high = await self._run(fetch)
-        return ReadResult(out, next_offset, max(high, next_offset), table.stored_schema)
+        return await self._run(fetch)
 
     async def follow(
         self,
@@ -573,3 +764,179 @@ class StreamTables:
                 f"group {group!r} must start with a letter or digit and hold only letters, "
                 "digits, '_', '.' and '-' (at most 255)"
             )
+
+    # Scans and read plans ------------------------------------------------------------------
+    def _filter(self, text: str | None, stored: pa.Schema) -> tuple[Any, Any]:
+        """The Iceberg expression and its Arrow twin for a filter text (None, None: none)."""
+        if text is not None and not isinstance(text, str):
+            raise InvalidRequest("filter must be a string")
+        if not text or not text.strip():
+            return None, None
+        if self.cold is not None:
+            expr = self.cold.parse_filter(text, stored)
+            return expr, self.cold.arrow_filter(expr, stored)
+        # Cold tier disabled: the same syntax, parsed by the same code.
+        from gateway.cold.iceberg import filter_to_arrow, parse_filter
+
+        expr = parse_filter(text, stored)
+        return expr, filter_to_arrow(expr, stored)
+
+    def _projection(self, table: TableView, columns: Sequence[str] | None) -> list[str]:
+        stored = table.stored_schema
+        if columns is None or len(columns) == 0:
+            return list(stored.names)
+        if isinstance(columns, str) or not all(isinstance(c, str) for c in columns):
+            raise InvalidRequest("columns must be a list of column names")
+        unknown = [c for c in columns if c not in stored.names]
+        if unknown:
+            raise InvalidRequest(
+                f"unknown column(s) {unknown}; the table has {stored.names}",
+                unknown=",".join(unknown),
+            )
+        if len(set(columns)) != len(columns):
+            raise InvalidRequest("a column is named twice in columns")
+        return list(columns)
+
+    def _pin(
+        self, table: TableView, when: int | dt.datetime | None
+    ) -> tuple[ColdSnapshot | None, list[HotRange]]:
+        """Pin a snapshot ``S`` first, then per partition the hot range
+        ``[T_S(p), HW(p))``: every record below HW is in exactly one of the two."""
+        d = table.definition
+        if when is not None:
+            if self.cold is None:
+                raise SnapshotNotFound("as_of needs the cold tier, which is disabled")
+            return self._cold_table(table).snapshot(when), []
+        snap = self._cold_table(table).snapshot() if self.cold is not None else None
+        ranges = []
+        for p in range(d.partitions):
+            o = self.hot.offsets(PartitionId(d.tenant, d.table_id, p))
+            lo = snap.watermark(p) if snap is not None else o.low
+            if o.high > lo:
+                ranges.append(HotRange(p, lo, o.high))
+        return snap, ranges
+
+    def _hot_rows(
+        self, table: TableView, r: HotRange, arrow_filter: Any, names: list[str]
+    ) -> Iterator[pa.RecordBatch]:
+        d = table.definition
+        part = PartitionId(d.tenant, d.table_id, r.partition)
+        s = self.settings.server
+        offset = r.from_offset
+        while offset < r.to_offset:
+            stored = self.hot.read(
+                part, offset, min(s.max_read_records, r.to_offset - offset), s.max_read_bytes
+            )
+            if not stored:  # pragma: no cover - the range was below HW when pinned
+                raise RuntimeError(f"hot range {r} ended early at {offset}")
+            for sb in stored:
+                rows = with_system_columns(
+                    decode_batch(sb.payload), part.partition, sb.base_offset, sb.timestamp_us
+                )
+                start = max(0, offset - sb.base_offset)
+                length = min(rows.num_rows - start, r.to_offset - offset)
+                if length <= 0:
+                    continue
+                rows = rows.slice(start, length)
+                offset += length
+                if arrow_filter is not None:
+                    rows = pa.Table.from_batches([rows]).filter(arrow_filter).combine_chunks()
+                    batches = rows.to_batches()
+                    if not batches:
+                        continue
+                    rows = batches[0]
+                if rows.num_rows:
+                    yield rows.select(names)
+                if offset >= r.to_offset:
+                    break
+
+    async def scan(
+        self,
+        tenant: str,
+        namespace: str,
+        name: str,
+        columns: Sequence[str] | None = None,
+        row_filter: str | None = None,
+        as_of: Any = None,
+        limit: int | None = None,
+    ) -> ScanResult:
+        """Rows of the whole table: ``scan(S) + hot ranges`` of one pinned view.
+
+        ``row_filter`` uses pyiceberg's expression syntax (``a > 5 and b = 'x'``); it is
+        pushed down on the cold side and evaluated with Arrow compute on the hot side.
+        With ``as_of`` (a snapshot id or an ISO-8601 time) only that cold snapshot is
+        read: the hot tier keeps no history. Rows come cold first, then hot, partition by
+        partition; no row twice, none missing, whatever tiering commits meanwhile.
+
+        Raises:
+            TableNotFound, InvalidRequest (bad columns, filter, as_of or limit),
+            SnapshotNotFound.
+        """
+        table = await self.table(tenant, namespace, name)
+        if limit is not None and (
+            isinstance(limit, bool) or not isinstance(limit, int) or limit < 0
+        ):
+            raise InvalidRequest("limit must be a non-negative integer")
+        names = self._projection(table, columns)
+        when = _parse_as_of(as_of)
+        expr, arrow_filter = self._filter(row_filter, table.stored_schema)
+        schema = pa.schema([table.stored_schema.field(n) for n in names])
+        snap, ranges = await self._run(self._pin, table, when)
+        cold = self._cold_table(table) if self.cold is not None else None
+
+        def rows() -> Iterator[pa.RecordBatch]:
+            left = limit
+            if cold is not None and snap is not None:
+                for b in cold.scan(snap, names, expr, left):
+                    if left is not None:
+                        b = b.slice(0, left)
+                        left -= b.num_rows
+                    if b.num_rows:
+                        yield b
+                    if left == 0:
+                        return
+            for r in ranges:
+                for b in self._hot_rows(table, r, arrow_filter, names):
+                    if left is not None:
+                        b = b.slice(0, left)
+                        left -= b.num_rows
+                    if b.num_rows:
+                        yield b.cast(schema)
+                    if left == 0:
+                        return
+
+        async def batches() -> AsyncIterator[pa.RecordBatch]:
+            it = rows()
+            while True:
+                b = await self._run(next, it, None)
+                if b is None:
+                    return
+                yield b
+
+        return ScanResult(schema, snap.snapshot_id if snap is not None else None, batches())
+
+    async def plan(
+        self,
+        tenant: str,
+        namespace: str,
+        name: str,
+        row_filter: str | None = None,
+        as_of: Any = None,
+    ) -> ReadPlan:
+        """The pinned view of :meth:`scan` as a plan: the snapshot's data files (presigned
+        URLs on object storage) that ``row_filter`` may match, plus the hot ranges
+        ``[T_S(p), HW(p))`` an executor reads through the gateway.
+
+        Raises:
+            TableNotFound, InvalidRequest, SnapshotNotFound.
+        """
+        table = await self.table(tenant, namespace, name)
+        when = _parse_as_of(as_of)
+        expr, _ = self._filter(row_filter, table.stored_schema)
+        snap, ranges = await self._run(self._pin, table, when)
+        files: list[PlannedFile] = []
+        if self.cold is not None and snap is not None:
+            files = await self._run(self._cold_table(table).plan, snap, expr)
+        return ReadPlan(
+            snap.snapshot_id if snap is not None else None, files, ranges, table.stored_schema
+        )

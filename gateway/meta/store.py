@@ -335,6 +335,15 @@ class MetadataStore:
         with self._session(write=False) as session:
             return [_table_def(r) for r in session.scalars(stmt)]
 
+    def all_tables(self) -> list[TableDef]:
+        """Every tenant's tables, by tenant, namespace and name (for the operator's jobs,
+        such as tiering; never exposed to a tenant)."""
+        stmt = select(TableRecord).order_by(
+            TableRecord.tenant_id, TableRecord.namespace, TableRecord.name
+        )
+        with self._session(write=False) as session:
+            return [_table_def(r) for r in session.scalars(stmt)]
+
     def drop_table(self, tenant: str, namespace: str, name: str) -> TableDef:
         """Delete the table and its partition rows; returns what was dropped.
 
@@ -458,6 +467,29 @@ class MetadataStore:
         )
         with self._session(write=False) as session:
             return {int(p): int(o) for p, o in session.execute(stmt)}
+
+    def update_tiered_watermarks(self, table_id: str, watermarks: Mapping[int, int]) -> None:
+        """Raise the cached tiered watermarks (a cache of the Iceberg snapshot summary,
+        which wins). Like :meth:`update_high_watermarks`, a value is only ever raised."""
+        if not watermarks:
+            return
+        table = PartitionRecord.__table__
+        assert isinstance(table, Table)
+        stmt = (
+            update(table)
+            .where(
+                table.c.table_id == bindparam("b_table_id"),
+                table.c.partition == bindparam("b_partition"),
+                table.c.tiered_watermark < bindparam("b_tw"),
+            )
+            .values(tiered_watermark=bindparam("b_tw"))
+        )
+        params = [
+            {"b_table_id": table_id, "b_partition": p, "b_tw": tw}
+            for p, tw in sorted(watermarks.items())
+        ]
+        with self._session(write=True) as session:
+            session.connection().execute(stmt, params)
 
     # Helpers ----------------------------------------------------------------------------
     @staticmethod

@@ -10,6 +10,7 @@ from collections.abc import Iterator
 from contextlib import suppress
 from typing import Any
 
+from gateway.cold import load_cold_store
 from gateway.config import Settings
 from gateway.core.service import StreamTables
 from gateway.hot import load_hot_log
@@ -31,7 +32,20 @@ def build_service(settings: Settings) -> StreamTables:
     except Exception:
         meta.close()
         raise
-    return StreamTables(settings, meta, hot)
+    try:
+        cold = load_cold_store(settings)
+    except Exception:
+        hot.close()
+        meta.close()
+        raise
+    return StreamTables(settings, meta, hot, cold)
+
+
+def _start_tiering(service: StreamTables, settings: Settings) -> Any:
+    """The embedded tiering schedule (tiering/embedded.py), or None when disabled."""
+    from tiering.embedded import EmbeddedTiering
+
+    return EmbeddedTiering.start_for(service, settings)
 
 
 def _quiet_server_class() -> type[Any]:
@@ -72,6 +86,7 @@ async def serve(settings: Settings) -> None:
         loop.add_signal_handler(sig, stopping.set)
 
     grpc_edge: GrpcEdge | None = None
+    tiering: Any = None
     http_server: uvicorn.Server | None = None
     http_task: asyncio.Task[None] | None = None
     try:
@@ -101,6 +116,7 @@ async def serve(settings: Settings) -> None:
                     raise RuntimeError("the HTTP server stopped while starting")
                 await asyncio.sleep(0.01)
             log.info("HTTP listening on %s:%s", settings.server.host, settings.server.http_port)
+        tiering = _start_tiering(service, settings)
         ready.set()
         log.info(
             "tidegate ready: data_dir=%s hot=%s metadata=%s",
@@ -112,6 +128,8 @@ async def serve(settings: Settings) -> None:
         log.info("draining")
     finally:
         grace = settings.server.shutdown_grace_s
+        if tiering is not None:
+            await asyncio.to_thread(tiering.stop, grace + 30)
         if grpc_edge is not None:
             await grpc_edge.stop(grace)
         if http_server is not None and http_task is not None:

@@ -147,6 +147,8 @@ def table_info(view: TableView) -> pb.TableInfo:
                 high_watermark=p.high_watermark,
                 tiered_watermark=p.tiered_watermark,
                 hot_bytes=p.hot_bytes,
+                lag_records=p.lag_records,
+                lag_bytes=p.lag_bytes,
             )
             for p in view.partitions
         ],
@@ -371,6 +373,71 @@ class TidegateServicer(pb_grpc.TidegateServicer):  # type: ignore[misc]
             list(request.partitions),
         )
         return pb.FetchOffsetsResponse(offsets=_partition_offsets(found))
+
+    async def Scan(self, request: pb.ScanRequest, context: Any) -> AsyncIterator[pb.ScanResponse]:
+        tenant = self.tenant(context)
+        await self._check_read(tenant)
+        result = await self.service.scan(
+            tenant,
+            request.table.namespace,
+            request.table.name,
+            columns=list(request.columns) or None,
+            row_filter=request.filter or None,
+            as_of=request.as_of or None,
+            limit=request.limit if request.HasField("limit") else None,
+        )
+        snapshot_id = result.snapshot_id or 0
+        pending: list[pa.RecordBatch] = []
+        size, sent = 0, False
+        async for batch in result.batches:
+            pending.append(batch)
+            size += batch.nbytes
+            if size >= _READ_CHUNK_BYTES:
+                yield await self._scan_message(tenant, pending, result.schema, snapshot_id)
+                pending, size, sent = [], 0, True
+        if pending or not sent:
+            yield await self._scan_message(tenant, pending, result.schema, snapshot_id)
+
+    async def _scan_message(
+        self, tenant: str, batches: list[pa.RecordBatch], schema: pa.Schema, snapshot_id: int
+    ) -> pb.ScanResponse:
+        msg = pb.ScanResponse(arrow_ipc=encode_stream(batches, schema), snapshot_id=snapshot_id)
+        records = sum(b.num_rows for b in batches)
+        metrics.record_read(records)
+        if self.tenancy is not None:
+            await self.tenancy.record_read(tenant, records, len(msg.arrow_ipc))
+        return msg
+
+    async def PlanRead(self, request: pb.PlanReadRequest, context: Any) -> pb.PlanReadResponse:
+        tenant = self.tenant(context)
+        await self._check_read(tenant)
+        plan = await self.service.plan(
+            tenant,
+            request.table.namespace,
+            request.table.name,
+            row_filter=request.filter or None,
+            as_of=request.as_of or None,
+        )
+        return pb.PlanReadResponse(
+            snapshot_id=plan.snapshot_id or 0,
+            files=[
+                pb.PlannedDataFile(
+                    url=f.url,
+                    partition=f.file.partition,
+                    record_count=f.file.record_count,
+                    file_size_bytes=f.file.file_size_bytes,
+                    min_offset=f.file.min_offset,
+                    max_offset=f.file.max_offset,
+                    expires_at_ms=int(f.expires_at.timestamp() * 1000) if f.expires_at else 0,
+                )
+                for f in plan.files
+            ],
+            hot_ranges=[
+                pb.HotRange(partition=r.partition, from_offset=r.from_offset, to_offset=r.to_offset)
+                for r in plan.hot_ranges
+            ],
+            arrow_schema=encode_stream([], plan.schema),
+        )
 
 
 def _partition_offsets(offsets: dict[int, int]) -> list[pb.PartitionOffset]:

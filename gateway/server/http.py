@@ -28,7 +28,7 @@ from typing import Annotated, Any, TypeVar
 import pyarrow as pa
 from fastapi import Depends, FastAPI, Path, Query, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse, Response
+from fastapi.responses import JSONResponse, Response, StreamingResponse
 from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, generate_latest
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from starlette.concurrency import run_in_threadpool
@@ -170,12 +170,41 @@ class AppendRequest(_Request):
     )
 
 
+class ScanRequest(_Request):
+    """The JSON body of ``POST /v1/tables/{namespace}/{name}/scan``."""
+
+    columns: list[str] | None = Field(
+        None, description="Columns to return (user or system columns); default all."
+    )
+    filter: str | None = Field(
+        None,
+        description="Row filter in pyiceberg's expression syntax, e.g. "
+        "\"id > 5 and name = 'x'\", \"ts >= '2024-01-01T00:00:00+00:00'\", "
+        '"tag is null", "id in (1, 2)", "name like \'pre%\'".',
+    )
+    as_of: int | str | None = Field(
+        None,
+        description="A snapshot id or an ISO-8601 time: read only that Iceberg snapshot "
+        "(the hot tier keeps no history, so recent untiered records are not included).",
+    )
+    limit: int | None = Field(None, ge=0, description="At most this many rows.")
+
+
+class PlanRequest(_Request):
+    """The JSON body of ``POST /v1/tables/{namespace}/{name}/plan``."""
+
+    filter: str | None = Field(None, description="Row filter (same syntax as scan).")
+    as_of: int | str | None = Field(None, description="A snapshot id or an ISO-8601 time.")
+
+
 class PartitionInfo(BaseModel):
     partition: int
     earliest_offset: int = Field(description="Earliest offset still readable.")
     high_watermark: int = Field(description="Next offset to be assigned.")
     tiered_watermark: int = Field(description="Every offset below this is in Iceberg.")
     hot_bytes: int = Field(description="Bytes held by the hot tier.")
+    lag_records: int = Field(description="Records not yet tiered (HW - T).")
+    lag_bytes: int = Field(description="Estimated hot bytes of the records not yet tiered.")
 
 
 class TableDescription(BaseModel):
@@ -292,6 +321,8 @@ def _describe(view: TableView, *, with_partitions: bool) -> dict[str, Any]:
                 "high_watermark": p.high_watermark,
                 "tiered_watermark": p.tiered_watermark,
                 "hot_bytes": p.hot_bytes,
+                "lag_records": p.lag_records,
+                "lag_bytes": p.lag_bytes,
             }
             for p in view.partitions
         ]
@@ -421,6 +452,26 @@ def _read_response(result: ReadResult, arrow: bool) -> Response:
         "high_watermark": result.high_watermark,
     }
     return JSONResponse(content, headers=headers)
+
+
+_END_OF_STREAM = b"\xff\xff\xff\xff\x00\x00\x00\x00"
+
+
+async def _arrow_chunks(
+    schema: pa.Schema, batches: AsyncIterator[pa.RecordBatch]
+) -> AsyncIterator[bytes]:
+    """An Arrow IPC stream, one chunk per batch: the schema message, each batch as an
+    encapsulated message, then the end-of-stream marker."""
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, schema):
+        pass
+    header = bytes(sink.getvalue().to_pybytes())
+    assert header.endswith(_END_OF_STREAM)
+    yield header[: -len(_END_OF_STREAM)]
+    async for batch in batches:
+        metrics.record_read(batch.num_rows)
+        yield bytes(batch.serialize().to_pybytes())
+    yield _END_OF_STREAM
 
 
 # --------------------------------------------------------------------------------------
@@ -884,5 +935,128 @@ def create_app(
         await service.commit_offsets(tenant, group, namespace, name, offsets)
         got = await service.fetch_offsets(tenant, group, namespace, name)
         return _group_offsets(group, namespace, name, got)
+
+    # Scans and read plans -------------------------------------------------------------
+    async def _body_model(request: Request, model: type[T]) -> T:
+        body = await _read_body(request, server.max_request_bytes)
+        parsed = parse_json(body) if body.strip() else {}
+        if not isinstance(parsed, dict):
+            raise MalformedPayload("the JSON body must be an object")
+        try:
+            return model.model_validate(parsed)  # type: ignore[attr-defined, no-any-return]
+        except ValidationError as exc:
+            raise _invalid(exc.errors(include_url=False, include_input=False)) from None
+
+    @app.post(
+        "/v1/tables/{namespace}/{name}/scan",
+        tags=["scans"],
+        responses={
+            200: {"content": {ARROW_STREAM: _ARROW_BINARY}},
+            **_ERRORS,
+        },
+        summary="Scan the whole table (cold snapshot + hot tail) with projection and filter.",
+        openapi_extra={
+            "requestBody": {"content": {JSON: {"schema": ScanRequest.model_json_schema()}}}
+        },
+    )
+    async def scan(request: Request, namespace: Namespace, name: Name, tenant: Tenant) -> Response:
+        """Rows of one pinned view of the table: an Iceberg snapshot plus, per partition,
+        the hot records above its tiered watermark. JSON ``{"rows": [...],
+        "snapshot_id"}`` by default, an Arrow IPC stream with
+        ``Accept: application/vnd.apache.arrow.stream`` (the snapshot id in the
+        ``Tidegate-Snapshot-Id`` header). A bad filter or unknown column is 400, an
+        unknown snapshot 404 ``SNAPSHOT_NOT_FOUND``."""
+        req = await _body_model(request, ScanRequest)
+        if tenancy is not None:
+            await tenancy.check_read(tenant)
+        result = await service.scan(
+            tenant,
+            namespace,
+            name,
+            columns=req.columns,
+            row_filter=req.filter,
+            as_of=req.as_of,
+            limit=req.limit,
+        )
+        headers = {"Tidegate-Snapshot-Id": str(result.snapshot_id or "")}
+        if _wants_arrow(request.headers.get("accept")):
+            # Streamed batch by batch: a scan may be larger than memory.
+            return StreamingResponse(
+                _metered_chunks(tenant, result.schema, result.batches),
+                media_type=ARROW_STREAM,
+                headers=headers,
+            )
+        batches = [b async for b in result.batches]
+        rows = sum(b.num_rows for b in batches)
+        metrics.record_read(rows)
+        out = await _maybe_offload(rows >= _OFFLOAD_RECORDS, batch_to_rows, batches)
+        response = JSONResponse({"rows": out, "snapshot_id": result.snapshot_id}, headers=headers)
+        if tenancy is not None:
+            await tenancy.record_read(tenant, rows, len(response.body))
+        return response
+
+    async def _metered_chunks(
+        tenant: str, schema: pa.Schema, batches: AsyncIterator[pa.RecordBatch]
+    ) -> AsyncIterator[bytes]:
+        """An Arrow scan body, metered (records and bytes) once it has been sent."""
+        rows = nbytes = 0
+
+        async def counted() -> AsyncIterator[pa.RecordBatch]:
+            nonlocal rows
+            async for b in batches:
+                rows += b.num_rows
+                yield b
+
+        async for chunk in _arrow_chunks(schema, counted()):
+            nbytes += len(chunk)
+            yield chunk
+        if tenancy is not None:
+            await tenancy.record_read(tenant, rows, nbytes)
+
+    @app.post(
+        "/v1/tables/{namespace}/{name}/plan",
+        tags=["scans"],
+        responses=_ERRORS,
+        summary="A read plan: the pinned snapshot's data files and the hot ranges.",
+        openapi_extra={
+            "requestBody": {"content": {JSON: {"schema": PlanRequest.model_json_schema()}}}
+        },
+    )
+    async def plan(
+        request: Request, namespace: Namespace, name: Name, tenant: Tenant
+    ) -> JSONResponse:
+        """The data files (presigned URLs on object storage, paths on a local warehouse)
+        a scan of the pinned snapshot must read, plus the hot ranges
+        ``[from_offset, to_offset)`` per partition to read through the records route."""
+        req = await _body_model(request, PlanRequest)
+        if tenancy is not None:
+            await tenancy.check_read(tenant)
+        p = await service.plan(tenant, namespace, name, row_filter=req.filter, as_of=req.as_of)
+        return JSONResponse(
+            {
+                "snapshot_id": p.snapshot_id,
+                "schema": fields_to_json(p.schema),
+                "files": [
+                    {
+                        "url": f.url,
+                        "partition": f.file.partition,
+                        "record_count": f.file.record_count,
+                        "file_size_bytes": f.file.file_size_bytes,
+                        "min_offset": f.file.min_offset,
+                        "max_offset": f.file.max_offset,
+                        "expires_at": _iso(f.expires_at) if f.expires_at else None,
+                    }
+                    for f in p.files
+                ],
+                "hot_ranges": [
+                    {
+                        "partition": r.partition,
+                        "from_offset": r.from_offset,
+                        "to_offset": r.to_offset,
+                    }
+                    for r in p.hot_ranges
+                ],
+            }
+        )
 
     return app

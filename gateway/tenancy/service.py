@@ -406,6 +406,8 @@ class Tenancy:
             with contextlib.suppress(Exception):
                 await self.service.drop_table(name, d.namespace, d.name)
         await self._run(self.service.hot.drop_tenant, name)
+        if self.service.cold is not None:
+            await self._run(self.service.cold.drop_tenant, name)
         await self._run(self.buckets.forget, name)
         self.meter.forget(name)
         self._quotas.pop(name, None)

@@ -64,6 +64,7 @@ def test_readme_examples(gateway: GatewayProcess, tmp_path: Path) -> None:
     assert "AppendRange(partition=0, base_offset=0, count=2, duplicate=False)" in out.stdout
     assert "RecordMetadata(partition=0, offset=2)" in out.stdout
     assert "2 view 3" in out.stdout
+    assert "[{'kind': 'buy'}]" in out.stdout
     (tmp_path / "clicks.csv").write_text("user,page\nada,/home\nalan,/buy\n")
     out = subprocess.run(
         ["bash", "-euo", "pipefail", "-c", cli],

@@ -166,6 +166,8 @@ async def test_table_lifecycle(gw: Gateway) -> None:
             "high_watermark": 0,
             "tiered_watermark": 0,
             "hot_bytes": 0,
+            "lag_records": 0,
+            "lag_bytes": 0,
         }
         for p in range(3)
     ]

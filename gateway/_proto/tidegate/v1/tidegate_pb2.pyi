@@ -37,18 +37,22 @@ class CreateTableRequest(_message.Message):
     def __init__(self, table: _Optional[_Union[TableRef, _Mapping]] = ..., fields: _Optional[_Iterable[_Union[Field, _Mapping]]] = ..., partitions: _Optional[int] = ..., key_columns: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class PartitionInfo(_message.Message):
-    __slots__ = ("partition", "earliest_offset", "high_watermark", "tiered_watermark", "hot_bytes")
+    __slots__ = ("partition", "earliest_offset", "high_watermark", "tiered_watermark", "hot_bytes", "lag_records", "lag_bytes")
     PARTITION_FIELD_NUMBER: _ClassVar[int]
     EARLIEST_OFFSET_FIELD_NUMBER: _ClassVar[int]
     HIGH_WATERMARK_FIELD_NUMBER: _ClassVar[int]
     TIERED_WATERMARK_FIELD_NUMBER: _ClassVar[int]
     HOT_BYTES_FIELD_NUMBER: _ClassVar[int]
+    LAG_RECORDS_FIELD_NUMBER: _ClassVar[int]
+    LAG_BYTES_FIELD_NUMBER: _ClassVar[int]
     partition: int
     earliest_offset: int
     high_watermark: int
     tiered_watermark: int
     hot_bytes: int
-    def __init__(self, partition: _Optional[int] = ..., earliest_offset: _Optional[int] = ..., high_watermark: _Optional[int] = ..., tiered_watermark: _Optional[int] = ..., hot_bytes: _Optional[int] = ...) -> None: ...
+    lag_records: int
+    lag_bytes: int
+    def __init__(self, partition: _Optional[int] = ..., earliest_offset: _Optional[int] = ..., high_watermark: _Optional[int] = ..., tiered_watermark: _Optional[int] = ..., hot_bytes: _Optional[int] = ..., lag_records: _Optional[int] = ..., lag_bytes: _Optional[int] = ...) -> None: ...
 
 class TableInfo(_message.Message):
     __slots__ = ("table", "table_id", "fields", "partitions", "key_columns", "partition_info", "created_at_ms")
@@ -246,3 +250,75 @@ class FetchOffsetsResponse(_message.Message):
     OFFSETS_FIELD_NUMBER: _ClassVar[int]
     offsets: _containers.RepeatedCompositeFieldContainer[PartitionOffset]
     def __init__(self, offsets: _Optional[_Iterable[_Union[PartitionOffset, _Mapping]]] = ...) -> None: ...
+
+class ScanRequest(_message.Message):
+    __slots__ = ("table", "columns", "filter", "as_of", "limit")
+    TABLE_FIELD_NUMBER: _ClassVar[int]
+    COLUMNS_FIELD_NUMBER: _ClassVar[int]
+    FILTER_FIELD_NUMBER: _ClassVar[int]
+    AS_OF_FIELD_NUMBER: _ClassVar[int]
+    LIMIT_FIELD_NUMBER: _ClassVar[int]
+    table: TableRef
+    columns: _containers.RepeatedScalarFieldContainer[str]
+    filter: str
+    as_of: str
+    limit: int
+    def __init__(self, table: _Optional[_Union[TableRef, _Mapping]] = ..., columns: _Optional[_Iterable[str]] = ..., filter: _Optional[str] = ..., as_of: _Optional[str] = ..., limit: _Optional[int] = ...) -> None: ...
+
+class ScanResponse(_message.Message):
+    __slots__ = ("arrow_ipc", "snapshot_id")
+    ARROW_IPC_FIELD_NUMBER: _ClassVar[int]
+    SNAPSHOT_ID_FIELD_NUMBER: _ClassVar[int]
+    arrow_ipc: bytes
+    snapshot_id: int
+    def __init__(self, arrow_ipc: _Optional[bytes] = ..., snapshot_id: _Optional[int] = ...) -> None: ...
+
+class PlanReadRequest(_message.Message):
+    __slots__ = ("table", "filter", "as_of")
+    TABLE_FIELD_NUMBER: _ClassVar[int]
+    FILTER_FIELD_NUMBER: _ClassVar[int]
+    AS_OF_FIELD_NUMBER: _ClassVar[int]
+    table: TableRef
+    filter: str
+    as_of: str
+    def __init__(self, table: _Optional[_Union[TableRef, _Mapping]] = ..., filter: _Optional[str] = ..., as_of: _Optional[str] = ...) -> None: ...
+
+class PlannedDataFile(_message.Message):
+    __slots__ = ("url", "partition", "record_count", "file_size_bytes", "min_offset", "max_offset", "expires_at_ms")
+    URL_FIELD_NUMBER: _ClassVar[int]
+    PARTITION_FIELD_NUMBER: _ClassVar[int]
+    RECORD_COUNT_FIELD_NUMBER: _ClassVar[int]
+    FILE_SIZE_BYTES_FIELD_NUMBER: _ClassVar[int]
+    MIN_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    MAX_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    EXPIRES_AT_MS_FIELD_NUMBER: _ClassVar[int]
+    url: str
+    partition: int
+    record_count: int
+    file_size_bytes: int
+    min_offset: int
+    max_offset: int
+    expires_at_ms: int
+    def __init__(self, url: _Optional[str] = ..., partition: _Optional[int] = ..., record_count: _Optional[int] = ..., file_size_bytes: _Optional[int] = ..., min_offset: _Optional[int] = ..., max_offset: _Optional[int] = ..., expires_at_ms: _Optional[int] = ...) -> None: ...
+
+class HotRange(_message.Message):
+    __slots__ = ("partition", "from_offset", "to_offset")
+    PARTITION_FIELD_NUMBER: _ClassVar[int]
+    FROM_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    TO_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    partition: int
+    from_offset: int
+    to_offset: int
+    def __init__(self, partition: _Optional[int] = ..., from_offset: _Optional[int] = ..., to_offset: _Optional[int] = ...) -> None: ...
+
+class PlanReadResponse(_message.Message):
+    __slots__ = ("snapshot_id", "files", "hot_ranges", "arrow_schema")
+    SNAPSHOT_ID_FIELD_NUMBER: _ClassVar[int]
+    FILES_FIELD_NUMBER: _ClassVar[int]
+    HOT_RANGES_FIELD_NUMBER: _ClassVar[int]
+    ARROW_SCHEMA_FIELD_NUMBER: _ClassVar[int]
+    snapshot_id: int
+    files: _containers.RepeatedCompositeFieldContainer[PlannedDataFile]
+    hot_ranges: _containers.RepeatedCompositeFieldContainer[HotRange]
+    arrow_schema: bytes
+    def __init__(self, snapshot_id: _Optional[int] = ..., files: _Optional[_Iterable[_Union[PlannedDataFile, _Mapping]]] = ..., hot_ranges: _Optional[_Iterable[_Union[HotRange, _Mapping]]] = ..., arrow_schema: _Optional[bytes] = ...) -> None: ...

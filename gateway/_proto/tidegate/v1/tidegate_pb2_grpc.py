@@ -84,6 +84,16 @@ class TidegateStub:
                 request_serializer=gateway_dot___proto_dot_tidegate_dot_v1_dot_tidegate__pb2.FetchOffsetsRequest.SerializeToString,
                 response_deserializer=gateway_dot___proto_dot_tidegate_dot_v1_dot_tidegate__pb2.FetchOffsetsResponse.FromString,
                 _registered_method=True)
+        self.Scan = channel.unary_stream(
+                '/tidegate.v1.Tidegate/Scan',
+                request_serializer=gateway_dot___proto_dot_tidegate_dot_v1_dot_tidegate__pb2.ScanRequest.SerializeToString,
+                response_deserializer=gateway_dot___proto_dot_tidegate_dot_v1_dot_tidegate__pb2.ScanResponse.FromString,
+                _registered_method=True)
+        self.PlanRead = channel.unary_unary(
+                '/tidegate.v1.Tidegate/PlanRead',
+                request_serializer=gateway_dot___proto_dot_tidegate_dot_v1_dot_tidegate__pb2.PlanReadRequest.SerializeToString,
+                response_deserializer=gateway_dot___proto_dot_tidegate_dot_v1_dot_tidegate__pb2.PlanReadResponse.FromString,
+                _registered_method=True)
 
 
 class TidegateServicer:
@@ -164,6 +174,23 @@ class TidegateServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def Scan(self, request, context):
+        """Scans -------------------------------------------------------------------------------
+        The whole table (cold snapshot plus hot tail, one pinned view) with projection,
+        filter and limit, as Arrow IPC. The first message carries the schema.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def PlanRead(self, request, context):
+        """The same pinned view as a plan for parallel readers: data files with URLs readable
+        without warehouse credentials, plus the hot ranges to fetch through Read.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_TidegateServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -216,6 +243,16 @@ def add_TidegateServicer_to_server(servicer, server):
                     servicer.FetchOffsets,
                     request_deserializer=gateway_dot___proto_dot_tidegate_dot_v1_dot_tidegate__pb2.FetchOffsetsRequest.FromString,
                     response_serializer=gateway_dot___proto_dot_tidegate_dot_v1_dot_tidegate__pb2.FetchOffsetsResponse.SerializeToString,
+            ),
+            'Scan': grpc.unary_stream_rpc_method_handler(
+                    servicer.Scan,
+                    request_deserializer=gateway_dot___proto_dot_tidegate_dot_v1_dot_tidegate__pb2.ScanRequest.FromString,
+                    response_serializer=gateway_dot___proto_dot_tidegate_dot_v1_dot_tidegate__pb2.ScanResponse.SerializeToString,
+            ),
+            'PlanRead': grpc.unary_unary_rpc_method_handler(
+                    servicer.PlanRead,
+                    request_deserializer=gateway_dot___proto_dot_tidegate_dot_v1_dot_tidegate__pb2.PlanReadRequest.FromString,
+                    response_serializer=gateway_dot___proto_dot_tidegate_dot_v1_dot_tidegate__pb2.PlanReadResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -488,6 +525,60 @@ class Tidegate:
             '/tidegate.v1.Tidegate/FetchOffsets',
             gateway_dot___proto_dot_tidegate_dot_v1_dot_tidegate__pb2.FetchOffsetsRequest.SerializeToString,
             gateway_dot___proto_dot_tidegate_dot_v1_dot_tidegate__pb2.FetchOffsetsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Scan(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(
+            request,
+            target,
+            '/tidegate.v1.Tidegate/Scan',
+            gateway_dot___proto_dot_tidegate_dot_v1_dot_tidegate__pb2.ScanRequest.SerializeToString,
+            gateway_dot___proto_dot_tidegate_dot_v1_dot_tidegate__pb2.ScanResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def PlanRead(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tidegate.v1.Tidegate/PlanRead',
+            gateway_dot___proto_dot_tidegate_dot_v1_dot_tidegate__pb2.PlanReadRequest.SerializeToString,
+            gateway_dot___proto_dot_tidegate_dot_v1_dot_tidegate__pb2.PlanReadResponse.FromString,
             options,
             channel_credentials,
             insecure,

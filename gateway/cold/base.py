@@ -1,0 +1,293 @@
+"""The cold tier: one Apache Iceberg table per stream-table.
+
+The Iceberg table *is* the stream's cold storage (shared tiering): its rows are the user
+columns plus ``_partition``, ``_offset`` and ``_timestamp``, its partition spec is
+identity(``_partition``) and its sort order ``(_partition, _offset)``. The tiered watermark
+``T(p)`` of every partition lives in the snapshot summary property ``tidegate.watermarks``
+(JSON object, partition -> watermark), written in the same commit as the data it covers;
+every offset below ``T(p)`` is in that snapshot, none at or above it.
+
+The unification layer talks to these interfaces only, never to pyiceberg.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from abc import ABC, abstractmethod
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import pyarrow as pa
+
+if TYPE_CHECKING:
+    from gateway.config import Settings
+    from gateway.meta import TableDef
+
+__all__ = [
+    "WATERMARKS_PROPERTY",
+    "ColdSnapshot",
+    "ColdStore",
+    "ColdTable",
+    "DataFile",
+    "PlannedFile",
+    "StorageOptions",
+    "fs_path",
+    "write_data_file",
+]
+
+WATERMARKS_PROPERTY = "tidegate.watermarks"
+
+
+@dataclass(frozen=True, slots=True)
+class ColdSnapshot:
+    """A pinned view of a table's cold tier: everything a read needs to stay consistent
+    while tiering and compaction commit new snapshots."""
+
+    #: None while the table has no snapshot (nothing tiered yet).
+    snapshot_id: int | None
+    #: ``T(p)`` per partition, from the snapshot summary; a missing partition is 0.
+    watermarks: Mapping[int, int] = field(default_factory=dict)
+    timestamp_ms: int | None = None
+
+    def watermark(self, partition: int) -> int:
+        return int(self.watermarks.get(partition, 0))
+
+
+@dataclass(frozen=True, slots=True)
+class DataFile:
+    """A Parquet data file written for the cold tier (by a tiering or compaction task)
+    or listed from a snapshot. Holds rows of exactly one partition, sorted by offset."""
+
+    path: str
+    partition: int
+    record_count: int
+    file_size_bytes: int
+    min_offset: int
+    max_offset: int
+
+
+@dataclass(frozen=True, slots=True)
+class PlannedFile:
+    """A data file in a read plan, readable by an executor without warehouse credentials
+    (a presigned HTTPS URL on object storage, a file path on a local warehouse)."""
+
+    file: DataFile
+    url: str
+    expires_at: dt.datetime | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class StorageOptions:
+    """What a task on another process or host needs to write or read warehouse files:
+    serialisable, so the Spark driver can ship it to executors. ``properties`` are
+    pyiceberg FileIO properties (``s3.endpoint``, ``s3.access-key-id``...)."""
+
+    warehouse: str
+    properties: Mapping[str, str] = field(default_factory=dict)
+
+    def filesystem(self) -> tuple[Any, str]:
+        """A ``pyarrow.fs.FileSystem`` and the root path for this warehouse.
+
+        Local warehouses get a ``LocalFileSystem``; ``s3://`` ones an ``S3FileSystem``
+        configured from ``properties`` (endpoint override for MinIO or moto, keys,
+        region, path-style addressing).
+        """
+        from pyarrow import fs as pafs
+
+        if self.warehouse.startswith(("s3://", "s3a://")):
+            p = self.properties
+            endpoint = p.get("s3.endpoint")
+            scheme = None
+            if endpoint and "://" in endpoint:
+                scheme, endpoint = endpoint.split("://", 1)
+            s3 = pafs.S3FileSystem(
+                access_key=p.get("s3.access-key-id"),
+                secret_key=p.get("s3.secret-access-key"),
+                region=p.get("s3.region") or None,
+                endpoint_override=endpoint,
+                scheme=scheme or "https",
+                force_virtual_addressing=p.get("s3.force-virtual-addressing") == "true",
+            )
+            return s3, fs_path(self.warehouse)
+        return pafs.LocalFileSystem(), fs_path(self.warehouse)
+
+
+def fs_path(uri: str) -> str:
+    """A warehouse URI as a path of :meth:`StorageOptions.filesystem`'s filesystem:
+    ``s3://bucket/key`` -> ``bucket/key``, ``file:///a/b`` -> ``/a/b``."""
+    from urllib.parse import unquote, urlparse
+
+    if uri.startswith(("s3://", "s3a://")):
+        return uri.split("://", 1)[1]
+    if uri.startswith("file:"):
+        return unquote(urlparse(uri).path)
+    return uri
+
+
+def write_data_file(
+    options: StorageOptions, folder: str, rows: pa.Table, file_schema: pa.Schema
+) -> DataFile:
+    """Write ``rows`` (one partition, any order) as one Parquet data file in ``folder``
+    (a :meth:`ColdTable.data_location`), sorted by offset and in ``file_schema``
+    (:meth:`ColdTable.file_schema`, which carries the Iceberg field ids), and return
+    its description for :meth:`ColdTable.commit_tiered`. Pure pyarrow: runs in a Spark
+    task without pyiceberg or a catalog."""
+    import uuid
+
+    import pyarrow.parquet as pq
+
+    if rows.num_rows == 0:
+        raise ValueError("a data file needs at least one row")
+    rows = rows.sort_by("_offset")
+    parts = rows.column("_partition").unique()
+    if len(parts) != 1:
+        raise ValueError(f"a data file holds one partition, got {parts.to_pylist()}")
+    rows = rows.select(file_schema.names).cast(file_schema)
+    filesystem, _ = options.filesystem()
+    path = f"{folder.rstrip('/')}/{uuid.uuid4().hex}.parquet"
+    target = fs_path(path)
+    if not folder.startswith(("s3://", "s3a://")):
+        filesystem.create_dir(fs_path(folder), recursive=True)
+    with filesystem.open_output_stream(target) as out:
+        pq.write_table(rows, out, compression="zstd")
+        size = out.tell()
+    offsets = rows.column("_offset")
+    return DataFile(
+        path=path,
+        partition=int(parts[0].as_py()),
+        record_count=rows.num_rows,
+        file_size_bytes=int(size),
+        min_offset=int(offsets[0].as_py()),
+        max_offset=int(offsets[-1].as_py()),
+    )
+
+
+class ColdTable(ABC):
+    """One stream-table's Iceberg table."""
+
+    @abstractmethod
+    def snapshot(self, as_of: int | dt.datetime | None = None) -> ColdSnapshot:
+        """The current snapshot, or the one with id ``as_of``, or the last one committed at
+        or before the time ``as_of``.
+
+        Raises:
+            NotFound: no such snapshot (a clear message with the reason SNAPSHOT_NOT_FOUND).
+        """
+
+    @abstractmethod
+    def files(
+        self, snap: ColdSnapshot, partition: int, from_offset: int, to_offset: int
+    ) -> list[DataFile]:
+        """Data files of ``snap`` that may hold offsets in ``[from_offset, to_offset)`` of
+        ``partition``, chosen by the ``_partition`` partition value and the ``_offset``
+        column statistics of the manifests (never by opening other data files), in offset
+        order."""
+
+    @abstractmethod
+    def read_range(
+        self, snap: ColdSnapshot, partition: int, from_offset: int, to_offset: int
+    ) -> Iterator[pa.RecordBatch]:
+        """Records of ``partition`` with offsets in ``[from_offset, to_offset)`` from
+        ``snap``, in offset order, in the stored schema (user columns cast back to the
+        table's Arrow types, then the system columns). Opens only the files that
+        :meth:`files` returns. ``to_offset`` must be ``<= snap.watermark(partition)``."""
+
+    @abstractmethod
+    def scan(
+        self,
+        snap: ColdSnapshot,
+        columns: Sequence[str] | None = None,
+        row_filter: Any = None,
+        limit: int | None = None,
+    ) -> Iterator[pa.RecordBatch]:
+        """Rows of ``snap`` with the projection and an Iceberg ``BooleanExpression`` filter
+        pushed down; batches in the stored schema restricted to ``columns``."""
+
+    @abstractmethod
+    def plan(self, snap: ColdSnapshot, row_filter: Any = None) -> list[PlannedFile]:
+        """The data files a scan of ``snap`` with ``row_filter`` must read."""
+
+    @abstractmethod
+    def commit_tiered(
+        self,
+        files: Sequence[DataFile],
+        watermarks: Mapping[int, int],
+        base: ColdSnapshot,
+    ) -> ColdSnapshot:
+        """Add ``files`` and set ``tidegate.watermarks`` to ``base``'s watermarks updated
+        with ``watermarks``, in one Iceberg commit.
+
+        Exactly once: if the current snapshot is no longer ``base`` (a concurrent commit),
+        nothing is committed and ``CommitConflict`` (retryable) is raised so the caller
+        re-plans from the new snapshot. Watermarks never move backwards.
+        """
+
+    @abstractmethod
+    def data_location(self, partition: int) -> str:
+        """Folder (URI) where tasks write new data files of ``partition``."""
+
+    def file_schema(self) -> pa.Schema:
+        """The Arrow schema data files are written in (Iceberg physical types, with
+        ``PARQUET:field_id`` metadata so any Iceberg reader resolves columns by id).
+        Addition to the original interface: used by :func:`write_data_file`."""
+        raise NotImplementedError
+
+
+class ColdStore(ABC):
+    """The catalog and warehouse holding every stream-table's Iceberg table."""
+
+    @classmethod
+    @abstractmethod
+    def from_settings(cls, settings: Settings) -> ColdStore:
+        """Build from ``settings.cold``."""
+
+    @abstractmethod
+    def create_table(self, table: TableDef, schema: pa.Schema) -> ColdTable:
+        """Create the Iceberg table of a new stream-table (namespace
+        ``<tenant>.<namespace>``, tenant-prefixed location). ``schema`` is the user schema.
+
+        Raises:
+            InvalidSchema: a type Iceberg cannot store losslessly.
+        """
+
+    def check_schema(self, schema: pa.Schema) -> None:  # noqa: B027 - optional hook
+        """Refuse a user schema this store cannot hold losslessly (called before any
+        metadata is written). Addition to the original interface.
+
+        Raises:
+            InvalidSchema: with the offending column.
+        """
+
+    def parse_filter(self, text: str | None, stored: pa.Schema) -> Any:
+        """A scan filter from its text form, checked against ``stored``; None for no
+        filter. Addition to the original interface.
+
+        Raises:
+            InvalidRequest: unparsable, or naming an unknown column.
+        """
+        raise NotImplementedError
+
+    def arrow_filter(self, expr: Any, stored: pa.Schema) -> Any:
+        """``expr`` (from :meth:`parse_filter`) as a ``pyarrow.compute.Expression`` over
+        ``stored`` rows (the hot side of a scan). Addition to the original interface."""
+        raise NotImplementedError
+
+    @abstractmethod
+    def table(self, table: TableDef) -> ColdTable:
+        """The Iceberg table of an existing stream-table."""
+
+    @abstractmethod
+    def drop_table(self, table: TableDef) -> None:
+        """Drop the Iceberg table and delete its files."""
+
+    @abstractmethod
+    def drop_tenant(self, tenant: str) -> None:
+        """Remove everything left of a deleted tenant: its namespaces and its prefix."""
+
+    @abstractmethod
+    def storage_options(self) -> StorageOptions:
+        """How tasks elsewhere reach the warehouse."""
+
+    def close(self) -> None:  # noqa: B027 - optional hook
+        """Release catalog connections."""

@@ -1,0 +1,286 @@
+"""The Iceberg cold store, on every storage (local/S3 warehouse x SQLite/PostgreSQL)."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import random
+import uuid
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from gateway.cold import (
+    WATERMARKS_PROPERTY,
+    ColdSnapshot,
+    DataFile,
+    fs_path,
+    load_cold_store,
+    write_data_file,
+)
+from gateway.cold.iceberg import IcebergColdStore, IcebergColdTable, arrow_to_iceberg
+from gateway.config import Settings
+from gateway.errors import CommitConflict, InvalidSchema, SnapshotNotFound
+from gateway.meta import TableDef
+from gateway.schema import fields_to_json, system_schema, with_system_columns
+from tests.cold.helpers import (
+    ALL_TYPES,
+    all_types_batch,
+    duckdb_rows,
+    normalise,
+    pyiceberg_rows,
+    pyiceberg_view,
+)
+
+
+def table_def(schema: pa.Schema, partitions: int = 2, tenant: str = "acme") -> TableDef:
+    return TableDef(
+        table_id=str(uuid.uuid4()),
+        tenant=tenant,
+        namespace="ns",
+        name=f"t{uuid.uuid4().hex[:8]}",
+        fields=fields_to_json(schema),
+        partitions=partitions,
+        key_columns=[],
+        created_at=dt.datetime.now(dt.UTC),
+    )
+
+
+def write(
+    store: IcebergColdStore, table: IcebergColdTable, partition: int, start: int, n: int, **kw: int
+) -> tuple[pa.RecordBatch, DataFile]:
+    user = all_types_batch(start, n)
+    rows = with_system_columns(user, partition, start, 1_700_000_000_000_000 + start)
+    f = write_data_file(
+        store.storage_options(),
+        table.data_location(partition),
+        pa.Table.from_batches([rows]),
+        table.file_schema(),
+    )
+    return rows, f
+
+
+def test_layout_of_a_new_table(cold_store: IcebergColdStore) -> None:
+    d = table_def(ALL_TYPES)
+    table = cold_store.create_table(d, ALL_TYPES)
+    ice = table._load()
+    assert ice.location() == (
+        f"{cold_store.warehouse}/{d.tenant}/{d.namespace}/{d.name}-{d.table_id}"
+    )
+    assert cold_store.catalog.table_exists((d.tenant, d.namespace, d.name))
+    schema = ice.schema()
+    for name, type_name in (
+        ("_partition", "int"),
+        ("_offset", "long"),
+        ("_timestamp", "timestamptz"),
+    ):
+        field = schema.find_field(name)
+        assert field.required and str(field.field_type) == type_name
+    assert not schema.find_field("i8").required and schema.find_field("req").required
+    assert [f.name for f in ice.spec().fields] == ["_partition"]
+    assert str(ice.spec().fields[0].transform) == "identity"
+    order = ice.sort_order()
+    assert [schema.find_column_name(f.source_id) for f in order.fields] == ["_partition", "_offset"]
+    assert ice.properties["write.delete.isolation-level"] == "snapshot"
+    # Field ids are stable: the same schema maps to the same ids every time.
+    assert arrow_to_iceberg(ALL_TYPES) == arrow_to_iceberg(ALL_TYPES)
+    assert {f.field_id for f in schema.fields} == {
+        f.field_id for f in arrow_to_iceberg(ALL_TYPES).fields
+    }
+    assert table.snapshot() == ColdSnapshot(None, {}, None)
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        pa.uint32(),
+        pa.timestamp("ns"),
+        pa.timestamp("us", tz="Europe/Paris"),
+        pa.large_list(pa.int32()),
+        pa.map_(pa.string(), pa.int32()),
+        pa.dictionary(pa.int32(), pa.string()),
+        pa.float16(),
+        pa.list_(pa.uint8()),
+    ],
+)
+def test_unstorable_types_are_refused(tmp_path: Path, bad: pa.DataType) -> None:
+    # Refusal happens before any storage is touched: one storage is enough.
+    cold_store = load_cold_store(Settings.explicit(data_dir=tmp_path))
+    assert isinstance(cold_store, IcebergColdStore)
+    schema = pa.schema([pa.field("ok", pa.int64()), pa.field("bad", bad)])
+    d = table_def(schema)
+    with pytest.raises(InvalidSchema, match="bad"):
+        cold_store.create_table(d, schema)
+    assert not cold_store.catalog.table_exists((d.tenant, d.namespace, d.name))
+
+
+def test_every_admitted_type_round_trips_and_other_readers_agree(
+    cold_store: IcebergColdStore,
+) -> None:
+    d = table_def(ALL_TYPES)
+    table = cold_store.create_table(d, ALL_TYPES)
+    rows0, f0 = write(cold_store, table, 0, 0, 40)
+    rows1, f1 = write(cold_store, table, 1, 0, 25)
+    snap = table.commit_tiered([f0, f1], {0: 40, 1: 25}, table.snapshot())
+    assert snap.watermarks == {0: 40, 1: 25}
+
+    got0 = pa.Table.from_batches(list(table.read_range(snap, 0, 0, 40)))
+    assert got0.schema == system_schema(ALL_TYPES)
+    assert got0.to_pylist() == rows0.to_pylist()
+    scanned = pa.Table.from_batches(list(table.scan(snap)))
+    assert scanned.schema == system_schema(ALL_TYPES)
+    expected = rows0.to_pylist() + rows1.to_pylist()
+    key = lambda r: (r["_partition"], r["_offset"])  # noqa: E731
+    assert sorted(scanned.to_pylist(), key=key) == expected
+
+    stored = system_schema(ALL_TYPES)
+    assert normalise(duckdb_rows(cold_store, table), stored) == expected
+    assert normalise(pyiceberg_rows(cold_store, table), stored) == pyiceberg_view(expected)
+
+
+def test_snapshots_by_id_and_time_and_watermarks_never_move_back(
+    cold_store: IcebergColdStore,
+) -> None:
+    table = cold_store.create_table(table_def(ALL_TYPES), ALL_TYPES)
+    _, f = write(cold_store, table, 0, 0, 10)
+    s1 = table.commit_tiered([f], {0: 10}, table.snapshot())
+    _, f = write(cold_store, table, 1, 0, 5)
+    # A lower watermark for partition 0 is ignored: watermarks only move forward.
+    s2 = table.commit_tiered([f], {0: 3, 1: 5}, s1)
+    assert s2.watermarks == {0: 10, 1: 5}
+    summary = table._load().current_snapshot().summary  # type: ignore[union-attr]
+    assert json.loads(summary[WATERMARKS_PROPERTY]) == {"0": 10, "1": 5}
+
+    assert table.snapshot(s1.snapshot_id) == s1
+    assert s1.timestamp_ms is not None and s2.timestamp_ms is not None
+    at = dt.datetime.fromtimestamp(s1.timestamp_ms / 1000, dt.UTC)
+    assert table.snapshot(at).snapshot_id == s1.snapshot_id
+    assert table.snapshot(dt.datetime.now(dt.UTC)).snapshot_id == s2.snapshot_id
+    with pytest.raises(SnapshotNotFound):
+        table.snapshot(12345)
+    with pytest.raises(SnapshotNotFound):
+        table.snapshot(dt.datetime(2000, 1, 1, tzinfo=dt.UTC))
+    # The old snapshot still reads what it held.
+    assert [b.num_rows for b in table.scan(s1)] and sum(b.num_rows for b in table.scan(s1)) == 10
+
+
+def test_commit_from_a_stale_base_conflicts(cold_store: IcebergColdStore) -> None:
+    table = cold_store.create_table(table_def(ALL_TYPES), ALL_TYPES)
+    base = table.snapshot()
+    _, f = write(cold_store, table, 0, 0, 10)
+    table.commit_tiered([f], {0: 10}, base)
+    _, g = write(cold_store, table, 0, 0, 10)
+    with pytest.raises(CommitConflict) as info:
+        table.commit_tiered([g], {0: 10}, base)
+    assert info.value.retryable
+    assert table.snapshot().watermarks == {0: 10}
+    assert sum(b.num_rows for b in table.scan(table.snapshot())) == 10
+
+
+class RecordingFS:
+    """The warehouse filesystem, recording which files are opened for reading."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+        self.opened: list[str] = []
+
+    def open_input_file(self, path: str) -> Any:
+        self.opened.append(path)
+        return self.inner.open_input_file(path)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+
+# Pruning depends on the manifests (any catalog) and file access (any warehouse): one
+# combination of each keeps the suite fast.
+@pytest.mark.parametrize("storage", ["local-sqlite", "s3-postgresql"], indirect=True)
+def test_range_read_opens_only_the_files_that_hold_it(cold_store: IcebergColdStore) -> None:
+    """200 data files; a 1,000-record read at a random offset is planned from the
+    manifests (partition value + _offset bounds) and touches only its files."""
+    schema = pa.schema([pa.field("v", pa.int64())])
+    d = table_def(schema)
+    table = cold_store.create_table(d, schema)
+    per_file, nfiles = 100, 200
+    opts, file_schema = cold_store.storage_options(), table.file_schema()
+    files = []
+    for p in (0, 1):
+        for i in range(nfiles // 2):
+            start = i * per_file
+            user = pa.record_batch([pa.array(range(start, start + per_file), pa.int64())], schema)
+            rows = with_system_columns(user, p, start, 0)
+            files.append(
+                write_data_file(
+                    opts, table.data_location(p), pa.Table.from_batches([rows]), file_schema
+                )
+            )
+    snap = table.commit_tiered(files, {0: 10_000, 1: 10_000}, table.snapshot())
+    assert len(table.plan(snap)) == nfiles
+
+    rng = random.Random(7)
+    for _ in range(3):
+        offset = rng.randrange(0, 9_000)
+        chosen = table.files(snap, 1, offset, offset + 1000)
+        want = {
+            (1, s)
+            for s in range(0, 10_000, per_file)
+            if s + per_file > offset and s < offset + 1000
+        }
+        assert {(f.partition, f.min_offset) for f in chosen} == want
+        assert len(chosen) <= 11
+        assert [f.min_offset for f in chosen] == sorted(f.min_offset for f in chosen)
+        recorder = RecordingFS(cold_store.filesystem())
+        cold_store._fs = recorder
+        try:
+            got = pa.Table.from_batches(list(table.read_range(snap, 1, offset, offset + 1000)))
+        finally:
+            cold_store._fs = recorder.inner
+        assert sorted(recorder.opened) == sorted(fs_path(f.path) for f in chosen)
+        assert got.column("_offset").to_pylist() == list(range(offset, offset + 1000))
+        assert got.column("v").to_pylist() == list(range(offset, offset + 1000))
+        assert set(got.column("_partition").to_pylist()) == {1}
+    assert table.files(snap, 0, 10_000, 10_500) == []
+
+
+def test_plan_urls_read_without_warehouse_credentials(cold_store: IcebergColdStore) -> None:
+    table = cold_store.create_table(table_def(ALL_TYPES), ALL_TYPES)
+    _, f = write(cold_store, table, 1, 0, 12)
+    snap = table.commit_tiered([f], {1: 12}, table.snapshot())
+    [planned] = table.plan(snap)
+    assert planned.file.partition == 1 and planned.file.record_count == 12
+    assert (planned.file.min_offset, planned.file.max_offset) == (0, 11)
+    if cold_store.warehouse.startswith("s3://"):
+        assert planned.url.startswith("http") and "Signature" in planned.url
+        assert planned.expires_at is not None
+        body = httpx.get(planned.url).raise_for_status().content  # no credentials
+        data = pq.read_table(pa.BufferReader(body))
+    else:
+        assert planned.expires_at is None
+        data = pq.read_table(planned.url)
+    assert data.column("_offset").to_pylist() == list(range(12))
+    # A filter prunes by the partition value.
+    from pyiceberg.expressions.parser import parse
+
+    assert table.plan(snap, parse("_partition = 0")) == []
+
+
+def test_drop_purges_the_files(cold_store: IcebergColdStore) -> None:
+    d = table_def(ALL_TYPES)
+    table = cold_store.create_table(d, ALL_TYPES)
+    _, f = write(cold_store, table, 0, 0, 5)
+    table.commit_tiered([f], {0: 5}, table.snapshot())
+    location = table.location
+    fs, _ = cold_store.storage_options().filesystem()
+    from pyarrow import fs as pafs
+
+    assert fs.get_file_info(pafs.FileSelector(fs_path(location), recursive=True))
+    cold_store.drop_table(d)
+    assert not cold_store.catalog.table_exists((d.tenant, d.namespace, d.name))
+    leftover = fs.get_file_info(
+        pafs.FileSelector(fs_path(location), recursive=True, allow_not_found=True)
+    )
+    assert [i.path for i in leftover if i.type == pafs.FileType.File] == []

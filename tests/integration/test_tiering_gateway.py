@@ -1,0 +1,142 @@
+"""Tiering of a running gateway: the embedded schedule of `tidegate serve` (what
+`make run` starts), and `tidegate tier` run beside a gateway sharing Redis."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.services import REPO_ROOT, GatewayProcess, RedisServer
+
+pytestmark = pytest.mark.integration
+
+
+def _wait_tiered(gw: GatewayProcess, table: str, want: list[int], timeout: float = 60) -> Any:
+    deadline = time.monotonic() + timeout
+    with gw.client() as c:
+        while True:
+            info = c.describe_table(table)
+            if [p.tiered_watermark for p in info.partition_info] == want:
+                return info
+            if time.monotonic() > deadline:
+                raise AssertionError(f"T(p) never reached {want}: {info}\n{gw.log()}")
+            time.sleep(0.2)
+
+
+def _check_reads(gw: GatewayProcess, table: str, partitions: int, per_part: int) -> None:
+    with gw.client() as c:
+        for p in range(partitions):
+            rows = c.read(table, partition=p, offset=0, max_records=1000).to_pylist()
+            assert [r["_offset"] for r in rows] == list(range(per_part))
+            assert [r["n"] for r in rows] == [p * 1000 + i for i in range(per_part)]
+
+
+def test_embedded_gateway_tiers_on_a_schedule(tmp_path: Path) -> None:
+    gw = GatewayProcess(
+        tmp_path / "gw",
+        {
+            "TIDEGATE_TIERING__INTERVAL_S": "0.5",
+            "TIDEGATE_TIERING__HOT_RETENTION_S": "0",
+        },
+    ).start()
+    try:
+        with gw.client() as c:
+            c.create_table("app.ev", {"n": "int64"}, partitions=2)
+            for p in range(2):
+                c.append("app.ev", [{"n": p * 1000 + i} for i in range(5)], partition=p)
+        info = _wait_tiered(gw, "app.ev", [5, 5])
+        assert [p.lag_records for p in info.partition_info] == [0, 0]
+        with gw.client() as c:
+            for p in range(2):
+                c.append("app.ev", [{"n": p * 1000 + i} for i in range(5, 8)], partition=p)
+            info = c.describe_table("app.ev")
+        # Read across the boundary: offsets 0..4 from Iceberg, 5..7 from the hot tier
+        # (unless the schedule already moved them too).
+        assert all(p.high_watermark == 8 for p in info.partition_info)
+        _check_reads(gw, "app.ev", 2, 8)
+        with gw.http_client() as h:
+            desc = h.get("/v1/tables/app/ev").json()
+            assert {"lag_records", "lag_bytes"} <= set(desc["partition_info"][0])
+        _wait_tiered(gw, "app.ev", [8, 8])
+        _check_reads(gw, "app.ev", 2, 8)
+        deadline = time.monotonic() + 30
+        with gw.http_client() as h:
+            while True:  # the gauges follow each run's commit
+                metrics = h.get("/metrics").text
+                if "tidegate_tiering_lag_records 0.0" in metrics or time.monotonic() > deadline:
+                    break
+                time.sleep(0.2)
+        assert "tidegate_tiering_records_total 16.0" in metrics
+        assert "tidegate_tiering_lag_records 0.0" in metrics
+    finally:
+        gw.stop()
+
+
+def test_tidegate_tier_beside_a_gateway(tmp_path: Path, redis_server: RedisServer) -> None:
+    env = {
+        "TIDEGATE_HOT__TYPE": "redis",
+        "TIDEGATE_HOT__URL": redis_server.url,
+        "TIDEGATE_TIERING__ENABLED": "false",
+        "TIDEGATE_TIERING__HOT_RETENTION_S": "0",
+    }
+    gw = GatewayProcess(tmp_path / "gw", env).start()
+    try:
+        with gw.client() as c:
+            c.create_table("cli.ev", {"n": "int64"}, partitions=2)
+            for p in range(2):
+                c.append("cli.ev", [{"n": p * 1000 + i} for i in range(4)], partition=p)
+        job_env = {**gw.env(), "PATH": f"{Path(sys.executable).parent}{os.pathsep}"}
+        job_env["PATH"] += os.environ.get("PATH", "")
+        out = subprocess.run(
+            ["tidegate", "tier"],
+            env=job_env,
+            cwd=str(REPO_ROOT),
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert out.returncode == 0, out.stderr
+        assert "tiered 8 records in 1 tables" in out.stdout
+        _wait_tiered(gw, "cli.ev", [4, 4], timeout=5)
+        _check_reads(gw, "cli.ev", 2, 4)
+    finally:
+        gw.stop()
+
+
+def test_readme_tiering_section(tmp_path: Path) -> None:
+    """The README's "Tiering" snippet, as written, with a shorter interval."""
+    section = (REPO_ROOT / "README.md").read_text().split("## Tiering", 1)[1].split("\n## ", 1)[0]
+    (script,) = re.findall(r"```sh\n(.*?)```", section, re.S)
+    assert "sleep 35" in script
+    gw = GatewayProcess(
+        tmp_path / "gw",
+        {"TIDEGATE_TIERING__INTERVAL_S": "0.5", "TIDEGATE_TIERING__HOT_RETENTION_S": "0"},
+    ).start()
+    try:
+        env = {**os.environ, "TIDEGATE_TARGET": gw.grpc_target, "TIDEGATE_API_KEY": str(gw.api_key)}
+        env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env['PATH']}"
+        out = subprocess.run(
+            ["bash", "-euo", "pipefail", "-c", script.replace("sleep 35", "sleep 4")],
+            env=env,
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert out.returncode == 0, out.stderr
+        assert '"tiered_watermark": 2' in out.stdout and '"lag_records": 0' in out.stdout
+        lines = [ln for ln in out.stdout.splitlines() if ln.startswith('{"page"')]
+        assert [json.loads(ln)["page"] for ln in lines] == ["/", "/buy"]
+        with gw.client() as c:
+            info = c.describe_table("shop.visits")
+            assert info.partition_info[0].tiered_watermark == 2
+    finally:
+        gw.stop()

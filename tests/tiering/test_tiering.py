@@ -1,0 +1,185 @@
+"""Tiering: records land in Iceberg exactly once with dense offsets, watermarks in the
+snapshot summary, on both hot tiers and with both runners."""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any
+
+import pytest
+
+from gateway.errors import CommitConflict
+from gateway.hot import PartitionId
+from tests.tiering.conftest import Harness
+from tiering.core import LocalRunner, tier_all, tier_table, trim_hot
+from tiering.retry import Backoff, Retry
+
+
+def _rows(start: int, n: int) -> list[dict[str, Any]]:
+    return [{"k": f"k{i}", "n": i} for i in range(start, start + n)]
+
+
+def test_local_runner_tiers_each_record_once(harness: Harness) -> None:
+    d = harness.create_table(partitions=2)
+    harness.append(d, 0, _rows(0, 5))
+    harness.append(d, 0, _rows(5, 3))
+    harness.append(d, 1, _rows(100, 4))
+    result = tier_table(harness.c, d, runner=LocalRunner(harness.c), trim=False)
+    assert result.moved == {0: (0, 8), 1: (0, 4)}
+    assert harness.watermarks(d) == {0: 8, 1: 4}
+    rows = harness.cold_rows(d)
+    assert [(r["_partition"], r["_offset"]) for r in rows] == [
+        *((0, i) for i in range(8)),
+        *((1, i) for i in range(4)),
+    ]
+    assert [r["n"] for r in rows] == [*range(8), *range(100, 104)]
+    # Nothing new: no commit, no change.
+    again = tier_table(harness.c, d, trim=False)
+    assert again.moved == {}
+    harness.append(d, 1, _rows(104, 2))
+    third = tier_table(harness.c, d, trim=False)
+    assert third.moved == {1: (4, 6)}
+    assert [(r["_partition"], r["_offset"]) for r in harness.cold_rows(d)][-3:] == [
+        (1, 3),
+        (1, 4),
+        (1, 5),
+    ]
+    assert harness.c.meta.partitions(d.table_id)[1].tiered_watermark == 6
+
+
+def test_target_file_size_rolls_files(harness: Harness) -> None:
+    settings = harness.settings.model_copy(
+        update={"tiering": harness.settings.tiering.model_copy(update={"target_file_bytes": 1024})}
+    )
+    harness.c.settings = settings
+    d = harness.create_table(partitions=1)
+    for i in range(10):
+        harness.append(d, 0, _rows(i * 50, 50))
+    result = tier_table(harness.c, d, trim=False)
+    assert result.files > 1
+    files = harness.c.cold.table(d).files(harness.c.cold.table(d).snapshot(), 0, 0, 500)
+    assert [(f.min_offset, f.max_offset) for f in files] == sorted(
+        (f.min_offset, f.max_offset) for f in files
+    )
+    assert sum(f.record_count for f in files) == 500
+    assert [r["_offset"] for r in harness.cold_rows(d)] == list(range(500))
+
+
+def test_concurrent_runs_tier_each_record_once(harness: Harness) -> None:
+    d = harness.create_table(partitions=3)
+    for p in range(3):
+        for j in range(4):
+            harness.append(d, p, _rows(j * 10, 10))
+    retry = Retry(attempts=20, backoff=Backoff(base_s=0.01, cap_s=0.1))
+    errors: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            tier_table(harness.c, d, retry=retry, trim=False)
+        except BaseException as exc:  # pragma: no cover - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=run) for _ in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors
+    rows = harness.cold_rows(d)
+    assert [(r["_partition"], r["_offset"]) for r in rows] == [
+        (p, o) for p in range(3) for o in range(40)
+    ]
+    assert harness.watermarks(d) == {0: 40, 1: 40, 2: 40}
+
+
+def test_conflict_retried_from_the_new_snapshot(harness: Harness) -> None:
+    d = harness.create_table(partitions=1)
+    harness.append(d, 0, _rows(0, 5))
+    cold = harness.c.cold.table(d)
+    real_commit = cold.commit_tiered
+    calls: list[int] = []
+
+    class Racing:
+        """The runner of a racing job: another run commits while this one writes."""
+
+        def write(self, tenant: str, tasks: Any) -> Any:
+            if not calls:
+                calls.append(1)
+                tier_table(harness.c, d, trim=False)
+                harness.append(d, 0, _rows(5, 2))
+            return LocalRunner(harness.c).write(tenant, tasks)
+
+    result = tier_table(harness.c, d, runner=Racing(), trim=False)
+    assert result.conflicts == 1
+    assert result.moved == {0: (5, 7)}
+    assert [r["_offset"] for r in harness.cold_rows(d)] == list(range(7))
+    assert cold.commit_tiered == real_commit
+
+
+def test_conflicts_are_bounded(harness: Harness) -> None:
+    d = harness.create_table(partitions=1)
+    harness.append(d, 0, _rows(0, 1))
+
+    class AlwaysRacing:
+        def write(self, tenant: str, tasks: Any) -> Any:
+            files = LocalRunner(harness.c).write(tenant, tasks)
+            tier_table(harness.c, d, trim=False)
+            harness.append(d, 0, _rows(0, 1))
+            return files
+
+    with pytest.raises(CommitConflict):
+        tier_table(
+            harness.c,
+            d,
+            runner=AlwaysRacing(),
+            retry=Retry(attempts=3, backoff=Backoff(base_s=0.001)),
+            trim=False,
+        )
+    offsets = [r["_offset"] for r in harness.cold_rows(d)]
+    assert offsets == list(range(len(offsets)))
+
+
+def test_failing_table_does_not_stop_other_tenants(harness: Harness) -> None:
+    good = [harness.create_table(partitions=2) for _ in range(2)]
+    bad = harness.create_table(partitions=2)
+    for d in [*good, bad]:
+        harness.append(d, 0, _rows(0, 3))
+        harness.append(d, 1, _rows(0, 3))
+    # Poison: the bad table's Iceberg table disappears behind the gateway's back.
+    harness.c.cold.drop_table(bad)
+    report = tier_all(harness.c, tables=[bad, *good], trim=False)
+    assert list(report.failures) == [f"{bad.tenant}/{bad.qualified_name}"]
+    for d in good:
+        assert harness.watermarks(d) == {0: 3, 1: 3}
+
+
+def test_hot_retention_trims_only_below_the_tiered_watermark(harness: Harness) -> None:
+    d = harness.create_table(partitions=1)
+    for j in range(4):
+        harness.append(d, 0, _rows(j * 5, 5))
+    # A long retention: tiered, but nothing trimmed yet.
+    settings = harness.c.settings
+    harness.c.settings = settings.model_copy(
+        update={"tiering": settings.tiering.model_copy(update={"hot_retention_s": 3600})}
+    )
+    tier_table(harness.c, d)
+    assert harness.c.hot.offsets(PartitionId(d.tenant, d.table_id, 0)).low == 0
+    harness.append(d, 0, _rows(20, 5))
+    # An hour later the watermark of the first commit (20) has been held long enough;
+    # the records appended after it (20..24) are not tiered and stay.
+    trimmed = trim_hot(harness.c, d, now=time.time() + 3601)
+    assert trimmed == {0: 20} or (0 in trimmed and trimmed[0] <= 20)
+    o = harness.c.hot.offsets(PartitionId(d.tenant, d.table_id, 0))
+    assert o.low <= 20 and o.high == 25
+    # Never above T(p), even with no retention at all.
+    harness.c.settings = settings
+    trim_hot(harness.c, d)
+    assert harness.c.hot.offsets(PartitionId(d.tenant, d.table_id, 0)).low <= 20
+    assert harness.watermarks(d) == {0: 20}
+
+
+def test_retry_is_data() -> None:
+    retry = Retry(attempts=4, backoff=Backoff(base_s=0.1, factor=2, cap_s=0.3, jitter=False))
+    assert retry.delays() == [0.1, 0.2, 0.3]
+    assert all(0 <= Backoff(base_s=1).delay(i) <= 1 * 2**i for i in range(3))

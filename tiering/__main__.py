@@ -1,0 +1,43 @@
+"""``python -m tiering`` (and ``spark-submit`` of this module): tier every table.
+
+    spark-submit --master local[2] tiering/__main__.py --every 60
+    python -m tiering --runner local
+
+Configured like the gateway (``TIDEGATE_*`` variables or ``TIDEGATE_CONFIG``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+
+from gateway.config import Settings
+from tiering.core import Components
+from tiering.job import make_runner, run_forever, run_once
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="tiering", description=__doc__.splitlines()[0])
+    parser.add_argument("--runner", choices=["spark", "local"], default="spark")
+    parser.add_argument("--master", default=None, help="Spark master (default: config).")
+    parser.add_argument("--every", type=float, default=None, help="Repeat every N seconds.")
+    parser.add_argument("--log-level", default="INFO")
+    args = parser.parse_args(argv)
+    logging.basicConfig(
+        level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    settings = Settings()
+    if args.every:
+        run_forever(settings, every_s=args.every, kind=args.runner, master=args.master)
+        return 0
+    with Components.open(settings) as c:
+        report = run_once(c, make_runner(c, args.runner, args.master))
+    for name, err in report.failures.items():
+        print(f"failed: {name}: {err}", file=sys.stderr)
+    print(f"tiered {report.records} records in {len(report.tables)} tables")
+    return 1 if report.failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,544 @@
+"""Tiering without Spark: move each partition's hot range ``[T(p), HW(p))`` into Iceberg.
+
+Usable in-process, with no Spark at all, through the :class:`LocalRunner` (plain threads)::
+
+    from tiering.core import Components, LocalRunner, tier_table
+    with Components.open(settings) as c:
+        tier_table(c, table_def, runner=LocalRunner(c))
+
+The Spark runner (:mod:`tiering.spark`) runs the very same :func:`write_range` as one Spark
+task per ``(table, partition)`` range. Either way the driver commits once per table.
+
+Exactly once, per table:
+
+1. plan from the current snapshot ``S``: ``T(p)`` from its ``tidegate.watermarks`` and
+   the sealed high watermark ``HW(p)`` read now (records appended later wait for the
+   next run);
+2. tasks write Parquet files sorted by ``(_partition, _offset)`` and return their
+   :class:`~gateway.cold.base.DataFile` metadata (nothing is visible yet: a crash here
+   leaves orphan files only, removed later by compaction's orphan clean-up);
+3. the driver calls ``commit_tiered(files, {p: HW(p)}, base=S)``: data and watermarks in
+   one Iceberg commit. A crash after it is harmless: the next run reads the new ``T(p)``
+   from the snapshot and moves on. A concurrent commit raises ``CommitConflict``: we
+   re-plan from the new snapshot (keeping the files whose range still starts at the new
+   ``T(p)``) and retry, with backoff, a bounded number of times;
+4. only then the cached watermarks in the metadata store are raised (a cache: the
+   snapshot wins), and the hot tier is trimmed below the watermark that has been
+   committed for at least ``hot_retention_s`` (:func:`trim_hot`).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import threading
+import time
+import uuid
+from collections import defaultdict
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from types import TracebackType
+from typing import TYPE_CHECKING, Any, Protocol, Self
+
+import pyarrow as pa
+
+from gateway.cold.base import (
+    ColdSnapshot,
+    ColdStore,
+    ColdTable,
+    DataFile,
+    StorageOptions,
+    write_data_file,
+)
+from gateway.errors import CommitConflict, NotFound, TidegateError
+from gateway.hot import HotLog, PartitionId
+from gateway.hot.codec import decode_batch
+from gateway.schema import conform_batch, parse_fields, system_schema, with_system_columns
+from tiering.retry import Backoff, Retry
+
+if TYPE_CHECKING:
+    from gateway.config import Settings
+    from gateway.meta import MetadataStore, TableDef
+
+__all__ = [
+    "CRASH_POINT_ENV",
+    "Components",
+    "LocalRunner",
+    "RangeTask",
+    "RunReport",
+    "Runner",
+    "TableResult",
+    "TieringError",
+    "load_cold_store",
+    "tier_all",
+    "tier_table",
+    "trim_hot",
+    "write_range",
+]
+
+log = logging.getLogger("tidegate.tiering")
+
+#: Crash-test hook: the job SIGKILLs its own process at this point (``before_commit``,
+#: ``after_commit``, ``after_cache``). Only for tests of exactly-once; never set it else.
+CRASH_POINT_ENV = "TIDEGATE_TIERING_CRASH_POINT"
+
+_READ_RECORDS = 50_000
+_READ_BYTES = 16 * 1024 * 1024
+
+
+class TieringError(TidegateError):
+    """Tiering of a table failed (the hot range is unreadable, the low mark passed T(p)...)."""
+
+    reason = "TIERING_FAILED"
+
+
+def _crash_point(name: str) -> None:
+    if os.environ.get(CRASH_POINT_ENV) == name:
+        log.warning("crash point %s: killing this process", name)
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+def load_cold_store(settings: Settings) -> ColdStore:
+    """The cold store of the settings.
+
+    Raises:
+        TieringError: the cold tier is disabled (``cold.enabled=false``).
+    """
+    from gateway.cold import load_cold_store as load
+
+    store = load(settings)
+    if store is None:
+        raise TieringError("tiering needs the cold tier, which is disabled (cold.enabled)")
+    return store
+
+
+@dataclass
+class Components:
+    """The backends a tiering run talks to. Build with :meth:`open` (owns and closes
+    them) or directly from objects a gateway already holds (closes nothing)."""
+
+    settings: Settings
+    meta: MetadataStore
+    hot: HotLog
+    cold: ColdStore
+    owned: bool = False
+
+    @classmethod
+    def open(cls, settings: Settings) -> Components:
+        from gateway.hot import load_hot_log
+        from gateway.meta import MetadataStore
+
+        settings.data_dir.mkdir(parents=True, exist_ok=True)
+        meta = MetadataStore.from_settings(settings)
+        hot: HotLog | None = None
+        try:
+            hot = load_hot_log(settings)
+            cold = load_cold_store(settings)
+        except BaseException:
+            if hot is not None:
+                hot.close()
+            meta.close()
+            raise
+        return cls(settings, meta, hot, cold, owned=True)
+
+    def close(self) -> None:
+        if self.owned:
+            self.cold.close()
+            self.hot.close()
+            self.meta.close()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+
+@dataclass(frozen=True, slots=True)
+class RangeTask:
+    """One partition's hot range to write: serialisable, shipped to a Spark executor."""
+
+    tenant: str
+    table_id: str
+    table: str
+    partition: int
+    start: int
+    end: int
+    #: The user schema as stored in the metadata (JSON fields).
+    fields: tuple[Mapping[str, Any], ...]
+    #: Folder URI for the new files (``ColdTable.data_location``).
+    location: str
+    storage: StorageOptions
+    #: Arrow schema of the data files, with Iceberg field ids (``ColdTable.file_schema``).
+    file_schema: pa.Schema
+    target_file_bytes: int
+    run_id: str
+
+    @property
+    def part(self) -> PartitionId:
+        return PartitionId(self.tenant, self.table_id, self.partition)
+
+
+# --------------------------------------------------------------------------------------
+# The task: hot range -> Parquet files
+# --------------------------------------------------------------------------------------
+def _iter_range(hot: HotLog, task: RangeTask, schema: pa.Schema) -> Iterator[pa.RecordBatch]:
+    """Records ``[start, end)`` of the partition in the stored schema, in offset order."""
+    part = task.part
+    user = parse_fields(list(task.fields))
+    offset = task.start
+    while offset < task.end:
+        stored = hot.read(part, offset, min(_READ_RECORDS, task.end - offset), _READ_BYTES)
+        if not stored:
+            raise TieringError(
+                f"the hot tier of {task.table} partition {task.partition} ends at {offset}, "
+                f"before the planned {task.end}"
+            )
+        for sb in stored:
+            if offset >= task.end:
+                break
+            if sb.base_offset > offset:
+                raise TieringError(
+                    f"gap in the hot tier of {task.table} partition {task.partition}: "
+                    f"expected offset {offset}, found {sb.base_offset}"
+                )
+            rows = conform_batch(decode_batch(sb.payload), user)
+            rows = with_system_columns(rows, task.partition, sb.base_offset, sb.timestamp_us)
+            start = offset - sb.base_offset
+            length = min(rows.num_rows - start, task.end - offset)
+            if length <= 0:
+                continue
+            batch = rows.slice(start, length)
+            if not batch.schema.equals(schema):
+                batch = pa.RecordBatch.from_arrays(batch.columns, schema=schema)
+            yield batch
+            offset += length
+
+
+def write_range(task: RangeTask, hot: HotLog) -> list[DataFile]:
+    """Write the task's records as Parquet files of about ``target_file_bytes`` of
+    Arrow data each (sorted by offset, one partition per file, in the table's file
+    schema) and return their metadata. Nothing is committed here.
+
+    Raises:
+        TieringError: the hot range has a gap or ends early; or the hot tier's error.
+    """
+    schema = system_schema(parse_fields(list(task.fields)))
+    files: list[DataFile] = []
+    pending: list[pa.RecordBatch] = []
+    size = 0
+
+    def flush() -> None:
+        nonlocal size
+        if pending:
+            rows = pa.Table.from_batches(pending, schema)
+            files.append(write_data_file(task.storage, task.location, rows, task.file_schema))
+            pending.clear()
+            size = 0
+
+    for batch in _iter_range(hot, task, schema):
+        pending.append(batch)
+        size += batch.nbytes
+        if size >= task.target_file_bytes:
+            flush()
+    flush()
+    return files
+
+
+# --------------------------------------------------------------------------------------
+# Runners
+# --------------------------------------------------------------------------------------
+class Runner(Protocol):
+    """Executes the range tasks of one table and returns the files they wrote.
+
+    Raises on any task failure (the table's run fails; other tables go on)."""
+
+    def write(self, tenant: str, tasks: Sequence[RangeTask]) -> list[DataFile]: ...
+
+
+class LocalRunner:
+    """Runs range tasks on plain threads of this process, with the hot log it already
+    holds: tiering with no Spark at all (the embedded gateway's schedule and the
+    property tests use it)."""
+
+    def __init__(self, components: Components, threads: int = 2) -> None:
+        self.components = components
+        self.threads = max(1, threads)
+
+    def write(self, tenant: str, tasks: Sequence[RangeTask]) -> list[DataFile]:
+        if not tasks:
+            return []
+        hot = self.components.hot
+        if len(tasks) == 1 or self.threads == 1:
+            return [f for t in tasks for f in write_range(t, hot)]
+        with ThreadPoolExecutor(min(self.threads, len(tasks)), "tg-tier") as pool:
+            results = list(pool.map(lambda t: write_range(t, hot), tasks))
+        return [f for r in results for f in r]
+
+
+# --------------------------------------------------------------------------------------
+# The driver
+# --------------------------------------------------------------------------------------
+@dataclass(frozen=True, slots=True)
+class TableResult:
+    table: str
+    tenant: str
+    #: Partition -> (old T(p), new T(p)) of the partitions this run moved.
+    moved: Mapping[int, tuple[int, int]] = field(default_factory=dict)
+    records: int = 0
+    bytes: int = 0
+    files: int = 0
+    attempts: int = 1
+    conflicts: int = 0
+    trimmed: Mapping[int, int] = field(default_factory=dict)
+    snapshot_id: int | None = None
+
+
+@dataclass
+class RunReport:
+    tables: list[TableResult] = field(default_factory=list)
+    #: ``tenant/namespace.name`` -> the error that stopped that table.
+    failures: dict[str, BaseException] = field(default_factory=dict)
+
+    @property
+    def records(self) -> int:
+        return sum(t.records for t in self.tables)
+
+    @property
+    def ok(self) -> bool:
+        return not self.failures
+
+
+def _tasks(
+    c: Components, d: TableDef, cold: ColdTable, base: ColdSnapshot, run_id: str
+) -> list[RangeTask]:
+    tasks = []
+    storage = c.cold.storage_options()
+    target = c.settings.tiering.target_file_bytes
+    file_schema = cold.file_schema()
+    for p in range(d.partitions):
+        part = PartitionId(d.tenant, d.table_id, p)
+        t = base.watermark(p)
+        o = c.hot.offsets(part)
+        if o.high <= t:
+            continue
+        if o.low > t:
+            raise TieringError(
+                f"{d.qualified_name} partition {p}: the hot tier starts at {o.low}, above "
+                f"the tiered watermark {t}; offsets [{t}, {o.low}) are lost"
+            )
+        tasks.append(
+            RangeTask(
+                tenant=d.tenant,
+                table_id=d.table_id,
+                table=d.qualified_name,
+                partition=p,
+                start=t,
+                end=o.high,
+                fields=tuple(d.fields),
+                location=cold.data_location(p),
+                storage=storage,
+                file_schema=file_schema,
+                target_file_bytes=target,
+                run_id=run_id,
+            )
+        )
+    return tasks
+
+
+def tier_table(
+    c: Components,
+    d: TableDef,
+    *,
+    runner: Runner | None = None,
+    retry: Retry | None = None,
+    trim: bool = True,
+) -> TableResult:
+    """Tier one table: plan, write, commit once (retrying a conflict from the new
+    snapshot), refresh the cached watermarks, then trim the hot tier (:func:`trim_hot`).
+
+    Raises:
+        CommitConflict: still conflicting after ``retry.attempts`` tries.
+        TieringError, or the hot or cold tier's error, when the table cannot be tiered.
+    """
+    runner = runner or LocalRunner(c)
+    retry = retry or Retry(
+        attempts=c.settings.tiering.commit_attempts, backoff=Backoff(base_s=0.05, cap_s=2.0)
+    )
+    cold = c.cold.table(d)
+    run_id = f"tier-{uuid.uuid4().hex[:16]}"
+    delays = retry.delays()
+    written: dict[int, tuple[RangeTask, list[DataFile]]] = {}
+    conflicts = 0
+    attempt = 0
+    while True:
+        attempt += 1
+        base = cold.snapshot()
+        tasks = _tasks(c, d, cold, base, run_id)
+        if not tasks:
+            snap_id = base.snapshot_id
+            moved: dict[int, tuple[int, int]] = {}
+            files: list[DataFile] = []
+            break
+        # Keep files already written for a range that still starts at T(p); write
+        # the rest (a new plan after a conflict may start later and end later).
+        todo = []
+        files = []
+        for t in tasks:
+            prev = written.get(t.partition)
+            if prev is not None and prev[0].start == t.start:
+                # Commit what was written up to its planned end; what was appended
+                # since waits for the next run.
+                files.extend(prev[1])
+            else:
+                todo.append(t)
+        new_files = runner.write(d.tenant, todo)
+        by_part: dict[int, list[DataFile]] = defaultdict(list)
+        for f in new_files:
+            by_part[f.partition].append(f)
+        for t in todo:
+            written[t.partition] = (t, by_part.get(t.partition, []))
+        files.extend(new_files)
+        plan = {t.partition: written[t.partition][0] for t in tasks}
+        marks = {p: t.end for p, t in plan.items()}
+        _crash_point("before_commit")
+        try:
+            snap = cold.commit_tiered(files, marks, base)
+        except CommitConflict:
+            conflicts += 1
+            if attempt > len(delays):
+                raise
+            log.info("%s: commit conflict, re-planning (attempt %d)", d.qualified_name, attempt)
+            time.sleep(delays[attempt - 1])
+            continue
+        _crash_point("after_commit")
+        snap_id = snap.snapshot_id
+        moved = {p: (t.start, t.end) for p, t in plan.items()}
+        c.meta.update_tiered_watermarks(d.table_id, {p: e for p, (_, e) in moved.items()})
+        _crash_point("after_cache")
+        break
+    trimmed = trim_hot(c, d, cold) if trim else {}
+    result = TableResult(
+        table=d.qualified_name,
+        tenant=d.tenant,
+        moved=moved,
+        records=sum(e - s for s, e in moved.values()),
+        bytes=sum(f.file_size_bytes for f in files),
+        files=len(files),
+        attempts=attempt,
+        conflicts=conflicts,
+        trimmed=trimmed,
+        snapshot_id=snap_id,
+    )
+    _observe(result)
+    return result
+
+
+def trim_hot(
+    c: Components, d: TableDef, cold: ColdTable | None = None, *, now: float | None = None
+) -> dict[int, int]:
+    """Trim the hot tier of ``d`` below the tiered watermark that was already committed
+    ``hot_retention_s`` ago: ``T_{now - retention}(p)``, the watermark of the last
+    snapshot at or before that time (when each watermark was reached is the snapshot's
+    own timestamp). Never above the current ``T(p)``. Returns partition -> new low mark
+    for the partitions trimmed."""
+    import datetime as dt
+
+    cold = cold or c.cold.table(d)
+    current = cold.snapshot()
+    if current.snapshot_id is None:
+        return {}
+    retention = c.settings.tiering.hot_retention_s
+    if retention > 0:
+        at = dt.datetime.fromtimestamp((now or time.time()) - retention, dt.UTC)
+        try:
+            old = cold.snapshot(at)
+        except NotFound:
+            return {}
+    else:
+        old = current
+    out = {}
+    for p in range(d.partitions):
+        below = min(old.watermark(p), current.watermark(p))
+        if below <= 0:
+            continue
+        part = PartitionId(d.tenant, d.table_id, p)
+        if c.hot.offsets(part).low >= below:
+            continue
+        out[p] = c.hot.trim(part, below)
+    return out
+
+
+def _observe(result: TableResult) -> None:
+    try:
+        from gateway import metrics
+    except ImportError:  # pragma: no cover - the server extra is absent
+        return
+    record = getattr(metrics, "record_tiering", None)
+    if record is not None:
+        record(result)
+
+
+def tier_all(
+    c: Components,
+    *,
+    runner: Runner | None = None,
+    tables: Iterable[TableDef] | None = None,
+    retry: Retry | None = None,
+    trim: bool = True,
+    max_parallel_tenants: int = 4,
+    on_table: Callable[[TableDef, TableResult | BaseException], None] | None = None,
+) -> RunReport:
+    """Tier every table (or ``tables``). Tenants run side by side (one driver thread
+    each, so a Spark runner puts each in its own fair-scheduler pool); a table that fails
+    is reported and never stops another table or tenant."""
+    runner = runner or LocalRunner(c)
+    defs = list(c.meta.all_tables() if tables is None else tables)
+    by_tenant: dict[str, list[TableDef]] = defaultdict(list)
+    for d in defs:
+        by_tenant[d.tenant].append(d)
+    report = RunReport()
+    lock = threading.Lock()
+
+    def one_tenant(items: list[TableDef]) -> None:
+        for d in items:
+            outcome: TableResult | BaseException
+            try:
+                outcome = tier_table(c, d, runner=runner, retry=retry, trim=trim)
+            except Exception as exc:
+                log.exception("tiering %s/%s failed", d.tenant, d.qualified_name)
+                _observe_failure()
+                outcome = exc
+            with lock:
+                if isinstance(outcome, BaseException):
+                    report.failures[f"{d.tenant}/{d.qualified_name}"] = outcome
+                else:
+                    report.tables.append(outcome)
+            if on_table is not None:
+                on_table(d, outcome)
+
+    if len(by_tenant) <= 1:
+        for items in by_tenant.values():
+            one_tenant(items)
+    else:
+        workers = max(1, min(max_parallel_tenants, len(by_tenant)))
+        with ThreadPoolExecutor(workers, "tg-tenant") as pool:
+            list(pool.map(one_tenant, by_tenant.values()))
+    return report
+
+
+def _observe_failure() -> None:
+    try:
+        from gateway import metrics
+    except ImportError:  # pragma: no cover
+        return
+    fail = getattr(metrics, "record_tiering_failure", None)
+    if fail is not None:
+        fail()

@@ -1,0 +1,96 @@
+"""The Spark runner: one Spark task per ``(table, partition)`` hot range.
+
+Tasks run :func:`tiering.core.write_range` on the executors (pyarrow writes the Parquet
+files, no Iceberg Spark runtime needed) and return the files' metadata; the driver commits
+once per table through pyiceberg. Each tenant's jobs run in its own fair-scheduler pool
+(``spark.scheduler.mode=FAIR``), so one tenant's volume does not hold up another's.
+
+Executors reopen the hot tier from the settings. With Redis that is always safe; the disk
+tier belongs to one process, so run Spark over it only while no gateway appends to it
+(the embedded gateway tiers the disk tier with the local runner instead).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+from gateway.cold.base import DataFile
+from tiering.core import RangeTask, write_range
+
+if TYPE_CHECKING:
+    from gateway.config import Settings
+
+__all__ = ["SparkRunner", "spark_session"]
+
+
+def spark_session(master: str | None = "local[2]", app_name: str = "tidegate-tiering") -> Any:
+    """A SparkSession fit for tiering (the active one when there is one). ``master=None``
+    leaves the master to ``spark-submit --master``."""
+    try:
+        from pyspark.sql import SparkSession
+    except ImportError as exc:  # pragma: no cover - depends on the install
+        raise RuntimeError(f"the Spark runner needs pip install 'tidegate[spark]' ({exc})") from exc
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    builder = SparkSession.builder
+    if master is not None:
+        builder = builder.master(master)
+    return (
+        builder.appName(app_name)
+        .config("spark.scheduler.mode", "FAIR")
+        .config("spark.sql.parquet.outputTimestampType", "TIMESTAMP_MICROS")
+        .config("spark.ui.enabled", "false")
+        .config("spark.sql.shuffle.partitions", "4")
+        .getOrCreate()
+    )
+
+
+def _run_task(settings_json: Mapping[str, Any], task: RangeTask) -> list[DataFile]:
+    """Open the hot log for this one task: a log cached in a reused Python worker would
+    go stale (the disk tier keeps its index in the memory of the process that opened
+    it), and opening Redis is one connection."""
+    from gateway.config import Settings
+    from gateway.hot import load_hot_log
+
+    hot = load_hot_log(Settings.explicit(**settings_json))
+    try:
+        return write_range(task, hot)
+    finally:
+        hot.close()
+
+
+class _TaskFn:
+    """The picklable function Spark ships to executors."""
+
+    def __init__(self, settings_json: Mapping[str, Any]) -> None:
+        self.settings_json = dict(settings_json)
+
+    def __call__(self, task: RangeTask) -> list[DataFile]:
+        return _run_task(self.settings_json, task)
+
+
+class SparkRunner:
+    """Runs a table's range tasks as one Spark job of one task per partition range, in
+    the fair-scheduler pool named after the tenant."""
+
+    def __init__(self, settings: Settings, spark: Any | None = None) -> None:
+        self.spark = spark if spark is not None else spark_session(settings.tiering.master)
+        # Executors rebuild the hot log from these settings (in the same hot tier).
+        settings = settings.model_copy(update={"data_dir": settings.data_dir.resolve()})
+        self.settings_json = settings.model_dump(mode="json")
+
+    def write(self, tenant: str, tasks: Sequence[RangeTask]) -> list[DataFile]:
+        if not tasks:
+            return []
+        sc = self.spark.sparkContext
+        sc.setLocalProperty("spark.scheduler.pool", tenant)
+        sc.setJobGroup(f"tidegate-tier-{tenant}", f"tier {tasks[0].table}", False)
+        try:
+            rdd = sc.parallelize(list(tasks), len(tasks))
+            per_task: list[list[DataFile]] = rdd.map(_TaskFn(self.settings_json)).collect()
+        finally:
+            sc.setLocalProperty("spark.scheduler.pool", None)
+        return [f for files in per_task for f in files]
