@@ -11,6 +11,7 @@ servicer learns the tenant from :func:`gateway.server.grpc_auth.current_tenant`.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from typing import Any
@@ -243,18 +244,22 @@ class TidegateServicer(pb_grpc.TidegateServicer):  # type: ignore[misc]
                 limit=limit,
             )
         tenant = self.tenant(context)
-        if self.tenancy is not None:
-            await self.tenancy.charge_append(tenant, len(request.arrow_ipc))
-        _, batches = decode_stream(request.arrow_ipc)
-        ranges = await self.service.append(
-            tenant,
-            request.table.namespace,
-            request.table.name,
-            batches,
-            partition=request.partition if request.HasField("partition") else None,
-            producer_id=request.producer_id or None,
-            sequence=request.sequence if request.HasField("sequence") else None,
+        charge = (
+            self.tenancy.append_charge(tenant, len(request.arrow_ipc))
+            if self.tenancy is not None
+            else contextlib.nullcontext()
         )
+        async with charge:
+            _, batches = decode_stream(request.arrow_ipc)
+            ranges = await self.service.append(
+                tenant,
+                request.table.namespace,
+                request.table.name,
+                batches,
+                partition=request.partition if request.HasField("partition") else None,
+                producer_id=request.producer_id or None,
+                sequence=request.sequence if request.HasField("sequence") else None,
+            )
         records = sum(r.count for r in ranges)
         metrics.record_append(records, len(request.arrow_ipc))
         if self.tenancy is not None:

@@ -17,6 +17,7 @@ needs the operator key (see :mod:`gateway.server.http_admin`).
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import logging
 import math
@@ -765,29 +766,33 @@ def create_app(
                 supported=f"{JSON},{ARROW_STREAM}",
             )
         body = await _read_body(request, server.max_request_bytes)
-        if tenancy is not None:
-            await tenancy.charge_append(tenant, len(body))
-        big = len(body) >= _OFFLOAD_BYTES
-        batches: list[pa.RecordBatch]
-        if media == ARROW_STREAM:
-            _, batches = await _maybe_offload(big, decode_stream, body)
-        else:
-            # The cached definition (no live offsets): JSON rows are typed by its schema.
-            table = await service.table(tenant, namespace, name)
-            batch, req = await _maybe_offload(big, _json_rows, body, table.schema)
-            batches = [batch]
-            partition = _pick("partition", req.partition, partition)
-            producer_id = _pick("producer_id", req.producer_id, producer_id)
-            sequence = _pick("sequence", req.sequence, sequence)
-        ranges = await service.append(
-            tenant,
-            namespace,
-            name,
-            batches,
-            partition=partition,
-            producer_id=producer_id,
-            sequence=sequence,
+        charge = (
+            tenancy.append_charge(tenant, len(body))
+            if tenancy is not None
+            else contextlib.nullcontext()
         )
+        async with charge:
+            big = len(body) >= _OFFLOAD_BYTES
+            batches: list[pa.RecordBatch]
+            if media == ARROW_STREAM:
+                _, batches = await _maybe_offload(big, decode_stream, body)
+            else:
+                # The cached definition (no live offsets): JSON rows are typed by its schema.
+                table = await service.table(tenant, namespace, name)
+                batch, req = await _maybe_offload(big, _json_rows, body, table.schema)
+                batches = [batch]
+                partition = _pick("partition", req.partition, partition)
+                producer_id = _pick("producer_id", req.producer_id, producer_id)
+                sequence = _pick("sequence", req.sequence, sequence)
+            ranges = await service.append(
+                tenant,
+                namespace,
+                name,
+                batches,
+                partition=partition,
+                producer_id=producer_id,
+                sequence=sequence,
+            )
         records = sum(r.count for r in ranges)
         metrics.record_append(records, len(body))
         if tenancy is not None:

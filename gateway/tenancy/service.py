@@ -322,6 +322,25 @@ class Tenancy:
         if q.append_bytes_per_s is not None:
             await self._take(tenant, "append_bytes", nbytes, q.append_bytes_per_s)
 
+    @contextlib.asynccontextmanager
+    async def append_charge(self, tenant: str, nbytes: int) -> AsyncIterator[None]:
+        """Charge an append's bytes on entry (or raise Throttled) and refund them if the
+        append then fails: a batch that is not stored (bad rows, a sequence that arrives
+        after a throttled one) must not use up the quota, or a pipelining producer whose
+        later batches keep being charged and refused never gets its first one through."""
+        await self.charge_append(tenant, nbytes)
+        try:
+            yield
+        except BaseException:
+            q = await self.quotas(tenant)
+            if q.append_bytes_per_s is not None:
+                rate = q.append_bytes_per_s
+                burst = rate * self.settings.quota.burst_s
+                await self._run(
+                    self.buckets.take, tenant, "append_bytes", -nbytes, rate, burst, True
+                )
+            raise
+
     def record_append(self, tenant: str, records: int, nbytes: int) -> None:
         self.meter.add(tenant, append_records=records, append_bytes=nbytes)
 
