@@ -709,3 +709,69 @@ def test_read_request_and_hot_bytes_quotas(gateway: GatewayProcess) -> None:
     with gateway.http_client(api_key=t.key) as http:
         codes = [http.get("/v1/tables").status_code for _ in range(6)]
         assert codes[:2] == [200, 200] and 429 in codes
+
+
+def _scan_plan_attempts(gw: GatewayProcess, a: Tenant, ns: str, name: str) -> dict[str, Any]:
+    """Tenant A's scans and read plans of ``ns.name`` over gRPC and HTTP, as outcomes."""
+    out: dict[str, Any] = {}
+    ref = pb.TableRef(namespace=ns, name=name)
+    with gw.channel(api_key=a.key) as ch:
+        stub = pb_grpc.TidegateStub(ch)
+        calls: dict[str, Callable[[], Any]] = {
+            "scan": lambda: stub.Scan(pb.ScanRequest(table=ref), timeout=10),
+            "scan as_of": lambda: stub.Scan(pb.ScanRequest(table=ref, as_of="1"), timeout=10),
+            "plan": lambda: stub.PlanRead(pb.PlanReadRequest(table=ref), timeout=10),
+        }
+        for label, call in calls.items():
+            code, reason, message, _ = grpc_failure(call)
+            out[f"grpc {label}"] = (code, reason, message)
+    with gw.http_client(api_key=a.key) as http:
+        for label, path in (("scan", "scan"), ("plan", "plan")):
+            resp = http.post(f"/v1/tables/{ns}/{name}/{path}", json={})
+            out[f"http {label}"] = http_failure(resp)
+    return out
+
+
+def _tiered(gw: GatewayProcess, key: str, table: str) -> None:
+    """Wait until the gateway's own tiering schedule moved every record to Iceberg."""
+    deadline = time.monotonic() + 60
+    with gw.client(api_key=key) as c:
+        while time.monotonic() < deadline:
+            info = c.describe_table(table)
+            if all(p.tiered_watermark == p.high_watermark > 0 for p in info.partition_info):
+                return
+            time.sleep(0.2)
+    raise AssertionError(f"{table} was not tiered within 60 s")
+
+
+def test_scans_and_read_plans_stay_inside_the_tenant(tmp_path: Path) -> None:
+    env = {**gateway_env("disk", None), "TIDEGATE_TIERING__INTERVAL_S": "0.3"}
+    gw = GatewayProcess(tmp_path / "gw", env).start()
+    try:
+        a, b = new_tenant(gw, "a"), new_tenant(gw, "b")
+        ns, name, table = "shared", "secret", "shared.secret"
+        before = _scan_plan_attempts(gw, a, ns, name)
+        with gw.client(api_key=b.key) as c:
+            c.create_table(table, SCHEMA, partitions=1)
+            c.append(table, [{"v": 1, "s": "b"}, {"v": 2, "s": "b"}], partition=0)
+        _tiered(gw, b.key, table)
+        with gw.client(api_key=b.key) as c:
+            b_rows = c.scan(table).to_pylist()
+            b_files = [f.url for f in c.plan_read(table).files]
+        assert b_files and all(f"/{b.name}/" in u for u in b_files)
+        after = _scan_plan_attempts(gw, a, ns, name)
+        assert after == before, "B's table must be invisible to A, and indistinguishable"
+        assert all(v[1] == "TABLE_NOT_FOUND" for v in after.values())
+        # A's own table of the same name plans only A's files.
+        with gw.client(api_key=a.key) as c:
+            c.create_table(table, SCHEMA, partitions=1)
+            c.append(table, [{"v": 9, "s": "a"}], partition=0)
+        _tiered(gw, a.key, table)
+        with gw.client(api_key=a.key) as c:
+            assert c.scan(table).column("s").to_pylist() == ["a"]
+            a_files = [f.url for f in c.plan_read(table).files]
+        assert a_files and all(f"/{a.name}/" in u and b.name not in u for u in a_files)
+        with gw.client(api_key=b.key) as c:
+            assert c.scan(table).to_pylist() == b_rows
+    finally:
+        gw.stop()
