@@ -276,3 +276,21 @@ def test_http_group_offsets(gateway: GatewayProcess, namespace: str) -> None:
         bad_group = http.get(f"/v1/groups/-x/tables/{namespace}/h/offsets")
         assert bad_group.status_code == 400
     assert isinstance(http, httpx.Client)
+
+
+def test_scan_and_plan(sdk: Any, namespace: str) -> None:
+    table = f"{namespace}.scanned"
+    sdk.create_table(table, {"n": "int64", "tag": "string"}, partitions=2)
+    sdk.append(table, [{"n": i, "tag": "even" if i % 2 == 0 else "odd"} for i in range(20)])
+    got = sdk.scan(table, columns=["n"], filter="tag = 'even' and n >= 10")
+    assert got.schema.names == ["n"]
+    assert sorted(got.column("n").to_pylist()) == [10, 12, 14, 16, 18]
+    batches = list(sdk.scan_batches(table, filter="n < 3"))
+    assert sorted(n for b in batches for n in b.column("n").to_pylist()) == [0, 1, 2]
+    assert sdk.scan(table, limit=4).num_rows == 4
+    plan = sdk.plan_read(table)
+    # One pinned view: the planned files and the hot ranges hold every row exactly once.
+    hot = sum(r.to_offset - r.from_offset for r in plan.hot_ranges)
+    assert hot + sum(f.record_count for f in plan.files) == 20
+    with pytest.raises(TableNotFound):
+        sdk.scan(f"{namespace}.missing")
