@@ -93,7 +93,8 @@ async def run_suite(mode: str, workdir: Path, only: str | None) -> list[dict[str
             results.append(base)
             print(_line(base), flush=True)
             for kind, gw in gateways.items():
-                res = (await gateway_fn(_with_hot(w, kind), gw.grpc_target)).summary()
+                auth = (("authorization", f"Bearer {gw.api_key}"),)
+                res = (await gateway_fn(_with_hot(w, kind), gw.grpc_target, auth)).summary()
                 res["workload"] = w.name
                 res["baseline"] = base["system"]
                 res["throughput_ratio"] = (
