@@ -88,13 +88,15 @@ async def run_suite(mode: str, workdir: Path, only: str | None) -> list[dict[str
                 continue
             print(f"== {w.name}: {w.description}", flush=True)
             baseline_fn, gateway_fn = SCENARIOS[w.kind]
-            base = (await baseline_fn(w, redis.url)).summary()
+            limit = w.warmup_s + w.duration_s + 120  # a hang fails the run instead of stalling it
+            base = (await asyncio.wait_for(baseline_fn(w, redis.url), limit)).summary()
             base["workload"] = w.name
             results.append(base)
             print(_line(base), flush=True)
             for kind, gw in gateways.items():
                 auth = (("authorization", f"Bearer {gw.api_key}"),)
-                res = (await gateway_fn(_with_hot(w, kind), gw.grpc_target, auth)).summary()
+                run = gateway_fn(_with_hot(w, kind), gw.grpc_target, auth)
+                res = (await asyncio.wait_for(run, limit)).summary()
                 res["workload"] = w.name
                 res["baseline"] = base["system"]
                 res["throughput_ratio"] = (

@@ -218,6 +218,8 @@ async def follow_e2e(
     """Record end-to-end latency of every record a following reader receives."""
     with contextlib.suppress(asyncio.CancelledError):
         async for sent_ns_list in stream():
+            if stop.is_set():
+                return
             now = time.time_ns()
             for sent in sent_ns_list:
                 if sent >= measure_from_wall_ns:

@@ -106,7 +106,7 @@ async def append_via_redis(w: Workload, redis_url: str) -> Result:
         def reader(p: int) -> Any:
             async def stream() -> AsyncIterator[list[int]]:
                 last = "0-0"
-                while True:
+                while not stop.is_set():  # ends by itself: never cancelled inside XREAD
                     got = await client.xread({keys[p]: last}, block=200, count=100)
                     for _, entries in got or []:
                         for entry_id, fields in entries:
@@ -126,8 +126,6 @@ async def append_via_redis(w: Workload, redis_url: str) -> Result:
         await drive(w, result, send, w.batch_records, w.batch_bytes)
         await asyncio.sleep(0.5)
         stop.set()
-        for f in followers:
-            f.cancel()
         await asyncio.gather(*followers, return_exceptions=True)
     finally:
         await client.delete(*keys)
