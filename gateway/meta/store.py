@@ -391,25 +391,7 @@ class MetadataStore:
         A cached value is only ever raised: a smaller value (a stale observation, racing
         with a newer one) leaves it unchanged. Unknown partitions are ignored.
         """
-        if not watermarks:
-            return
-        table = PartitionRecord.__table__
-        assert isinstance(table, Table)
-        stmt = (
-            update(table)
-            .where(
-                table.c.table_id == bindparam("b_table_id"),
-                table.c.partition == bindparam("b_partition"),
-                table.c.high_watermark < bindparam("b_hw"),
-            )
-            .values(high_watermark=bindparam("b_hw"))
-        )
-        params = [
-            {"b_table_id": table_id, "b_partition": p, "b_hw": hw}
-            for p, hw in sorted(watermarks.items())  # one lock order: no deadlocks
-        ]
-        with self._session(write=True) as session:
-            session.connection().execute(stmt, params)
+        self._raise_cached(table_id, "high_watermark", watermarks)
 
     # Consumer groups --------------------------------------------------------------------
     def commit_offsets(
@@ -471,22 +453,28 @@ class MetadataStore:
     def update_tiered_watermarks(self, table_id: str, watermarks: Mapping[int, int]) -> None:
         """Raise the cached tiered watermarks (a cache of the Iceberg snapshot summary,
         which wins). Like :meth:`update_high_watermarks`, a value is only ever raised."""
+        self._raise_cached(table_id, "tiered_watermark", watermarks)
+
+    def _raise_cached(self, table_id: str, column: str, watermarks: Mapping[int, int]) -> None:
+        """Raise a cached per-partition watermark column; never lower it (a smaller value
+        is a stale observation racing a newer one). Unknown partitions are ignored."""
         if not watermarks:
             return
         table = PartitionRecord.__table__
         assert isinstance(table, Table)
+        col = table.c[column]
         stmt = (
             update(table)
             .where(
                 table.c.table_id == bindparam("b_table_id"),
                 table.c.partition == bindparam("b_partition"),
-                table.c.tiered_watermark < bindparam("b_tw"),
+                col < bindparam("b_value"),
             )
-            .values(tiered_watermark=bindparam("b_tw"))
+            .values({column: bindparam("b_value")})
         )
         params = [
-            {"b_table_id": table_id, "b_partition": p, "b_tw": tw}
-            for p, tw in sorted(watermarks.items())
+            {"b_table_id": table_id, "b_partition": p, "b_value": v}
+            for p, v in sorted(watermarks.items())  # one lock order: no deadlocks
         ]
         with self._session(write=True) as session:
             session.connection().execute(stmt, params)
