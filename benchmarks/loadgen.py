@@ -50,11 +50,24 @@ class Workload:
     #: Outstanding requests per producer (closed loop), or at most (open loop).
     inflight: int = 4
     consumers: bool = True
-    #: ``append`` (producers) or ``read-hot`` (stream reads of a pre-filled partition).
+    #: Which scenario runs the load: a key of ``benchmarks.__main__.SCENARIOS``.
     kind: str = "append"
-    #: Records pre-filled for read workloads, and records per Read call.
+    #: Records pre-filled for read workloads (the tiering backlog for ``tiering``), and
+    #: records per Read call.
     read_records: int = 200_000
     read_chunk: int = 10_000
+    #: Records appended after tiering, so that reads cross the cold/hot boundary.
+    hot_records: int = 50_000
+    #: Table sizes, in data files, of the read-cost scenario, and records per data file.
+    files: tuple[int, ...] = (10, 100, 1000)
+    records_per_file: int = 1000
+    #: Period of the tiering job of the freshness scenario.
+    tier_every_s: float = 1.0
+    #: Noisy neighbour: each tenant's append quota, and the noisy tenant's offered load
+    #: as a multiple of it (the quiet tenant sends ``quiet_fraction`` of its quota).
+    quota_bytes_per_s: int = 4_000_000
+    noisy_factor: float = 5.0
+    quiet_fraction: float = 0.5
     duration_s: float = 10.0
     warmup_s: float = 2.0
     quick: dict[str, Any] = field(default_factory=dict)
@@ -66,6 +79,8 @@ class Workload:
         doc.pop("quick", None)
         doc.pop("smoke", None)
         doc.update(overrides)
+        if "files" in doc:
+            doc["files"] = tuple(doc["files"])
         return cls(**doc)
 
     @property
@@ -226,3 +241,45 @@ async def follow_e2e(
                     result.e2e.record_value(max(1, (now - sent) // 1000))
             if stop.is_set():
                 return
+
+
+Op = Callable[[int, int], Awaitable[tuple[int, int]]]
+"""``op(worker, call)``: one operation of a closed loop; returns (records, bytes) done."""
+
+
+async def closed_loop(w: Workload, result: Result, op: Op, workers: int | None = None) -> None:
+    """``workers`` (default ``w.producers``) callers repeat ``op`` back to back until the
+    window ends; each call's latency and size is recorded once the warm-up is over. This
+    measures capacity (and the latency at capacity), which is what read and scan
+    workloads compare with their baselines."""
+    start = time.monotonic()
+    measure_from = start + w.warmup_s
+    stop_at = measure_from + w.duration_s
+
+    last_end = stop_at
+
+    async def worker(r: int) -> None:
+        nonlocal last_end
+        call = 0
+        while time.monotonic() < stop_at:
+            t0 = time.monotonic()
+            try:
+                n, nbytes = await op(r, call)
+            except Exception:
+                if t0 >= measure_from:
+                    result.errors += 1
+                call += 1
+                continue
+            call += 1
+            if t0 >= measure_from:
+                result.batches += 1
+                result.records += n
+                result.bytes += nbytes
+                end = time.monotonic()
+                result.ack.record_value(max(1, int((end - t0) * 1e6)))
+                last_end = max(last_end, end)
+
+    await asyncio.gather(*(worker(r) for r in range(workers or w.producers)))
+    # Calls that started inside the window and ended after it are counted whole: so is
+    # the time they took (this matters for slow calls such as whole-table scans).
+    result.seconds = last_end - measure_from

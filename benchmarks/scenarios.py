@@ -12,11 +12,19 @@ import grpc
 import pyarrow as pa
 import redis.asyncio as aioredis
 
-from benchmarks.loadgen import BatchFactory, Result, Workload, drive, follow_e2e, record_schema
+from benchmarks.loadgen import (
+    BatchFactory,
+    Result,
+    Workload,
+    closed_loop,
+    drive,
+    follow_e2e,
+    record_schema,
+)
 from gateway._proto.tidegate.v1 import tidegate_pb2 as pb
 from gateway._proto.tidegate.v1 import tidegate_pb2_grpc as pb_grpc
 
-_CHANNEL_OPTIONS = [
+CHANNEL_OPTIONS = [
     ("grpc.max_receive_message_length", 256 << 20),
     ("grpc.max_send_message_length", 256 << 20),
 ]
@@ -35,17 +43,9 @@ async def append_via_gateway(w: Workload, grpc_target: str, metadata: Any = None
     """Appends through the gateway's gRPC API; following readers measure end to end."""
     result = Result(w.name, f"tidegate ({w.hot} hot tier)")
     factory = BatchFactory(w.batch_records, w.record_bytes)
-    async with grpc.aio.insecure_channel(grpc_target, options=_CHANNEL_OPTIONS) as ch:
+    async with grpc.aio.insecure_channel(grpc_target, options=CHANNEL_OPTIONS) as ch:
         stub = pb_grpc.TidegateStub(ch)
-        ns = f"bench{uuid.uuid4().hex[:8]}"
-        ref = pb.TableRef(namespace=ns, name=w.name.replace("-", "_"))
-        fields = [
-            pb.Field(name=f.name, type=str(f.type), nullable=f.nullable) for f in factory.schema
-        ]
-        await stub.CreateTable(
-            pb.CreateTableRequest(table=ref, fields=fields, partitions=w.partitions),
-            metadata=metadata,
-        )
+        ref = await create_table(stub, w.name, w.partitions, metadata)
 
         async def send(p: int, sent_ns: int) -> None:
             await stub.Append(
@@ -82,6 +82,7 @@ async def append_via_gateway(w: Workload, grpc_target: str, metadata: Any = None
         for f in followers:
             f.cancel()
         await asyncio.gather(*followers, return_exceptions=True)
+        await drop_table(stub, ref, metadata)
     return result
 
 
@@ -133,43 +134,103 @@ async def append_via_redis(w: Workload, redis_url: str) -> Result:
     return result
 
 
-async def _fill_gateway(stub: Any, ref: Any, w: Workload, metadata: Any) -> int:
-    factory = BatchFactory(w.batch_records, w.record_bytes)
-    batches = max(1, w.read_records // w.batch_records)
-    for i in range(batches):
-        await stub.Append(
-            pb.AppendRequest(table=ref, arrow_ipc=factory.ipc(i), partition=0), metadata=metadata
+def fields_of(schema: pa.Schema) -> list[Any]:
+    return [pb.Field(name=f.name, type=str(f.type), nullable=f.nullable) for f in schema]
+
+
+async def create_table(
+    stub: Any, name: str, partitions: int, metadata: Any, schema: pa.Schema | None = None
+) -> Any:
+    """A table of the benchmark schema in a namespace of its own; returns its TableRef."""
+    ref = pb.TableRef(namespace=f"bench{uuid.uuid4().hex[:8]}", name=name.replace("-", "_"))
+    await stub.CreateTable(
+        pb.CreateTableRequest(
+            table=ref, fields=fields_of(schema or record_schema()), partitions=partitions
+        ),
+        metadata=metadata,
+    )
+    return ref
+
+
+async def drop_table(stub: Any, ref: Any, metadata: Any) -> None:
+    """Drop a benchmark table (its hot and cold data go with it), so that later scenarios
+    (a tiering job tiers every table) find only their own."""
+    await stub.DropTable(pb.DropTableRequest(table=ref), metadata=metadata)
+
+
+async def fill(
+    stub: Any,
+    ref: Any,
+    metadata: Any,
+    *,
+    records: int,
+    batch_records: int,
+    record_bytes: int,
+    partitions: int = 1,
+    concurrency: int = 4,
+) -> int:
+    """Append ``records`` records (rounded down to whole batches) spread round-robin over
+    ``partitions``, with ``concurrency`` appends in flight; returns the records stored.
+    Every batch of a partition lands in order, so each partition's offsets are dense."""
+    factory = BatchFactory(batch_records, record_bytes)
+    batches = max(1, records // batch_records)
+    lanes = max(1, min(concurrency, partitions))
+
+    async def lane(k: int) -> None:
+        for i in range(k, batches, lanes):
+            await stub.Append(
+                pb.AppendRequest(
+                    table=ref, arrow_ipc=factory.ipc(time.time_ns()), partition=i % partitions
+                ),
+                metadata=metadata,
+            )
+
+    if partitions % lanes:
+        lanes = 1  # each partition must be written by one lane to keep its order
+    await asyncio.gather(*(lane(k) for k in range(lanes)))
+    return batches * batch_records
+
+
+def gateway_reader(stub: Any, ref: Any, metadata: Any) -> Any:
+    """``read(partition, offset, max_records) -> (records, bytes)`` through the Read RPC,
+    decoding every Arrow batch as a client would."""
+
+    async def read(partition: int, offset: int, max_records: int) -> tuple[int, int]:
+        n = nbytes = 0
+        request = pb.ReadRequest(
+            table=ref, partition=partition, offset=offset, max_records=max_records
         )
-    return batches * w.batch_records
+        async for msg in stub.Read(request, metadata=metadata):
+            for b in pa.ipc.open_stream(pa.py_buffer(msg.arrow_ipc)) if msg.arrow_ipc else []:
+                n += b.num_rows
+                nbytes += b.nbytes
+        return n, nbytes
+
+    return read
 
 
 async def read_via_gateway(w: Workload, grpc_target: str, metadata: Any = None) -> Result:
     """Stream reads of one hot partition from offset 0 to its end, by ``w.producers``
     concurrent readers in a closed loop; latency is per Read call of ``read_chunk`` records."""
     result = Result(w.name, f"tidegate ({w.hot} hot tier)")
-    async with grpc.aio.insecure_channel(grpc_target, options=_CHANNEL_OPTIONS) as ch:
+    async with grpc.aio.insecure_channel(grpc_target, options=CHANNEL_OPTIONS) as ch:
         stub = pb_grpc.TidegateStub(ch)
-        ref = pb.TableRef(namespace=f"bench{uuid.uuid4().hex[:8]}", name="reads")
-        fields = [
-            pb.Field(name=f.name, type=str(f.type), nullable=f.nullable) for f in record_schema()
-        ]
-        await stub.CreateTable(
-            pb.CreateTableRequest(table=ref, fields=fields, partitions=1), metadata=metadata
+        ref = await create_table(stub, "reads", 1, metadata)
+        total = await fill(
+            stub,
+            ref,
+            metadata,
+            records=w.read_records,
+            batch_records=w.batch_records,
+            record_bytes=w.record_bytes,
         )
-        total = await _fill_gateway(stub, ref, w, metadata)
+        read = gateway_reader(stub, ref, metadata)
 
         async def read_chunk(offset: int) -> tuple[int, int]:
-            n = nbytes = 0
-            request = pb.ReadRequest(
-                table=ref, partition=0, offset=offset, max_records=w.read_chunk
-            )
-            async for msg in stub.Read(request, metadata=metadata):
-                for b in pa.ipc.open_stream(pa.py_buffer(msg.arrow_ipc)) if msg.arrow_ipc else []:
-                    n += b.num_rows
-                    nbytes += b.nbytes
-            return n, nbytes
+            return await read(0, offset, w.read_chunk)  # type: ignore[no-any-return]
 
         await _closed_reads(w, result, total, read_chunk)
+        await drop_table(stub, ref, metadata)
     return result
 
 
@@ -205,27 +266,11 @@ async def read_via_redis(w: Workload, redis_url: str) -> Result:
 
 
 async def _closed_reads(w: Workload, result: Result, total: int, read_chunk: Any) -> None:
-    """``w.producers`` readers each scan [0, total) repeatedly in chunks until the window
-    ends; every chunk's latency and size is recorded after the warm-up."""
-    start = time.monotonic()
-    measure_from = start + w.warmup_s
-    stop_at = measure_from + w.duration_s
+    """``w.producers`` readers each scan [0, total) repeatedly in ``read_chunk`` calls,
+    each starting at its own share of the range."""
 
-    async def reader(r: int) -> None:
-        offset = (r * total // max(1, w.producers)) // w.read_chunk * w.read_chunk
-        while time.monotonic() < stop_at:
-            t0 = time.monotonic()
-            try:
-                n, nbytes = await read_chunk(offset)
-            except Exception:
-                result.errors += 1
-                continue
-            if t0 >= measure_from:
-                result.batches += 1
-                result.records += n
-                result.bytes += nbytes
-                result.ack.record_value(max(1, int((time.monotonic() - t0) * 1e6)))
-            offset = (offset + w.read_chunk) % total
+    async def op(r: int, call: int) -> tuple[int, int]:
+        first = (r * total // max(1, w.producers)) // w.read_chunk * w.read_chunk
+        return await read_chunk((first + call * w.read_chunk) % total)  # type: ignore[no-any-return]
 
-    await asyncio.gather(*(reader(r) for r in range(w.producers)))
-    result.seconds = w.duration_s
+    await closed_loop(w, result, op)

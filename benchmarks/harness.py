@@ -1,0 +1,94 @@
+"""What every scenario shares: the services of one run and how results are compared."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import grpc
+
+from benchmarks.scenarios import CHANNEL_OPTIONS
+from gateway._proto.tidegate.v1 import tidegate_pb2_grpc as pb_grpc
+from tests.services import GatewayProcess, RedisServer
+
+if TYPE_CHECKING:
+    from gateway.config import Settings
+    from gateway.meta import TableDef
+    from tiering.core import Components
+
+
+@dataclass
+class Bench:
+    """The services of one benchmark run (all started by the run, on free ports).
+
+    ``gateways["disk"]`` and ``gateways["redis"]`` serve every hot-tier workload. The Redis
+    one runs without its embedded tiering schedule: scenarios that need cold data tier it
+    themselves, in this process or as a ``tidegate tier`` job beside it (the deployment
+    the README recommends with Redis), so that tiering never runs unasked under another
+    scenario's load.
+    """
+
+    mode: str
+    workdir: Path
+    redis: RedisServer
+    gateways: dict[str, GatewayProcess]
+
+    @property
+    def tiered(self) -> GatewayProcess:
+        """The gateway that cold, scan and tiering scenarios use."""
+        return self.gateways["redis"]
+
+    @staticmethod
+    def auth(gw: GatewayProcess, api_key: str | None = None) -> tuple[tuple[str, str], ...]:
+        return (("authorization", f"Bearer {api_key or gw.api_key}"),)
+
+    @contextlib.asynccontextmanager
+    async def stub(self, gw: GatewayProcess) -> AsyncIterator[Any]:
+        async with grpc.aio.insecure_channel(gw.grpc_target, options=CHANNEL_OPTIONS) as ch:
+            yield pb_grpc.TidegateStub(ch)
+
+    def settings(self, **tiering: Any) -> Settings:
+        """Settings of the tiered gateway's backends (same data folder, Redis, catalog
+        and warehouse), for tiering and baselines run in this process."""
+        from gateway.config import Settings
+
+        return Settings.explicit(
+            data_dir=self.tiered.data_dir,
+            hot={"type": "redis", "url": self.redis.url},
+            tiering={"enabled": False, **tiering},
+        )
+
+    @contextlib.contextmanager
+    def components(self, **tiering: Any) -> Iterator[Components]:
+        from tiering.core import Components
+
+        with Components.open(self.settings(**tiering)) as c:
+            yield c
+
+    def table_def(self, c: Components, ref: Any) -> TableDef:
+        return c.meta.get_table(self.tiered.tenant, ref.namespace, ref.name)
+
+    def iceberg_table(self, ref: Any) -> Any:
+        """The pyiceberg table behind ``ref``, loaded straight from the catalog (what a
+        user of pyiceberg, DuckDB or Spark would open), with no Tidegate code involved."""
+        from pyiceberg.catalog.sql import SqlCatalog
+
+        s = self.settings()
+        catalog = SqlCatalog(
+            s.cold.catalog.name, uri=s.cold_catalog_uri, warehouse=s.cold_warehouse
+        )
+        return catalog.load_table((self.tiered.tenant, ref.namespace, ref.name))
+
+
+def compare(result: dict[str, Any], baselines: list[dict[str, Any]]) -> dict[str, Any]:
+    """Add ``ratios``: Tidegate's records/s divided by each baseline's, on the same records
+    (1.00 = as fast as the baseline; for a closed loop this is also the inverse of the
+    latency ratio). Records, not bytes: a Tidegate read also returns the system columns."""
+    result["ratios"] = {
+        b["system"]: (result["records_per_s"] / b["records_per_s"] if b["records_per_s"] else None)
+        for b in baselines
+    }
+    return result
