@@ -32,9 +32,11 @@ import datetime as dt
 import json
 import logging
 import threading
+from collections import OrderedDict
 from collections.abc import Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
@@ -222,6 +224,15 @@ def filter_to_arrow(expr: Any, stored: pa.Schema) -> pc.Expression | None:
 # --------------------------------------------------------------------------------------
 # Table
 # --------------------------------------------------------------------------------------
+#: Partition file lists kept per table handle (see ``IcebergColdTable._partition_files``).
+_FILE_LISTS = 64
+
+
+def _ascending(offsets: pa.ChunkedArray) -> bool:
+    values = offsets.to_numpy()
+    return bool(len(values) < 2 or (np.diff(values) > 0).all())
+
+
 def _watermarks(summary: Any) -> dict[int, int]:
     if summary is None:
         return {}
@@ -248,6 +259,11 @@ class IcebergColdTable(ColdTable):
         self.user_schema = user_schema
         self.stored_schema = system_schema(user_schema)
         self._cached: Table | None = None
+        #: (snapshot id, partition) -> that partition's data files, sorted by offset. A
+        #: snapshot never changes, so an entry never goes stale; it spares every stream
+        #: read the manifest decoding of pyiceberg's planning (most of a small cold read).
+        self._file_lists: OrderedDict[tuple[int, int], list[DataFile]] = OrderedDict()
+        self._file_lists_lock = threading.Lock()
 
     def _load(self) -> Table:
         from pyiceberg.exceptions import NoSuchTableError
@@ -332,23 +348,42 @@ class IcebergColdTable(ColdTable):
     def _offset_id(self, snap: ColdSnapshot) -> int:
         return int(self._load_for(snap).schema().find_field(OFFSET_COLUMN).field_id)
 
+    def _partition_files(self, snap: ColdSnapshot, partition: int) -> list[DataFile]:
+        """Every data file of ``partition`` in ``snap``, sorted by first offset; planned
+        once per snapshot and partition, then served from a small LRU."""
+        assert snap.snapshot_id is not None
+        key = (snap.snapshot_id, partition)
+        with self._file_lists_lock:
+            hit = self._file_lists.get(key)
+            if hit is not None:
+                self._file_lists.move_to_end(key)
+                return hit
+        from pyiceberg.expressions import EqualTo
+
+        oid = self._offset_id(snap)
+        expr = EqualTo(PARTITION_COLUMN, partition)  # type: ignore[call-arg,misc]
+        files = sorted(
+            (self._data_file(t.file, oid) for t in self._tasks(snap, expr)),
+            key=lambda d: (d.min_offset, d.path),
+        )
+        with self._file_lists_lock:
+            self._file_lists[key] = files
+            while len(self._file_lists) > _FILE_LISTS:
+                self._file_lists.popitem(last=False)
+        return files
+
     def files(
         self, snap: ColdSnapshot, partition: int, from_offset: int, to_offset: int
     ) -> list[DataFile]:
         if snap.snapshot_id is None or to_offset <= from_offset:
             return []
-        from pyiceberg.expressions import And, EqualTo, GreaterThanOrEqual, LessThan
-
-        expr = And(
-            EqualTo(PARTITION_COLUMN, partition),  # type: ignore[call-arg]
-            And(
-                GreaterThanOrEqual(OFFSET_COLUMN, from_offset),  # type: ignore[call-arg]
-                LessThan(OFFSET_COLUMN, to_offset),  # type: ignore[call-arg]
-            ),
-        )
-        oid = self._offset_id(snap)
-        out = [self._data_file(t.file, oid) for t in self._tasks(snap, expr)]
-        return sorted(out, key=lambda d: (d.min_offset, d.path))
+        # What pyiceberg's metrics pruning would keep: files whose [min, max] offset
+        # bounds meet the range, and files without bounds (min_offset -1).
+        return [
+            f
+            for f in self._partition_files(snap, partition)
+            if f.min_offset < 0 or (f.min_offset < to_offset and f.max_offset >= from_offset)
+        ]
 
     def read_range(
         self, snap: ColdSnapshot, partition: int, from_offset: int, to_offset: int
@@ -366,7 +401,8 @@ class IcebergColdTable(ColdTable):
                 )
             if data.num_rows == 0:
                 continue
-            data = data.sort_by(OFFSET_COLUMN)
+            if not _ascending(data.column(OFFSET_COLUMN)):  # ours are written sorted
+                data = data.sort_by(OFFSET_COLUMN)
             yield _cast(data, self.stored_schema)
 
     def scan(

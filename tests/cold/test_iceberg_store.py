@@ -246,6 +246,48 @@ def test_range_read_opens_only_the_files_that_hold_it(cold_store: IcebergColdSto
     assert table.files(snap, 0, 10_000, 10_500) == []
 
 
+class PlanCounting(IcebergColdTable):
+    """Counts pyiceberg planning passes (manifest reads)."""
+
+    plans = 0
+
+    def _tasks(self, snap: ColdSnapshot, row_filter: Any) -> list[Any]:
+        self.plans += 1
+        return super()._tasks(snap, row_filter)
+
+
+@pytest.mark.parametrize("storage", ["local-sqlite"], indirect=True)
+def test_stream_reads_plan_a_snapshot_once_and_see_the_next(cold_store: IcebergColdStore) -> None:
+    """Reads of one snapshot and partition reuse one planning pass; a newer snapshot is
+    planned afresh and its new files are read; the older snapshot keeps its own files."""
+    schema = pa.schema([pa.field("v", pa.int64())])
+    d = table_def(schema)
+    cold_store.create_table(d, schema)
+    table = PlanCounting(cold_store, ("acme", "ns", d.name), schema)
+    opts, file_schema = cold_store.storage_options(), table.file_schema()
+
+    def file(start: int, n: int) -> DataFile:
+        user = pa.record_batch([pa.array(range(start, start + n), pa.int64())], schema)
+        rows = pa.Table.from_batches([with_system_columns(user, 0, start, 0)])
+        return write_data_file(opts, table.data_location(0), rows, file_schema)
+
+    s1 = table.commit_tiered([file(0, 50), file(50, 50)], {0: 100}, table.snapshot())
+    for offset in (0, 40, 60, 90):
+        got = pa.Table.from_batches(list(table.read_range(s1, 0, offset, offset + 10)))
+        assert got.column("v").to_pylist() == list(range(offset, offset + 10))
+    assert table.plans == 1
+    assert table.files(s1, 1, 0, 100) == []  # another partition: its own (empty) list
+    assert table.plans == 2
+
+    s2 = table.commit_tiered([file(100, 30)], {0: 130}, s1)
+    got = pa.Table.from_batches(list(table.read_range(s2, 0, 95, 125)))
+    assert got.column("v").to_pylist() == list(range(95, 125))
+    assert table.plans == 3
+    assert [f.min_offset for f in table.files(s1, 0, 0, 200)] == [0, 50]
+    assert [f.min_offset for f in table.files(s2, 0, 0, 200)] == [0, 50, 100]
+    assert table.plans == 3
+
+
 def test_plan_urls_read_without_warehouse_credentials(cold_store: IcebergColdStore) -> None:
     table = cold_store.create_table(table_def(ALL_TYPES), ALL_TYPES)
     _, f = write(cold_store, table, 1, 0, 12)
