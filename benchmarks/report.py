@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
@@ -19,11 +20,38 @@ _COLUMNS = [
     "e2e p50",
     "e2e p99",
     "errors",
+    "notes",
 ]
 
 
 def _fmt(v: float | None, digits: int = 2) -> str:
     return "-" if v is None else f"{v:.{digits}f}"
+
+
+def _ratios(r: dict[str, Any]) -> str:
+    parts = [
+        f"{v:.2f}x {k.removesuffix(' (baseline)')}"
+        for k, v in (r.get("ratios") or {}).items()
+        if v is not None
+    ]
+    return "; ".join(parts) or "-"
+
+
+def _notes(r: dict[str, Any]) -> str:
+    notes = []
+    if r.get("p99_vs_alone") is not None:
+        notes.append(f"p99 {r['p99_vs_alone']:.2f}x B alone")
+    if r.get("quota_mb_per_s") is not None:
+        notes.append(
+            f"offered {r['offered_mb_per_s']:.1f} MB/s, quota {r['quota_mb_per_s']:.1f} MB/s"
+        )
+    if r.get("data_files") is not None:
+        notes.append(f"{r['data_files']} data files")
+    if r.get("tier_every_s") is not None:
+        notes.append(f"e2e = append → in an Iceberg snapshot, job every {r['tier_every_s']:g} s")
+    if r.get("retries"):
+        notes.append(f"{r['retries']} retried batches")
+    return "; ".join(notes)
 
 
 def write_report(doc: dict[str, Any], out: Path) -> None:
@@ -35,12 +63,15 @@ def write_report(doc: dict[str, Any], out: Path) -> None:
         f"Python {m['python']}; commit {m['commit']}, {m['date']}; "
         f"suite took {doc['elapsed_s']} s.",
         "",
-        "Latency is measured from each request's intended send time (open loop; closed-loop "
-        "workloads measure capacity). Every Tidegate row is compared with its baseline measured "
-        "in the same run on the same machine.",
+        "Every Tidegate row is compared with the baselines of its workload, measured in the "
+        "same run on the same machine. *Ratio* is Tidegate's records/s divided by the "
+        "baseline's (1.00 = as fast; the records are the same on both sides). Open-loop "
+        "workloads measure latency from each request's intended send time, so stalls are "
+        "not hidden; closed-loop workloads measure capacity, and their latency is per call "
+        "at that capacity. Latencies in milliseconds.",
         "",
         "| " + " | ".join(_COLUMNS) + " |",
-        "|---|---|" + "---:|" * (len(_COLUMNS) - 2),
+        "|---|---|" + "---:|" * (len(_COLUMNS) - 3) + "---|",
     ]
     for r in doc["results"]:
         a = r["ack_latency"] or {}
@@ -50,16 +81,23 @@ def write_report(doc: dict[str, Any], out: Path) -> None:
             r["system"],
             f"{r['records_per_s']:.0f}",
             f"{r['mb_per_s']:.1f}",
-            _fmt(r.get("throughput_ratio")),
+            _ratios(r),
             *(_fmt(a.get(k)) for k in ("p50_ms", "p99_ms", "p999_ms", "max_ms")),
             *(_fmt(e.get(k)) for k in ("p50_ms", "p99_ms")),
             str(r["errors"]),
+            _notes(r),
         ]
         lines.append("| " + " | ".join(cells) + " |")
-    lines.append("")
-    lines.append("Latencies in milliseconds. ![throughput](throughput.png) ![latency](latency.png)")
+    lines += ["", "![throughput](throughput.png)", "", "![latency](latency.png)"]
+    if any(r.get("data_files") for r in doc["results"]):
+        lines += ["", "![read cost against table size](read-cost.png)"]
     (out / "summary.md").write_text("\n".join(lines) + "\n")
     _plots(doc, out)
+
+
+def _grid(n: int) -> tuple[int, int]:
+    cols = min(3, max(1, n))
+    return math.ceil(n / cols), cols
 
 
 def _plots(doc: dict[str, Any], out: Path) -> None:
@@ -67,45 +105,84 @@ def _plots(doc: dict[str, Any], out: Path) -> None:
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import EngFormatter
 
     by_workload: dict[str, list[dict[str, Any]]] = defaultdict(list)
     for r in doc["results"]:
         by_workload[r["workload"]].append(r)
     workloads = list(by_workload)
+    rows, cols = _grid(len(workloads))
 
-    fig, ax = plt.subplots(figsize=(9, 4.5))
-    systems = sorted({r["system"] for r in doc["results"]})
-    width = 0.8 / max(1, len(systems))
-    for i, system in enumerate(systems):
-        vals = [
-            next((r["mb_per_s"] for r in by_workload[w] if r["system"] == system), 0)
-            for w in workloads
-        ]
-        ax.bar([x + i * width for x in range(len(workloads))], vals, width, label=system)
-    ax.set_xticks([x + width * (len(systems) - 1) / 2 for x in range(len(workloads))], workloads)
-    ax.set_ylabel("MB/s")
-    ax.set_title("Append throughput")
-    ax.legend(fontsize=8)
+    # Throughput: one panel per workload, a bar per system.
+    fig, axes = plt.subplots(rows, cols, figsize=(4.2 * cols, 3.4 * rows), squeeze=False)
+    for ax, w in zip(axes.flat, workloads, strict=False):
+        rs = by_workload[w]
+        ax.barh(
+            range(len(rs)),
+            [r["records_per_s"] for r in rs],
+            color=["#9aa" if "baseline" in r["system"] else "#2a7" for r in rs],
+        )
+        ax.set_yticks(range(len(rs)), [r["system"][:38] for r in rs], fontsize=6)
+        ax.invert_yaxis()
+        ax.set_title(w, fontsize=8)
+        ax.set_xlabel("records/s", fontsize=7)
+        ax.xaxis.set_major_formatter(EngFormatter())
+        ax.tick_params(axis="x", labelsize=6)
+    for ax in list(axes.flat)[len(workloads) :]:
+        ax.axis("off")
+    fig.suptitle("Throughput (grey: baseline)")
     fig.tight_layout()
     fig.savefig(out / "throughput.png", dpi=110)
     plt.close(fig)
 
-    fig, axes = plt.subplots(1, len(workloads), figsize=(4.5 * len(workloads), 4), squeeze=False)
+    # Latency percentiles: one panel per workload, a line per system.
+    fig, axes = plt.subplots(rows, cols, figsize=(4.2 * cols, 3.4 * rows), squeeze=False)
     pcts = ["p50_ms", "p99_ms", "p999_ms", "max_ms"]
-    for ax, w in zip(axes[0], workloads, strict=True):
+    for ax, w in zip(axes.flat, workloads, strict=False):
         for r in by_workload[w]:
-            a = r["ack_latency"]
-            if a:
+            lat = r["e2e_latency"] if r.get("tier_every_s") else r["ack_latency"]
+            if lat:
                 ax.plot(
                     ["p50", "p99", "p99.9", "max"],
-                    [a[p] for p in pcts],
+                    [max(lat[p], 1e-3) for p in pcts],
                     marker="o",
-                    label=r["system"],
+                    label=r["system"][:38],
                 )
         ax.set_yscale("log")
-        ax.set_title(f"{w}: ack latency")
-        ax.set_ylabel("ms")
-        ax.legend(fontsize=7)
+        ax.set_title(w, fontsize=8)
+        ax.set_ylabel("ms", fontsize=7)
+        ax.tick_params(labelsize=6)
+        ax.legend(fontsize=5)
+    for ax in list(axes.flat)[len(workloads) :]:
+        ax.axis("off")
+    fig.suptitle("Latency percentiles (acknowledgement; freshness: append → in Iceberg)")
     fig.tight_layout()
     fig.savefig(out / "latency.png", dpi=110)
+    plt.close(fig)
+
+    _read_cost_plot(doc, out, plt)
+
+
+def _read_cost_plot(doc: dict[str, Any], out: Path, plt: Any) -> None:
+    """p50 and p99 of one read against the table's number of data files, per system."""
+    by_system: dict[str, list[tuple[int, float, float]]] = defaultdict(list)
+    for r in doc["results"]:
+        if r.get("data_files") and r["ack_latency"]:
+            a = r["ack_latency"]
+            by_system[r["system"]].append((r["data_files"], a["p50_ms"], a["p99_ms"]))
+    if not by_system:
+        return
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for system, points in by_system.items():
+        points.sort()
+        (line,) = ax.plot([p[0] for p in points], [p[1] for p in points], marker="o", label=system)
+        ax.plot([p[0] for p in points], [p[2] for p in points], ls="--", color=line.get_color())
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("data files in the table")
+    ax.set_ylabel("ms per read (solid p50, dashed p99)")
+    ax.set_title("Cost of one 1,000-record read against table size")
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(out / "read-cost.png", dpi=110)
     plt.close(fig)
