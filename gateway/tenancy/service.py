@@ -16,6 +16,7 @@ import asyncio
 import contextlib
 import hmac
 import logging
+import math
 import os
 import re
 import secrets
@@ -24,7 +25,7 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import ParamSpec, TypeVar
+from typing import NoReturn, ParamSpec, TypeVar
 
 from gateway.config import Settings
 from gateway.core.service import StreamTables
@@ -56,6 +57,8 @@ _QUOTA_TTL_S = 1.0
 _HOT_BYTES_TTL_S = 1.0
 #: Retry hint when a tenant has too much work in flight on this gateway.
 _BUSY_RETRY_MS = 50
+#: Longest local refusal after the shared bucket said "retry later" (see ``Tenancy._take``).
+_REFUSE_LOCALLY_MAX_S = 1.0
 
 
 def load_operator_key(settings: Settings) -> tuple[str, bool]:
@@ -141,6 +144,9 @@ class Tenancy:
         self._quotas: dict[str, tuple[float, Quotas]] = {}
         self._hot_bytes: dict[str, tuple[float, int]] = {}
         self._in_flight: dict[tuple[str, str], int] = {}
+        #: (tenant, quota) -> monotonic time until which this replica refuses at once,
+        #: after the shared bucket refused with a retry-after (see ``_take``).
+        self._refusing: dict[tuple[str, str], float] = {}
         self._flusher: asyncio.Task[None] | None = None
         #: Storage samplers run for every active tenant before a usage flush; each returns
         #: ``{"hot_bytes": n}`` / ``{"cold_bytes": n}``. The hot tier's is built in; the cold
@@ -296,15 +302,38 @@ class Tenancy:
     async def _take(
         self, tenant: str, kind: str, amount: float, rate: int, *, force: bool = False
     ) -> None:
+        """Take ``amount`` from the tenant's ``kind`` bucket, or raise Throttled.
+
+        Once the shared bucket has refused with "retry in W ms", this replica refuses the
+        tenant's further requests of that kind locally for W ms (at most
+        ``_REFUSE_LOCALLY_MAX_S``) without asking the bucket again: the client was told to
+        wait that long anyway, and a tenant sending far over its quota then costs no
+        thread hop and no Redis round trip per refusal, which would otherwise queue in
+        front of every other tenant's requests (Kafka mutes a throttled client for the
+        throttle time in the same spirit). Refusals take no tokens, so the tenant's
+        accepted rate is unchanged.
+        """
+        key = (tenant, kind)
+        if not force:
+            until = self._refusing.get(key)
+            if until is not None:
+                left = until - time.monotonic()
+                if left > 0:
+                    self._throttled(tenant, kind, rate, max(1, math.ceil(left * 1000)))
+                del self._refusing[key]
         burst = rate * self.settings.quota.burst_s
         wait = await self._run(self.buckets.take, tenant, kind, amount, rate, burst, force)
         if wait:
-            self.meter.add(tenant, throttled=1)
-            raise Throttled(
-                f"over the tenant's {kind.replace('_', ' ')} quota of {rate}/s; retry in {wait} ms",
-                retry_after_ms=wait,
-                quota=f"{kind}_per_s",
-            )
+            self._refusing[key] = time.monotonic() + min(wait / 1000, _REFUSE_LOCALLY_MAX_S)
+            self._throttled(tenant, kind, rate, wait)
+
+    def _throttled(self, tenant: str, kind: str, rate: int, wait_ms: int) -> NoReturn:
+        self.meter.add(tenant, throttled=1)
+        raise Throttled(
+            f"over the tenant's {kind.replace('_', ' ')} quota of {rate}/s; retry in {wait_ms} ms",
+            retry_after_ms=wait_ms,
+            quota=f"{kind}_per_s",
+        )
 
     async def charge_append(self, tenant: str, nbytes: int) -> None:
         """Admit an append of ``nbytes`` payload bytes, or raise Throttled."""
@@ -458,6 +487,8 @@ class Tenancy:
             raise InvalidRequest(f"unknown quota fields {sorted(unknown)}")
         out = await self._run(self.tenants.set_quota, tenant, values)
         self._quotas.pop(tenant, None)
+        for key in [k for k in self._refusing if k[0] == tenant]:
+            del self._refusing[key]
         return out
 
     async def usage(

@@ -544,6 +544,52 @@ def test_two_replicas_hold_one_append_quota_together(pair: Pair) -> None:
     assert abs(got - expected) <= 0.10 * expected, (got, expected)
 
 
+def _script_calls(server: RedisServer) -> int:
+    import redis
+
+    with redis.Redis.from_url(server.url) as r:
+        stats = r.info("commandstats")
+    return sum(
+        int(v["calls"]) for k, v in stats.items() if k in ("cmdstat_evalsha", "cmdstat_eval")
+    )
+
+
+def test_a_throttled_tenant_is_refused_locally_until_its_retry_time(pair: Pair) -> None:
+    """Once the shared bucket refused with "retry in W ms", the replica refuses that
+    tenant's appends for W ms by itself: no Redis script call per refusal (a tenant far
+    over its quota must not queue Redis round trips in front of other tenants), each
+    refusal carries the time left, and after it the tenant is served again."""
+    gw1, _ = pair.gateways
+    t = new_tenant(gw1)
+    body = payload(200)
+    with gw1.admin() as admin:
+        admin.set_quota(t.name, append_bytes_per_s=len(body))  # one batch a second
+    with gw1.client(api_key=t.key) as c:
+        c.create_table("q.t", SCHEMA, partitions=1)
+    with gw1.channel(api_key=t.key) as ch:
+        stub = pb_grpc.TidegateStub(ch)
+        req = pb.AppendRequest(table=pb.TableRef(namespace="q", name="t"), arrow_ipc=body)
+        stub.Append(req, timeout=10)  # takes the burst
+        code, reason, _, meta = grpc_failure(lambda: stub.Append(req, timeout=10))
+        assert (code, reason) == (grpc.StatusCode.RESOURCE_EXHAUSTED, "THROTTLED")
+        wait_ms = int(meta["retry_after_ms"])
+        assert 0 < wait_ms <= 1000
+        before = _script_calls(pair.redis)
+        hints = []
+        for _ in range(10):
+            code, reason, _, meta = grpc_failure(lambda: stub.Append(req, timeout=10))
+            assert (code, reason) == (grpc.StatusCode.RESOURCE_EXHAUSTED, "THROTTLED")
+            hints.append(int(meta["retry_after_ms"]))
+        assert _script_calls(pair.redis) == before
+        assert all(0 < h <= wait_ms for h in hints)
+        assert hints == sorted(hints, reverse=True)  # the time left, counting down
+        time.sleep(wait_ms / 1000 + 0.2)
+        (r,) = stub.Append(req, timeout=10).ranges
+        assert r.count == 200
+    with gw1.client(api_key=t.key) as c:
+        assert c.table_info("q.t").high_watermarks == (400,)
+
+
 def test_suspension_is_seen_at_once_by_every_replica(pair: Pair) -> None:
     gw1, gw2 = pair.gateways
     t = new_tenant(gw1)
