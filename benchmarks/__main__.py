@@ -45,7 +45,9 @@ def against_redis(baseline_fn: Any, gateway_fn: Any) -> Scenario:
         base: Result = await baseline_fn(w, b.redis.url)
         rows = [base.summary()]
         for kind, gw in b.gateways.items():
-            res: Result = await gateway_fn(replace(w, hot=kind), gw.grpc_target, b.auth(gw))
+            with b.tenants(gw, w.tenants) as keys:
+                md = [b.auth(gw, k) for k in keys] if w.tenants > 1 else b.auth(gw)
+                res: Result = await gateway_fn(replace(w, hot=kind), gw.grpc_target, md)
             rows.append(compare(res.summary(), rows[:1]))
         return rows
 

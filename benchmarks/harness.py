@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import secrets
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -49,6 +50,28 @@ class Bench:
     async def stub(self, gw: GatewayProcess) -> AsyncIterator[Any]:
         async with grpc.aio.insecure_channel(gw.grpc_target, options=CHANNEL_OPTIONS) as ch:
             yield pb_grpc.TidegateStub(ch)
+
+    @contextlib.contextmanager
+    def tenants(self, gw: GatewayProcess, n: int, **quotas: int) -> Iterator[list[str]]:
+        """API keys of ``n`` tenants created for the block (with ``quotas``) and deleted
+        after it; for ``n == 1`` the gateway's own tenant, untouched."""
+        if n <= 1 and not quotas:
+            yield [gw.api_key or ""]
+            return
+        names = [f"bench-{secrets.token_hex(4)}" for _ in range(n)]
+        keys = []
+        with gw.admin() as admin:
+            for name in names:
+                admin.create_tenant(name)
+                if quotas:
+                    admin.set_quota(name, **quotas)
+                keys.append(admin.issue_key(name)[1])
+        try:
+            yield keys
+        finally:
+            with gw.admin() as admin:
+                for name in names:
+                    admin.delete_tenant(name)
 
     def settings(self, **tiering: Any) -> Settings:
         """Settings of the tiered gateway's backends (same data folder, Redis, catalog

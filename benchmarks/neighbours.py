@@ -10,7 +10,6 @@ latency beside A is compared with B alone; A's accepted rate shows the quota hol
 from __future__ import annotations
 
 import asyncio
-import secrets
 from dataclasses import replace
 from typing import Any
 
@@ -45,26 +44,12 @@ async def run(b: Bench, w: Workload) -> list[dict[str, Any]]:
     quota = w.quota_bytes_per_s
     quiet = replace(w, target_batches_per_s=w.quiet_fraction * quota / w.batch_bytes)
     noisy = replace(w, target_batches_per_s=w.noisy_factor * quota / w.batch_bytes)
-    suffix = secrets.token_hex(4)
-    keys: dict[str, str] = {}
-    with b.tiered.admin() as admin:
-        for t in ("a", "b"):
-            name = f"bench-{t}-{suffix}"
-            admin.create_tenant(name)
-            admin.set_quota(name, append_bytes_per_s=quota)
-            keys[t] = admin.issue_key(name)[1]
-    try:
+    with b.tenants(b.tiered, 2, append_bytes_per_s=quota) as (key_a, key_b):
         alone = Result(w.name, "tenant B alone (baseline)")
-        await _producer(b, quiet, alone, keys["b"])
+        await _producer(b, quiet, alone, key_b)
         beside = Result(w.name, f"tenant B beside A at {w.noisy_factor:g}x its quota")
         loud = Result(w.name, f"tenant A at {w.noisy_factor:g}x its quota (throttled)")
-        await asyncio.gather(
-            _producer(b, quiet, beside, keys["b"]), _producer(b, noisy, loud, keys["a"])
-        )
-    finally:
-        with b.tiered.admin() as admin:
-            for t in ("a", "b"):
-                admin.delete_tenant(f"bench-{t}-{suffix}")
+        await asyncio.gather(_producer(b, quiet, beside, key_b), _producer(b, noisy, loud, key_a))
     base = alone.summary()
     row = beside.summary()
     p99_alone = (base["ack_latency"] or {}).get("p99_ms")

@@ -40,28 +40,38 @@ def _sent_ns(ipc: bytes) -> list[int]:
 
 
 async def append_via_gateway(w: Workload, grpc_target: str, metadata: Any = None) -> Result:
-    """Appends through the gateway's gRPC API; following readers measure end to end."""
+    """Appends through the gateway's gRPC API; following readers measure end to end.
+
+    ``metadata`` is one tenant's call metadata, or a list of them (``w.tenants`` tenants):
+    each tenant then has its own table and producer ``p`` writes as tenant
+    ``p % tenants`` to partition ``(p // tenants) % partitions`` of its table.
+    """
     result = Result(w.name, f"tidegate ({w.hot} hot tier)")
     factory = BatchFactory(w.batch_records, w.record_bytes)
+    tenants = metadata if isinstance(metadata, list) else [metadata]
     async with grpc.aio.insecure_channel(grpc_target, options=CHANNEL_OPTIONS) as ch:
         stub = pb_grpc.TidegateStub(ch)
-        ref = await create_table(stub, w.name, w.partitions, metadata)
+        refs = [await create_table(stub, w.name, w.partitions, md) for md in tenants]
 
         async def send(p: int, sent_ns: int) -> None:
+            t = p % len(tenants)
             await stub.Append(
                 pb.AppendRequest(
-                    table=ref, arrow_ipc=factory.ipc(sent_ns), partition=p % w.partitions
+                    table=refs[t],
+                    arrow_ipc=factory.ipc(sent_ns),
+                    partition=(p // len(tenants)) % w.partitions,
                 ),
-                metadata=metadata,
+                metadata=tenants[t],
             )
 
         stop = asyncio.Event()
         measure_from_wall = time.time_ns() + int(w.warmup_s * 1e9)
 
-        def reader(p: int) -> Any:
+        def reader(t: int, p: int) -> Any:
             async def stream() -> AsyncIterator[list[int]]:
                 call = stub.Read(
-                    pb.ReadRequest(table=ref, partition=p, offset=0, follow=True), metadata=metadata
+                    pb.ReadRequest(table=refs[t], partition=p, offset=0, follow=True),
+                    metadata=tenants[t],
                 )
                 async for msg in call:
                     yield _sent_ns(msg.arrow_ipc)
@@ -70,7 +80,8 @@ async def append_via_gateway(w: Workload, grpc_target: str, metadata: Any = None
 
         followers = (
             [
-                asyncio.create_task(follow_e2e(result, measure_from_wall, reader(p), stop))
+                asyncio.create_task(follow_e2e(result, measure_from_wall, reader(t, p), stop))
+                for t in range(len(tenants))
                 for p in range(w.partitions)
             ]
             if w.consumers
@@ -82,7 +93,10 @@ async def append_via_gateway(w: Workload, grpc_target: str, metadata: Any = None
         for f in followers:
             f.cancel()
         await asyncio.gather(*followers, return_exceptions=True)
-        await drop_table(stub, ref, metadata)
+        for ref, md in zip(refs, tenants, strict=True):
+            await drop_table(stub, ref, md)
+    if len(tenants) > 1:
+        result.system += f", {len(tenants)} tenants"
     return result
 
 
@@ -92,14 +106,16 @@ async def append_via_redis(w: Workload, redis_url: str) -> Result:
     result = Result(w.name, "redis-py XADD (baseline)")
     factory = BatchFactory(w.batch_records, w.record_bytes)
     client = aioredis.from_url(
-        redis_url, max_connections=w.producers * w.inflight + w.partitions + 4
+        redis_url, max_connections=w.producers * w.inflight + w.partitions * w.tenants + 4
     )
     prefix = f"bench:{uuid.uuid4().hex[:8]}"
-    keys = [f"{prefix}:{p}" for p in range(w.partitions)]
+    # One stream per (tenant, partition), written by the same producers as with Tidegate.
+    keys = [f"{prefix}:{p}" for p in range(w.partitions * w.tenants)]
     try:
 
         async def send(p: int, sent_ns: int) -> None:
-            await client.xadd(keys[p % w.partitions], {"d": factory.ipc(sent_ns)})
+            t, part = p % w.tenants, (p // w.tenants) % w.partitions
+            await client.xadd(keys[t * w.partitions + part], {"d": factory.ipc(sent_ns)})
 
         stop = asyncio.Event()
         measure_from_wall = time.time_ns() + int(w.warmup_s * 1e9)
@@ -118,8 +134,8 @@ async def append_via_redis(w: Workload, redis_url: str) -> Result:
 
         followers = (
             [
-                asyncio.create_task(follow_e2e(result, measure_from_wall, reader(p), stop))
-                for p in range(w.partitions)
+                asyncio.create_task(follow_e2e(result, measure_from_wall, reader(k), stop))
+                for k in range(len(keys))
             ]
             if w.consumers
             else []
