@@ -66,11 +66,14 @@ def _int_check(bits: int) -> Check:
     return check
 
 
-def _float_check(width: int) -> Check:
+def _float_check(width: int, mantissa: int) -> Check:
+    """Arrow takes an ``int`` only where the float type holds it exactly."""
+    exact = 1 << mantissa
+
     def check(v: Any) -> int:
         if type(v) is float:
             return width
-        if type(v) is int and -(1 << 53) <= v <= 1 << 53:
+        if type(v) is int and -exact <= v <= exact:
             return width
         if isinstance(v, str | bytes):
             raise _refuse(v, "a number")
@@ -154,9 +157,9 @@ def value_check(t: pa.DataType) -> Check:
     if pa.types.is_integer(t):
         return _int_check(t.bit_width)
     if pa.types.is_float32(t):
-        return _float_check(4)
+        return _float_check(4, 24)
     if pa.types.is_float64(t):
-        return _float_check(8)
+        return _float_check(8, 53)
     if pa.types.is_boolean(t):
         return _bool_check
     if pa.types.is_string(t) or pa.types.is_large_string(t):
