@@ -26,7 +26,7 @@ from gateway.client._common import Accumulator, Delivery, ProducerConfig, Produc
 from gateway.client._rows import RowPlan, values_to_batch
 from gateway.routing import partition_for_key, route_by_key
 from gateway.schema import conform_batch
-from tests.integration.flavours import LoopThread, result, synced_client
+from tests.integration.flavours import flavoured_client, result
 from tests.services import GatewayProcess
 
 UTC = dt.UTC
@@ -227,16 +227,8 @@ def gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[GatewayProcess
 @pytest.fixture(params=["sync", "aio"])
 def sdk(request: pytest.FixtureRequest, gateway: GatewayProcess) -> Iterator[Any]:
     """A client of either flavour with the sync calling convention."""
-    if request.param == "sync":
-        with gateway.client() as c:
-            yield c
-        return
-    lt = LoopThread()
-    try:
-        with synced_client(gateway.async_client, lt) as client:
-            yield client
-    finally:
-        lt.close()
+    with flavoured_client(request.param, gateway) as client:
+        yield client
 
 
 @pytest.fixture
