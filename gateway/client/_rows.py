@@ -199,6 +199,7 @@ class RowPlan:
         self.schema = schema
         self.names = tuple(schema.names)
         self._names = frozenset(self.names)
+        self._required = frozenset(f.name for f in schema if not f.nullable)
         self._fields = [(f.name, value_check(f.type), f.nullable) for f in schema]
         index = {n: i for i, n in enumerate(self.names)}
         self.key_index = tuple(index[c] for c in key_columns)
@@ -251,11 +252,8 @@ class RowPlan:
     def check_columns(self, row: Mapping[str, Any]) -> None:
         """Refuse unknown and missing non-nullable columns (for rows Arrow converts:
         ``from_pylist`` would drop unknown keys silently)."""
-        if len(row) > len(self.names) or any(k not in self._names for k in row):
+        if not self._names.issuperset(row) or not self._required.issubset(row):
             self._refuse_columns(row)
-        for n, _, nullable in self._fields:
-            if not nullable and n not in row:
-                self._refuse_columns(row)
 
     def key(self, values: tuple[Any, ...]) -> list[Any]:
         """The key values of a checked row, as ``route_by_key`` sees them."""

@@ -117,6 +117,15 @@ def test_columns_are_checked_by_name() -> None:
     for bad in [{"id": 1, "extra": 2}, {"note": "x"}, {"id": None}, {}, {"id": 1, 7: 2}]:
         with pytest.raises(SchemaMismatch):
             plan.check(bad)
+    # Values only Arrow can judge: the columns are still checked (from_pylist would drop
+    # an unknown key silently).
+    acc = Accumulator(info(schema), ProducerConfig())
+    for bad in [{"id": np.int64(1), "extra": 2}, {"note": np.str_("x")}]:
+        with pytest.raises(SchemaMismatch):
+            acc.add(bad, None)
+        with pytest.raises(SchemaMismatch):
+            acc.add([{"id": 1}, bad], None)
+    assert acc.buffered == 0 and acc.drain(time.monotonic(), force=True) == []
 
 
 # --------------------------------------------------------------------------------------
