@@ -30,6 +30,7 @@ __all__ = [
     "TIMESTAMP_COLUMN",
     "TIMESTAMP_TYPE",
     "batch_to_rows",
+    "columns_mismatch",
     "conform_batch",
     "fields_to_json",
     "format_type",
@@ -475,6 +476,20 @@ def _timestamp_from_json(value: Any, t: pa.TimestampType) -> Any:
     return parsed
 
 
+def columns_mismatch(where: str, extra: Sequence[str], missing: Sequence[str]) -> SchemaMismatch:
+    """The error for a row (``where``: which) with unknown or missing columns."""
+    parts = []
+    if extra:
+        parts.append(f"unexpected column(s) {list(extra)}")
+    if missing:
+        parts.append(f"missing column(s) {list(missing)}")
+    return SchemaMismatch(
+        f"{where} does not match the table schema: " + ", ".join(parts),
+        unexpected=",".join(extra),
+        missing=",".join(missing),
+    )
+
+
 def rows_to_batch(rows: Any, schema: pa.Schema) -> pa.RecordBatch:
     """JSON rows (a list of objects) as a batch of ``schema``.
 
@@ -493,16 +508,7 @@ def rows_to_batch(rows: Any, schema: pa.Schema) -> pa.RecordBatch:
         extra = set(row) - name_set
         missing = name_set - set(row)
         if extra or missing:
-            parts = []
-            if extra:
-                parts.append(f"unexpected column(s) {sorted(extra)}")
-            if missing:
-                parts.append(f"missing column(s) {sorted(missing)}")
-            raise SchemaMismatch(
-                f"row {i} does not match the table schema: " + ", ".join(parts),
-                unexpected=",".join(sorted(extra)),
-                missing=",".join(sorted(missing)),
-            )
+            raise columns_mismatch(f"row {i}", sorted(extra), sorted(missing))
         for f in schema:
             columns[f.name].append(_from_json(row[f.name], f.type, f"row {i}.{f.name}"))
     arrays = []

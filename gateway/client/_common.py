@@ -14,16 +14,19 @@ import uuid
 from abc import ABC, abstractmethod
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal, NamedTuple, cast
+from typing import Any, Literal, NamedTuple, TypeAlias, cast
 
 import grpc
 import pyarrow as pa
 from google.rpc import error_details_pb2, status_pb2
 
 from gateway._proto.tidegate.v1 import tidegate_pb2 as pb
+from gateway.client._rows import RowPlan, values_to_batch
 from gateway.errors import (
+    InvalidPartition,
     OffsetOutOfRange,
     RetryableError,
+    SchemaMismatch,
     Throttled,
     TidegateError,
     Unavailable,
@@ -446,9 +449,18 @@ class Delivery:
         return out[0] if self.single else out
 
 
+#: The rows of a one-record send.
+_ONE = range(1)
+
+#: A batch's data in row order: Arrow batches, and runs of checked dict rows (their values
+#: in schema order, see :class:`gateway.client._rows.RowPlan`).
+Chunk: TypeAlias = pa.RecordBatch | list[tuple[Any, ...]]
+
+
 @dataclass(slots=True)
 class Piece:
-    batch: pa.RecordBatch
+    """Rows of one send in a batch; ``rows`` are their indices in the send."""
+
     delivery: Delivery
     rows: Sequence[int] | range
 
@@ -459,6 +471,7 @@ class ProducerBatch:
 
     partition: int
     pieces: list[Piece] = field(default_factory=list)
+    chunks: list[Chunk] = field(default_factory=list)
     records: int = 0
     nbytes: int = 0
     created: float = field(default_factory=time.monotonic)
@@ -467,13 +480,44 @@ class ProducerBatch:
     attempts: int = 0
     first_attempt: float = 0.0
 
-    def add(self, piece: Piece, nbytes: int) -> None:
-        self.pieces.append(piece)
-        self.records += piece.batch.num_rows
+    def add(
+        self, chunk: Chunk, delivery: Delivery, rows: Sequence[int] | range, nbytes: int
+    ) -> None:
+        if isinstance(chunk, pa.RecordBatch):
+            self.chunks.append(chunk)
+        elif self.chunks and isinstance(self.chunks[-1], list):
+            self.chunks[-1].extend(chunk)
+        else:
+            self.chunks.append(list(chunk))
+        self.pieces.append(Piece(delivery, rows))
+        self.records += len(rows)
+        self.nbytes += nbytes
+
+    def add_row(self, values: tuple[Any, ...], delivery: Delivery, nbytes: int) -> None:
+        """One checked dict row, a send of its own (the common case, kept short)."""
+        chunks = self.chunks
+        if chunks and isinstance(chunks[-1], list):
+            chunks[-1].append(values)
+        else:
+            chunks.append([values])
+        self.pieces.append(Piece(delivery, _ONE))
+        self.records += 1
         self.nbytes += nbytes
 
     def seal(self, schema: pa.Schema, compression: Compression) -> None:
-        self.payload = encode([p.batch for p in self.pieces], schema, compression)
+        """Encode the request: one Arrow record batch, however many sends it holds.
+
+        Raises:
+            SchemaMismatch: dict rows that passed the check at ``send`` still failed to
+                convert (the caller fails this batch's deliveries).
+        """
+        parts = [
+            c if isinstance(c, pa.RecordBatch) else values_to_batch(c, schema) for c in self.chunks
+        ]
+        if len(parts) > 1:
+            parts = pa.Table.from_batches(parts, schema).combine_chunks().to_batches()
+        self.payload = encode(parts, schema, compression)
+        self.chunks = []
 
     def request(self, ref: TableRef, producer_id: str | None, epoch: int) -> pb.AppendRequest:
         if producer_id and epoch:
@@ -493,7 +537,7 @@ class ProducerBatch:
         for piece in self.pieces:
             if piece.delivery.ack(piece.rows, self.partition, offset):
                 done.append(piece.delivery)
-            offset += piece.batch.num_rows
+            offset += len(piece.rows)
         return done
 
     def fail(self, err: BaseException) -> list[Delivery]:
@@ -507,11 +551,16 @@ class Accumulator:
     without keys stick to one partition until its batch is full, then move to the next
     (Kafka's sticky partitioner), so every batch targets one partition, as idempotent
     appends must.
+
+    Dict rows that pass :class:`~gateway.client._rows.RowPlan`'s check are kept as Python
+    values and become Arrow once per batch, at :meth:`ProducerBatch.seal`; other data is
+    converted (and conformed) to Arrow at once.
     """
 
     def __init__(self, table: TableInfo, config: ProducerConfig) -> None:
         self.table = table
         self.config = config
+        self.plan = RowPlan(table.schema, table.key_columns)
         self.open: dict[int, ProducerBatch] = {}
         self.ready: list[ProducerBatch] = []
         self.buffered = 0
@@ -524,54 +573,133 @@ class Accumulator:
             SchemaMismatch: the rows do not fit the table schema.
             InvalidPartition: ``partition`` is not one of the table's.
         """
-        single = isinstance(data, Mapping)
-        schema = self.table.schema
+        plan = self.plan
+        python_routes = partition is not None or plan.keys_in_python
+        if isinstance(data, Mapping):
+            checked = plan.check(data)
+            if checked is not None and python_routes:
+                self._check_partition(partition)
+                values, nbytes = checked
+                if partition is None and plan.key_index:
+                    partition = partition_for_key(plan.key(values), self.table.partitions)
+                delivery = Delivery(1, True)
+                self._append_row(partition, values, nbytes, delivery)
+                self.buffered += 1
+                return delivery
+            return self._add_batch(self._arrow_rows([data]), partition, single=True)
         if isinstance(data, pa.RecordBatch):
             batch = data
         elif isinstance(data, pa.Table):
             combined = data.combine_chunks().to_batches()
-            batch = combined[0] if combined else pa.RecordBatch.from_pylist([], schema=schema)
+            batch = (
+                combined[0]
+                if combined
+                else pa.RecordBatch.from_pylist([], schema=self.table.schema)
+            )
         elif type(data).__module__.partition(".")[0] == "pandas":
-            batch = pa.RecordBatch.from_pandas(data, schema=schema, preserve_index=False)
+            batch = pa.RecordBatch.from_pandas(data, schema=self.table.schema, preserve_index=False)
         else:
-            rows = [data] if single else list(data)
-            batch = pa.RecordBatch.from_pylist(rows, schema=schema)
+            rows = list(data)
+            if rows and all(isinstance(r, Mapping) for r in rows):
+                all_checked = [plan.check(r) for r in rows]
+                if python_routes and all(c is not None for c in all_checked):
+                    return self._add_rows(
+                        cast(list[tuple[tuple[Any, ...], int]], all_checked), partition
+                    )
+                batch = self._arrow_rows(rows)
+            else:
+                batch = pa.RecordBatch.from_pylist(rows, schema=self.table.schema)
+        return self._add_batch(batch, partition, single=False)
+
+    def _arrow_rows(self, rows: Sequence[Mapping[str, Any]]) -> pa.RecordBatch:
+        """Dict rows the Python check could not vouch for, converted by Arrow."""
+        for row in rows:
+            self.plan.check_columns(row)
+        try:
+            return pa.RecordBatch.from_pylist(list(rows), schema=self.table.schema)
+        except (pa.ArrowException, OverflowError, TypeError, ValueError) as exc:
+            raise SchemaMismatch(f"rows do not match the table schema: {exc}") from exc
+
+    def _check_partition(self, partition: int | None) -> None:
+        if partition is not None and not 0 <= partition < self.table.partitions:
+            raise InvalidPartition(
+                f"partition {partition} does not exist in {self.table.ref}, which has "
+                f"partitions 0..{self.table.partitions - 1}",
+                partitions=self.table.partitions,
+            )
+
+    def _add_batch(self, batch: pa.RecordBatch, partition: int | None, single: bool) -> Delivery:
         batch = conform_batch(batch, self.table.schema)
         delivery = Delivery(batch.num_rows, single)
-        if batch.num_rows == 0:
+        n = batch.num_rows
+        if n == 0:
             return delivery
+        self._check_partition(partition)
         if partition is not None:
-            from gateway.errors import InvalidPartition
-
-            if not 0 <= partition < self.table.partitions:
-                raise InvalidPartition(
-                    f"partition {partition} does not exist in {self.table.ref}, which has "
-                    f"partitions 0..{self.table.partitions - 1}",
-                    partitions=self.table.partitions,
-                )
-            self._append(partition, batch, delivery, range(batch.num_rows))
+            self._append(partition, batch, n, batch.nbytes, delivery, range(n))
         elif self.table.key_columns:
             routes = route_by_key(batch, self.table.key_columns, self.table.partitions)
             if len(routes) == 1:
-                self._append(next(iter(routes)), batch, delivery, range(batch.num_rows))
+                self._append(next(iter(routes)), batch, n, batch.nbytes, delivery, range(n))
             else:
                 for p, idx in routes.items():
-                    self._append(p, batch.take(idx), delivery, idx.to_pylist())
+                    part = batch.take(idx)
+                    self._append(p, part, part.num_rows, part.nbytes, delivery, idx.to_pylist())
         else:
-            self._append(None, batch, delivery, range(batch.num_rows))
-        self.buffered += batch.num_rows
+            self._append(None, batch, n, batch.nbytes, delivery, range(n))
+        self.buffered += n
         return delivery
+
+    def _add_rows(
+        self, checked: list[tuple[tuple[Any, ...], int]], partition: int | None
+    ) -> Delivery:
+        """Checked dict rows of one send (values in schema order, estimated bytes)."""
+        n = len(checked)
+        delivery = Delivery(n, False)
+        self._check_partition(partition)
+        if partition is None and self.plan.key_index:
+            groups: dict[int, list[int]] = {}
+            for i, (values, _) in enumerate(checked):
+                p = partition_for_key(self.plan.key(values), self.table.partitions)
+                groups.setdefault(p, []).append(i)
+            for p, idx in sorted(groups.items()):
+                rows = [checked[i][0] for i in idx]
+                self._append(p, rows, len(idx), sum(checked[i][1] for i in idx), delivery, idx)
+        else:
+            rows = [values for values, _ in checked]
+            self._append(partition, rows, n, sum(b for _, b in checked), delivery, range(n))
+        self.buffered += n
+        return delivery
+
+    def _append_row(
+        self, partition: int | None, values: tuple[Any, ...], nbytes: int, delivery: Delivery
+    ) -> None:
+        """:meth:`_append` of a single checked dict row."""
+        config = self.config
+        while True:
+            p = self._sticky if partition is None else partition
+            current = self.open.get(p)
+            if current is None:
+                current = self.open[p] = ProducerBatch(p)
+            elif current.records and current.nbytes + nbytes > config.batch_bytes:
+                self._close(p)
+                continue
+            break
+        current.add_row(values, delivery, nbytes)
+        if current.records >= config.batch_records or current.nbytes >= config.batch_bytes:
+            self._close(p)
 
     def _append(
         self,
         partition: int | None,
-        batch: pa.RecordBatch,
+        data: Chunk,
+        n: int,
+        nbytes: int,
         delivery: Delivery,
         rows: Sequence[int] | range,
     ) -> None:
         start = 0
-        n = batch.num_rows
-        row_bytes = max(1, batch.nbytes // max(1, n))
+        row_bytes = max(1, nbytes // max(1, n))
         while start < n:
             p = self._sticky if partition is None else partition
             current = self.open.get(p)
@@ -585,10 +713,12 @@ class Accumulator:
             if current.records and current.nbytes + take * row_bytes > self.config.batch_bytes:
                 self._close(p)
                 continue
-            current.add(
-                Piece(batch.slice(start, take), delivery, rows[start : start + take]),
-                take * row_bytes,
+            chunk = (
+                data.slice(start, take)
+                if isinstance(data, pa.RecordBatch)
+                else data[start : start + take]
             )
+            current.add(chunk, delivery, rows[start : start + take], take * row_bytes)
             start += take
             if current.records >= self.config.batch_records or (
                 current.nbytes >= self.config.batch_bytes
@@ -711,6 +841,8 @@ class ProducerCore:
         self.unfinished = 0
         #: Batches put back to be resent after a retryable failure (a statistic).
         self.retries = 0
+        #: Deliveries whose batch failed to seal, for :meth:`take_rejected`.
+        self.rejected: list[Delivery] = []
 
     # Sends ------------------------------------------------------------------------------
     def add(self, data: Any, partition: int | None) -> Delivery:
@@ -723,8 +855,20 @@ class ProducerCore:
 
     def _stage(self, now: float, force: bool) -> None:
         for b in self.acc.drain(now, force):
-            b.seal(self.table.schema, self.config.compression)
+            try:
+                b.seal(self.table.schema, self.config.compression)
+            except SchemaMismatch as err:
+                # Dict rows the check at send let through, refused by Arrow: fail this
+                # batch alone (it never got a sequence, so nothing behind it is affected).
+                self.unfinished -= b.records
+                self.rejected.extend(b.fail(err))
+                continue
             self.queues[b.partition].waiting.append(b)
+
+    def take_rejected(self) -> list[Delivery]:
+        """Deliveries failed while sealing their batch; the driver resolves them."""
+        out, self.rejected = self.rejected, []
+        return out
 
     def needs_stream(self, now: float, force: bool = False) -> bool:
         self._stage(now, force)
@@ -860,7 +1004,7 @@ class ProducerCore:
     def fail_all(self, err: BaseException) -> list[Delivery]:
         """Fail everything not yet acknowledged (the producer is closing without flushing)."""
         self._stage(time.monotonic(), True)
-        done: list[Delivery] = []
+        done = self.take_rejected()
         for q in self.queues:
             q.rewind()
             for b in q.waiting:

@@ -559,6 +559,10 @@ class Producer:
                         _resolve(self._core.fail_all(exc))
                         continue
                 requests = self._core.outgoing(now, force)
+                rejected = self._core.take_rejected()
+                if rejected:
+                    _resolve(rejected)
+                    self._cond.notify_all()
                 if requests and self._requests is not None:
                     for r in requests:
                         self._requests.put(r)

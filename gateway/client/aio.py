@@ -549,6 +549,10 @@ class AsyncProducer:
                     self._progressed()
                     continue
             requests = core.outgoing(now, force)
+            rejected = core.take_rejected()
+            if rejected:
+                _resolve(rejected)
+                self._progressed()
             if requests and self._requests is not None:
                 for r in requests:
                     self._requests.put_nowait(r)

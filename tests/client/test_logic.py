@@ -120,7 +120,7 @@ def test_rows_are_validated_before_buffering() -> None:
     )
     acc.add(widened, 1)
     (batch,) = acc.drain(time.monotonic(), force=True)
-    assert batch.pieces[0].batch.schema == SCHEMA
+    assert batch.chunks[0].schema == SCHEMA
 
 
 def test_partition_queue_sequences_in_flight_and_rewind() -> None:

@@ -9,13 +9,17 @@ the sync client and the asyncio client the same way, and both must behave the sa
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import inspect
 import threading
 from collections.abc import Awaitable, Callable, Iterator
 from concurrent.futures import Future
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from gateway.client import AsyncClient, AsyncConsumer, AsyncProducer
+
+if TYPE_CHECKING:
+    from tests.services import GatewayProcess
 
 T = TypeVar("T")
 
@@ -96,6 +100,22 @@ def synced_client(make: Callable[[], AsyncClient], lt: LoopThread) -> Synced:
         return make()
 
     return Synced(lt.run(build()), lt)
+
+
+@contextlib.contextmanager
+def flavoured_client(flavour: str, gateway: GatewayProcess) -> Iterator[Any]:
+    """A client of ``gateway`` in ``flavour`` ("sync" or "aio") with the sync calling
+    convention: what a suite run over both flavours parametrizes its fixture with."""
+    if flavour == "sync":
+        with gateway.client() as c:
+            yield c
+        return
+    lt = LoopThread()
+    try:
+        with synced_client(gateway.async_client, lt) as client:
+            yield client
+    finally:
+        lt.close()
 
 
 def result(value: Any, timeout: float = 60) -> Any:

@@ -20,7 +20,7 @@ from gateway.client import (
     TableNotFound,
 )
 from gateway.routing import partition_for_key
-from tests.integration.flavours import LoopThread, result, synced_client
+from tests.integration.flavours import flavoured_client, result
 from tests.services import GatewayProcess
 
 pytestmark = pytest.mark.integration
@@ -29,17 +29,8 @@ pytestmark = pytest.mark.integration
 @pytest.fixture(params=["sync", "aio"])
 def sdk(request: pytest.FixtureRequest, gateway: GatewayProcess) -> Iterator[Any]:
     """A client of either flavour with the sync calling convention."""
-    if request.param == "sync":
-        with gateway.client() as c:
-            yield c
-        return
-    lt = LoopThread()
-    try:
-        client = synced_client(gateway.async_client, lt)
-        with client:
-            yield client
-    finally:
-        lt.close()
+    with flavoured_client(request.param, gateway) as client:
+        yield client
 
 
 def _read_all(sdk: Any, table: str, partition: int) -> list[dict[str, Any]]:
