@@ -161,6 +161,14 @@ class AuthConfig(_Section):
         description="Key of the admin API. Unset: generated once at first start, stored in "
         "<data_dir>/operator.key and printed.",
     )
+    key_cache_ttl_s: float = Field(
+        1.0,
+        ge=0,
+        le=60,
+        description="How long a gateway reuses what it read about an API key (tenant, "
+        "tenant status, revocation); a revocation or suspension done through another "
+        "replica is seen here within it. 0 reads the metadata store on every request.",
+    )
 
 
 class QuotaConfig(_Section):

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from gateway.config import Settings
-from gateway.errors import Throttled
+from gateway.errors import TenantSuspended, Throttled, Unauthenticated
 from gateway.server.app import build_service
 from gateway.tenancy import Tenancy, keys, load_operator_key
 from gateway.tenancy.buckets import LocalBuckets, RedisBuckets, TokenBuckets
@@ -92,6 +92,82 @@ def test_admission_bounds_each_tenant_alone(tmp_path: Path) -> None:
         asyncio.run(scenario())
     finally:
         service.close()
+
+
+class _Clock:
+    """A monotonic clock that moves only when the test moves it."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def _replica(tmp_path: Path, name: str, clock: _Clock, ttl: float = 1.0) -> Tenancy:
+    """A gateway's tenancy of its own, on the metadata store every replica here shares."""
+    settings = Settings.explicit(
+        data_dir=tmp_path / name,
+        hot={"type": "disk", "fsync": "never"},
+        cold={"enabled": False},
+        metadata={"url": f"sqlite:///{tmp_path / 'shared.db'}"},
+        auth={"key_cache_ttl_s": ttl},
+    )
+    return Tenancy(settings, build_service(settings), "o" * 20, clock=clock)
+
+
+def _wrong_secret(key: str) -> str:
+    return key[:-4] + ("AAAA" if not key.endswith("AAAA") else "BBBB")
+
+
+def test_key_cache_is_dropped_by_the_replica_that_changes_a_key_and_expires_elsewhere(
+    tmp_path: Path,
+) -> None:
+    clock = _Clock()
+    here, there = _replica(tmp_path, "here", clock), _replica(tmp_path, "there", clock)
+    uncached = _replica(tmp_path, "uncached", clock, ttl=0)
+
+    async def scenario() -> None:
+        await here.create_tenant("acme")
+        info, key = await here.issue_key("acme")
+        bearer = f"Bearer {key}"
+        for replica in (here, there, uncached):  # each has read (and cached) the key
+            assert (await replica.authenticate(bearer)).tenant == "acme"
+        # A cached key id never vouches for a wrong secret: the digest is checked each time.
+        with pytest.raises(Unauthenticated):
+            await there.authenticate(f"Bearer {_wrong_secret(key)}")
+
+        await here.suspend("acme")
+        with pytest.raises(TenantSuspended):  # at once where it was suspended
+            await here.authenticate(bearer)
+        with pytest.raises(TenantSuspended):  # at once without a cache
+            await uncached.authenticate(bearer)
+        # Another replica may go on with what it read for up to the TTL, not longer.
+        assert (await there.authenticate(bearer)).tenant == "acme"
+        clock.now += 1.0
+        with pytest.raises(TenantSuspended):
+            await there.authenticate(bearer)
+
+        await there.resume("acme")
+        assert (await there.authenticate(bearer)).tenant == "acme"
+        clock.now += 1.0
+        assert (await here.authenticate(bearer)).tenant == "acme"
+
+        await there.revoke_key(info.key_id)
+        with pytest.raises(Unauthenticated):
+            await there.authenticate(bearer)
+        with pytest.raises(Unauthenticated):
+            await uncached.authenticate(bearer)
+        assert (await here.authenticate(bearer)).tenant == "acme"
+        clock.now += 1.0
+        with pytest.raises(Unauthenticated):
+            await here.authenticate(bearer)
+
+    try:
+        asyncio.run(scenario())
+    finally:
+        for replica in (here, there, uncached):
+            replica.service.close()
 
 
 def test_meter_adds_up_and_flushes_once(tmp_path: Path) -> None:

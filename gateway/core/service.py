@@ -30,7 +30,7 @@ from gateway.errors import (
     OffsetOutOfRange,
     SnapshotNotFound,
 )
-from gateway.hot import HotLog, PartitionId, ProducerSequence, StoredBatch
+from gateway.hot import AppendResult, HotLog, PartitionId, ProducerSequence, StoredBatch
 from gateway.hot.codec import decode_batch, encode_batch
 from gateway.meta import MetadataStore, TableDef
 from gateway.routing import partition_for_key, route_by_key
@@ -459,16 +459,21 @@ class StreamTables:
         timestamp_us = time.time_ns() // 1000
         compression = self.settings.compression
 
-        async def store(p: int, rows: pa.RecordBatch) -> AppendRange:
+        async def store(p: int, idx: pa.Array | None) -> AppendRange:
             part = PartitionId(d.tenant, d.table_id, p)
-            payload = encode_batch(rows, compression)
-            res = await self._run(
-                self.hot.append, part, payload, rows.num_rows, timestamp_us, producer
-            )
+
+            def write() -> AppendResult:
+                # Selecting and compressing the rows run here, on the I/O thread, with the
+                # write: off the event loop, and in parallel for several partitions.
+                rows = batch if idx is None else batch.take(idx)
+                payload = encode_batch(rows, compression)
+                return self.hot.append(part, payload, rows.num_rows, timestamp_us, producer)
+
+            res = await self._run(write)
             self._notifier.notify(part)
             return AppendRange(p, res.base_offset, res.count, res.duplicate)
 
-        jobs = [store(p, batch if idx is None else batch.take(idx)) for p, idx in routes.items()]
+        jobs = [store(p, idx) for p, idx in routes.items()]
         return list(await asyncio.gather(*jobs))
 
     def _route(

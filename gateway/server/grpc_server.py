@@ -237,20 +237,23 @@ class TidegateServicer(pb_grpc.TidegateServicer):  # type: ignore[misc]
         return pb.DropTableResponse()
 
     async def _append(self, request: pb.AppendRequest, context: Any) -> pb.AppendResponse:
+        # Each read of a protobuf bytes field returns a fresh copy: take the payload once.
+        body = request.arrow_ipc
+        nbytes = len(body)
         limit = self.settings.server.max_request_bytes
-        if len(request.arrow_ipc) > limit:
+        if nbytes > limit:
             raise RequestTooLarge(
-                f"the append carries {len(request.arrow_ipc)} bytes; the limit is {limit}",
+                f"the append carries {nbytes} bytes; the limit is {limit}",
                 limit=limit,
             )
         tenant = self.tenant(context)
         charge = (
-            self.tenancy.append_charge(tenant, len(request.arrow_ipc))
+            self.tenancy.append_charge(tenant, nbytes)
             if self.tenancy is not None
             else contextlib.nullcontext()
         )
         async with charge:
-            _, batches = decode_stream(request.arrow_ipc)
+            _, batches = decode_stream(body)
             ranges = await self.service.append(
                 tenant,
                 request.table.namespace,
@@ -261,9 +264,9 @@ class TidegateServicer(pb_grpc.TidegateServicer):  # type: ignore[misc]
                 sequence=request.sequence if request.HasField("sequence") else None,
             )
         records = sum(r.count for r in ranges)
-        metrics.record_append(records, len(request.arrow_ipc))
+        metrics.record_append(records, nbytes)
         if self.tenancy is not None:
-            self.tenancy.record_append(tenant, records, len(request.arrow_ipc))
+            self.tenancy.record_append(tenant, records, nbytes)
         return _ranges(ranges)
 
     async def Append(self, request: pb.AppendRequest, context: Any) -> pb.AppendResponse:

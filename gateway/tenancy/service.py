@@ -5,9 +5,11 @@ credential (a tenant API key or the operator key), admit the request under the t
 in-flight bound, charge its rates against token buckets, meter what it did, and run the
 admin operations (tenants, keys, quotas, usage).
 
-Authentication reads the key and its tenant's status from the metadata store on every
-request (one indexed query), so a revoked key or a suspended tenant is refused at once by
-every replica. Quotas are cached for a second.
+Authentication reads the key and its tenant's status from the metadata store (one indexed
+query) and reuses what it read for ``auth.key_cache_ttl_s`` (1 s): the secret is still
+checked against the stored digest on every request. A revoked key or a suspended tenant is
+refused at once by the replica that revoked or suspended it (it drops what it cached) and by
+every other replica within the TTL. Quotas are cached for a second.
 """
 
 from __future__ import annotations
@@ -39,7 +41,7 @@ from gateway.errors import (
 )
 from gateway.hot import PartitionId
 from gateway.meta.models import QUOTA_FIELDS
-from gateway.meta.tenants import KeyInfo, TenantInfo, TenantStore, UsageRow
+from gateway.meta.tenants import KeyInfo, KeyRecordView, TenantInfo, TenantStore, UsageRow
 from gateway.tenancy import keys
 from gateway.tenancy.buckets import LocalBuckets, RedisBuckets, TokenBuckets
 from gateway.tenancy.metering import Meter
@@ -54,6 +56,9 @@ R = TypeVar("R")
 OPERATOR_KEY_FILE = "operator.key"
 _TENANT_RE = re.compile(r"^[A-Za-z][A-Za-z0-9_\-]{0,62}$")
 _QUOTA_TTL_S = 1.0
+#: Most API keys whose lookup a gateway keeps (``auth.key_cache_ttl_s``); past it the
+#: oldest go first.
+_KEY_CACHE_MAX = 10_000
 _HOT_BYTES_TTL_S = 1.0
 #: Retry hint when a tenant has too much work in flight on this gateway.
 _BUSY_RETRY_MS = 50
@@ -131,8 +136,12 @@ class Tenancy:
         service: StreamTables,
         operator_key: str,
         buckets: TokenBuckets | None = None,
+        *,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.settings = settings
+        #: Monotonic seconds; the key cache's TTL is measured with it.
+        self._clock = clock
         self.service = service
         self.tenants = TenantStore(service.meta)
         self._operator_key = operator_key
@@ -147,6 +156,13 @@ class Tenancy:
         #: (tenant, quota) -> monotonic time until which this replica refuses at once,
         #: after the shared bucket refused with a retry-after (see ``_take``).
         self._refusing: dict[tuple[str, str], float] = {}
+        #: key_id -> (expiry, what the store said). Never a secret: every request's secret
+        #: is checked against the cached digest. Misses (unknown ids) are not cached.
+        self._keys: dict[str, tuple[float, KeyRecordView]] = {}
+        #: Lookups under way, shared by concurrent requests of the same key.
+        self._key_lookups: dict[str, asyncio.Task[KeyRecordView | None]] = {}
+        #: Bumped when the cache is dropped, so a lookup that started before cannot refill it.
+        self._keys_generation = 0
         self._flusher: asyncio.Task[None] | None = None
         #: Storage samplers run for every active tenant before a usage flush; each returns
         #: ``{"hot_bytes": n}`` / ``{"cold_bytes": n}``. The hot tier's is built in; the cold
@@ -215,7 +231,7 @@ class Tenancy:
         if parsed is None:
             raise Unauthenticated("invalid API key")
         key_id, secret = parsed
-        record = await self._run(self.tenants.key_for_auth, key_id)
+        record = await self._key_record(key_id)
         if record is None or not keys.verify(secret, record.salt, record.digest):
             raise Unauthenticated("invalid API key")
         if record.revoked:
@@ -223,6 +239,57 @@ class Tenancy:
         if record.tenant_status != "active":
             raise TenantSuspended(f"tenant {record.tenant!r} is suspended")
         return Principal(record.tenant)
+
+    async def _key_record(self, key_id: str) -> KeyRecordView | None:
+        """What the store says about ``key_id``, reused for ``auth.key_cache_ttl_s``."""
+        if self.settings.auth.key_cache_ttl_s <= 0:
+            return await self._run(self.tenants.key_for_auth, key_id)
+        hit = self._keys.get(key_id)
+        if hit is not None and hit[0] > self._clock():
+            return hit[1]
+        lookup = self._key_lookups.get(key_id)
+        if lookup is None:
+            lookup = asyncio.create_task(self._look_up_key(key_id))
+            # Retrieve a failure even when every waiter was cancelled (no asyncio warning).
+            lookup.add_done_callback(lambda t: t.cancelled() or t.exception())
+            self._key_lookups[key_id] = lookup
+        # Shielded: a cancelled request must not cancel the lookup other requests share.
+        return await asyncio.shield(lookup)
+
+    async def _look_up_key(self, key_id: str) -> KeyRecordView | None:
+        generation = self._keys_generation
+        # The expiry counts from before the read: the entry is never older than the TTL.
+        expires = self._clock() + self.settings.auth.key_cache_ttl_s
+        try:
+            record = await self._run(self.tenants.key_for_auth, key_id)
+        finally:
+            if self._key_lookups.get(key_id) is asyncio.current_task():
+                del self._key_lookups[key_id]
+        if record is not None and generation == self._keys_generation:
+            self._keys.pop(key_id, None)  # re-inserted last: the oldest entries come first
+            self._keys[key_id] = (expires, record)
+            self._prune_keys()
+        return record
+
+    def _prune_keys(self) -> None:
+        """Drop the oldest entries while they are expired or the cache is over
+        ``_KEY_CACHE_MAX``; an expired entry further on is replaced at its next lookup."""
+        now = self._clock()
+        while self._keys:
+            key_id, (expires, _) = next(iter(self._keys.items()))
+            if expires > now and len(self._keys) <= _KEY_CACHE_MAX:
+                return
+            del self._keys[key_id]
+
+    def forget_keys(self) -> None:
+        """Drop everything cached about keys: the next request of any key reads the store.
+
+        Called after every change of a key or a tenant's status made through this
+        gateway, so this gateway applies it from its next request on.
+        """
+        self._keys.clear()
+        self._key_lookups.clear()
+        self._keys_generation += 1
 
     async def tenant_of(self, authorization: str | None) -> str:
         """The tenant of a data-plane request; counts it and charges requests/s.
@@ -435,16 +502,27 @@ class Tenancy:
     async def list_tenants(self) -> list[TenantInfo]:
         return await self._run(self.tenants.list_tenants)
 
+    async def _set_status(self, name: str, status: str) -> TenantInfo:
+        try:
+            return await self._run(self.tenants.set_status, name, status)
+        finally:
+            self.forget_keys()  # after the commit, so no lookup can re-cache the old status
+
     async def suspend(self, name: str) -> TenantInfo:
-        return await self._run(self.tenants.set_status, name, "suspended")
+        """Refused from the next request on here, within ``auth.key_cache_ttl_s`` elsewhere."""
+        return await self._set_status(name, "suspended")
 
     async def resume(self, name: str) -> TenantInfo:
-        return await self._run(self.tenants.set_status, name, "active")
+        return await self._set_status(name, "active")
 
     async def delete_tenant(self, name: str) -> None:
-        """Suspend (refused at once everywhere), drop every table through the service (so
-        every tier lets go of the data), then remove buckets, usage, keys and rows."""
+        """Suspend, wait until every replica refuses the tenant (the key cache's TTL), drop
+        every table through the service (so every tier lets go of the data), then remove
+        buckets, usage, keys and rows."""
         await self.suspend(name)
+        # Other replicas may accept the tenant's keys for up to the TTL after the suspension;
+        # a table created there meanwhile would outlive the deletion.
+        await asyncio.sleep(self.settings.auth.key_cache_ttl_s)
         for _ in range(100):  # let this gateway's requests of the tenant finish
             if not self.in_flight(name) and not self.in_flight(name, follow=True):
                 break
@@ -460,7 +538,10 @@ class Tenancy:
         self.meter.forget(name)
         self._quotas.pop(name, None)
         self._hot_bytes.pop(name, None)
-        await self._run(self.tenants.delete_tenant, name)
+        try:
+            await self._run(self.tenants.delete_tenant, name)
+        finally:
+            self.forget_keys()
 
     async def issue_key(self, tenant: str) -> tuple[KeyInfo, str]:
         """A new key for ``tenant``: its info and the full key (shown once)."""
@@ -471,7 +552,11 @@ class Tenancy:
         return info, issued.key
 
     async def revoke_key(self, key_id: str, tenant: str | None = None) -> None:
-        await self._run(self.tenants.revoke_key, key_id, tenant)
+        """Refused from the next request on here, within ``auth.key_cache_ttl_s`` elsewhere."""
+        try:
+            await self._run(self.tenants.revoke_key, key_id, tenant)
+        finally:
+            self.forget_keys()
 
     async def list_keys(self, tenant: str) -> list[KeyInfo]:
         await self.get_tenant(tenant)

@@ -47,7 +47,11 @@ def grpc_failure(call: Callable[[], Any]) -> tuple[grpc.StatusCode, str, str, di
         result = call()
         if hasattr(result, "__iter__") and not isinstance(result, bytes):
             list(result)
-    exc: Any = info.value
+    return error_info(info.value)
+
+
+def error_info(exc: Any) -> tuple[grpc.StatusCode, str, str, dict[str, str]]:
+    """Code, ErrorInfo reason, message and metadata of a failed gRPC call."""
     for key, value in exc.trailing_metadata() or ():
         if key == "grpc-status-details-bin":
             status = status_pb2.Status.FromString(value)
@@ -590,24 +594,81 @@ def test_a_throttled_tenant_is_refused_locally_until_its_retry_time(pair: Pair) 
         assert c.table_info("q.t").high_watermarks == (400,)
 
 
-def test_suspension_is_seen_at_once_by_every_replica(pair: Pair) -> None:
+#: ``auth.key_cache_ttl_s`` of the gateways here (the default): how long a replica may go on
+#: with what it read about a key after another replica revoked it or suspended its tenant.
+KEY_CACHE_TTL_S = 1.0
+#: Added to that bound before a test gives up waiting, for a slow or loaded machine.
+MARGIN_S = 10.0
+
+OK = (grpc.StatusCode.OK, "")
+SUSPENDED = (grpc.StatusCode.PERMISSION_DENIED, "TENANT_SUSPENDED")
+UNAUTHENTICATED = (grpc.StatusCode.UNAUTHENTICATED, "UNAUTHENTICATED")
+
+
+def list_outcome(gw: GatewayProcess, key: str) -> tuple[grpc.StatusCode, str]:
+    """The status code and ErrorInfo reason of a ListTables call with ``key`` (OK, "")."""
+    with gw.channel(api_key=key) as ch:
+        try:
+            pb_grpc.TidegateStub(ch).ListTables(pb.ListTablesRequest(), timeout=10)
+        except grpc.RpcError as exc:
+            code, reason, _, _ = error_info(exc)
+            return code, reason
+    return OK
+
+
+def eventually(gw: GatewayProcess, key: str, expected: tuple[grpc.StatusCode, str]) -> None:
+    """Retry until ``gw`` answers ``key`` with ``expected``; it must within the key cache's
+    TTL (plus a margin for the machine, never a speed assertion)."""
+    deadline = time.monotonic() + KEY_CACHE_TTL_S + MARGIN_S
+    while (got := list_outcome(gw, key)) != expected:
+        assert time.monotonic() < deadline, (got, expected)
+        time.sleep(0.05)
+
+
+def test_suspension_is_seen_at_once_here_and_within_the_key_cache_ttl_elsewhere(
+    pair: Pair,
+) -> None:
     gw1, gw2 = pair.gateways
     t = new_tenant(gw1)
     with gw2.client(api_key=t.key) as c:
         c.create_table("s.t", SCHEMA, partitions=1)
+    for gw in (gw1, gw2):  # both replicas have read the key, and keep what they read
+        assert list_outcome(gw, t.key) == OK
     with gw1.admin() as admin:
         admin.suspend_tenant(t.name)
-    with gw2.channel(api_key=t.key) as ch:
-        code, reason, _, _ = grpc_failure(
-            lambda: pb_grpc.TidegateStub(ch).ListTables(pb.ListTablesRequest(), timeout=10)
-        )
-        assert (code, reason) == (grpc.StatusCode.PERMISSION_DENIED, "TENANT_SUSPENDED")
+    assert list_outcome(gw1, t.key) == SUSPENDED  # at once where it was suspended
+    eventually(gw2, t.key, SUSPENDED)
     with gw2.http_client(api_key=t.key) as http:
         assert http_failure(http.get("/v1/tables"))[:2] == (403, "TENANT_SUSPENDED")
     with gw2.admin() as admin:
         admin.resume_tenant(t.name)
+    assert list_outcome(gw2, t.key) == OK
+    eventually(gw1, t.key, OK)
     with gw1.client(api_key=t.key) as c:
         assert [i.table.name for i in c.list_tables()] == ["t"]
+
+
+def test_a_revoked_key_is_refused_at_once_here_and_within_the_key_cache_ttl_elsewhere(
+    pair: Pair,
+) -> None:
+    gw1, gw2 = pair.gateways
+    t = new_tenant(gw1)
+    with gw1.admin() as admin:
+        _, other_key = admin.issue_key(t.name)
+    for gw in (gw1, gw2):
+        for key in (t.key, other_key):
+            assert list_outcome(gw, key) == OK
+    with gw1.admin() as admin:
+        admin.revoke_key(t.key_id)
+    assert list_outcome(gw1, t.key) == UNAUTHENTICATED  # at once where it was revoked
+    with gw1.http_client(api_key=t.key) as http:
+        assert http_failure(http.get("/v1/tables"))[:2] == (401, "UNAUTHENTICATED")
+    eventually(gw2, t.key, UNAUTHENTICATED)
+    for gw in (gw1, gw2):
+        assert list_outcome(gw, other_key) == OK  # the tenant's other key still works
+        # A key id a replica has cached never vouches for a wrong secret.
+        wrong = other_key[:-4] + ("AAAA" if not other_key.endswith("AAAA") else "BBBB")
+        assert list_outcome(gw, wrong) == UNAUTHENTICATED
 
 
 def _sql_rows(db: Path, tenant: str, table_ids: list[str]) -> dict[str, int]:
