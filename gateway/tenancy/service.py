@@ -502,18 +502,27 @@ class Tenancy:
     async def list_tenants(self) -> list[TenantInfo]:
         return await self._run(self.tenants.list_tenants)
 
-    async def _set_status(self, name: str, status: str) -> TenantInfo:
-        try:
-            return await self._run(self.tenants.set_status, name, status)
-        finally:
-            self.forget_keys()  # after the commit, so no lookup can re-cache the old status
+    async def _change_keys(self, fn: Callable[P, R], *args: P.args, **kwargs: P.kwargs) -> R:
+        """Run a change of keys or of a tenant's status, and drop the key cache once the
+        change is written: never before (a lookup in between would cache the old state),
+        and even when the request that asked for it is cancelled meanwhile (the write
+        goes on in its thread). The caller resumes after the cache was dropped."""
+        written = asyncio.get_running_loop().run_in_executor(None, lambda: fn(*args, **kwargs))
+
+        def forget(done: asyncio.Future[R]) -> None:
+            self.forget_keys()
+            if not done.cancelled():
+                done.exception()  # retrieved here when no caller waits for it any more
+
+        written.add_done_callback(forget)
+        return await asyncio.shield(written)
 
     async def suspend(self, name: str) -> TenantInfo:
         """Refused from the next request on here, within ``auth.key_cache_ttl_s`` elsewhere."""
-        return await self._set_status(name, "suspended")
+        return await self._change_keys(self.tenants.set_status, name, "suspended")
 
     async def resume(self, name: str) -> TenantInfo:
-        return await self._set_status(name, "active")
+        return await self._change_keys(self.tenants.set_status, name, "active")
 
     async def delete_tenant(self, name: str) -> None:
         """Suspend, wait until every replica refuses the tenant (the key cache's TTL), drop
@@ -538,10 +547,7 @@ class Tenancy:
         self.meter.forget(name)
         self._quotas.pop(name, None)
         self._hot_bytes.pop(name, None)
-        try:
-            await self._run(self.tenants.delete_tenant, name)
-        finally:
-            self.forget_keys()
+        await self._change_keys(self.tenants.delete_tenant, name)
 
     async def issue_key(self, tenant: str) -> tuple[KeyInfo, str]:
         """A new key for ``tenant``: its info and the full key (shown once)."""
@@ -553,10 +559,7 @@ class Tenancy:
 
     async def revoke_key(self, key_id: str, tenant: str | None = None) -> None:
         """Refused from the next request on here, within ``auth.key_cache_ttl_s`` elsewhere."""
-        try:
-            await self._run(self.tenants.revoke_key, key_id, tenant)
-        finally:
-            self.forget_keys()
+        await self._change_keys(self.tenants.revoke_key, key_id, tenant)
 
     async def list_keys(self, tenant: str) -> list[KeyInfo]:
         await self.get_tenant(tenant)
