@@ -432,7 +432,8 @@ class IcebergColdTable(ColdTable):
                 data = pq.read_table(source, columns=read_cols)
             if arrow_filter is not None:
                 data = data.filter(arrow_filter)
-            data = data.sort_by(OFFSET_COLUMN) if OFFSET_COLUMN in data.column_names else data
+            if OFFSET_COLUMN in data.column_names and not _ascending(data.column(OFFSET_COLUMN)):
+                data = data.sort_by(OFFSET_COLUMN)
             if left is not None:
                 data = data.slice(0, left)
                 left -= data.num_rows

@@ -249,6 +249,11 @@ class StreamTables:
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(self._pool, lambda: fn(*args, **kwargs))
 
+    async def offload(self, fn: Callable[P, R], *args: P.args, **kwargs: P.kwargs) -> R:
+        """Run CPU-heavy work of an edge (encoding a response) on the I/O pool, so that
+        the event loop keeps serving other requests meanwhile."""
+        return await self._run(fn, *args, **kwargs)
+
     def close(self) -> None:
         self._pool.shutdown(wait=True, cancel_futures=True)
         self.hot.close()

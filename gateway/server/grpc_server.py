@@ -41,6 +41,8 @@ log = logging.getLogger(__name__)
 SERVICE_NAME = pb.DESCRIPTOR.services_by_name["Tidegate"].full_name
 #: Bytes of Arrow data per Read response message.
 _READ_CHUNK_BYTES = 1024 * 1024
+#: Scan responses carry about this much Arrow data each.
+_SCAN_CHUNK_BYTES = 4 * 1024 * 1024
 
 
 def error_status(err: TidegateError) -> status_pb2.Status:
@@ -171,6 +173,16 @@ def _ranges(ranges: Iterable[AppendRange]) -> pb.AppendResponse:
     )
 
 
+def _pieces(batch: pa.RecordBatch, target_bytes: int) -> Iterable[pa.RecordBatch]:
+    """``batch`` cut into zero-copy slices of about ``target_bytes`` each."""
+    if batch.nbytes <= target_bytes or batch.num_rows <= 1:
+        yield batch
+        return
+    rows = max(1, batch.num_rows * target_bytes // batch.nbytes)
+    for start in range(0, batch.num_rows, rows):
+        yield batch.slice(start, rows)
+
+
 def _read_messages(result: ReadResult) -> Iterable[pb.ReadResponse]:
     """One ReadResponse per ~1 MiB of batches; the last carries the result's next offset."""
     pending: list[pa.RecordBatch] = []
@@ -297,7 +309,7 @@ class TidegateServicer(pb_grpc.TidegateServicer):  # type: ignore[misc]
 
     async def _messages(self, tenant: str, result: ReadResult) -> list[pb.ReadResponse]:
         metrics.record_read(result.num_records)
-        msgs = list(_read_messages(result))
+        msgs = await self.service.offload(lambda: list(_read_messages(result)))
         if self.tenancy is not None:
             nbytes = sum(len(m.arrow_ipc) for m in msgs)
             await self.tenancy.record_read(tenant, result.num_records, nbytes)
@@ -398,18 +410,22 @@ class TidegateServicer(pb_grpc.TidegateServicer):  # type: ignore[misc]
         pending: list[pa.RecordBatch] = []
         size, sent = 0, False
         async for batch in result.batches:
-            pending.append(batch)
-            size += batch.nbytes
-            if size >= _READ_CHUNK_BYTES:
-                yield await self._scan_message(tenant, pending, result.schema, snapshot_id)
-                pending, size, sent = [], 0, True
+            # A whole data file can come as one batch: cut it so that messages stay near
+            # _SCAN_CHUNK_BYTES and the next is encoded while the last one is on the wire.
+            for piece in _pieces(batch, _SCAN_CHUNK_BYTES):
+                pending.append(piece)
+                size += piece.nbytes
+                if size >= _SCAN_CHUNK_BYTES:
+                    yield await self._scan_message(tenant, pending, result.schema, snapshot_id)
+                    pending, size, sent = [], 0, True
         if pending or not sent:
             yield await self._scan_message(tenant, pending, result.schema, snapshot_id)
 
     async def _scan_message(
         self, tenant: str, batches: list[pa.RecordBatch], schema: pa.Schema, snapshot_id: int
     ) -> pb.ScanResponse:
-        msg = pb.ScanResponse(arrow_ipc=encode_stream(batches, schema), snapshot_id=snapshot_id)
+        payload = await self.service.offload(encode_stream, batches, schema)
+        msg = pb.ScanResponse(arrow_ipc=payload, snapshot_id=snapshot_id)
         records = sum(b.num_rows for b in batches)
         metrics.record_read(records)
         if self.tenancy is not None:
