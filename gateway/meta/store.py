@@ -11,6 +11,7 @@ Every lookup by name is scoped by tenant: a tenant can never see another tenant'
 from __future__ import annotations
 
 import json
+import time
 import uuid
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -148,6 +149,26 @@ def _sqlite_pragma(conn: Connection, pragma: str) -> None:
     conn.connection.driver_connection.execute(f"PRAGMA {pragma}")  # type: ignore[union-attr]
 
 
+def _enable_wal(dbapi_connection: Any) -> None:
+    """Switch a SQLite database to WAL. The switch needs the database to itself and SQLite
+    may answer "database is locked" at once, without its busy handler, while another
+    process or thread opens the same new database (a gateway and a tiering job starting
+    together): retry for up to the busy timeout."""
+    import sqlite3
+
+    deadline = time.monotonic() + _SQLITE_BUSY_TIMEOUT_MS / 1000
+    delay = 0.005
+    while True:
+        try:
+            dbapi_connection.execute("PRAGMA journal_mode=WAL")
+            return
+        except sqlite3.OperationalError as exc:
+            if "locked" not in str(exc) or time.monotonic() >= deadline:
+                raise
+            time.sleep(delay)
+            delay = min(delay * 2, 0.1)
+
+
 def _create_engine(url: str, *, echo: bool) -> Engine:
     sa_url = make_url(url)
     if sa_url.get_backend_name() != "sqlite":
@@ -170,7 +191,7 @@ def _create_engine(url: str, *, echo: bool) -> Engine:
         dbapi_connection.isolation_level = None
         dbapi_connection.execute(f"PRAGMA busy_timeout={_SQLITE_BUSY_TIMEOUT_MS}")
         if not in_memory:
-            dbapi_connection.execute("PRAGMA journal_mode=WAL")
+            _enable_wal(dbapi_connection)
         dbapi_connection.execute("PRAGMA foreign_keys=ON")
 
     @event.listens_for(engine, "begin")

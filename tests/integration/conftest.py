@@ -28,7 +28,11 @@ def gateway(
 ) -> Iterator[GatewayProcess]:
     kind = str(request.param)
     redis_server = request.getfixturevalue("redis_server") if kind == "redis" else None
-    proc = GatewayProcess(tmp_path_factory.mktemp(f"gw-{kind}"), gateway_env(kind, redis_server))
+    # No embedded tiering on the shared gateways: a pass every 30 s would land at a random
+    # point of some test and move its hot batches into Iceberg under it (tests that check
+    # how batches are stored flaked so). Tiering gets gateways of its own where it is tested.
+    env = {**gateway_env(kind, redis_server), "TIDEGATE_TIERING__ENABLED": "false"}
+    proc = GatewayProcess(tmp_path_factory.mktemp(f"gw-{kind}"), env)
     proc.kind = kind  # type: ignore[attr-defined]
     proc.start()
     try:
