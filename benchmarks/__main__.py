@@ -84,7 +84,7 @@ def machine() -> dict[str, Any]:
     except OSError:
         pass
     commit = subprocess.run(
-        ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=HERE.parent
+        ["git", "describe", "--always", "--dirty"], capture_output=True, text=True, cwd=HERE.parent
     ).stdout.strip()
     return {
         "cpu": cpu,
