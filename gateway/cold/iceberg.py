@@ -361,7 +361,9 @@ class IcebergColdTable(ColdTable):
         from pyiceberg.expressions import EqualTo
 
         oid = self._offset_id(snap)
-        expr = EqualTo(PARTITION_COLUMN, partition)  # type: ignore[call-arg,misc]
+        # pyiceberg's literal predicates are generic and confuse type checkers alike.
+        equal: Any = EqualTo
+        expr = equal(PARTITION_COLUMN, partition)
         files = sorted(
             (self._data_file(t.file, oid) for t in self._tasks(snap, expr)),
             key=lambda d: (d.min_offset, d.path),
