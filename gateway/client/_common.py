@@ -827,6 +827,9 @@ class ProducerCore:
         self.acc = Accumulator(table, config)
         self.queues = [PartitionQueue(p, config.max_in_flight) for p in range(table.partitions)]
         self.pending: dict[int, tuple[PartitionQueue, ProducerBatch]] = {}
+        #: Requests of the open stream rewound for resending before their answer came:
+        #: a retry-after hint in that late answer must still hold their partition back.
+        self.rewound: dict[int, PartitionQueue] = {}
         self.failures = [0] * table.partitions
         self._ids = 0
         self.stream_gen = 0
@@ -883,6 +886,7 @@ class ProducerCore:
         self.stream_gen += 1
         self.stream_open = True
         self.stream_answered = False
+        self.rewound.clear()
         return self.stream_gen
 
     def outgoing(self, now: float, force: bool = False) -> list[pb.AppendStreamRequest]:
@@ -922,7 +926,15 @@ class ProducerCore:
         """A response of stream ``gen``; returns the deliveries it finished."""
         entry = self.pending.pop(resp.request_id, None)
         if entry is None or gen != self.stream_gen:
-            return []  # an answer to a batch already rewound for resending
+            # An answer to a batch already rewound for resending. If it was refused with a
+            # retry-after (a pipelined batch throttled just after the one that paused the
+            # partition), its resend must wait for that hint too.
+            q = self.rewound.pop(resp.request_id, None) if gen == self.stream_gen else None
+            if q is not None and resp.WhichOneof("result") == "error":
+                hint = resp.error.retry_after_ms
+                if hint > 0:
+                    q.paused_until = max(q.paused_until, time.monotonic() + hint / 1000)
+            return []
         q, batch = entry
         self.stream_failures = 0
         self.stream_answered = True
@@ -940,6 +952,7 @@ class ProducerCore:
             for rid, (_, other) in list(self.pending.items()):
                 if other is b:
                     del self.pending[rid]
+                    self.rewound[rid] = q
 
     def _failed(
         self, q: PartitionQueue, batch: ProducerBatch, err: BaseException

@@ -200,10 +200,22 @@ def test_producer_waits_the_hint_and_loses_nothing(
     # Every throttled batch came back only after the hinted delay.
     throttled = [(t, seq) for t, seq, thr in gw.attempts if thr]
     assert len(throttled) == 3
+    early = 0
     for t, seq in throttled:
-        later = [t2 for t2, s2, _ in gw.attempts if s2 == seq and t2 > t]
+        later = [(t2, thr2) for t2, s2, thr2 in gw.attempts if s2 == seq and t2 > t]
         assert later, f"sequence {seq} was never retried"
-        assert later[0] - t >= HINT_MS / 1000, (seq, later[0] - t, gw.attempts)
+        if later[0][0] - t >= HINT_MS / 1000:
+            continue
+        # grpcio's asyncio client can replace a status that ends a stream with "INTERNAL:
+        # Internal error from Core" when one of its own writes fails just after it
+        # (grpc/grpc#36066): the hint never reaches the producer, which then retries
+        # after its backoff, as after any broken stream. Only a pipelined request can
+        # race so, only the aio flavour, and the retry must then be throttled again and
+        # wait the hint it does receive.
+        assert flavour == "aio" and gw.mode == "status", (seq, later[0][0] - t, gw.attempts)
+        assert later[0][1], (seq, gw.attempts)
+        early += 1
+    assert early <= 1, gw.attempts
 
     # The API key travels as a bearer token.
     assert gw.metadata and gw.metadata[0].get("authorization") == "Bearer secret-key"
