@@ -30,7 +30,7 @@ import redis.asyncio as aioredis
 
 from benchmarks.harness import Bench, compare
 from benchmarks.loadgen import BatchFactory, Result, Workload, closed_loop, drive
-from benchmarks.scenarios import create_table, drop_table, fill, gateway_reader
+from benchmarks.scenarios import create_table, drop_table, fill, fill_workload, gateway_reader
 from gateway._proto.tidegate.v1 import tidegate_pb2 as pb
 from tests.services import REPO_ROOT
 
@@ -131,14 +131,7 @@ async def run_reads(b: Bench, w: Workload) -> list[dict[str, Any]]:
     async with b.stub(gw) as stub:
         ref = await create_table(stub, "cold", 1, md)
         try:
-            n = await fill(
-                stub,
-                ref,
-                md,
-                records=w.read_records,
-                batch_records=w.batch_records,
-                record_bytes=w.record_bytes,
-            )
+            n = await fill_workload(stub, ref, md, w)
             await _tier(b, ref)
             await _until_tiered(stub, ref, md, n)
             table = await asyncio.to_thread(b.iceberg_table, ref)
@@ -333,12 +326,7 @@ async def run_tiering(b: Bench, w: Workload) -> list[dict[str, Any]]:
     rows_in_memory = pa.Table.from_batches([factory.batch(i) for i in range(batches)])
 
     def pyiceberg_append() -> float:
-        from pyiceberg.catalog.sql import SqlCatalog
-
-        s = b.settings()
-        catalog = SqlCatalog(
-            s.cold.catalog.name, uri=s.cold_catalog_uri, warehouse=s.cold_warehouse
-        )
+        catalog = b.catalog()
         ns = f"bench_baseline_{uuid.uuid4().hex[:8]}"
         catalog.create_namespace(ns)
         table = catalog.create_table((ns, "append"), schema=rows_in_memory.schema)
@@ -356,15 +344,7 @@ async def run_tiering(b: Bench, w: Workload) -> list[dict[str, Any]]:
     async with b.stub(gw) as stub:
         ref = await create_table(stub, "tiering", w.partitions, md)
         try:
-            n = await fill(
-                stub,
-                ref,
-                md,
-                records=w.read_records,
-                batch_records=w.batch_records,
-                record_bytes=w.record_bytes,
-                partitions=w.partitions,
-            )
+            n = await fill_workload(stub, ref, md, w, partitions=w.partitions)
             took, report = await _tier(b, ref)
             if report.records != n:
                 raise RuntimeError(f"tiered {report.records} records of {n}")

@@ -94,16 +94,17 @@ class Bench:
     def table_def(self, c: Components, ref: Any) -> TableDef:
         return c.meta.get_table(self.tiered.tenant, ref.namespace, ref.name)
 
-    def iceberg_table(self, ref: Any) -> Any:
-        """The pyiceberg table behind ``ref``, loaded straight from the catalog (what a
-        user of pyiceberg, DuckDB or Spark would open), with no Tidegate code involved."""
+    def catalog(self) -> Any:
+        """The tiered gateway's Iceberg catalog, opened with pyiceberg alone."""
         from pyiceberg.catalog.sql import SqlCatalog
 
         s = self.settings()
-        catalog = SqlCatalog(
-            s.cold.catalog.name, uri=s.cold_catalog_uri, warehouse=s.cold_warehouse
-        )
-        return catalog.load_table((self.tiered.tenant, ref.namespace, ref.name))
+        return SqlCatalog(s.cold.catalog.name, uri=s.cold_catalog_uri, warehouse=s.cold_warehouse)
+
+    def iceberg_table(self, ref: Any) -> Any:
+        """The pyiceberg table behind ``ref``, loaded straight from the catalog (what a
+        user of pyiceberg, DuckDB or Spark would open), with no Tidegate code involved."""
+        return self.catalog().load_table((self.tiered.tenant, ref.namespace, ref.name))
 
 
 def compare(result: dict[str, Any], baselines: list[dict[str, Any]]) -> dict[str, Any]:

@@ -207,6 +207,21 @@ async def fill(
     return batches * batch_records
 
 
+async def fill_workload(
+    stub: Any, ref: Any, metadata: Any, w: Workload, partitions: int = 1
+) -> int:
+    """:func:`fill` with the workload's ``read_records`` records of its batch shape."""
+    return await fill(
+        stub,
+        ref,
+        metadata,
+        records=w.read_records,
+        batch_records=w.batch_records,
+        record_bytes=w.record_bytes,
+        partitions=partitions,
+    )
+
+
 def gateway_reader(stub: Any, ref: Any, metadata: Any) -> Any:
     """``read(partition, offset, max_records) -> (records, bytes)`` through the Read RPC,
     decoding every Arrow batch as a client would."""
@@ -232,14 +247,7 @@ async def read_via_gateway(w: Workload, grpc_target: str, metadata: Any = None) 
     async with grpc.aio.insecure_channel(grpc_target, options=CHANNEL_OPTIONS) as ch:
         stub = pb_grpc.TidegateStub(ch)
         ref = await create_table(stub, "reads", 1, metadata)
-        total = await fill(
-            stub,
-            ref,
-            metadata,
-            records=w.read_records,
-            batch_records=w.batch_records,
-            record_bytes=w.record_bytes,
-        )
+        total = await fill_workload(stub, ref, metadata, w)
         read = gateway_reader(stub, ref, metadata)
 
         async def read_chunk(offset: int) -> tuple[int, int]:
