@@ -31,7 +31,7 @@ import redis.asyncio as aioredis
 from benchmarks.harness import Bench, compare
 from benchmarks.loadgen import BatchFactory, Result, Workload, closed_loop, drive
 from benchmarks.scenarios import create_table, drop_table, fill, fill_workload, gateway_reader
-from gateway._proto.tidegate.v1 import tidegate_pb2 as pb
+from gateway.wire._proto.tidegate.v1 import tidegate_pb2 as pb
 from tests.services import REPO_ROOT
 
 

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 import grpc
 
 from benchmarks.scenarios import CHANNEL_OPTIONS
-from gateway._proto.tidegate.v1 import tidegate_pb2_grpc as pb_grpc
+from gateway.wire._proto.tidegate.v1 import tidegate_pb2_grpc as pb_grpc
 from tests.services import GatewayProcess, RedisServer
 
 if TYPE_CHECKING:

@@ -16,7 +16,7 @@ from typing import Any
 from benchmarks.harness import Bench
 from benchmarks.loadgen import BatchFactory, Result, Workload, drive
 from benchmarks.scenarios import create_table, drop_table
-from gateway._proto.tidegate.v1 import tidegate_pb2 as pb
+from gateway.wire._proto.tidegate.v1 import tidegate_pb2 as pb
 
 
 async def _producer(b: Bench, w: Workload, result: Result, api_key: str) -> None:

@@ -21,8 +21,8 @@ from benchmarks.loadgen import (
     follow_e2e,
     record_schema,
 )
-from gateway._proto.tidegate.v1 import tidegate_pb2 as pb
-from gateway._proto.tidegate.v1 import tidegate_pb2_grpc as pb_grpc
+from gateway.wire._proto.tidegate.v1 import tidegate_pb2 as pb
+from gateway.wire._proto.tidegate.v1 import tidegate_pb2_grpc as pb_grpc
 
 CHANNEL_OPTIONS = [
     ("grpc.max_receive_message_length", 256 << 20),

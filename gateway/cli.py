@@ -17,7 +17,7 @@ except ImportError as exc:  # pragma: no cover - depends on the install
 
 import pyarrow as pa
 
-from gateway.errors import TidegateError
+from gateway.wire.errors import TidegateError
 
 app = typer.Typer(
     name="tidegate",
@@ -308,7 +308,7 @@ def append(
     target: Target = "127.0.0.1:50051",
 ) -> None:
     """Append the rows of a file (columns are converted to the table's types)."""
-    from gateway.schema import parse_fields
+    from gateway.wire.schema import parse_fields
 
     with _client(target) as c:
         try:
@@ -343,7 +343,7 @@ def read(
     target: Target = "127.0.0.1:50051",
 ) -> None:
     """Read records of a partition from an offset: print JSON lines or write Parquet."""
-    from gateway.schema import batch_to_rows
+    from gateway.wire.jsonrows import batch_to_rows
 
     with _client(target) as c:
         try:

@@ -1,7 +1,7 @@
-"""Generate the gRPC stubs in gateway/_proto from proto/ (or check them with --check).
+"""Generate the gRPC stubs in gateway/wire/_proto from proto/ (or check them with --check).
 
-The proto files are mapped under the virtual path ``gateway/_proto`` so the generated
-modules import each other as ``gateway._proto.tidegate.v1...``: a real package, no
+The proto files are mapped under the virtual path ``gateway/wire/_proto`` so the generated
+modules import each other as ``gateway.wire._proto.tidegate.v1...``: a real package, no
 sys.path tricks.
 """
 
@@ -16,7 +16,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 PROTO_DIR = ROOT / "proto"
-OUT_PKG = "gateway/_proto"
+OUT_PKG = "gateway/wire/_proto"
 
 
 def generate(out_root: Path) -> list[Path]:

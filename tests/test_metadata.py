@@ -20,10 +20,10 @@ from sqlalchemy import Connection, create_engine, inspect, make_url, text
 from sqlalchemy.pool import NullPool
 
 from gateway.config import Settings
-from gateway.errors import InvalidRequest, TableAlreadyExists, TableNotFound, TenantNotFound
 from gateway.meta import MetadataStore, PartitionState, TableDef
 from gateway.meta.models import VERSION_TABLE, Base
 from gateway.meta.store import alembic_config
+from gateway.wire.errors import InvalidRequest, TableAlreadyExists, TableNotFound, TenantNotFound
 
 T = TypeVar("T")
 

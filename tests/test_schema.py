@@ -10,16 +10,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gateway.errors import InvalidSchema, MalformedPayload, SchemaMismatch
-from gateway.routing import partition_for_key, route_by_key
-from gateway.schema import (
-    batch_to_rows,
-    conform_batch,
-    parse_fields,
-    parse_type,
-    rows_to_batch,
-    with_system_columns,
-)
+from gateway.wire.errors import InvalidSchema, MalformedPayload, SchemaMismatch
+from gateway.wire.jsonrows import batch_to_rows, rows_to_batch
+from gateway.wire.routing import partition_for_key, route_by_key
+from gateway.wire.schema import conform_batch, parse_fields, parse_type, with_system_columns
 
 ADMITTED = [
     "bool",

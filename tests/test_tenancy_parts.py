@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 
 from gateway.config import Settings
-from gateway.errors import TenantSuspended, Throttled, Unauthenticated
 from gateway.server.app import build_service
 from gateway.tenancy import Tenancy, keys, load_operator_key
 from gateway.tenancy.buckets import LocalBuckets, RedisBuckets, TokenBuckets
+from gateway.wire.errors import TenantSuspended, Throttled, Unauthenticated
 from tests.services import RedisServer
 
 

@@ -52,11 +52,11 @@ from gateway.cold.base import (
     StorageOptions,
     write_data_file,
 )
-from gateway.errors import CommitConflict, NotFound, TidegateError
 from gateway.hot import HotLog, PartitionId
-from gateway.hot.codec import decode_batch
-from gateway.schema import conform_batch, parse_fields, system_schema, with_system_columns
-from tiering.retry import Backoff, Retry
+from gateway.wire.codec import decode_batch
+from gateway.wire.errors import CommitConflict, NotFound, TidegateError
+from gateway.wire.retry import ExponentialBackoff, Retry
+from gateway.wire.schema import conform_batch, parse_fields, system_schema, with_system_columns
 
 if TYPE_CHECKING:
     from gateway.config import Settings
@@ -370,11 +370,13 @@ def tier_table(
     """
     runner = runner or LocalRunner(c)
     retry = retry or Retry(
-        attempts=c.settings.tiering.commit_attempts, backoff=Backoff(base_s=0.05, cap_s=2.0)
+        ExponentialBackoff(base=0.05, cap=2.0),
+        attempts=c.settings.tiering.commit_attempts - 1,
+        timeout=None,
     )
     cold = c.cold.table(d)
     run_id = f"tier-{uuid.uuid4().hex[:16]}"
-    delays = retry.delays()
+    started = time.monotonic()
     written: dict[int, tuple[RangeTask, list[DataFile]]] = {}
     conflicts = 0
     attempt = 0
@@ -411,12 +413,13 @@ def tier_table(
         _crash_point("before_commit")
         try:
             snap = cold.commit_tiered(files, marks, base)
-        except CommitConflict:
+        except CommitConflict as err:
             conflicts += 1
-            if attempt > len(delays):
+            delay = retry.next_delay(err, conflicts, started)
+            if delay is None:
                 raise
             log.info("%s: commit conflict, re-planning (attempt %d)", d.qualified_name, attempt)
-            time.sleep(delays[attempt - 1])
+            time.sleep(delay)
             continue
         _crash_point("after_commit")
         snap_id = snap.snapshot_id

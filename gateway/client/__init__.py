@@ -2,24 +2,14 @@
 
 ``Client`` (sync, threads) and ``AsyncClient`` (asyncio; also ``gateway.client.aio.Client``)
 are twins: the same methods, producer, consumer and errors. Errors are the gateway's own
-classes from :mod:`gateway.errors`, re-exported here.
+classes from :mod:`gateway.wire.errors`, re-exported here.
 """
 
 from gateway.client._admin import AdminClient
-from gateway.client._common import (
-    AppendRange,
-    Backoff,
-    ConstantBackoff,
-    ExponentialBackoff,
-    RecordMetadata,
-    Retry,
-    TableInfo,
-    TableRef,
-    error_from_rpc,
-)
 from gateway.client._sync import Client, Consumer, Producer
+from gateway.client._types import AppendRange, RecordMetadata, TableInfo, TableRef
 from gateway.client.aio import AsyncClient, AsyncConsumer, AsyncProducer
-from gateway.errors import (
+from gateway.wire.errors import (
     AlreadyExists,
     CommitConflict,
     InvalidIdempotentAppend,
@@ -48,6 +38,8 @@ from gateway.errors import (
     Unavailable,
     UnsupportedMediaType,
 )
+from gateway.wire.retry import Backoff, ConstantBackoff, ExponentialBackoff, Retry
+from gateway.wire.status import error_from_rpc
 
 __all__ = [
     "AdminClient",

@@ -6,31 +6,13 @@ from typing import Any, cast
 
 import grpc
 
-from gateway._proto.tidegate.v1 import admin_pb2 as apb
-from gateway._proto.tidegate.v1 import admin_pb2_grpc as apb_grpc
 from gateway.client._auth import authorized_channel
-from gateway.client._common import error_from_rpc
+from gateway.wire._proto.tidegate.v1 import admin_pb2 as apb
+from gateway.wire._proto.tidegate.v1 import admin_pb2_grpc as apb_grpc
+from gateway.wire.status import error_from_rpc
+from gateway.wire.types import QUOTA_FIELDS, USAGE_FIELDS
 
 __all__ = ["AdminClient"]
-
-QUOTA_FIELDS = (
-    "append_bytes_per_s",
-    "read_bytes_per_s",
-    "requests_per_s",
-    "max_tables",
-    "max_partitions",
-    "max_hot_bytes",
-)
-USAGE_FIELDS = (
-    "append_bytes",
-    "append_records",
-    "read_bytes",
-    "read_records",
-    "requests",
-    "throttled",
-    "hot_bytes",
-    "cold_bytes",
-)
 
 
 class AdminClient:

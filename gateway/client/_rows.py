@@ -14,7 +14,7 @@ The check is conservative, per value:
 - *unsure* (numpy scalars, ``bytearray``, ints for timestamps, lists and structs, ...): the
   row goes the Arrow way, converted at once, which gives exactly the old behaviour.
 
-Keys route by :func:`gateway.routing.partition_for_key` on the values Arrow would hand back
+Keys route by :func:`gateway.wire.routing.partition_for_key` on the values Arrow would hand back
 (``route_by_key`` reads them with ``to_pylist``). That holds for the Python values of
 integer, boolean, string, binary, date, time and float64 columns (an ``int`` in a float64
 column is routed as the ``float``); float32, timestamp and decimal keys read back changed
@@ -30,8 +30,8 @@ from typing import Any
 
 import pyarrow as pa
 
-from gateway.errors import SchemaMismatch
-from gateway.schema import columns_mismatch
+from gateway.wire.errors import SchemaMismatch
+from gateway.wire.schema import columns_mismatch
 
 __all__ = ["RowPlan", "values_to_batch"]
 

@@ -1,7 +1,8 @@
 """The synchronous client: :class:`Client`, :class:`Producer` and :class:`Consumer`.
 
 Its twin :mod:`gateway.client.aio` has the same surface with ``async`` methods; both drive
-the pure helpers of :mod:`gateway.client._common`. Imports neither the server nor Spark.
+the I/O-free modules of the package (``_batching``, ``_producer``, ``_reading``). Imports
+neither the server nor Spark.
 """
 
 from __future__ import annotations
@@ -17,39 +18,36 @@ from typing import Any, cast
 import grpc
 import pyarrow as pa
 
-from gateway._proto.tidegate.v1 import tidegate_pb2 as pb
-from gateway._proto.tidegate.v1 import tidegate_pb2_grpc as pb_grpc
-from gateway.client._common import (
-    AppendRange,
-    Compression,
-    Delivery,
-    ProducerConfig,
-    ProducerCore,
-    RecordMetadata,
-    Retry,
-    StartAt,
-    TableInfo,
-    TableRef,
+from gateway.client._arrow import decode, ipc
+from gateway.client._batching import Delivery, ProducerConfig
+from gateway.client._channel import (
     call_metadata,
     channel_credentials,
     channel_options,
-    decode,
-    error_from_rpc,
-    ipc,
-    mark_consumed,
     normalise_target,
+)
+from gateway.client._producer import ProducerCore
+from gateway.client._reading import mark_consumed, scan_request, scan_table, start_positions
+from gateway.client._types import (
+    AppendRange,
+    RecordMetadata,
+    StartAt,
+    TableInfo,
+    TableRef,
     ranges_from_pb,
-    scan_request,
-    scan_table,
-    start_positions,
     table_fields,
     timestamp_us,
 )
-from gateway.errors import Throttled, TidegateError, Unavailable
+from gateway.wire._proto.tidegate.v1 import tidegate_pb2 as pb
+from gateway.wire._proto.tidegate.v1 import tidegate_pb2_grpc as pb_grpc
+from gateway.wire.codec import Compression
+from gateway.wire.errors import Throttled, TidegateError, Unavailable
+from gateway.wire.retry import Retry
+from gateway.wire.status import error_from_rpc
 
 __all__ = ["Client", "Consumer", "Producer"]
 
-#: The first client's name for :func:`gateway.client._common.ipc` (tests use it).
+#: The first client's name for :func:`gateway.client._arrow.ipc` (tests use it).
 _ipc = ipc
 
 #: Retry policy of idempotent unary calls (describe, list, offsets).

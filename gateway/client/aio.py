@@ -1,8 +1,8 @@
 """The asyncio client: the twin of :mod:`gateway.client._sync` on ``grpc.aio``.
 
-Same methods, same producer and consumer behaviour (both drive the pure helpers of
-:mod:`gateway.client._common`), with ``async`` methods, awaitable sends and ``async for``
-iteration::
+Same methods, same producer and consumer behaviour (both drive the I/O-free modules of
+the package: ``_batching``, ``_producer``, ``_reading``), with ``async`` methods, awaitable
+sends and ``async for`` iteration::
 
     async with AsyncClient("127.0.0.1:50051") as c:
         async with c.producer("shop.events") as p:
@@ -26,35 +26,32 @@ import grpc
 import grpc.aio
 import pyarrow as pa
 
-from gateway._proto.tidegate.v1 import tidegate_pb2 as pb
-from gateway._proto.tidegate.v1 import tidegate_pb2_grpc as pb_grpc
-from gateway.client._common import (
-    AppendRange,
-    Compression,
-    Delivery,
-    ProducerConfig,
-    ProducerCore,
-    RecordMetadata,
-    Retry,
-    StartAt,
-    TableInfo,
-    TableRef,
+from gateway.client._arrow import decode, ipc
+from gateway.client._batching import Delivery, ProducerConfig
+from gateway.client._channel import (
     call_metadata,
     channel_credentials,
     channel_options,
-    decode,
-    error_from_rpc,
-    ipc,
-    mark_consumed,
     normalise_target,
+)
+from gateway.client._producer import ProducerCore
+from gateway.client._reading import mark_consumed, scan_request, scan_table, start_positions
+from gateway.client._types import (
+    AppendRange,
+    RecordMetadata,
+    StartAt,
+    TableInfo,
+    TableRef,
     ranges_from_pb,
-    scan_request,
-    scan_table,
-    start_positions,
     table_fields,
     timestamp_us,
 )
-from gateway.errors import Throttled, TidegateError, Unavailable
+from gateway.wire._proto.tidegate.v1 import tidegate_pb2 as pb
+from gateway.wire._proto.tidegate.v1 import tidegate_pb2_grpc as pb_grpc
+from gateway.wire.codec import Compression
+from gateway.wire.errors import Throttled, TidegateError, Unavailable
+from gateway.wire.retry import Retry
+from gateway.wire.status import error_from_rpc
 
 __all__ = ["AsyncClient", "AsyncConsumer", "AsyncProducer", "Client", "Consumer", "Producer"]
 

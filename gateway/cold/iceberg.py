@@ -1,6 +1,6 @@
 """The cold tier on Apache Iceberg through pyiceberg (SQL or REST catalog, local or S3).
 
-Mapping of the admitted Arrow types (:mod:`gateway.schema`) to Iceberg, chosen so every
+Mapping of the admitted Arrow types (:mod:`gateway.wire.schema`) to Iceberg, chosen so every
 value survives the round trip:
 
 ==========================  =========================  ==============================
@@ -51,8 +51,8 @@ from gateway.cold.base import (
     StorageOptions,
     fs_path,
 )
-from gateway.errors import CommitConflict, InvalidRequest, InvalidSchema, SnapshotNotFound
-from gateway.schema import OFFSET_COLUMN, PARTITION_COLUMN, system_schema
+from gateway.wire.errors import CommitConflict, InvalidRequest, InvalidSchema, SnapshotNotFound
+from gateway.wire.schema import OFFSET_COLUMN, PARTITION_COLUMN, system_schema
 
 if TYPE_CHECKING:
     from pyiceberg.catalog import Catalog
@@ -625,7 +625,7 @@ class IcebergColdStore(ColdStore):
         return filter_to_arrow(expr, stored)
 
     def table(self, table: TableDef) -> IcebergColdTable:
-        from gateway.schema import parse_fields
+        from gateway.wire.schema import parse_fields
 
         return IcebergColdTable(self, self._identifier(table), parse_fields(table.fields))
 

@@ -22,7 +22,10 @@ from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 import pyarrow as pa
 
 from gateway.config import Settings
-from gateway.errors import (
+from gateway.hot import AppendResult, HotLog, PartitionId, ProducerSequence, StoredBatch
+from gateway.meta import MetadataStore, TableDef
+from gateway.wire.codec import decode_batch, encode_batch
+from gateway.wire.errors import (
     InvalidIdempotentAppend,
     InvalidPartition,
     InvalidRequest,
@@ -30,11 +33,8 @@ from gateway.errors import (
     OffsetOutOfRange,
     SnapshotNotFound,
 )
-from gateway.hot import AppendResult, HotLog, PartitionId, ProducerSequence, StoredBatch
-from gateway.hot.codec import decode_batch, encode_batch
-from gateway.meta import MetadataStore, TableDef
-from gateway.routing import partition_for_key, route_by_key
-from gateway.schema import (
+from gateway.wire.routing import partition_for_key, route_by_key
+from gateway.wire.schema import (
     OFFSET_COLUMN,
     conform_batch,
     fields_to_json,
@@ -42,6 +42,7 @@ from gateway.schema import (
     system_schema,
     with_system_columns,
 )
+from gateway.wire.types import AppendRange
 
 if TYPE_CHECKING:
     from gateway.cold import ColdSnapshot, ColdStore, ColdTable, PlannedFile
@@ -98,14 +99,6 @@ class TableView:
     @property
     def stored_schema(self) -> pa.Schema:
         return system_schema(self.schema)
-
-
-@dataclass(frozen=True, slots=True)
-class AppendRange:
-    partition: int
-    base_offset: int
-    count: int
-    duplicate: bool = False
 
 
 @dataclass(frozen=True, slots=True)

@@ -2,7 +2,7 @@
 
 A hot log stores, per table partition, an ordered sequence of *batches*. Each batch is one
 appended request for that partition: an opaque payload (compressed Arrow IPC produced by
-:mod:`gateway.hot.codec`), the number of records it holds, and the append timestamp.
+:mod:`gateway.wire.codec`), the number of records it holds, and the append timestamp.
 Offsets are assigned by the backend, atomically with the write: a batch of ``count``
 records gets the contiguous range ``[base_offset, base_offset + count)`` and the high
 watermark moves to ``base_offset + count``. Offsets are dense and start at 0.

@@ -77,13 +77,6 @@ from pathlib import Path
 from typing import Literal
 
 from gateway.config import DiskHotConfig, Settings
-from gateway.errors import (
-    InvalidIdempotentAppend,
-    OffsetOutOfRange,
-    OutOfOrderSequence,
-    TidegateError,
-    Unavailable,
-)
 from gateway.hot.base import (
     AppendResult,
     HotLog,
@@ -91,6 +84,13 @@ from gateway.hot.base import (
     PartitionId,
     ProducerSequence,
     StoredBatch,
+)
+from gateway.wire.errors import (
+    InvalidIdempotentAppend,
+    OffsetOutOfRange,
+    OutOfOrderSequence,
+    TidegateError,
+    Unavailable,
 )
 
 __all__ = ["DiskHotLog", "FsyncPolicy"]

@@ -35,13 +35,6 @@ from redis.commands.core import Script
 from redis.retry import Retry
 
 from gateway.config import RedisHotConfig, Settings
-from gateway.errors import (
-    InvalidIdempotentAppend,
-    OffsetOutOfRange,
-    OutOfOrderSequence,
-    TidegateError,
-    Unavailable,
-)
 from gateway.hot.base import (
     AppendResult,
     HotLog,
@@ -49,6 +42,13 @@ from gateway.hot.base import (
     PartitionId,
     ProducerSequence,
     StoredBatch,
+)
+from gateway.wire.errors import (
+    InvalidIdempotentAppend,
+    OffsetOutOfRange,
+    OutOfOrderSequence,
+    TidegateError,
+    Unavailable,
 )
 
 __all__ = ["RedisHotLog", "partition_keys"]

@@ -34,8 +34,6 @@ from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 __all__ = [
     "NAMING_CONVENTION",
-    "QUOTA_FIELDS",
-    "USAGE_FIELDS",
     "VERSION_TABLE",
     "ApiKey",
     "Base",
@@ -195,17 +193,6 @@ class ApiKey(Base):
     revoked_at: Mapped[datetime | None] = mapped_column(nullable=True)
 
 
-#: Quota columns of :class:`QuotaRecord`; NULL means "the configured default".
-QUOTA_FIELDS = (
-    "append_bytes_per_s",
-    "read_bytes_per_s",
-    "requests_per_s",
-    "max_tables",
-    "max_partitions",
-    "max_hot_bytes",
-)
-
-
 class QuotaRecord(Base):
     """A tenant's own quotas. A NULL column falls back to the configured default; a
     negative value means unlimited."""
@@ -221,19 +208,6 @@ class QuotaRecord(Base):
     max_tables: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
     max_partitions: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
     max_hot_bytes: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
-
-
-#: Counter columns of :class:`UsageRecord`.
-USAGE_FIELDS = (
-    "append_bytes",
-    "append_records",
-    "read_bytes",
-    "read_records",
-    "requests",
-    "throttled",
-    "hot_bytes",
-    "cold_bytes",
-)
 
 
 class UsageRecord(Base):

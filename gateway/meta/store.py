@@ -40,13 +40,13 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, sessionmaker
 from sqlalchemy.pool import ConnectionPoolEntry, StaticPool
 
-from gateway.errors import (
+from gateway.meta.models import GroupOffset, PartitionRecord, TableRecord, Tenant, utcnow
+from gateway.wire.errors import (
     InvalidRequest,
     TableAlreadyExists,
     TableNotFound,
     TenantNotFound,
 )
-from gateway.meta.models import GroupOffset, PartitionRecord, TableRecord, Tenant, utcnow
 
 if TYPE_CHECKING:
     from gateway.config import Settings

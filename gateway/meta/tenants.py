@@ -16,10 +16,7 @@ from sqlalchemy import Table, case, delete, func, insert, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
-from gateway.errors import KeyNotFound, TenantAlreadyExists, TenantNotFound
 from gateway.meta.models import (
-    QUOTA_FIELDS,
-    USAGE_FIELDS,
     ApiKey,
     PartitionRecord,
     QuotaRecord,
@@ -29,6 +26,8 @@ from gateway.meta.models import (
     utcnow,
 )
 from gateway.meta.store import MetadataStore
+from gateway.wire.errors import KeyNotFound, TenantAlreadyExists, TenantNotFound
+from gateway.wire.types import QUOTA_FIELDS, USAGE_FIELDS
 
 __all__ = ["KeyInfo", "KeyRecordView", "TenantInfo", "TenantStore", "UsageRow"]
 

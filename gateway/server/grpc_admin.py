@@ -9,11 +9,11 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
-from gateway._proto.tidegate.v1 import admin_pb2 as apb
-from gateway._proto.tidegate.v1 import admin_pb2_grpc as apb_grpc
-from gateway.meta.models import QUOTA_FIELDS
 from gateway.meta.tenants import KeyInfo, TenantInfo
 from gateway.tenancy import Tenancy
+from gateway.wire._proto.tidegate.v1 import admin_pb2 as apb
+from gateway.wire._proto.tidegate.v1 import admin_pb2_grpc as apb_grpc
+from gateway.wire.types import QUOTA_FIELDS
 
 __all__ = ["AdminServicer"]
 

@@ -19,9 +19,9 @@ from typing import Any
 
 import grpc
 
-from gateway._proto.tidegate.v1 import admin_pb2
-from gateway._proto.tidegate.v1 import tidegate_pb2 as pb
 from gateway.tenancy import Tenancy
+from gateway.wire._proto.tidegate.v1 import admin_pb2
+from gateway.wire._proto.tidegate.v1 import tidegate_pb2 as pb
 
 __all__ = ["ADMIN_SERVICE_NAME", "AuthInterceptor", "current_tenant"]
 

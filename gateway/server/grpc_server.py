@@ -18,23 +18,22 @@ from typing import Any
 
 import grpc
 import pyarrow as pa
-from google.protobuf import any_pb2, duration_pb2
-from google.rpc import error_details_pb2, status_pb2
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_health.v1._async import HealthServicer
 from grpc_reflection.v1alpha import reflection
 
 from gateway import metrics
-from gateway._proto.tidegate.v1 import tidegate_pb2 as pb
-from gateway._proto.tidegate.v1 import tidegate_pb2_grpc as pb_grpc
 from gateway.config import Settings
 from gateway.core.service import AppendRange, ReadResult, StreamTables, TableView
-from gateway.errors import ERROR_DOMAIN, RequestTooLarge, TidegateError
-from gateway.hot.codec import decode_stream, encode_stream
 from gateway.server.grpc_auth import ADMIN_SERVICE_NAME, AuthInterceptor, current_tenant
 from gateway.tenancy import Tenancy
+from gateway.wire._proto.tidegate.v1 import tidegate_pb2 as pb
+from gateway.wire._proto.tidegate.v1 import tidegate_pb2_grpc as pb_grpc
+from gateway.wire.codec import decode_stream, encode_stream
+from gateway.wire.errors import RequestTooLarge, TidegateError
+from gateway.wire.status import STATUS_DETAILS_KEY, error_to_pb, error_to_status
 
-__all__ = ["ErrorInterceptor", "GrpcEdge", "TidegateServicer", "error_status"]
+__all__ = ["ErrorInterceptor", "GrpcEdge", "TidegateServicer"]
 
 log = logging.getLogger(__name__)
 
@@ -45,34 +44,12 @@ _READ_CHUNK_BYTES = 1024 * 1024
 _SCAN_CHUNK_BYTES = 4 * 1024 * 1024
 
 
-def error_status(err: TidegateError) -> status_pb2.Status:
-    """The rich ``google.rpc.Status`` of an error."""
-    info = error_details_pb2.ErrorInfo(
-        reason=err.reason,
-        domain=ERROR_DOMAIN,
-        metadata={k: str(v) for k, v in err.details.items() if v is not None},
-    )
-    details = [any_pb2.Any()]
-    details[0].Pack(info)
-    retry_after = getattr(err, "retry_after_ms", None)
-    if retry_after is not None:
-        retry = error_details_pb2.RetryInfo(
-            retry_delay=duration_pb2.Duration(
-                seconds=retry_after // 1000, nanos=(retry_after % 1000) * 1_000_000
-            )
-        )
-        packed = any_pb2.Any()
-        packed.Pack(retry)
-        details.append(packed)
-    return status_pb2.Status(code=err.grpc_code.value[0], message=err.message, details=details)
-
-
 async def _abort(context: grpc.aio.ServicerContext[Any, Any], err: TidegateError) -> None:
-    status = error_status(err)
+    status = error_to_status(err)
     await context.abort(
         err.grpc_code,
         err.message,
-        trailing_metadata=(("grpc-status-details-bin", status.SerializeToString()),),
+        trailing_metadata=((STATUS_DETAILS_KEY, status.SerializeToString()),),
     )
 
 
@@ -294,13 +271,7 @@ class TidegateServicer(pb_grpc.TidegateServicer):  # type: ignore[misc]
             except TidegateError as err:
                 yield pb.AppendStreamResponse(
                     request_id=req.request_id,
-                    error=pb.Error(
-                        code=err.grpc_code.value[0],
-                        reason=err.reason,
-                        message=err.message,
-                        metadata={k: str(v) for k, v in err.details.items() if v is not None},
-                        retry_after_ms=getattr(err, "retry_after_ms", None) or 0,
-                    ),
+                    error=error_to_pb(err),
                 )
 
     async def _check_read(self, tenant: str) -> None:
@@ -492,8 +463,8 @@ class GrpcEdge:
         )
         services = [SERVICE_NAME]
         if tenancy is not None:
-            from gateway._proto.tidegate.v1 import admin_pb2_grpc
             from gateway.server.grpc_admin import AdminServicer
+            from gateway.wire._proto.tidegate.v1 import admin_pb2_grpc
 
             admin_pb2_grpc.add_AdminServicer_to_server(AdminServicer(tenancy), self.server)
             services.append(ADMIN_SERVICE_NAME)

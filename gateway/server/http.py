@@ -2,7 +2,7 @@
 
 Bodies are JSON or Arrow IPC streams (``application/vnd.apache.arrow.stream``), chosen by
 ``Content-Type`` on appends and by ``Accept`` on reads. Errors are translated once, by the
-handlers installed in :func:`create_app`: a :class:`~gateway.errors.TidegateError` becomes
+handlers installed in :func:`create_app`: a :class:`~gateway.wire.errors.TidegateError` becomes
 ``{"error": err.to_dict()}`` with its HTTP status (and ``Retry-After`` when it carries
 ``retry_after_ms``); request validation failures become 400 ``INVALID_REQUEST``; anything
 unexpected is logged and answered 500 ``INTERNAL``.
@@ -39,16 +39,17 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from gateway import metrics
 from gateway.config import Settings
 from gateway.core.service import AppendRange, ReadResult, StreamTables, TableView
-from gateway.errors import (
+from gateway.tenancy import Tenancy
+from gateway.wire.codec import decode_stream, encode_stream
+from gateway.wire.errors import (
     InvalidRequest,
     MalformedPayload,
     RequestTooLarge,
     TidegateError,
     UnsupportedMediaType,
 )
-from gateway.hot.codec import decode_stream, encode_stream
-from gateway.schema import batch_to_rows, fields_to_json, parse_json, rows_to_batch
-from gateway.tenancy import Tenancy
+from gateway.wire.jsonrows import batch_to_rows, parse_json, rows_to_batch
+from gateway.wire.schema import fields_to_json
 
 __all__ = [
     "ARROW_STREAM",

@@ -13,9 +13,9 @@ from fastapi import APIRouter, Depends, Path, Query, Request
 from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel, ConfigDict, Field
 
-from gateway.meta.models import QUOTA_FIELDS
 from gateway.meta.tenants import KeyInfo, TenantInfo
 from gateway.tenancy import Tenancy
+from gateway.wire.types import QUOTA_FIELDS
 
 __all__ = ["admin_router"]
 

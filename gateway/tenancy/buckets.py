@@ -19,7 +19,7 @@ import time
 from abc import ABC, abstractmethod
 from typing import Any
 
-from gateway.errors import Unavailable
+from gateway.wire.errors import Unavailable
 
 __all__ = ["LocalBuckets", "RedisBuckets", "TokenBuckets", "bucket_key"]
 

@@ -23,8 +23,8 @@ from datetime import UTC, datetime
 
 from prometheus_client import Counter
 
-from gateway.meta.models import USAGE_FIELDS
 from gateway.meta.tenants import TenantStore
+from gateway.wire.types import USAGE_FIELDS
 
 __all__ = ["OTHER_TENANTS", "Meter", "minute_of"]
 

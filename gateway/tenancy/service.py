@@ -31,7 +31,12 @@ from typing import NoReturn, ParamSpec, TypeVar
 
 from gateway.config import Settings
 from gateway.core.service import StreamTables
-from gateway.errors import (
+from gateway.hot import PartitionId
+from gateway.meta.tenants import KeyInfo, KeyRecordView, TenantInfo, TenantStore, UsageRow
+from gateway.tenancy import keys
+from gateway.tenancy.buckets import LocalBuckets, RedisBuckets, TokenBuckets
+from gateway.tenancy.metering import Meter
+from gateway.wire.errors import (
     InvalidRequest,
     PermissionDenied,
     QuotaExceeded,
@@ -39,12 +44,7 @@ from gateway.errors import (
     Throttled,
     Unauthenticated,
 )
-from gateway.hot import PartitionId
-from gateway.meta.models import QUOTA_FIELDS
-from gateway.meta.tenants import KeyInfo, KeyRecordView, TenantInfo, TenantStore, UsageRow
-from gateway.tenancy import keys
-from gateway.tenancy.buckets import LocalBuckets, RedisBuckets, TokenBuckets
-from gateway.tenancy.metering import Meter
+from gateway.wire.types import QUOTA_FIELDS
 
 __all__ = ["OPERATOR_KEY_FILE", "Principal", "Quotas", "Tenancy", "load_operator_key"]
 

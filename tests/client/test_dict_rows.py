@@ -22,10 +22,12 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from gateway.client import RecordMetadata, SchemaMismatch, TableInfo, TableRef
-from gateway.client._common import Accumulator, Delivery, ProducerConfig, ProducerCore, decode
+from gateway.client._arrow import decode
+from gateway.client._batching import Accumulator, Delivery, ProducerConfig
+from gateway.client._producer import ProducerCore
 from gateway.client._rows import RowPlan, values_to_batch
-from gateway.routing import partition_for_key, route_by_key
-from gateway.schema import conform_batch
+from gateway.wire.routing import partition_for_key, route_by_key
+from gateway.wire.schema import conform_batch
 from tests.integration.flavours import flavoured_client, result
 from tests.services import GatewayProcess
 

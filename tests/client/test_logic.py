@@ -22,15 +22,11 @@ from gateway.client import (
     Throttled,
     Unavailable,
 )
-from gateway.client._common import (
-    Accumulator,
-    PartitionQueue,
-    ProducerBatch,
-    ProducerConfig,
-    start_positions,
-    timestamp_us,
-)
-from gateway.routing import route_by_key
+from gateway.client._batching import Accumulator, ProducerBatch, ProducerConfig
+from gateway.client._producer import PartitionQueue
+from gateway.client._reading import start_positions
+from gateway.client._types import timestamp_us
+from gateway.wire.routing import route_by_key
 
 SCHEMA = pa.schema([("user", pa.string()), ("region", pa.int64()), ("n", pa.int64())])
 
@@ -184,7 +180,7 @@ def test_start_positions() -> None:
 
 
 def test_every_reason_maps_to_its_own_class() -> None:
-    from gateway.errors import RetryableError, TidegateError, error_for_reason
+    from gateway.wire.errors import RetryableError, TidegateError, error_for_reason
 
     assert error_for_reason("INTERNAL") is TidegateError
     assert not issubclass(error_for_reason("INTERNAL"), RetryableError)

@@ -7,7 +7,7 @@ import sys
 
 import gateway.client
 import gateway.client.aio
-import gateway.errors
+import gateway.wire.errors
 from tests.services import REPO_ROOT
 
 
@@ -72,10 +72,10 @@ def test_public_surface_is_pinned() -> None:
 
 def test_errors_are_the_gateways_own_classes() -> None:
     """One tree: every server error class is re-exported, not copied."""
-    for name in gateway.errors.__all__:
+    for name in gateway.wire.errors.__all__:
         if name == "error_for_reason":
             continue
-        assert getattr(gateway.client, name) is getattr(gateway.errors, name)
+        assert getattr(gateway.client, name) is getattr(gateway.wire.errors, name)
 
 
 def test_sync_and_async_clients_are_twins() -> None:

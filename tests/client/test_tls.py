@@ -11,8 +11,8 @@ from pathlib import Path
 import grpc
 import pytest
 
-from gateway._proto.tidegate.v1 import tidegate_pb2_grpc as pb_grpc
 from gateway.client import Retry, TidegateError
+from gateway.wire._proto.tidegate.v1 import tidegate_pb2_grpc as pb_grpc
 from tests.client.test_retry_after import FakeGateway
 from tests.services import connect, connect_async, require_binary
 

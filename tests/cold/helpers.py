@@ -15,8 +15,8 @@ import pyarrow as pa
 from gateway.cold import ColdSnapshot, ColdStore, ColdTable, write_data_file
 from gateway.cold.iceberg import IcebergColdStore, IcebergColdTable
 from gateway.hot import HotLog, PartitionId
-from gateway.hot.codec import decode_batch
-from gateway.schema import parse_fields, with_system_columns
+from gateway.wire.codec import decode_batch
+from gateway.wire.schema import parse_fields, with_system_columns
 
 #: Every admitted type (gateway/schema.py), nested ones included.
 ALL_TYPES_FIELDS: list[dict[str, Any]] = [

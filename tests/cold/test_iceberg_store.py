@@ -24,9 +24,9 @@ from gateway.cold import (
 )
 from gateway.cold.iceberg import IcebergColdStore, IcebergColdTable, arrow_to_iceberg
 from gateway.config import Settings
-from gateway.errors import CommitConflict, InvalidSchema, SnapshotNotFound
 from gateway.meta import TableDef
-from gateway.schema import fields_to_json, system_schema, with_system_columns
+from gateway.wire.errors import CommitConflict, InvalidSchema, SnapshotNotFound
+from gateway.wire.schema import fields_to_json, system_schema, with_system_columns
 from tests.cold.helpers import (
     ALL_TYPES,
     all_types_batch,

@@ -17,16 +17,16 @@ from gateway.cold import ColdSnapshot
 from gateway.cold.iceberg import IcebergColdStore, IcebergColdTable
 from gateway.config import Settings
 from gateway.core.service import StreamTables
-from gateway.errors import (
+from gateway.hot import PartitionId
+from gateway.server.app import build_service
+from gateway.wire.errors import (
     InvalidRequest,
     InvalidSchema,
     OffsetOutOfRange,
     SnapshotNotFound,
     TableNotFound,
 )
-from gateway.hot import PartitionId
-from gateway.schema import system_schema
-from gateway.server.app import build_service
+from gateway.wire.schema import system_schema
 from tests.cold.helpers import (
     ALL_TYPES,
     ALL_TYPES_FIELDS,
@@ -113,7 +113,7 @@ class Table:
 
     @property
     def schema(self) -> pa.Schema:
-        from gateway.schema import parse_fields
+        from gateway.wire.schema import parse_fields
 
         return parse_fields(self.svc.meta.get_table(TENANT, self.ns, self.name).fields)
 

@@ -18,11 +18,6 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from gateway.errors import (
-    InvalidIdempotentAppend,
-    OffsetOutOfRange,
-    OutOfOrderSequence,
-)
 from gateway.hot import (
     AppendResult,
     HotLog,
@@ -31,6 +26,11 @@ from gateway.hot import (
     ProducerSequence,
     StoredBatch,
     load_hot_log,
+)
+from gateway.wire.errors import (
+    InvalidIdempotentAppend,
+    OffsetOutOfRange,
+    OutOfOrderSequence,
 )
 from tests.conftest import hot_settings
 from tests.services import RedisServer

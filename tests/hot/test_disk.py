@@ -21,12 +21,6 @@ from typing import Any
 import pytest
 
 from gateway.config import Settings
-from gateway.errors import (
-    InvalidIdempotentAppend,
-    OutOfOrderSequence,
-    TidegateError,
-    Unavailable,
-)
 from gateway.hot import (
     AppendResult,
     LogOffsets,
@@ -42,6 +36,12 @@ from gateway.hot.disk import (
     STATE_FILE,
     DiskHotLog,
     segment_name,
+)
+from gateway.wire.errors import (
+    InvalidIdempotentAppend,
+    OutOfOrderSequence,
+    TidegateError,
+    Unavailable,
 )
 from tests.services import REPO_ROOT
 

@@ -17,14 +17,14 @@ import pytest
 import redis
 from redis.crc import key_slot
 
-from gateway.errors import (
+from gateway.hot import HotLog, PartitionId, ProducerSequence, StoredBatch, load_hot_log
+from gateway.hot.redis import RedisHotLog, partition_key_pattern, partition_keys
+from gateway.wire.errors import (
     InvalidIdempotentAppend,
     OffsetOutOfRange,
     OutOfOrderSequence,
     Unavailable,
 )
-from gateway.hot import HotLog, PartitionId, ProducerSequence, StoredBatch, load_hot_log
-from gateway.hot.redis import RedisHotLog, partition_key_pattern, partition_keys
 from tests.conftest import hot_settings
 from tests.services import RedisServer
 

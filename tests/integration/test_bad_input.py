@@ -11,10 +11,10 @@ import pyarrow as pa
 import pytest
 from google.rpc import error_details_pb2, status_pb2
 
-from gateway._proto.tidegate.v1 import tidegate_pb2 as pb
-from gateway._proto.tidegate.v1 import tidegate_pb2_grpc as pb_grpc
 from gateway.client import Client
 from gateway.client._sync import _ipc
+from gateway.wire._proto.tidegate.v1 import tidegate_pb2 as pb
+from gateway.wire._proto.tidegate.v1 import tidegate_pb2_grpc as pb_grpc
 from tests.services import GatewayProcess
 
 pytestmark = pytest.mark.integration

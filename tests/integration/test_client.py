@@ -19,7 +19,7 @@ from gateway.client import (
     TableAlreadyExists,
     TableNotFound,
 )
-from gateway.routing import partition_for_key
+from gateway.wire.routing import partition_for_key
 from tests.integration.flavours import flavoured_client, result
 from tests.services import GatewayProcess
 

@@ -8,7 +8,7 @@ import pyarrow as pa
 import pytest
 
 from gateway.client import ConstantBackoff, Retry, SchemaMismatch
-from gateway.client._common import ipc as _ipc
+from gateway.client._arrow import ipc as _ipc
 from tests.services import GatewayProcess
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]

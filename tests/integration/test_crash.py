@@ -11,7 +11,7 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
-from gateway.errors import TidegateError
+from gateway.wire.errors import TidegateError
 from tests.integration.conftest import gateway_env
 from tests.services import GatewayProcess, RedisServer
 
@@ -145,7 +145,7 @@ def test_idempotent_retry_across_restart(
             assert (retried.base_offset, retried.count, retried.duplicate) == (8, 2, True)
             nxt = c.append(table, [{"v": 5}], partition=1, producer_id="prod-a", sequence=5)[0]
             assert (nxt.base_offset, nxt.duplicate) == (10, False)
-            from gateway.errors import OutOfOrderSequence
+            from gateway.wire.errors import OutOfOrderSequence
 
             with pytest.raises(OutOfOrderSequence):
                 c.append(table, [{"v": 7}], partition=1, producer_id="prod-a", sequence=7)

@@ -13,7 +13,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 
 from gateway.client import Client
-from gateway.errors import TableAlreadyExists, TableNotFound
+from gateway.wire.errors import TableAlreadyExists, TableNotFound
 from tests.services import GatewayProcess
 
 pytestmark = pytest.mark.integration
@@ -191,9 +191,9 @@ def test_follow_receives_rows_appended_after_start(
 def test_append_stream_pipelines_in_order(
     client: Client, gateway: GatewayProcess, namespace: str
 ) -> None:
-    from gateway._proto.tidegate.v1 import tidegate_pb2 as pb
-    from gateway._proto.tidegate.v1 import tidegate_pb2_grpc as pb_grpc
     from gateway.client._sync import _ipc
+    from gateway.wire._proto.tidegate.v1 import tidegate_pb2 as pb
+    from gateway.wire._proto.tidegate.v1 import tidegate_pb2_grpc as pb_grpc
 
     table = f"{namespace}.pipelined"
     client.create_table(table, {"v": "int64"})

@@ -14,7 +14,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from gateway.client import Client
-from gateway.errors import InvalidRequest, SnapshotNotFound
+from gateway.wire.errors import InvalidRequest, SnapshotNotFound
 from tests.services import GatewayProcess, MotoServer
 
 pytestmark = pytest.mark.integration

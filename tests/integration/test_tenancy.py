@@ -24,12 +24,12 @@ import pytest
 import redis
 from google.rpc import error_details_pb2, status_pb2
 
-from gateway._proto.tidegate.v1 import admin_pb2 as apb
-from gateway._proto.tidegate.v1 import admin_pb2_grpc as apb_grpc
-from gateway._proto.tidegate.v1 import tidegate_pb2 as pb
-from gateway._proto.tidegate.v1 import tidegate_pb2_grpc as pb_grpc
 from gateway.client._sync import _ipc
-from gateway.errors import Throttled
+from gateway.wire._proto.tidegate.v1 import admin_pb2 as apb
+from gateway.wire._proto.tidegate.v1 import admin_pb2_grpc as apb_grpc
+from gateway.wire._proto.tidegate.v1 import tidegate_pb2 as pb
+from gateway.wire._proto.tidegate.v1 import tidegate_pb2_grpc as pb_grpc
+from gateway.wire.errors import Throttled
 from tests.integration.conftest import gateway_env
 from tests.services import GatewayProcess, RedisServer
 

@@ -24,11 +24,11 @@ from prometheus_client import REGISTRY
 
 from gateway.config import Settings
 from gateway.core.service import StreamTables
-from gateway.errors import Throttled
 from gateway.hot import load_hot_log
-from gateway.hot.codec import decode_stream, encode_stream
 from gateway.meta import MetadataStore
 from gateway.server.http import ARROW_STREAM, create_app
+from gateway.wire.codec import decode_stream, encode_stream
+from gateway.wire.errors import Throttled
 
 pytestmark = pytest.mark.anyio
 

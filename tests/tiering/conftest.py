@@ -13,11 +13,12 @@ import pyarrow as pa
 import pytest
 
 from gateway.config import Settings
-from gateway.errors import NotFound
 from gateway.hot import PartitionId
-from gateway.hot.codec import encode_batch
 from gateway.meta import TableDef
-from gateway.schema import parse_fields, rows_to_batch
+from gateway.wire.codec import encode_batch
+from gateway.wire.errors import NotFound
+from gateway.wire.jsonrows import rows_to_batch
+from gateway.wire.schema import parse_fields
 from tests.conftest import hot_settings
 from tests.services import RedisServer
 from tiering.core import Components

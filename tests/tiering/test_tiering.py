@@ -9,11 +9,11 @@ from typing import Any
 
 import pytest
 
-from gateway.errors import CommitConflict
 from gateway.hot import PartitionId
+from gateway.wire.errors import CommitConflict
+from gateway.wire.retry import ExponentialBackoff, Retry
 from tests.tiering.conftest import Harness
 from tiering.core import LocalRunner, tier_all, tier_table, trim_hot
-from tiering.retry import Backoff, Retry
 
 
 def _rows(start: int, n: int) -> list[dict[str, Any]]:
@@ -71,7 +71,7 @@ def test_concurrent_runs_tier_each_record_once(harness: Harness) -> None:
     for p in range(3):
         for j in range(4):
             harness.append(d, p, _rows(j * 10, 10))
-    retry = Retry(attempts=20, backoff=Backoff(base_s=0.01, cap_s=0.1))
+    retry = Retry(ExponentialBackoff(base=0.01, cap=0.1), attempts=19, timeout=None)
     errors: list[BaseException] = []
 
     def run() -> None:
@@ -133,7 +133,7 @@ def test_conflicts_are_bounded(harness: Harness) -> None:
             harness.c,
             d,
             runner=AlwaysRacing(),
-            retry=Retry(attempts=3, backoff=Backoff(base_s=0.001)),
+            retry=Retry(ExponentialBackoff(base=0.001), attempts=2, timeout=None),
             trim=False,
         )
     offsets = [r["_offset"] for r in harness.cold_rows(d)]
@@ -180,6 +180,7 @@ def test_hot_retention_trims_only_below_the_tiered_watermark(harness: Harness) -
 
 
 def test_retry_is_data() -> None:
-    retry = Retry(attempts=4, backoff=Backoff(base_s=0.1, factor=2, cap_s=0.3, jitter=False))
+    # Four attempts in all: three retries.
+    retry = Retry(ExponentialBackoff(base=0.1, cap=0.3, jitter=False), attempts=3)
     assert retry.delays() == [0.1, 0.2, 0.3]
-    assert all(0 <= Backoff(base_s=1).delay(i) <= 1 * 2**i for i in range(3))
+    assert all(0 <= ExponentialBackoff(base=1).compute(i + 1) <= 1 * 2**i for i in range(3))

@@ -7,7 +7,7 @@ from typing import Literal
 
 import pyarrow as pa
 
-from gateway.errors import MalformedPayload
+from gateway.wire.errors import MalformedPayload
 
 __all__ = ["decode_batch", "decode_stream", "encode_batch", "encode_stream"]
 

@@ -3,7 +3,7 @@
 import grpc
 import warnings
 
-from gateway._proto.tidegate.v1 import tidegate_pb2 as gateway_dot___proto_dot_tidegate_dot_v1_dot_tidegate__pb2
+from gateway.wire._proto.tidegate.v1 import tidegate_pb2 as gateway_dot_wire_dot___proto_dot_tidegate_dot_v1_dot_tidegate__pb2
 
 GRPC_GENERATED_VERSION = '1.85.1'
 GRPC_VERSION = grpc.__version__
@@ -18,7 +18,7 @@ except ImportError:
 if _version_not_supported:
     raise RuntimeError(
         f'The grpc package installed is at version {GRPC_VERSION},'
-        + ' but the generated code in gateway/_proto/tidegate/v1/tidegate_pb2_grpc.py depends on'
+        + ' but the generated code in gateway/wire/_proto/tidegate/v1/tidegate_pb2_grpc.py depends on'
         + f' grpcio>={GRPC_GENERATED_VERSION}.'
         + f' Please upgrade your grpc module to grpcio>={GRPC_GENERATED_VERSION}'
         + f' or downgrade your generated code using grpcio-tools<={GRPC_VERSION}.'
@@ -36,63 +36,63 @@ class TidegateStub:
         """
         self.CreateTable = channel.unary_unary(
                 '/tidegate.v1.Tidegate/CreateTable',
-                request_serializer=gateway_dot___proto_dot_tidegate_dot_v1_dot_tidegate__pb2.CreateTableRequest.SerializeToString,
-                response_deserializer=gateway_dot___proto_dot_tidegate_dot_v1_dot_tidegate__pb2.TableInfo.FromString,
+                request_serializer=gateway_dot_wire_dot___proto_dot_tidegate_dot_v1_dot_tidegate__pb2.CreateTableRequest.SerializeToString,
+                response_deserializer=gateway_dot_wire_dot___proto_dot_tidegate_dot_v1_dot_tidegate__pb2.TableInfo.FromString,
                 _registered_method=True)
         self.DescribeTable = channel.unary_unary(
                 '/tidegate.v1.Tidegate/DescribeTable',
-                request_serializer=gateway_dot___proto_dot_tidegate_dot_v1_dot_tidegate__pb2.DescribeTableRequest.SerializeToString,
-                response_deserializer=gateway_dot___proto_dot_tidegate_dot_v1_dot_tidegate__pb2.TableInfo.FromString,
+                request_serializer=gateway_dot_wire_dot___proto_dot_tidegate_dot_v1_dot_tidegate__pb2.DescribeTableRequest.SerializeToString,
+                response_deserializer=gateway_dot_wire_dot___proto_dot_tidegate_dot_v1_dot_tidegate__pb2.TableInfo.FromString,
                 _registered_method=True)
         self.ListTables = channel.unary_unary(
                 '/tidegate.v1.Tidegate/ListTables',
-                request_serializer=gateway_dot___proto_dot_tidegate_dot_v1_dot_tidegate__pb2.ListTablesRequest.SerializeToString,
-                response_deserializer=gateway_dot___proto_dot_tidegate_dot_v1_dot_tidegate__pb2.ListTablesResponse.FromString,
+                request_serializer=gateway_dot_wire_dot___proto_dot_tidegate_dot_v1_dot_tidegate__pb2.ListTablesRequest.SerializeToString,
+                response_deserializer=gateway_dot_wire_dot___proto_dot_tidegate_dot_v1_dot_tidegate__pb2.ListTablesResponse.FromString,
                 _registered_method=True)
         self.DropTable = channel.unary_unary(
                 '/tidegate.v1.Tidegate/DropTable',
-                request_serializer=gateway_dot___proto_dot_tidegate_dot_v1_dot_tidegate__pb2.DropTableRequest.SerializeToString,
-                response_deserializer=gateway_dot___proto_dot_tidegate_dot_v1_dot_tidegate__pb2.DropTableResponse.FromString,
+                request_serializer=gateway_dot_wire_dot___proto_dot_tidegate_dot_v1_dot_tidegate__pb2.DropTableRequest.SerializeToString,
+                response_deserializer=gateway_dot_wire_dot___proto_dot_tidegate_dot_v1_dot_tidegate__pb2.DropTableResponse.FromString,
                 _registered_method=True)
         self.Append = channel.unary_unary(
                 '/tidegate.v1.Tidegate/Append',
-                request_serializer=gateway_dot___proto_dot_tidegate_dot_v1_dot_tidegate__pb2.AppendRequest.SerializeToString,
-                response_deserializer=gateway_dot___proto_dot_tidegate_dot_v1_dot_tidegate__pb2.AppendResponse.FromString,
+                request_serializer=gateway_dot_wire_dot___proto_dot_tidegate_dot_v1_dot_tidegate__pb2.AppendRequest.SerializeToString,
+                response_deserializer=gateway_dot_wire_dot___proto_dot_tidegate_dot_v1_dot_tidegate__pb2.AppendResponse.FromString,
                 _registered_method=True)
         self.AppendStream = channel.stream_stream(
                 '/tidegate.v1.Tidegate/AppendStream',
-                request_serializer=gateway_dot___proto_dot_tidegate_dot_v1_dot_tidegate__pb2.AppendStreamRequest.SerializeToString,
-                response_deserializer=gateway_dot___proto_dot_tidegate_dot_v1_dot_tidegate__pb2.AppendStreamResponse.FromString,
+                request_serializer=gateway_dot_wire_dot___proto_dot_tidegate_dot_v1_dot_tidegate__pb2.AppendStreamRequest.SerializeToString,
+                response_deserializer=gateway_dot_wire_dot___proto_dot_tidegate_dot_v1_dot_tidegate__pb2.AppendStreamResponse.FromString,
                 _registered_method=True)
         self.Read = channel.unary_stream(
                 '/tidegate.v1.Tidegate/Read',
-                request_serializer=gateway_dot___proto_dot_tidegate_dot_v1_dot_tidegate__pb2.ReadRequest.SerializeToString,
-                response_deserializer=gateway_dot___proto_dot_tidegate_dot_v1_dot_tidegate__pb2.ReadResponse.FromString,
+                request_serializer=gateway_dot_wire_dot___proto_dot_tidegate_dot_v1_dot_tidegate__pb2.ReadRequest.SerializeToString,
+                response_deserializer=gateway_dot_wire_dot___proto_dot_tidegate_dot_v1_dot_tidegate__pb2.ReadResponse.FromString,
                 _registered_method=True)
         self.OffsetsForTimes = channel.unary_unary(
                 '/tidegate.v1.Tidegate/OffsetsForTimes',
-                request_serializer=gateway_dot___proto_dot_tidegate_dot_v1_dot_tidegate__pb2.OffsetsForTimesRequest.SerializeToString,
-                response_deserializer=gateway_dot___proto_dot_tidegate_dot_v1_dot_tidegate__pb2.OffsetsForTimesResponse.FromString,
+                request_serializer=gateway_dot_wire_dot___proto_dot_tidegate_dot_v1_dot_tidegate__pb2.OffsetsForTimesRequest.SerializeToString,
+                response_deserializer=gateway_dot_wire_dot___proto_dot_tidegate_dot_v1_dot_tidegate__pb2.OffsetsForTimesResponse.FromString,
                 _registered_method=True)
         self.CommitOffsets = channel.unary_unary(
                 '/tidegate.v1.Tidegate/CommitOffsets',
-                request_serializer=gateway_dot___proto_dot_tidegate_dot_v1_dot_tidegate__pb2.CommitOffsetsRequest.SerializeToString,
-                response_deserializer=gateway_dot___proto_dot_tidegate_dot_v1_dot_tidegate__pb2.CommitOffsetsResponse.FromString,
+                request_serializer=gateway_dot_wire_dot___proto_dot_tidegate_dot_v1_dot_tidegate__pb2.CommitOffsetsRequest.SerializeToString,
+                response_deserializer=gateway_dot_wire_dot___proto_dot_tidegate_dot_v1_dot_tidegate__pb2.CommitOffsetsResponse.FromString,
                 _registered_method=True)
         self.FetchOffsets = channel.unary_unary(
                 '/tidegate.v1.Tidegate/FetchOffsets',
-                request_serializer=gateway_dot___proto_dot_tidegate_dot_v1_dot_tidegate__pb2.FetchOffsetsRequest.SerializeToString,
-                response_deserializer=gateway_dot___proto_dot_tidegate_dot_v1_dot_tidegate__pb2.FetchOffsetsResponse.FromString,
+                request_serializer=gateway_dot_wire_dot___proto_dot_tidegate_dot_v1_dot_tidegate__pb2.FetchOffsetsRequest.SerializeToString,
+                response_deserializer=gateway_dot_wire_dot___proto_dot_tidegate_dot_v1_dot_tidegate__pb2.FetchOffsetsResponse.FromString,
                 _registered_method=True)
         self.Scan = channel.unary_stream(
                 '/tidegate.v1.Tidegate/Scan',
-                request_serializer=gateway_dot___proto_dot_tidegate_dot_v1_dot_tidegate__pb2.ScanRequest.SerializeToString,
-                response_deserializer=gateway_dot___proto_dot_tidegate_dot_v1_dot_tidegate__pb2.ScanResponse.FromString,
+                request_serializer=gateway_dot_wire_dot___proto_dot_tidegate_dot_v1_dot_tidegate__pb2.ScanRequest.SerializeToString,
+                response_deserializer=gateway_dot_wire_dot___proto_dot_tidegate_dot_v1_dot_tidegate__pb2.ScanResponse.FromString,
                 _registered_method=True)
         self.PlanRead = channel.unary_unary(
                 '/tidegate.v1.Tidegate/PlanRead',
-                request_serializer=gateway_dot___proto_dot_tidegate_dot_v1_dot_tidegate__pb2.PlanReadRequest.SerializeToString,
-                response_deserializer=gateway_dot___proto_dot_tidegate_dot_v1_dot_tidegate__pb2.PlanReadResponse.FromString,
+                request_serializer=gateway_dot_wire_dot___proto_dot_tidegate_dot_v1_dot_tidegate__pb2.PlanReadRequest.SerializeToString,
+                response_deserializer=gateway_dot_wire_dot___proto_dot_tidegate_dot_v1_dot_tidegate__pb2.PlanReadResponse.FromString,
                 _registered_method=True)
 
 
@@ -196,63 +196,63 @@ def add_TidegateServicer_to_server(servicer, server):
     rpc_method_handlers = {
             'CreateTable': grpc.unary_unary_rpc_method_handler(
                     servicer.CreateTable,
-                    request_deserializer=gateway_dot___proto_dot_tidegate_dot_v1_dot_tidegate__pb2.CreateTableRequest.FromString,
-                    response_serializer=gateway_dot___proto_dot_tidegate_dot_v1_dot_tidegate__pb2.TableInfo.SerializeToString,
+                    request_deserializer=gateway_dot_wire_dot___proto_dot_tidegate_dot_v1_dot_tidegate__pb2.CreateTableRequest.FromString,
+                    response_serializer=gateway_dot_wire_dot___proto_dot_tidegate_dot_v1_dot_tidegate__pb2.TableInfo.SerializeToString,
             ),
             'DescribeTable': grpc.unary_unary_rpc_method_handler(
                     servicer.DescribeTable,
-                    request_deserializer=gateway_dot___proto_dot_tidegate_dot_v1_dot_tidegate__pb2.DescribeTableRequest.FromString,
-                    response_serializer=gateway_dot___proto_dot_tidegate_dot_v1_dot_tidegate__pb2.TableInfo.SerializeToString,
+                    request_deserializer=gateway_dot_wire_dot___proto_dot_tidegate_dot_v1_dot_tidegate__pb2.DescribeTableRequest.FromString,
+                    response_serializer=gateway_dot_wire_dot___proto_dot_tidegate_dot_v1_dot_tidegate__pb2.TableInfo.SerializeToString,
             ),
             'ListTables': grpc.unary_unary_rpc_method_handler(
                     servicer.ListTables,
-                    request_deserializer=gateway_dot___proto_dot_tidegate_dot_v1_dot_tidegate__pb2.ListTablesRequest.FromString,
-                    response_serializer=gateway_dot___proto_dot_tidegate_dot_v1_dot_tidegate__pb2.ListTablesResponse.SerializeToString,
+                    request_deserializer=gateway_dot_wire_dot___proto_dot_tidegate_dot_v1_dot_tidegate__pb2.ListTablesRequest.FromString,
+                    response_serializer=gateway_dot_wire_dot___proto_dot_tidegate_dot_v1_dot_tidegate__pb2.ListTablesResponse.SerializeToString,
             ),
             'DropTable': grpc.unary_unary_rpc_method_handler(
                     servicer.DropTable,
-                    request_deserializer=gateway_dot___proto_dot_tidegate_dot_v1_dot_tidegate__pb2.DropTableRequest.FromString,
-                    response_serializer=gateway_dot___proto_dot_tidegate_dot_v1_dot_tidegate__pb2.DropTableResponse.SerializeToString,
+                    request_deserializer=gateway_dot_wire_dot___proto_dot_tidegate_dot_v1_dot_tidegate__pb2.DropTableRequest.FromString,
+                    response_serializer=gateway_dot_wire_dot___proto_dot_tidegate_dot_v1_dot_tidegate__pb2.DropTableResponse.SerializeToString,
             ),
             'Append': grpc.unary_unary_rpc_method_handler(
                     servicer.Append,
-                    request_deserializer=gateway_dot___proto_dot_tidegate_dot_v1_dot_tidegate__pb2.AppendRequest.FromString,
-                    response_serializer=gateway_dot___proto_dot_tidegate_dot_v1_dot_tidegate__pb2.AppendResponse.SerializeToString,
+                    request_deserializer=gateway_dot_wire_dot___proto_dot_tidegate_dot_v1_dot_tidegate__pb2.AppendRequest.FromString,
+                    response_serializer=gateway_dot_wire_dot___proto_dot_tidegate_dot_v1_dot_tidegate__pb2.AppendResponse.SerializeToString,
             ),
             'AppendStream': grpc.stream_stream_rpc_method_handler(
                     servicer.AppendStream,
-                    request_deserializer=gateway_dot___proto_dot_tidegate_dot_v1_dot_tidegate__pb2.AppendStreamRequest.FromString,
-                    response_serializer=gateway_dot___proto_dot_tidegate_dot_v1_dot_tidegate__pb2.AppendStreamResponse.SerializeToString,
+                    request_deserializer=gateway_dot_wire_dot___proto_dot_tidegate_dot_v1_dot_tidegate__pb2.AppendStreamRequest.FromString,
+                    response_serializer=gateway_dot_wire_dot___proto_dot_tidegate_dot_v1_dot_tidegate__pb2.AppendStreamResponse.SerializeToString,
             ),
             'Read': grpc.unary_stream_rpc_method_handler(
                     servicer.Read,
-                    request_deserializer=gateway_dot___proto_dot_tidegate_dot_v1_dot_tidegate__pb2.ReadRequest.FromString,
-                    response_serializer=gateway_dot___proto_dot_tidegate_dot_v1_dot_tidegate__pb2.ReadResponse.SerializeToString,
+                    request_deserializer=gateway_dot_wire_dot___proto_dot_tidegate_dot_v1_dot_tidegate__pb2.ReadRequest.FromString,
+                    response_serializer=gateway_dot_wire_dot___proto_dot_tidegate_dot_v1_dot_tidegate__pb2.ReadResponse.SerializeToString,
             ),
             'OffsetsForTimes': grpc.unary_unary_rpc_method_handler(
                     servicer.OffsetsForTimes,
-                    request_deserializer=gateway_dot___proto_dot_tidegate_dot_v1_dot_tidegate__pb2.OffsetsForTimesRequest.FromString,
-                    response_serializer=gateway_dot___proto_dot_tidegate_dot_v1_dot_tidegate__pb2.OffsetsForTimesResponse.SerializeToString,
+                    request_deserializer=gateway_dot_wire_dot___proto_dot_tidegate_dot_v1_dot_tidegate__pb2.OffsetsForTimesRequest.FromString,
+                    response_serializer=gateway_dot_wire_dot___proto_dot_tidegate_dot_v1_dot_tidegate__pb2.OffsetsForTimesResponse.SerializeToString,
             ),
             'CommitOffsets': grpc.unary_unary_rpc_method_handler(
                     servicer.CommitOffsets,
-                    request_deserializer=gateway_dot___proto_dot_tidegate_dot_v1_dot_tidegate__pb2.CommitOffsetsRequest.FromString,
-                    response_serializer=gateway_dot___proto_dot_tidegate_dot_v1_dot_tidegate__pb2.CommitOffsetsResponse.SerializeToString,
+                    request_deserializer=gateway_dot_wire_dot___proto_dot_tidegate_dot_v1_dot_tidegate__pb2.CommitOffsetsRequest.FromString,
+                    response_serializer=gateway_dot_wire_dot___proto_dot_tidegate_dot_v1_dot_tidegate__pb2.CommitOffsetsResponse.SerializeToString,
             ),
             'FetchOffsets': grpc.unary_unary_rpc_method_handler(
                     servicer.FetchOffsets,
-                    request_deserializer=gateway_dot___proto_dot_tidegate_dot_v1_dot_tidegate__pb2.FetchOffsetsRequest.FromString,
-                    response_serializer=gateway_dot___proto_dot_tidegate_dot_v1_dot_tidegate__pb2.FetchOffsetsResponse.SerializeToString,
+                    request_deserializer=gateway_dot_wire_dot___proto_dot_tidegate_dot_v1_dot_tidegate__pb2.FetchOffsetsRequest.FromString,
+                    response_serializer=gateway_dot_wire_dot___proto_dot_tidegate_dot_v1_dot_tidegate__pb2.FetchOffsetsResponse.SerializeToString,
             ),
             'Scan': grpc.unary_stream_rpc_method_handler(
                     servicer.Scan,
-                    request_deserializer=gateway_dot___proto_dot_tidegate_dot_v1_dot_tidegate__pb2.ScanRequest.FromString,
-                    response_serializer=gateway_dot___proto_dot_tidegate_dot_v1_dot_tidegate__pb2.ScanResponse.SerializeToString,
+                    request_deserializer=gateway_dot_wire_dot___proto_dot_tidegate_dot_v1_dot_tidegate__pb2.ScanRequest.FromString,
+                    response_serializer=gateway_dot_wire_dot___proto_dot_tidegate_dot_v1_dot_tidegate__pb2.ScanResponse.SerializeToString,
             ),
             'PlanRead': grpc.unary_unary_rpc_method_handler(
                     servicer.PlanRead,
-                    request_deserializer=gateway_dot___proto_dot_tidegate_dot_v1_dot_tidegate__pb2.PlanReadRequest.FromString,
-                    response_serializer=gateway_dot___proto_dot_tidegate_dot_v1_dot_tidegate__pb2.PlanReadResponse.SerializeToString,
+                    request_deserializer=gateway_dot_wire_dot___proto_dot_tidegate_dot_v1_dot_tidegate__pb2.PlanReadRequest.FromString,
+                    response_serializer=gateway_dot_wire_dot___proto_dot_tidegate_dot_v1_dot_tidegate__pb2.PlanReadResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -280,8 +280,8 @@ class Tidegate:
             request,
             target,
             '/tidegate.v1.Tidegate/CreateTable',
-            gateway_dot___proto_dot_tidegate_dot_v1_dot_tidegate__pb2.CreateTableRequest.SerializeToString,
-            gateway_dot___proto_dot_tidegate_dot_v1_dot_tidegate__pb2.TableInfo.FromString,
+            gateway_dot_wire_dot___proto_dot_tidegate_dot_v1_dot_tidegate__pb2.CreateTableRequest.SerializeToString,
+            gateway_dot_wire_dot___proto_dot_tidegate_dot_v1_dot_tidegate__pb2.TableInfo.FromString,
             options,
             channel_credentials,
             insecure,
@@ -307,8 +307,8 @@ class Tidegate:
             request,
             target,
             '/tidegate.v1.Tidegate/DescribeTable',
-            gateway_dot___proto_dot_tidegate_dot_v1_dot_tidegate__pb2.DescribeTableRequest.SerializeToString,
-            gateway_dot___proto_dot_tidegate_dot_v1_dot_tidegate__pb2.TableInfo.FromString,
+            gateway_dot_wire_dot___proto_dot_tidegate_dot_v1_dot_tidegate__pb2.DescribeTableRequest.SerializeToString,
+            gateway_dot_wire_dot___proto_dot_tidegate_dot_v1_dot_tidegate__pb2.TableInfo.FromString,
             options,
             channel_credentials,
             insecure,
@@ -334,8 +334,8 @@ class Tidegate:
             request,
             target,
             '/tidegate.v1.Tidegate/ListTables',
-            gateway_dot___proto_dot_tidegate_dot_v1_dot_tidegate__pb2.ListTablesRequest.SerializeToString,
-            gateway_dot___proto_dot_tidegate_dot_v1_dot_tidegate__pb2.ListTablesResponse.FromString,
+            gateway_dot_wire_dot___proto_dot_tidegate_dot_v1_dot_tidegate__pb2.ListTablesRequest.SerializeToString,
+            gateway_dot_wire_dot___proto_dot_tidegate_dot_v1_dot_tidegate__pb2.ListTablesResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -361,8 +361,8 @@ class Tidegate:
             request,
             target,
             '/tidegate.v1.Tidegate/DropTable',
-            gateway_dot___proto_dot_tidegate_dot_v1_dot_tidegate__pb2.DropTableRequest.SerializeToString,
-            gateway_dot___proto_dot_tidegate_dot_v1_dot_tidegate__pb2.DropTableResponse.FromString,
+            gateway_dot_wire_dot___proto_dot_tidegate_dot_v1_dot_tidegate__pb2.DropTableRequest.SerializeToString,
+            gateway_dot_wire_dot___proto_dot_tidegate_dot_v1_dot_tidegate__pb2.DropTableResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -388,8 +388,8 @@ class Tidegate:
             request,
             target,
             '/tidegate.v1.Tidegate/Append',
-            gateway_dot___proto_dot_tidegate_dot_v1_dot_tidegate__pb2.AppendRequest.SerializeToString,
-            gateway_dot___proto_dot_tidegate_dot_v1_dot_tidegate__pb2.AppendResponse.FromString,
+            gateway_dot_wire_dot___proto_dot_tidegate_dot_v1_dot_tidegate__pb2.AppendRequest.SerializeToString,
+            gateway_dot_wire_dot___proto_dot_tidegate_dot_v1_dot_tidegate__pb2.AppendResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -415,8 +415,8 @@ class Tidegate:
             request_iterator,
             target,
             '/tidegate.v1.Tidegate/AppendStream',
-            gateway_dot___proto_dot_tidegate_dot_v1_dot_tidegate__pb2.AppendStreamRequest.SerializeToString,
-            gateway_dot___proto_dot_tidegate_dot_v1_dot_tidegate__pb2.AppendStreamResponse.FromString,
+            gateway_dot_wire_dot___proto_dot_tidegate_dot_v1_dot_tidegate__pb2.AppendStreamRequest.SerializeToString,
+            gateway_dot_wire_dot___proto_dot_tidegate_dot_v1_dot_tidegate__pb2.AppendStreamResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -442,8 +442,8 @@ class Tidegate:
             request,
             target,
             '/tidegate.v1.Tidegate/Read',
-            gateway_dot___proto_dot_tidegate_dot_v1_dot_tidegate__pb2.ReadRequest.SerializeToString,
-            gateway_dot___proto_dot_tidegate_dot_v1_dot_tidegate__pb2.ReadResponse.FromString,
+            gateway_dot_wire_dot___proto_dot_tidegate_dot_v1_dot_tidegate__pb2.ReadRequest.SerializeToString,
+            gateway_dot_wire_dot___proto_dot_tidegate_dot_v1_dot_tidegate__pb2.ReadResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -469,8 +469,8 @@ class Tidegate:
             request,
             target,
             '/tidegate.v1.Tidegate/OffsetsForTimes',
-            gateway_dot___proto_dot_tidegate_dot_v1_dot_tidegate__pb2.OffsetsForTimesRequest.SerializeToString,
-            gateway_dot___proto_dot_tidegate_dot_v1_dot_tidegate__pb2.OffsetsForTimesResponse.FromString,
+            gateway_dot_wire_dot___proto_dot_tidegate_dot_v1_dot_tidegate__pb2.OffsetsForTimesRequest.SerializeToString,
+            gateway_dot_wire_dot___proto_dot_tidegate_dot_v1_dot_tidegate__pb2.OffsetsForTimesResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -496,8 +496,8 @@ class Tidegate:
             request,
             target,
             '/tidegate.v1.Tidegate/CommitOffsets',
-            gateway_dot___proto_dot_tidegate_dot_v1_dot_tidegate__pb2.CommitOffsetsRequest.SerializeToString,
-            gateway_dot___proto_dot_tidegate_dot_v1_dot_tidegate__pb2.CommitOffsetsResponse.FromString,
+            gateway_dot_wire_dot___proto_dot_tidegate_dot_v1_dot_tidegate__pb2.CommitOffsetsRequest.SerializeToString,
+            gateway_dot_wire_dot___proto_dot_tidegate_dot_v1_dot_tidegate__pb2.CommitOffsetsResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -523,8 +523,8 @@ class Tidegate:
             request,
             target,
             '/tidegate.v1.Tidegate/FetchOffsets',
-            gateway_dot___proto_dot_tidegate_dot_v1_dot_tidegate__pb2.FetchOffsetsRequest.SerializeToString,
-            gateway_dot___proto_dot_tidegate_dot_v1_dot_tidegate__pb2.FetchOffsetsResponse.FromString,
+            gateway_dot_wire_dot___proto_dot_tidegate_dot_v1_dot_tidegate__pb2.FetchOffsetsRequest.SerializeToString,
+            gateway_dot_wire_dot___proto_dot_tidegate_dot_v1_dot_tidegate__pb2.FetchOffsetsResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -550,8 +550,8 @@ class Tidegate:
             request,
             target,
             '/tidegate.v1.Tidegate/Scan',
-            gateway_dot___proto_dot_tidegate_dot_v1_dot_tidegate__pb2.ScanRequest.SerializeToString,
-            gateway_dot___proto_dot_tidegate_dot_v1_dot_tidegate__pb2.ScanResponse.FromString,
+            gateway_dot_wire_dot___proto_dot_tidegate_dot_v1_dot_tidegate__pb2.ScanRequest.SerializeToString,
+            gateway_dot_wire_dot___proto_dot_tidegate_dot_v1_dot_tidegate__pb2.ScanResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -577,8 +577,8 @@ class Tidegate:
             request,
             target,
             '/tidegate.v1.Tidegate/PlanRead',
-            gateway_dot___proto_dot_tidegate_dot_v1_dot_tidegate__pb2.PlanReadRequest.SerializeToString,
-            gateway_dot___proto_dot_tidegate_dot_v1_dot_tidegate__pb2.PlanReadResponse.FromString,
+            gateway_dot_wire_dot___proto_dot_tidegate_dot_v1_dot_tidegate__pb2.PlanReadRequest.SerializeToString,
+            gateway_dot_wire_dot___proto_dot_tidegate_dot_v1_dot_tidegate__pb2.PlanReadResponse.FromString,
             options,
             channel_credentials,
             insecure,

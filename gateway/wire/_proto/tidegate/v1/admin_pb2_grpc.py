@@ -3,7 +3,7 @@
 import grpc
 import warnings
 
-from gateway._proto.tidegate.v1 import admin_pb2 as gateway_dot___proto_dot_tidegate_dot_v1_dot_admin__pb2
+from gateway.wire._proto.tidegate.v1 import admin_pb2 as gateway_dot_wire_dot___proto_dot_tidegate_dot_v1_dot_admin__pb2
 
 GRPC_GENERATED_VERSION = '1.85.1'
 GRPC_VERSION = grpc.__version__
@@ -18,7 +18,7 @@ except ImportError:
 if _version_not_supported:
     raise RuntimeError(
         f'The grpc package installed is at version {GRPC_VERSION},'
-        + ' but the generated code in gateway/_proto/tidegate/v1/admin_pb2_grpc.py depends on'
+        + ' but the generated code in gateway/wire/_proto/tidegate/v1/admin_pb2_grpc.py depends on'
         + f' grpcio>={GRPC_GENERATED_VERSION}.'
         + f' Please upgrade your grpc module to grpcio>={GRPC_GENERATED_VERSION}'
         + f' or downgrade your generated code using grpcio-tools<={GRPC_VERSION}.'
@@ -36,63 +36,63 @@ class AdminStub:
         """
         self.CreateTenant = channel.unary_unary(
                 '/tidegate.v1.Admin/CreateTenant',
-                request_serializer=gateway_dot___proto_dot_tidegate_dot_v1_dot_admin__pb2.CreateTenantRequest.SerializeToString,
-                response_deserializer=gateway_dot___proto_dot_tidegate_dot_v1_dot_admin__pb2.TenantInfo.FromString,
+                request_serializer=gateway_dot_wire_dot___proto_dot_tidegate_dot_v1_dot_admin__pb2.CreateTenantRequest.SerializeToString,
+                response_deserializer=gateway_dot_wire_dot___proto_dot_tidegate_dot_v1_dot_admin__pb2.TenantInfo.FromString,
                 _registered_method=True)
         self.ListTenants = channel.unary_unary(
                 '/tidegate.v1.Admin/ListTenants',
-                request_serializer=gateway_dot___proto_dot_tidegate_dot_v1_dot_admin__pb2.ListTenantsRequest.SerializeToString,
-                response_deserializer=gateway_dot___proto_dot_tidegate_dot_v1_dot_admin__pb2.ListTenantsResponse.FromString,
+                request_serializer=gateway_dot_wire_dot___proto_dot_tidegate_dot_v1_dot_admin__pb2.ListTenantsRequest.SerializeToString,
+                response_deserializer=gateway_dot_wire_dot___proto_dot_tidegate_dot_v1_dot_admin__pb2.ListTenantsResponse.FromString,
                 _registered_method=True)
         self.GetTenant = channel.unary_unary(
                 '/tidegate.v1.Admin/GetTenant',
-                request_serializer=gateway_dot___proto_dot_tidegate_dot_v1_dot_admin__pb2.TenantRequest.SerializeToString,
-                response_deserializer=gateway_dot___proto_dot_tidegate_dot_v1_dot_admin__pb2.TenantInfo.FromString,
+                request_serializer=gateway_dot_wire_dot___proto_dot_tidegate_dot_v1_dot_admin__pb2.TenantRequest.SerializeToString,
+                response_deserializer=gateway_dot_wire_dot___proto_dot_tidegate_dot_v1_dot_admin__pb2.TenantInfo.FromString,
                 _registered_method=True)
         self.SuspendTenant = channel.unary_unary(
                 '/tidegate.v1.Admin/SuspendTenant',
-                request_serializer=gateway_dot___proto_dot_tidegate_dot_v1_dot_admin__pb2.TenantRequest.SerializeToString,
-                response_deserializer=gateway_dot___proto_dot_tidegate_dot_v1_dot_admin__pb2.TenantInfo.FromString,
+                request_serializer=gateway_dot_wire_dot___proto_dot_tidegate_dot_v1_dot_admin__pb2.TenantRequest.SerializeToString,
+                response_deserializer=gateway_dot_wire_dot___proto_dot_tidegate_dot_v1_dot_admin__pb2.TenantInfo.FromString,
                 _registered_method=True)
         self.ResumeTenant = channel.unary_unary(
                 '/tidegate.v1.Admin/ResumeTenant',
-                request_serializer=gateway_dot___proto_dot_tidegate_dot_v1_dot_admin__pb2.TenantRequest.SerializeToString,
-                response_deserializer=gateway_dot___proto_dot_tidegate_dot_v1_dot_admin__pb2.TenantInfo.FromString,
+                request_serializer=gateway_dot_wire_dot___proto_dot_tidegate_dot_v1_dot_admin__pb2.TenantRequest.SerializeToString,
+                response_deserializer=gateway_dot_wire_dot___proto_dot_tidegate_dot_v1_dot_admin__pb2.TenantInfo.FromString,
                 _registered_method=True)
         self.DeleteTenant = channel.unary_unary(
                 '/tidegate.v1.Admin/DeleteTenant',
-                request_serializer=gateway_dot___proto_dot_tidegate_dot_v1_dot_admin__pb2.TenantRequest.SerializeToString,
-                response_deserializer=gateway_dot___proto_dot_tidegate_dot_v1_dot_admin__pb2.DeleteTenantResponse.FromString,
+                request_serializer=gateway_dot_wire_dot___proto_dot_tidegate_dot_v1_dot_admin__pb2.TenantRequest.SerializeToString,
+                response_deserializer=gateway_dot_wire_dot___proto_dot_tidegate_dot_v1_dot_admin__pb2.DeleteTenantResponse.FromString,
                 _registered_method=True)
         self.IssueKey = channel.unary_unary(
                 '/tidegate.v1.Admin/IssueKey',
-                request_serializer=gateway_dot___proto_dot_tidegate_dot_v1_dot_admin__pb2.TenantRequest.SerializeToString,
-                response_deserializer=gateway_dot___proto_dot_tidegate_dot_v1_dot_admin__pb2.IssueKeyResponse.FromString,
+                request_serializer=gateway_dot_wire_dot___proto_dot_tidegate_dot_v1_dot_admin__pb2.TenantRequest.SerializeToString,
+                response_deserializer=gateway_dot_wire_dot___proto_dot_tidegate_dot_v1_dot_admin__pb2.IssueKeyResponse.FromString,
                 _registered_method=True)
         self.RevokeKey = channel.unary_unary(
                 '/tidegate.v1.Admin/RevokeKey',
-                request_serializer=gateway_dot___proto_dot_tidegate_dot_v1_dot_admin__pb2.RevokeKeyRequest.SerializeToString,
-                response_deserializer=gateway_dot___proto_dot_tidegate_dot_v1_dot_admin__pb2.RevokeKeyResponse.FromString,
+                request_serializer=gateway_dot_wire_dot___proto_dot_tidegate_dot_v1_dot_admin__pb2.RevokeKeyRequest.SerializeToString,
+                response_deserializer=gateway_dot_wire_dot___proto_dot_tidegate_dot_v1_dot_admin__pb2.RevokeKeyResponse.FromString,
                 _registered_method=True)
         self.ListKeys = channel.unary_unary(
                 '/tidegate.v1.Admin/ListKeys',
-                request_serializer=gateway_dot___proto_dot_tidegate_dot_v1_dot_admin__pb2.TenantRequest.SerializeToString,
-                response_deserializer=gateway_dot___proto_dot_tidegate_dot_v1_dot_admin__pb2.ListKeysResponse.FromString,
+                request_serializer=gateway_dot_wire_dot___proto_dot_tidegate_dot_v1_dot_admin__pb2.TenantRequest.SerializeToString,
+                response_deserializer=gateway_dot_wire_dot___proto_dot_tidegate_dot_v1_dot_admin__pb2.ListKeysResponse.FromString,
                 _registered_method=True)
         self.SetQuota = channel.unary_unary(
                 '/tidegate.v1.Admin/SetQuota',
-                request_serializer=gateway_dot___proto_dot_tidegate_dot_v1_dot_admin__pb2.SetQuotaRequest.SerializeToString,
-                response_deserializer=gateway_dot___proto_dot_tidegate_dot_v1_dot_admin__pb2.Quota.FromString,
+                request_serializer=gateway_dot_wire_dot___proto_dot_tidegate_dot_v1_dot_admin__pb2.SetQuotaRequest.SerializeToString,
+                response_deserializer=gateway_dot_wire_dot___proto_dot_tidegate_dot_v1_dot_admin__pb2.Quota.FromString,
                 _registered_method=True)
         self.GetQuota = channel.unary_unary(
                 '/tidegate.v1.Admin/GetQuota',
-                request_serializer=gateway_dot___proto_dot_tidegate_dot_v1_dot_admin__pb2.TenantRequest.SerializeToString,
-                response_deserializer=gateway_dot___proto_dot_tidegate_dot_v1_dot_admin__pb2.Quota.FromString,
+                request_serializer=gateway_dot_wire_dot___proto_dot_tidegate_dot_v1_dot_admin__pb2.TenantRequest.SerializeToString,
+                response_deserializer=gateway_dot_wire_dot___proto_dot_tidegate_dot_v1_dot_admin__pb2.Quota.FromString,
                 _registered_method=True)
         self.GetUsage = channel.unary_unary(
                 '/tidegate.v1.Admin/GetUsage',
-                request_serializer=gateway_dot___proto_dot_tidegate_dot_v1_dot_admin__pb2.GetUsageRequest.SerializeToString,
-                response_deserializer=gateway_dot___proto_dot_tidegate_dot_v1_dot_admin__pb2.GetUsageResponse.FromString,
+                request_serializer=gateway_dot_wire_dot___proto_dot_tidegate_dot_v1_dot_admin__pb2.GetUsageRequest.SerializeToString,
+                response_deserializer=gateway_dot_wire_dot___proto_dot_tidegate_dot_v1_dot_admin__pb2.GetUsageResponse.FromString,
                 _registered_method=True)
 
 
@@ -179,63 +179,63 @@ def add_AdminServicer_to_server(servicer, server):
     rpc_method_handlers = {
             'CreateTenant': grpc.unary_unary_rpc_method_handler(
                     servicer.CreateTenant,
-                    request_deserializer=gateway_dot___proto_dot_tidegate_dot_v1_dot_admin__pb2.CreateTenantRequest.FromString,
-                    response_serializer=gateway_dot___proto_dot_tidegate_dot_v1_dot_admin__pb2.TenantInfo.SerializeToString,
+                    request_deserializer=gateway_dot_wire_dot___proto_dot_tidegate_dot_v1_dot_admin__pb2.CreateTenantRequest.FromString,
+                    response_serializer=gateway_dot_wire_dot___proto_dot_tidegate_dot_v1_dot_admin__pb2.TenantInfo.SerializeToString,
             ),
             'ListTenants': grpc.unary_unary_rpc_method_handler(
                     servicer.ListTenants,
-                    request_deserializer=gateway_dot___proto_dot_tidegate_dot_v1_dot_admin__pb2.ListTenantsRequest.FromString,
-                    response_serializer=gateway_dot___proto_dot_tidegate_dot_v1_dot_admin__pb2.ListTenantsResponse.SerializeToString,
+                    request_deserializer=gateway_dot_wire_dot___proto_dot_tidegate_dot_v1_dot_admin__pb2.ListTenantsRequest.FromString,
+                    response_serializer=gateway_dot_wire_dot___proto_dot_tidegate_dot_v1_dot_admin__pb2.ListTenantsResponse.SerializeToString,
             ),
             'GetTenant': grpc.unary_unary_rpc_method_handler(
                     servicer.GetTenant,
-                    request_deserializer=gateway_dot___proto_dot_tidegate_dot_v1_dot_admin__pb2.TenantRequest.FromString,
-                    response_serializer=gateway_dot___proto_dot_tidegate_dot_v1_dot_admin__pb2.TenantInfo.SerializeToString,
+                    request_deserializer=gateway_dot_wire_dot___proto_dot_tidegate_dot_v1_dot_admin__pb2.TenantRequest.FromString,
+                    response_serializer=gateway_dot_wire_dot___proto_dot_tidegate_dot_v1_dot_admin__pb2.TenantInfo.SerializeToString,
             ),
             'SuspendTenant': grpc.unary_unary_rpc_method_handler(
                     servicer.SuspendTenant,
-                    request_deserializer=gateway_dot___proto_dot_tidegate_dot_v1_dot_admin__pb2.TenantRequest.FromString,
-                    response_serializer=gateway_dot___proto_dot_tidegate_dot_v1_dot_admin__pb2.TenantInfo.SerializeToString,
+                    request_deserializer=gateway_dot_wire_dot___proto_dot_tidegate_dot_v1_dot_admin__pb2.TenantRequest.FromString,
+                    response_serializer=gateway_dot_wire_dot___proto_dot_tidegate_dot_v1_dot_admin__pb2.TenantInfo.SerializeToString,
             ),
             'ResumeTenant': grpc.unary_unary_rpc_method_handler(
                     servicer.ResumeTenant,
-                    request_deserializer=gateway_dot___proto_dot_tidegate_dot_v1_dot_admin__pb2.TenantRequest.FromString,
-                    response_serializer=gateway_dot___proto_dot_tidegate_dot_v1_dot_admin__pb2.TenantInfo.SerializeToString,
+                    request_deserializer=gateway_dot_wire_dot___proto_dot_tidegate_dot_v1_dot_admin__pb2.TenantRequest.FromString,
+                    response_serializer=gateway_dot_wire_dot___proto_dot_tidegate_dot_v1_dot_admin__pb2.TenantInfo.SerializeToString,
             ),
             'DeleteTenant': grpc.unary_unary_rpc_method_handler(
                     servicer.DeleteTenant,
-                    request_deserializer=gateway_dot___proto_dot_tidegate_dot_v1_dot_admin__pb2.TenantRequest.FromString,
-                    response_serializer=gateway_dot___proto_dot_tidegate_dot_v1_dot_admin__pb2.DeleteTenantResponse.SerializeToString,
+                    request_deserializer=gateway_dot_wire_dot___proto_dot_tidegate_dot_v1_dot_admin__pb2.TenantRequest.FromString,
+                    response_serializer=gateway_dot_wire_dot___proto_dot_tidegate_dot_v1_dot_admin__pb2.DeleteTenantResponse.SerializeToString,
             ),
             'IssueKey': grpc.unary_unary_rpc_method_handler(
                     servicer.IssueKey,
-                    request_deserializer=gateway_dot___proto_dot_tidegate_dot_v1_dot_admin__pb2.TenantRequest.FromString,
-                    response_serializer=gateway_dot___proto_dot_tidegate_dot_v1_dot_admin__pb2.IssueKeyResponse.SerializeToString,
+                    request_deserializer=gateway_dot_wire_dot___proto_dot_tidegate_dot_v1_dot_admin__pb2.TenantRequest.FromString,
+                    response_serializer=gateway_dot_wire_dot___proto_dot_tidegate_dot_v1_dot_admin__pb2.IssueKeyResponse.SerializeToString,
             ),
             'RevokeKey': grpc.unary_unary_rpc_method_handler(
                     servicer.RevokeKey,
-                    request_deserializer=gateway_dot___proto_dot_tidegate_dot_v1_dot_admin__pb2.RevokeKeyRequest.FromString,
-                    response_serializer=gateway_dot___proto_dot_tidegate_dot_v1_dot_admin__pb2.RevokeKeyResponse.SerializeToString,
+                    request_deserializer=gateway_dot_wire_dot___proto_dot_tidegate_dot_v1_dot_admin__pb2.RevokeKeyRequest.FromString,
+                    response_serializer=gateway_dot_wire_dot___proto_dot_tidegate_dot_v1_dot_admin__pb2.RevokeKeyResponse.SerializeToString,
             ),
             'ListKeys': grpc.unary_unary_rpc_method_handler(
                     servicer.ListKeys,
-                    request_deserializer=gateway_dot___proto_dot_tidegate_dot_v1_dot_admin__pb2.TenantRequest.FromString,
-                    response_serializer=gateway_dot___proto_dot_tidegate_dot_v1_dot_admin__pb2.ListKeysResponse.SerializeToString,
+                    request_deserializer=gateway_dot_wire_dot___proto_dot_tidegate_dot_v1_dot_admin__pb2.TenantRequest.FromString,
+                    response_serializer=gateway_dot_wire_dot___proto_dot_tidegate_dot_v1_dot_admin__pb2.ListKeysResponse.SerializeToString,
             ),
             'SetQuota': grpc.unary_unary_rpc_method_handler(
                     servicer.SetQuota,
-                    request_deserializer=gateway_dot___proto_dot_tidegate_dot_v1_dot_admin__pb2.SetQuotaRequest.FromString,
-                    response_serializer=gateway_dot___proto_dot_tidegate_dot_v1_dot_admin__pb2.Quota.SerializeToString,
+                    request_deserializer=gateway_dot_wire_dot___proto_dot_tidegate_dot_v1_dot_admin__pb2.SetQuotaRequest.FromString,
+                    response_serializer=gateway_dot_wire_dot___proto_dot_tidegate_dot_v1_dot_admin__pb2.Quota.SerializeToString,
             ),
             'GetQuota': grpc.unary_unary_rpc_method_handler(
                     servicer.GetQuota,
-                    request_deserializer=gateway_dot___proto_dot_tidegate_dot_v1_dot_admin__pb2.TenantRequest.FromString,
-                    response_serializer=gateway_dot___proto_dot_tidegate_dot_v1_dot_admin__pb2.Quota.SerializeToString,
+                    request_deserializer=gateway_dot_wire_dot___proto_dot_tidegate_dot_v1_dot_admin__pb2.TenantRequest.FromString,
+                    response_serializer=gateway_dot_wire_dot___proto_dot_tidegate_dot_v1_dot_admin__pb2.Quota.SerializeToString,
             ),
             'GetUsage': grpc.unary_unary_rpc_method_handler(
                     servicer.GetUsage,
-                    request_deserializer=gateway_dot___proto_dot_tidegate_dot_v1_dot_admin__pb2.GetUsageRequest.FromString,
-                    response_serializer=gateway_dot___proto_dot_tidegate_dot_v1_dot_admin__pb2.GetUsageResponse.SerializeToString,
+                    request_deserializer=gateway_dot_wire_dot___proto_dot_tidegate_dot_v1_dot_admin__pb2.GetUsageRequest.FromString,
+                    response_serializer=gateway_dot_wire_dot___proto_dot_tidegate_dot_v1_dot_admin__pb2.GetUsageResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -263,8 +263,8 @@ class Admin:
             request,
             target,
             '/tidegate.v1.Admin/CreateTenant',
-            gateway_dot___proto_dot_tidegate_dot_v1_dot_admin__pb2.CreateTenantRequest.SerializeToString,
-            gateway_dot___proto_dot_tidegate_dot_v1_dot_admin__pb2.TenantInfo.FromString,
+            gateway_dot_wire_dot___proto_dot_tidegate_dot_v1_dot_admin__pb2.CreateTenantRequest.SerializeToString,
+            gateway_dot_wire_dot___proto_dot_tidegate_dot_v1_dot_admin__pb2.TenantInfo.FromString,
             options,
             channel_credentials,
             insecure,
@@ -290,8 +290,8 @@ class Admin:
             request,
             target,
             '/tidegate.v1.Admin/ListTenants',
-            gateway_dot___proto_dot_tidegate_dot_v1_dot_admin__pb2.ListTenantsRequest.SerializeToString,
-            gateway_dot___proto_dot_tidegate_dot_v1_dot_admin__pb2.ListTenantsResponse.FromString,
+            gateway_dot_wire_dot___proto_dot_tidegate_dot_v1_dot_admin__pb2.ListTenantsRequest.SerializeToString,
+            gateway_dot_wire_dot___proto_dot_tidegate_dot_v1_dot_admin__pb2.ListTenantsResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -317,8 +317,8 @@ class Admin:
             request,
             target,
             '/tidegate.v1.Admin/GetTenant',
-            gateway_dot___proto_dot_tidegate_dot_v1_dot_admin__pb2.TenantRequest.SerializeToString,
-            gateway_dot___proto_dot_tidegate_dot_v1_dot_admin__pb2.TenantInfo.FromString,
+            gateway_dot_wire_dot___proto_dot_tidegate_dot_v1_dot_admin__pb2.TenantRequest.SerializeToString,
+            gateway_dot_wire_dot___proto_dot_tidegate_dot_v1_dot_admin__pb2.TenantInfo.FromString,
             options,
             channel_credentials,
             insecure,
@@ -344,8 +344,8 @@ class Admin:
             request,
             target,
             '/tidegate.v1.Admin/SuspendTenant',
-            gateway_dot___proto_dot_tidegate_dot_v1_dot_admin__pb2.TenantRequest.SerializeToString,
-            gateway_dot___proto_dot_tidegate_dot_v1_dot_admin__pb2.TenantInfo.FromString,
+            gateway_dot_wire_dot___proto_dot_tidegate_dot_v1_dot_admin__pb2.TenantRequest.SerializeToString,
+            gateway_dot_wire_dot___proto_dot_tidegate_dot_v1_dot_admin__pb2.TenantInfo.FromString,
             options,
             channel_credentials,
             insecure,
@@ -371,8 +371,8 @@ class Admin:
             request,
             target,
             '/tidegate.v1.Admin/ResumeTenant',
-            gateway_dot___proto_dot_tidegate_dot_v1_dot_admin__pb2.TenantRequest.SerializeToString,
-            gateway_dot___proto_dot_tidegate_dot_v1_dot_admin__pb2.TenantInfo.FromString,
+            gateway_dot_wire_dot___proto_dot_tidegate_dot_v1_dot_admin__pb2.TenantRequest.SerializeToString,
+            gateway_dot_wire_dot___proto_dot_tidegate_dot_v1_dot_admin__pb2.TenantInfo.FromString,
             options,
             channel_credentials,
             insecure,
@@ -398,8 +398,8 @@ class Admin:
             request,
             target,
             '/tidegate.v1.Admin/DeleteTenant',
-            gateway_dot___proto_dot_tidegate_dot_v1_dot_admin__pb2.TenantRequest.SerializeToString,
-            gateway_dot___proto_dot_tidegate_dot_v1_dot_admin__pb2.DeleteTenantResponse.FromString,
+            gateway_dot_wire_dot___proto_dot_tidegate_dot_v1_dot_admin__pb2.TenantRequest.SerializeToString,
+            gateway_dot_wire_dot___proto_dot_tidegate_dot_v1_dot_admin__pb2.DeleteTenantResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -425,8 +425,8 @@ class Admin:
             request,
             target,
             '/tidegate.v1.Admin/IssueKey',
-            gateway_dot___proto_dot_tidegate_dot_v1_dot_admin__pb2.TenantRequest.SerializeToString,
-            gateway_dot___proto_dot_tidegate_dot_v1_dot_admin__pb2.IssueKeyResponse.FromString,
+            gateway_dot_wire_dot___proto_dot_tidegate_dot_v1_dot_admin__pb2.TenantRequest.SerializeToString,
+            gateway_dot_wire_dot___proto_dot_tidegate_dot_v1_dot_admin__pb2.IssueKeyResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -452,8 +452,8 @@ class Admin:
             request,
             target,
             '/tidegate.v1.Admin/RevokeKey',
-            gateway_dot___proto_dot_tidegate_dot_v1_dot_admin__pb2.RevokeKeyRequest.SerializeToString,
-            gateway_dot___proto_dot_tidegate_dot_v1_dot_admin__pb2.RevokeKeyResponse.FromString,
+            gateway_dot_wire_dot___proto_dot_tidegate_dot_v1_dot_admin__pb2.RevokeKeyRequest.SerializeToString,
+            gateway_dot_wire_dot___proto_dot_tidegate_dot_v1_dot_admin__pb2.RevokeKeyResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -479,8 +479,8 @@ class Admin:
             request,
             target,
             '/tidegate.v1.Admin/ListKeys',
-            gateway_dot___proto_dot_tidegate_dot_v1_dot_admin__pb2.TenantRequest.SerializeToString,
-            gateway_dot___proto_dot_tidegate_dot_v1_dot_admin__pb2.ListKeysResponse.FromString,
+            gateway_dot_wire_dot___proto_dot_tidegate_dot_v1_dot_admin__pb2.TenantRequest.SerializeToString,
+            gateway_dot_wire_dot___proto_dot_tidegate_dot_v1_dot_admin__pb2.ListKeysResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -506,8 +506,8 @@ class Admin:
             request,
             target,
             '/tidegate.v1.Admin/SetQuota',
-            gateway_dot___proto_dot_tidegate_dot_v1_dot_admin__pb2.SetQuotaRequest.SerializeToString,
-            gateway_dot___proto_dot_tidegate_dot_v1_dot_admin__pb2.Quota.FromString,
+            gateway_dot_wire_dot___proto_dot_tidegate_dot_v1_dot_admin__pb2.SetQuotaRequest.SerializeToString,
+            gateway_dot_wire_dot___proto_dot_tidegate_dot_v1_dot_admin__pb2.Quota.FromString,
             options,
             channel_credentials,
             insecure,
@@ -533,8 +533,8 @@ class Admin:
             request,
             target,
             '/tidegate.v1.Admin/GetQuota',
-            gateway_dot___proto_dot_tidegate_dot_v1_dot_admin__pb2.TenantRequest.SerializeToString,
-            gateway_dot___proto_dot_tidegate_dot_v1_dot_admin__pb2.Quota.FromString,
+            gateway_dot_wire_dot___proto_dot_tidegate_dot_v1_dot_admin__pb2.TenantRequest.SerializeToString,
+            gateway_dot_wire_dot___proto_dot_tidegate_dot_v1_dot_admin__pb2.Quota.FromString,
             options,
             channel_credentials,
             insecure,
@@ -560,8 +560,8 @@ class Admin:
             request,
             target,
             '/tidegate.v1.Admin/GetUsage',
-            gateway_dot___proto_dot_tidegate_dot_v1_dot_admin__pb2.GetUsageRequest.SerializeToString,
-            gateway_dot___proto_dot_tidegate_dot_v1_dot_admin__pb2.GetUsageResponse.FromString,
+            gateway_dot_wire_dot___proto_dot_tidegate_dot_v1_dot_admin__pb2.GetUsageRequest.SerializeToString,
+            gateway_dot_wire_dot___proto_dot_tidegate_dot_v1_dot_admin__pb2.GetUsageResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -1,0 +1,385 @@
+"""The producer's batching, free of I/O: route sent rows to partitions as the gateway
+would, buffer them per partition, and cut one request's worth at a time."""
+
+from __future__ import annotations
+
+import random
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, TypeAlias, cast
+
+import pyarrow as pa
+
+from gateway.client._rows import RowPlan, values_to_batch
+from gateway.client._types import RecordMetadata, TableInfo, TableRef
+from gateway.wire._proto.tidegate.v1 import tidegate_pb2 as pb
+from gateway.wire.codec import Compression, encode_stream
+from gateway.wire.errors import InvalidPartition, SchemaMismatch
+from gateway.wire.retry import Retry
+from gateway.wire.routing import partition_for_key, route_by_key
+from gateway.wire.schema import conform_batch
+
+__all__ = ["Accumulator", "Delivery", "Piece", "ProducerBatch", "ProducerConfig"]
+
+
+@dataclass(frozen=True)
+class ProducerConfig:
+    """Producer settings; see :class:`gateway.client.Producer` for their meaning."""
+
+    batch_records: int = 10_000
+    batch_bytes: int = 1024 * 1024
+    linger: float = 0.005
+    compression: Compression = "zstd"
+    idempotent: bool = True
+    max_in_flight: int = 5
+    buffer_records: int = 1_000_000
+    retry: Retry = field(default_factory=Retry)
+    producer_id: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.batch_records < 1 or self.batch_bytes < 1:
+            raise ValueError("batch_records and batch_bytes must be at least 1")
+        if not 1 <= self.max_in_flight <= 15:
+            # The gateway remembers 16 batches per producer and partition: a retried batch
+            # must still be inside that window.
+            raise ValueError("max_in_flight must be from 1 to 15")
+        if self.compression not in ("zstd", "lz4", "none"):
+            raise ValueError("compression must be 'zstd', 'lz4' or 'none'")
+
+
+class Delivery:
+    """Collects the offsets of one ``send`` call's rows; ``single`` for one record."""
+
+    __slots__ = ("done", "error", "future", "offsets", "partitions", "pending", "single")
+
+    def __init__(self, rows: int, single: bool) -> None:
+        #: The driver's future (concurrent.futures or asyncio) resolved from this delivery.
+        self.future: Any = None
+        self.single = single
+        self.pending = rows
+        self.partitions = [0] * rows
+        self.offsets = [0] * rows
+        self.error: BaseException | None = None
+        self.done = rows == 0
+
+    def ack(self, rows: Sequence[int] | range, partition: int, base_offset: int) -> bool:
+        """Record offsets for ``rows`` (indices of the send); True once every row is in."""
+        for k, i in enumerate(rows):
+            self.partitions[i] = partition
+            self.offsets[i] = base_offset + k
+        self.pending -= len(rows)
+        if self.pending <= 0 and not self.done:
+            self.done = True
+            return True
+        return False
+
+    def fail(self, err: BaseException) -> bool:
+        if self.done:
+            return False
+        self.done = True
+        self.error = err
+        return True
+
+    def result(self) -> RecordMetadata | list[RecordMetadata]:
+        out = [RecordMetadata(p, o) for p, o in zip(self.partitions, self.offsets, strict=True)]
+        return out[0] if self.single else out
+
+
+#: The rows of a one-record send.
+_ONE = range(1)
+
+#: A batch's data in row order: Arrow batches, and runs of checked dict rows (their values
+#: in schema order, see :class:`gateway.client._rows.RowPlan`).
+Chunk: TypeAlias = pa.RecordBatch | list[tuple[Any, ...]]
+
+
+@dataclass(slots=True)
+class Piece:
+    """Rows of one send in a batch; ``rows`` are their indices in the send."""
+
+    delivery: Delivery
+    rows: Sequence[int] | range
+
+
+@dataclass(slots=True)
+class ProducerBatch:
+    """One request's worth of rows for one partition."""
+
+    partition: int
+    pieces: list[Piece] = field(default_factory=list)
+    chunks: list[Chunk] = field(default_factory=list)
+    records: int = 0
+    nbytes: int = 0
+    created: float = field(default_factory=time.monotonic)
+    sequence: int | None = None
+    payload: bytes = b""
+    attempts: int = 0
+    first_attempt: float = 0.0
+
+    def add(
+        self, chunk: Chunk, delivery: Delivery, rows: Sequence[int] | range, nbytes: int
+    ) -> None:
+        if isinstance(chunk, pa.RecordBatch):
+            self.chunks.append(chunk)
+        elif self.chunks and isinstance(self.chunks[-1], list):
+            self.chunks[-1].extend(chunk)
+        else:
+            self.chunks.append(list(chunk))
+        self.pieces.append(Piece(delivery, rows))
+        self.records += len(rows)
+        self.nbytes += nbytes
+
+    def add_row(self, values: tuple[Any, ...], delivery: Delivery, nbytes: int) -> None:
+        """One checked dict row, a send of its own (the common case, kept short)."""
+        chunks = self.chunks
+        if chunks and isinstance(chunks[-1], list):
+            chunks[-1].append(values)
+        else:
+            chunks.append([values])
+        self.pieces.append(Piece(delivery, _ONE))
+        self.records += 1
+        self.nbytes += nbytes
+
+    def seal(self, schema: pa.Schema, compression: Compression) -> None:
+        """Encode the request: one Arrow record batch, however many sends it holds.
+
+        Raises:
+            SchemaMismatch: dict rows that passed the check at ``send`` still failed to
+                convert (the caller fails this batch's deliveries).
+        """
+        parts = [
+            c if isinstance(c, pa.RecordBatch) else values_to_batch(c, schema) for c in self.chunks
+        ]
+        if len(parts) > 1:
+            parts = pa.Table.from_batches(parts, schema).combine_chunks().to_batches()
+        self.payload = encode_stream(parts, schema, compression)
+        self.chunks = []
+
+    def request(self, ref: TableRef, producer_id: str | None, epoch: int) -> pb.AppendRequest:
+        if producer_id and epoch:
+            producer_id = f"{producer_id}.{epoch}"
+        return pb.AppendRequest(
+            table=ref.pb(),
+            arrow_ipc=self.payload,
+            partition=self.partition,
+            producer_id=producer_id or "",
+            sequence=self.sequence,
+        )
+
+    def complete(self, base_offset: int) -> list[Delivery]:
+        """Hand out offsets; the deliveries that became complete."""
+        done = []
+        offset = base_offset
+        for piece in self.pieces:
+            if piece.delivery.ack(piece.rows, self.partition, offset):
+                done.append(piece.delivery)
+            offset += len(piece.rows)
+        return done
+
+    def fail(self, err: BaseException) -> list[Delivery]:
+        return [p.delivery for p in self.pieces if p.delivery.fail(err)]
+
+
+class Accumulator:
+    """Routes sent rows to partitions (as the gateway would) and cuts per-partition batches.
+
+    Rows with key columns go where :func:`gateway.wire.routing.route_by_key` sends them; rows
+    without keys stick to one partition until its batch is full, then move to the next
+    (Kafka's sticky partitioner), so every batch targets one partition, as idempotent
+    appends must.
+
+    Dict rows that pass :class:`~gateway.client._rows.RowPlan`'s check are kept as Python
+    values and become Arrow once per batch, at :meth:`ProducerBatch.seal`; other data is
+    converted (and conformed) to Arrow at once.
+    """
+
+    def __init__(self, table: TableInfo, config: ProducerConfig) -> None:
+        self.table = table
+        self.config = config
+        self.plan = RowPlan(table.schema, table.key_columns)
+        self.open: dict[int, ProducerBatch] = {}
+        self.ready: list[ProducerBatch] = []
+        self.buffered = 0
+        self._sticky = random.randrange(table.partitions)
+
+    def add(self, data: Any, partition: int | None) -> Delivery:
+        """Route and buffer ``data``; returns its delivery. Validates before buffering.
+
+        Raises:
+            SchemaMismatch: the rows do not fit the table schema.
+            InvalidPartition: ``partition`` is not one of the table's.
+        """
+        plan = self.plan
+        python_routes = partition is not None or plan.keys_in_python
+        if isinstance(data, Mapping):
+            checked = plan.check(data)
+            if checked is not None and python_routes:
+                self._check_partition(partition)
+                values, nbytes = checked
+                if partition is None and plan.key_index:
+                    partition = partition_for_key(plan.key(values), self.table.partitions)
+                delivery = Delivery(1, True)
+                self._append_row(partition, values, nbytes, delivery)
+                self.buffered += 1
+                return delivery
+            return self._add_batch(self._arrow_rows([data]), partition, single=True)
+        if isinstance(data, pa.RecordBatch):
+            batch = data
+        elif isinstance(data, pa.Table):
+            combined = data.combine_chunks().to_batches()
+            batch = (
+                combined[0]
+                if combined
+                else pa.RecordBatch.from_pylist([], schema=self.table.schema)
+            )
+        elif type(data).__module__.partition(".")[0] == "pandas":
+            batch = pa.RecordBatch.from_pandas(data, schema=self.table.schema, preserve_index=False)
+        else:
+            rows = list(data)
+            if rows and all(isinstance(r, Mapping) for r in rows):
+                all_checked = [plan.check(r) for r in rows]
+                if python_routes and all(c is not None for c in all_checked):
+                    return self._add_rows(
+                        cast(list[tuple[tuple[Any, ...], int]], all_checked), partition
+                    )
+                batch = self._arrow_rows(rows)
+            else:
+                batch = pa.RecordBatch.from_pylist(rows, schema=self.table.schema)
+        return self._add_batch(batch, partition, single=False)
+
+    def _arrow_rows(self, rows: Sequence[Mapping[str, Any]]) -> pa.RecordBatch:
+        """Dict rows the Python check could not vouch for, converted by Arrow."""
+        for row in rows:
+            self.plan.check_columns(row)
+        try:
+            return pa.RecordBatch.from_pylist(list(rows), schema=self.table.schema)
+        except (pa.ArrowException, OverflowError, TypeError, ValueError) as exc:
+            raise SchemaMismatch(f"rows do not match the table schema: {exc}") from exc
+
+    def _check_partition(self, partition: int | None) -> None:
+        if partition is not None and not 0 <= partition < self.table.partitions:
+            raise InvalidPartition(
+                f"partition {partition} does not exist in {self.table.ref}, which has "
+                f"partitions 0..{self.table.partitions - 1}",
+                partitions=self.table.partitions,
+            )
+
+    def _add_batch(self, batch: pa.RecordBatch, partition: int | None, single: bool) -> Delivery:
+        batch = conform_batch(batch, self.table.schema)
+        delivery = Delivery(batch.num_rows, single)
+        n = batch.num_rows
+        if n == 0:
+            return delivery
+        self._check_partition(partition)
+        if partition is not None:
+            self._append(partition, batch, n, batch.nbytes, delivery, range(n))
+        elif self.table.key_columns:
+            routes = route_by_key(batch, self.table.key_columns, self.table.partitions)
+            if len(routes) == 1:
+                self._append(next(iter(routes)), batch, n, batch.nbytes, delivery, range(n))
+            else:
+                for p, idx in routes.items():
+                    part = batch.take(idx)
+                    self._append(p, part, part.num_rows, part.nbytes, delivery, idx.to_pylist())
+        else:
+            self._append(None, batch, n, batch.nbytes, delivery, range(n))
+        self.buffered += n
+        return delivery
+
+    def _add_rows(
+        self, checked: list[tuple[tuple[Any, ...], int]], partition: int | None
+    ) -> Delivery:
+        """Checked dict rows of one send (values in schema order, estimated bytes)."""
+        n = len(checked)
+        delivery = Delivery(n, False)
+        self._check_partition(partition)
+        if partition is None and self.plan.key_index:
+            groups: dict[int, list[int]] = {}
+            for i, (values, _) in enumerate(checked):
+                p = partition_for_key(self.plan.key(values), self.table.partitions)
+                groups.setdefault(p, []).append(i)
+            for p, idx in sorted(groups.items()):
+                rows = [checked[i][0] for i in idx]
+                self._append(p, rows, len(idx), sum(checked[i][1] for i in idx), delivery, idx)
+        else:
+            rows = [values for values, _ in checked]
+            self._append(partition, rows, n, sum(b for _, b in checked), delivery, range(n))
+        self.buffered += n
+        return delivery
+
+    def _append_row(
+        self, partition: int | None, values: tuple[Any, ...], nbytes: int, delivery: Delivery
+    ) -> None:
+        """:meth:`_append` of a single checked dict row."""
+        config = self.config
+        while True:
+            p = self._sticky if partition is None else partition
+            current = self.open.get(p)
+            if current is None:
+                current = self.open[p] = ProducerBatch(p)
+            elif current.records and current.nbytes + nbytes > config.batch_bytes:
+                self._close(p)
+                continue
+            break
+        current.add_row(values, delivery, nbytes)
+        if current.records >= config.batch_records or current.nbytes >= config.batch_bytes:
+            self._close(p)
+
+    def _append(
+        self,
+        partition: int | None,
+        data: Chunk,
+        n: int,
+        nbytes: int,
+        delivery: Delivery,
+        rows: Sequence[int] | range,
+    ) -> None:
+        start = 0
+        row_bytes = max(1, nbytes // max(1, n))
+        while start < n:
+            p = self._sticky if partition is None else partition
+            current = self.open.get(p)
+            if current is None:
+                current = self.open[p] = ProducerBatch(p)
+            room = min(
+                self.config.batch_records - current.records,
+                max(1, (self.config.batch_bytes - current.nbytes) // row_bytes),
+            )
+            take = min(n - start, max(1, room))
+            if current.records and current.nbytes + take * row_bytes > self.config.batch_bytes:
+                self._close(p)
+                continue
+            chunk = (
+                data.slice(start, take)
+                if isinstance(data, pa.RecordBatch)
+                else data[start : start + take]
+            )
+            current.add(chunk, delivery, rows[start : start + take], take * row_bytes)
+            start += take
+            if current.records >= self.config.batch_records or (
+                current.nbytes >= self.config.batch_bytes
+            ):
+                self._close(p)
+
+    def _close(self, partition: int) -> None:
+        batch = self.open.pop(partition, None)
+        if batch is not None:
+            self.ready.append(batch)
+        if partition == self._sticky and self.table.partitions > 1:
+            self._sticky = (self._sticky + 1) % self.table.partitions
+
+    def drain(self, now: float, force: bool) -> list[ProducerBatch]:
+        """Batches to send: the full ones, plus those older than ``linger`` (or all)."""
+        for p, b in list(self.open.items()):
+            if force or now - b.created >= self.config.linger:
+                self._close(p)
+        out, self.ready = self.ready, []
+        return out
+
+    def next_deadline(self) -> float | None:
+        if self.ready:
+            return time.monotonic()
+        if not self.open:
+            return None
+        return min(b.created for b in self.open.values()) + self.config.linger

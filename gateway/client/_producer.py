@@ -1,0 +1,307 @@
+"""The producer's state machine, free of I/O: sequencing, in-flight windows and retries
+per partition over one append stream (Kafka's idempotent producer rules)."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Iterable
+from typing import Any
+
+from gateway.client._batching import Accumulator, Delivery, ProducerBatch, ProducerConfig
+from gateway.client._types import TableInfo
+from gateway.wire._proto.tidegate.v1 import tidegate_pb2 as pb
+from gateway.wire.errors import RetryableError, SchemaMismatch, TidegateError, Unavailable
+from gateway.wire.routing import partition_for_key
+from gateway.wire.status import error_from_pb
+
+__all__ = ["PartitionQueue", "ProducerCore", "key_partition", "new_producer_id"]
+
+
+class PartitionQueue:
+    """Sequencing and in-flight bookkeeping of one partition (Kafka's rules).
+
+    Batches get consecutive sequences when first sent. At most ``max_in_flight`` are
+    unanswered at once, and only one until the partition's first acknowledgement (the
+    gateway accepts any sequence as a producer's first one, so a second in-flight batch
+    must never overtake a refused first). After a retryable failure every unanswered batch
+    is resent in order, keeping its sequence: the gateway answers those it already stored
+    with their original offsets. After a final failure the batches behind it are
+    renumbered, as none of them can have been stored.
+    """
+
+    def __init__(self, partition: int, max_in_flight: int) -> None:
+        self.partition = partition
+        self.max_in_flight = max_in_flight
+        self.waiting: list[ProducerBatch] = []
+        self.in_flight: list[ProducerBatch] = []
+        self.next_sequence = 0
+        self.acked_once = False
+        #: Bumped when batches of unknown fate are given up; part of the producer identity.
+        self.epoch = 0
+        #: Set after a retryable failure: time before which nothing is (re)sent.
+        self.paused_until = 0.0
+
+    def __len__(self) -> int:
+        return len(self.waiting) + len(self.in_flight)
+
+    def can_send(self, now: float, probing: bool = False) -> bool:
+        """Whether another batch may go now; ``probing``: the stream has not answered yet."""
+        limit = self.max_in_flight if self.acked_once and not probing else 1
+        return bool(self.waiting) and len(self.in_flight) < limit and now >= self.paused_until
+
+    def take(self, idempotent: bool) -> ProducerBatch:
+        batch = self.waiting.pop(0)
+        if idempotent and batch.sequence is None:
+            batch.sequence = self.next_sequence
+            self.next_sequence += 1
+        if not batch.attempts:
+            batch.first_attempt = time.monotonic()
+        batch.attempts += 1
+        self.in_flight.append(batch)
+        return batch
+
+    def rewind(self) -> None:
+        """Put every unanswered batch back in front, in order, to be resent."""
+        self.waiting[:0] = self.in_flight
+        self.in_flight = []
+
+    def renumber(self, freed: int) -> None:
+        """After a final failure of the batch with sequence ``freed``: none of the batches
+        behind it can have been stored (each would have been a gap), so they are resent
+        with new sequences from ``freed`` on."""
+        self.rewind()
+        for b in self.waiting:
+            b.sequence = None
+        self.next_sequence = freed
+
+
+#: gRPC codes of a stream broken by the transport rather than refused by the gateway.
+_TRANSPORT_CODES = frozenset({"INTERNAL", "UNKNOWN", "CANCELLED", "DEADLINE_EXCEEDED"})
+
+
+class ProducerCore:
+    """The producer's state machine, free of I/O: the sync and asyncio producers drive it.
+
+    All requests go over one ``AppendStream`` (the gateway answers its requests in order);
+    per partition :class:`PartitionQueue` keeps sequences and in-flight limits. A driver
+    calls :meth:`add` for sends, :meth:`outgoing` to get requests to write,
+    :meth:`on_response` / :meth:`on_stream_error` with what the stream said, and resolves
+    the deliveries those return.
+    """
+
+    def __init__(self, table: TableInfo, config: ProducerConfig) -> None:
+        self.table = table
+        self.config = config
+        self.producer_id = (config.producer_id or new_producer_id()) if config.idempotent else None
+        self.acc = Accumulator(table, config)
+        self.queues = [PartitionQueue(p, config.max_in_flight) for p in range(table.partitions)]
+        self.pending: dict[int, tuple[PartitionQueue, ProducerBatch]] = {}
+        #: Requests of the open stream rewound for resending before their answer came:
+        #: a retry-after hint in that late answer must still hold their partition back.
+        self.rewound: dict[int, PartitionQueue] = {}
+        self.failures = [0] * table.partitions
+        self._ids = 0
+        self.stream_gen = 0
+        self.stream_open = False
+        self.stream_paused_until = 0.0
+        self.stream_failures = 0
+        #: Whether the current stream answered once. Until it has, one batch per partition
+        #: goes: after an outage or a refusal the stream is probed before the window opens
+        #: (and a refusal never races a burst of requests, which can cost its status).
+        self.stream_answered = False
+        #: Records sent but not yet acknowledged or failed (buffered, queued, in flight).
+        self.unfinished = 0
+        #: Batches put back to be resent after a retryable failure (a statistic).
+        self.retries = 0
+        #: Deliveries whose batch failed to seal, for :meth:`take_rejected`.
+        self.rejected: list[Delivery] = []
+
+    # Sends ------------------------------------------------------------------------------
+    def add(self, data: Any, partition: int | None) -> Delivery:
+        delivery = self.acc.add(data, partition)
+        self.unfinished += delivery.pending
+        return delivery
+
+    def idle(self) -> bool:
+        return self.unfinished == 0
+
+    def _stage(self, now: float, force: bool) -> None:
+        for b in self.acc.drain(now, force):
+            try:
+                b.seal(self.table.schema, self.config.compression)
+            except SchemaMismatch as err:
+                # Dict rows the check at send let through, refused by Arrow: fail this
+                # batch alone (it never got a sequence, so nothing behind it is affected).
+                self.unfinished -= b.records
+                self.rejected.extend(b.fail(err))
+                continue
+            self.queues[b.partition].waiting.append(b)
+
+    def take_rejected(self) -> list[Delivery]:
+        """Deliveries failed while sealing their batch; the driver resolves them."""
+        out, self.rejected = self.rejected, []
+        return out
+
+    def needs_stream(self, now: float, force: bool = False) -> bool:
+        self._stage(now, force)
+        return (
+            not self.stream_open
+            and now >= self.stream_paused_until
+            and any(q.waiting for q in self.queues)
+        )
+
+    def stream_opened(self) -> int:
+        """Call when a new stream is open; returns its generation."""
+        self.stream_gen += 1
+        self.stream_open = True
+        self.stream_answered = False
+        self.rewound.clear()
+        return self.stream_gen
+
+    def outgoing(self, now: float, force: bool = False) -> list[pb.AppendStreamRequest]:
+        """Requests to write now (batches whose linger passed, or all with ``force``)."""
+        self._stage(now, force)
+        if not self.stream_open:
+            return []
+        out = []
+        for q in self.queues:
+            while q.can_send(now, probing=not self.stream_answered):
+                batch = q.take(self.config.idempotent)
+                self._ids += 1
+                self.pending[self._ids] = (q, batch)
+                out.append(
+                    pb.AppendStreamRequest(
+                        request_id=self._ids,
+                        append=batch.request(self.table.ref, self.producer_id, q.epoch),
+                    )
+                )
+        return out
+
+    def next_wakeup(self, now: float) -> float | None:
+        """When :meth:`outgoing` may next have something (None: only after an event)."""
+        times = []
+        deadline = self.acc.next_deadline()
+        if deadline is not None:
+            times.append(deadline)
+        for q in self.queues:
+            if q.waiting and q.paused_until > now:
+                times.append(q.paused_until)
+        if not self.stream_open and any(q.waiting for q in self.queues):
+            times.append(self.stream_paused_until)
+        return min(times) if times else None
+
+    # Answers ----------------------------------------------------------------------------
+    def on_response(self, gen: int, resp: pb.AppendStreamResponse) -> list[Delivery]:
+        """A response of stream ``gen``; returns the deliveries it finished."""
+        entry = self.pending.pop(resp.request_id, None)
+        if entry is None or gen != self.stream_gen:
+            # An answer to a batch already rewound for resending. If it was refused with a
+            # retry-after (a pipelined batch throttled just after the one that paused the
+            # partition), its resend must wait for that hint too.
+            q = self.rewound.pop(resp.request_id, None) if gen == self.stream_gen else None
+            if q is not None and resp.WhichOneof("result") == "error":
+                hint = resp.error.retry_after_ms
+                if hint > 0:
+                    q.paused_until = max(q.paused_until, time.monotonic() + hint / 1000)
+            return []
+        q, batch = entry
+        self.stream_failures = 0
+        self.stream_answered = True
+        if resp.WhichOneof("result") == "ok":
+            q.in_flight.remove(batch)
+            q.acked_once = True
+            self.failures[q.partition] = 0
+            self.unfinished -= batch.records
+            ranges = resp.ok.ranges
+            return batch.complete(ranges[0].base_offset if ranges else 0)
+        return self._failed(q, batch, error_from_pb(resp.error))
+
+    def _forget(self, q: PartitionQueue) -> None:
+        for b in q.in_flight:
+            for rid, (_, other) in list(self.pending.items()):
+                if other is b:
+                    del self.pending[rid]
+                    self.rewound[rid] = q
+
+    def _failed(
+        self, q: PartitionQueue, batch: ProducerBatch, err: BaseException
+    ) -> list[Delivery]:
+        self.failures[q.partition] += 1
+        delay = self.config.retry.next_delay(err, self.failures[q.partition], batch.first_attempt)
+        self._forget(q)
+        if delay is not None:
+            self.retries += len(q.in_flight)
+            q.rewind()
+            q.paused_until = time.monotonic() + delay
+            return []
+        q.in_flight.remove(batch)
+        self.unfinished -= batch.records
+        self.failures[q.partition] = 0
+        if batch.sequence is not None:
+            q.renumber(batch.sequence)
+        else:
+            q.rewind()
+        return batch.fail(err)
+
+    def on_stream_error(self, gen: int, err: BaseException) -> list[Delivery]:
+        """Stream ``gen`` broke: resend what it carried, or fail it when not retryable."""
+        if gen != self.stream_gen or not self.stream_open:
+            return []
+        if (
+            isinstance(err, TidegateError)
+            and not isinstance(err, RetryableError)
+            and err.details.get("grpc_code") in _TRANSPORT_CODES
+        ):
+            # The stream broke below the API (a reset, a lost connection): resending is
+            # safe, the batches being idempotent.
+            err = Unavailable(f"the append stream broke: {err.message}")
+        self.stream_open = False
+        self.pending.clear()
+        self.stream_failures += 1
+        retry = self.config.retry
+        done: list[Delivery] = []
+        now = time.monotonic()
+        if retry.retryable(err):
+            self.stream_paused_until = now + retry.delay(err, self.stream_failures)
+        for q in self.queues:
+            self.retries += len(q.in_flight)
+            q.rewind()
+            if not q.waiting:
+                continue
+            head = q.waiting[0]
+            if retry.next_delay(err, self.stream_failures, head.first_attempt or now) is None:
+                # Give up on everything queued for the partition.
+                for b in q.waiting:
+                    self.unfinished -= b.records
+                    done.extend(b.fail(err))
+                q.waiting = []
+                # Whether the gateway stored the batches we gave up on is unknown: continue
+                # under a new producer identity for this partition, so no later batch can be
+                # mistaken for one of them.
+                q.epoch += 1
+                q.next_sequence = 0
+                q.acked_once = False
+        return done
+
+    def fail_all(self, err: BaseException) -> list[Delivery]:
+        """Fail everything not yet acknowledged (the producer is closing without flushing)."""
+        self._stage(time.monotonic(), True)
+        done = self.take_rejected()
+        for q in self.queues:
+            q.rewind()
+            for b in q.waiting:
+                done.extend(b.fail(err))
+            q.waiting = []
+        self.pending.clear()
+        self.unfinished = 0
+        return done
+
+
+def new_producer_id() -> str:
+    return f"p-{uuid.uuid4().hex}"
+
+
+def key_partition(values: Iterable[Any], partitions: int) -> int:
+    """The partition the gateway routes a key to (same hash as :mod:`gateway.wire.routing`)."""
+    return partition_for_key(list(values), partitions)

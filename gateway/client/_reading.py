@@ -1,0 +1,77 @@
+"""The consumer's and scanner's pure helpers: start positions, progress, scan messages."""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Mapping, Sequence
+
+import pyarrow as pa
+
+from gateway.client._types import StartAt, TableInfo, TableRef
+from gateway.wire._proto.tidegate.v1 import tidegate_pb2 as pb
+from gateway.wire.errors import InvalidPartition
+
+__all__ = ["mark_consumed", "scan_request", "scan_table", "start_positions"]
+
+
+def mark_consumed(consumed: dict[int, int], batch: pa.RecordBatch) -> None:
+    """Move ``consumed`` past ``batch`` (a batch of one partition, with system columns)."""
+    p = batch.column("_partition")[0].as_py()
+    consumed[p] = batch.column("_offset")[-1].as_py() + 1
+
+
+def start_positions(
+    table: TableInfo,
+    partitions: Sequence[int],
+    committed: Mapping[int, int],
+    start: StartAt,
+    by_time: Mapping[int, int] | None,
+) -> dict[int, int]:
+    """Where each partition starts: its committed offset, else ``start``."""
+    out: dict[int, int] = {}
+    for p in partitions:
+        if not 0 <= p < table.partitions:
+            raise InvalidPartition(f"partition {p} does not exist in {table.ref}")
+        if p in committed:
+            out[p] = committed[p]
+        elif start == "earliest":
+            out[p] = table.earliest_offsets[p]
+        elif start == "latest":
+            out[p] = table.high_watermarks[p]
+        elif isinstance(start, dt.datetime):
+            assert by_time is not None
+            out[p] = by_time[p]
+        elif isinstance(start, int) and not isinstance(start, bool):
+            out[p] = start
+        else:
+            raise ValueError(
+                f"start must be 'earliest', 'latest', an offset or a datetime, not {start!r}"
+            )
+    return out
+
+
+def scan_request(
+    table: str | TableRef,
+    columns: Sequence[str],
+    filter: str,
+    as_of: int | str | None,
+    limit: int | None,
+) -> pb.ScanRequest:
+    return pb.ScanRequest(
+        table=TableRef.parse(table).pb(),
+        columns=list(columns),
+        filter=filter,
+        as_of="" if as_of is None else str(as_of),
+        limit=limit,
+    )
+
+
+def scan_table(messages: Sequence[pb.ScanResponse]) -> pa.Table:
+    """The rows of a Scan call's messages; the first message always carries the schema."""
+    schema: pa.Schema | None = None
+    batches: list[pa.RecordBatch] = []
+    for msg in messages:
+        reader = pa.ipc.open_stream(msg.arrow_ipc)
+        schema = reader.schema
+        batches.extend(reader)
+    return pa.Table.from_batches(batches, schema)

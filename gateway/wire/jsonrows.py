@@ -1,0 +1,177 @@
+"""JSON rows on the wire: the HTTP edge's ``{"rows": [...]}`` bodies and answers.
+
+Values follow the column's Arrow type: timestamps as ISO-8601 strings (``Z`` for UTC) or
+integer microseconds, decimals as strings or numbers, binary as base64, dates and times as
+ISO strings.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import datetime as dt
+import decimal
+import json
+from collections.abc import Iterable
+from typing import Any
+
+import pyarrow as pa
+
+from gateway.wire.errors import MalformedPayload, SchemaMismatch
+from gateway.wire.schema import columns_mismatch
+
+__all__ = ["batch_to_rows", "parse_json", "rows_to_batch"]
+
+
+def _from_json(value: Any, t: pa.DataType, where: str) -> Any:
+    """A JSON value as the Python value pyarrow builds ``t`` from."""
+    if value is None:
+        return None
+    try:
+        if pa.types.is_boolean(t):
+            if not isinstance(value, bool):
+                raise TypeError("expected true or false")
+            return value
+        if pa.types.is_integer(t):
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise TypeError("expected an integer")
+            return value
+        if pa.types.is_floating(t):
+            if isinstance(value, bool) or not isinstance(value, int | float):
+                raise TypeError("expected a number")
+            return float(value)
+        if pa.types.is_string(t):
+            if not isinstance(value, str):
+                raise TypeError("expected a string")
+            return value
+        if pa.types.is_binary(t):
+            if not isinstance(value, str):
+                raise TypeError("expected a base64 string")
+            return base64.b64decode(value, validate=True)
+        if pa.types.is_decimal(t):
+            if isinstance(value, bool) or not isinstance(value, str | int | float):
+                raise TypeError("expected a decimal string or number")
+            d = decimal.Decimal(str(value))
+            if not d.is_finite():
+                raise ValueError("not a finite decimal")
+            return d
+        if pa.types.is_timestamp(t):
+            return _timestamp_from_json(value, t)
+        if pa.types.is_date(t):
+            if not isinstance(value, str):
+                raise TypeError("expected an ISO date string")
+            return dt.date.fromisoformat(value)
+        if pa.types.is_time(t):
+            if not isinstance(value, str):
+                raise TypeError("expected an ISO time string")
+            return dt.time.fromisoformat(value)
+        if pa.types.is_list(t):
+            if not isinstance(value, list):
+                raise TypeError("expected an array")
+            return [_from_json(v, t.value_type, f"{where}[{i}]") for i, v in enumerate(value)]
+        if pa.types.is_struct(t):
+            if not isinstance(value, dict):
+                raise TypeError("expected an object")
+            names = {t.field(i).name for i in range(t.num_fields)}
+            extra = set(value) - names
+            if extra:
+                raise TypeError(f"unexpected key(s) {sorted(extra)}")
+            return {
+                t.field(i).name: _from_json(
+                    value.get(t.field(i).name), t.field(i).type, f"{where}.{t.field(i).name}"
+                )
+                for i in range(t.num_fields)
+            }
+    except (TypeError, ValueError, decimal.InvalidOperation, binascii.Error) as exc:
+        raise SchemaMismatch(f"{where}: {exc} for type {t}, got {value!r:.80}") from exc
+    raise SchemaMismatch(f"{where}: type {t} cannot be written from JSON")  # pragma: no cover
+
+
+def _timestamp_from_json(value: Any, t: pa.TimestampType) -> Any:
+    if isinstance(value, bool):
+        raise TypeError("expected an ISO-8601 string or integer microseconds")
+    if isinstance(value, int):
+        epoch = dt.datetime(1970, 1, 1, tzinfo=dt.UTC if t.tz else None)
+        return epoch + dt.timedelta(microseconds=value)
+    if not isinstance(value, str):
+        raise TypeError("expected an ISO-8601 string or integer microseconds")
+    parsed = dt.datetime.fromisoformat(value)
+    if t.tz is not None:
+        if parsed.tzinfo is None:
+            raise ValueError("a zoned timestamp needs an offset, e.g. 'Z' or '+00:00'")
+        return parsed.astimezone(dt.UTC)
+    if parsed.tzinfo is not None:
+        raise ValueError("a naive timestamp column takes no offset")
+    return parsed
+
+
+def rows_to_batch(rows: Any, schema: pa.Schema) -> pa.RecordBatch:
+    """JSON rows (a list of objects) as a batch of ``schema``.
+
+    Raises:
+        MalformedPayload: ``rows`` is not a non-empty list of objects.
+        SchemaMismatch: extra, missing or mistyped fields (named with their row index).
+    """
+    if not isinstance(rows, list) or not rows:
+        raise MalformedPayload("'rows' must be a non-empty array of objects")
+    names = schema.names
+    name_set = set(names)
+    columns: dict[str, list[Any]] = {n: [] for n in names}
+    for i, row in enumerate(rows):
+        if not isinstance(row, dict):
+            raise MalformedPayload(f"row {i} is not an object")
+        extra = set(row) - name_set
+        missing = name_set - set(row)
+        if extra or missing:
+            raise columns_mismatch(f"row {i}", sorted(extra), sorted(missing))
+        for f in schema:
+            columns[f.name].append(_from_json(row[f.name], f.type, f"row {i}.{f.name}"))
+    arrays = []
+    for f in schema:
+        try:
+            arrays.append(pa.array(columns[f.name], type=f.type))
+        except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError) as exc:
+            raise SchemaMismatch(f"column {f.name!r}: {exc}") from exc
+        if not f.nullable and arrays[-1].null_count:
+            raise SchemaMismatch(f"column {f.name!r} is not nullable but holds nulls")
+    return pa.RecordBatch.from_arrays(arrays, schema=schema)
+
+
+def _to_json(value: Any) -> Any:
+    if isinstance(value, bytes):
+        return base64.b64encode(value).decode("ascii")
+    if isinstance(value, decimal.Decimal):
+        return str(value)
+    if isinstance(value, dt.datetime):
+        return value.isoformat().replace("+00:00", "Z")
+    if isinstance(value, dt.date | dt.time):
+        return value.isoformat()
+    if isinstance(value, list):
+        return [_to_json(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _to_json(v) for k, v in value.items()}
+    if isinstance(value, float) and (value != value or value in (float("inf"), float("-inf"))):
+        return str(value)
+    return value
+
+
+def batch_to_rows(batches: Iterable[pa.RecordBatch]) -> list[dict[str, Any]]:
+    """JSON-ready rows: timestamps ISO-8601 (``Z`` for UTC), decimals as strings, binary
+    as base64."""
+    out: list[dict[str, Any]] = []
+    for b in batches:
+        for row in b.to_pylist():
+            out.append({k: _to_json(v) for k, v in row.items()})
+    return out
+
+
+def parse_json(body: bytes) -> Any:
+    """Parse a JSON body.
+
+    Raises:
+        MalformedPayload: not UTF-8 JSON.
+    """
+    try:
+        return json.loads(body)
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise MalformedPayload(f"body is not valid JSON: {exc}") from exc
