@@ -2,7 +2,7 @@
 scans, how a read's cost grows with the table, tiering throughput and freshness.
 
 They run on the Redis-backed gateway, whose embedded schedule is off: a scenario tiers
-its table itself, in this process (``tiering.core``, as ``tidegate tier`` would) or with
+its table itself, in this process (``gateway.lake.tiering``, as ``tidegate tier`` would) or with
 a ``tidegate tier --every`` job beside the gateway. Baselines open the same Iceberg table
 with pyiceberg and the same Parquet files with pyarrow, with no Tidegate code in the way.
 """
@@ -84,7 +84,7 @@ class FileIndex:
 
 async def _tier(b: Bench, ref: Any, **tiering: Any) -> tuple[float, Any]:
     """Tier ``ref`` now, in this process; returns (seconds, TableResult)."""
-    from tiering.core import tier_table
+    from gateway.lake.tiering import tier_table
 
     def run() -> tuple[float, Any]:
         with b.components(**tiering) as c:

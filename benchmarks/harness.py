@@ -17,8 +17,8 @@ from tests.services import GatewayProcess, RedisServer
 
 if TYPE_CHECKING:
     from gateway.config import Settings
+    from gateway.lake.components import Components
     from gateway.meta import TableDef
-    from tiering.core import Components
 
 
 @dataclass
@@ -86,7 +86,7 @@ class Bench:
 
     @contextlib.contextmanager
     def components(self, **tiering: Any) -> Iterator[Components]:
-        from tiering.core import Components
+        from gateway.lake.components import Components
 
         with Components.open(self.settings(**tiering)) as c:
             yield c

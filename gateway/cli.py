@@ -132,8 +132,9 @@ def tier(
     """Move every table's hot records into its Iceberg table (then trim the hot tier
     below what has been tiered for tiering.hot_retention_s)."""
     from gateway.config import Settings
-    from tiering.core import Components
-    from tiering.job import make_runner, run_forever, run_once
+    from gateway.lake.components import Components
+    from gateway.lake.runners import make_runner
+    from gateway.lake.scheduler import run_forever, run_once
 
     if runner not in ("local", "spark"):
         raise typer.BadParameter("--runner must be 'local' or 'spark'")

@@ -13,7 +13,7 @@ import os
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag
 from pydantic_settings import (
     BaseSettings,
     PydanticBaseSettingsSource,
@@ -24,6 +24,7 @@ from pydantic_settings import (
 __all__ = [
     "AuthConfig",
     "ColdConfig",
+    "CustomHotConfig",
     "DiskHotConfig",
     "MetadataConfig",
     "MeteringConfig",
@@ -63,7 +64,30 @@ class RedisHotConfig(_Section):
     producer_window: int = Field(16, ge=1, description="Batches remembered per producer.")
 
 
-HotConfig = Annotated[DiskHotConfig | RedisHotConfig, Field(discriminator="type")]
+class CustomHotConfig(_Section):
+    """A hot tier of your own: ``type`` is the dotted path of a :class:`gateway.hot.HotLog`
+    subclass, whose ``from_settings`` reads ``options``."""
+
+    type: str = Field(
+        pattern=r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)*[:.][A-Za-z_]\w*$",
+        description="Dotted path of the backend class, e.g. 'mypkg.mymod:MyHotLog'.",
+    )
+    options: dict[str, Any] = Field(
+        default_factory=dict, description="Settings of the backend, as it defines them."
+    )
+
+
+def _hot_kind(value: Any) -> str:
+    kind = value.get("type", "disk") if isinstance(value, dict) else getattr(value, "type", "")
+    return kind if kind in ("disk", "redis") else "custom"
+
+
+HotConfig = Annotated[
+    Annotated[DiskHotConfig, Tag("disk")]
+    | Annotated[RedisHotConfig, Tag("redis")]
+    | Annotated[CustomHotConfig, Tag("custom")],
+    Discriminator(_hot_kind),
+]
 
 
 class SqlCatalogConfig(_Section):

@@ -120,7 +120,7 @@ TIERING_RUN_SECONDS = Histogram(
 
 
 def record_tiering(result: Any) -> None:
-    """Count one table tiered (a ``tiering.core.TableResult``)."""
+    """Count one table tiered (a :class:`gateway.lake.tiering.TableResult`)."""
     TIERING_TABLES.labels(outcome="ok").inc()
     TIERING_RECORDS.inc(result.records)
     TIERING_BYTES.inc(result.bytes)

@@ -13,8 +13,9 @@ import logging
 import sys
 
 from gateway.config import Settings
-from tiering.core import Components
-from tiering.job import make_runner, run_forever, run_once
+from gateway.lake.components import Components
+from gateway.lake.runners import make_runner
+from gateway.lake.scheduler import run_forever, run_once
 
 
 def main(argv: list[str] | None = None) -> int:

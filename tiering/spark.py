@@ -1,6 +1,6 @@
 """The Spark runner: one Spark task per ``(table, partition)`` hot range.
 
-Tasks run :func:`tiering.core.write_range` on the executors (pyarrow writes the Parquet
+Tasks run :func:`gateway.lake.tiering.write_range` on the executors (pyarrow writes the Parquet
 files, no Iceberg Spark runtime needed) and return the files' metadata; the driver commits
 once per table through pyiceberg. Each tenant's jobs run in its own fair-scheduler pool
 (``spark.scheduler.mode=FAIR``), so one tenant's volume does not hold up another's.
@@ -18,10 +18,11 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from gateway.cold.base import DataFile
-from tiering.core import RangeTask, write_range
+from gateway.lake.tiering import RangeTask, Runner, write_range
 
 if TYPE_CHECKING:
     from gateway.config import Settings
+    from gateway.lake.components import Components
 
 __all__ = ["SparkRunner", "spark_session"]
 
@@ -72,7 +73,7 @@ class _TaskFn:
         return _run_task(self.settings_json, task)
 
 
-class SparkRunner:
+class SparkRunner(Runner):
     """Runs a table's range tasks as one Spark job of one task per partition range, in
     the fair-scheduler pool named after the tenant."""
 
@@ -81,6 +82,15 @@ class SparkRunner:
         # Executors rebuild the hot log from these settings (in the same hot tier).
         settings = settings.model_copy(update={"data_dir": settings.data_dir.resolve()})
         self.settings_json = settings.model_dump(mode="json")
+
+    @classmethod
+    def create(cls, c: Components, master: str | None = None) -> SparkRunner:
+        """The runner on this process's Spark session. Under ``spark-submit`` (its JVM
+        gateway is there) and no explicit ``master``, the application's ``--master``
+        wins; otherwise ``master`` or ``tiering.master``."""
+        if master is None and not os.environ.get("PYSPARK_GATEWAY_PORT"):
+            master = c.settings.tiering.master
+        return cls(c.settings, spark_session(master))
 
     def write(self, tenant: str, tasks: Sequence[RangeTask]) -> list[DataFile]:
         if not tasks:

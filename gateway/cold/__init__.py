@@ -1,8 +1,8 @@
-"""Cold tier backends (Apache Iceberg), chosen by a short name, imported lazily."""
+"""Cold tier backends (Apache Iceberg), chosen by a short name or a dotted path, imported
+lazily."""
 
 from __future__ import annotations
 
-import importlib
 from typing import TYPE_CHECKING
 
 from gateway.cold.base import (
@@ -16,6 +16,7 @@ from gateway.cold.base import (
     fs_path,
     write_data_file,
 )
+from gateway.plugins import load_class
 
 if TYPE_CHECKING:
     from gateway.config import Settings
@@ -33,25 +34,20 @@ __all__ = [
     "write_data_file",
 ]
 
-#: Short name -> (module, class, extra that provides its dependencies).
-_BACKENDS: dict[str, tuple[str, str, str]] = {
-    "iceberg": ("gateway.cold.iceberg", "IcebergColdStore", "server"),
+#: Short name -> (class, extra that provides its dependencies).
+BACKENDS: dict[str, tuple[str, str]] = {
+    "iceberg": ("gateway.cold.iceberg:IcebergColdStore", "server"),
 }
 
 
 def load_cold_store(settings: Settings, name: str = "iceberg") -> ColdStore | None:
     """Build the cold store (None when ``settings.cold.enabled`` is false). ``name`` is a
-    short name or a dotted ``module:Class`` path."""
+    short name or a dotted ``module:Class`` path.
+
+    Raises:
+        BackendError: an unknown name, a missing extra, or a class that is not a ColdStore.
+    """
     if not settings.cold.enabled:
         return None
-    module_name, class_name, extra = _BACKENDS.get(name, (*name.split(":", 1), "server"))
-    try:
-        module = importlib.import_module(module_name)
-        importlib.import_module("pyiceberg")
-    except ImportError as exc:  # pragma: no cover - depends on the install
-        raise RuntimeError(
-            f"the {name!r} cold tier needs extra dependencies: "
-            f"pip install 'tidegate[{extra}]' ({exc})"
-        ) from exc
-    cls: type[ColdStore] = getattr(module, class_name)
+    cls: type[ColdStore] = load_class("cold tier", name, BACKENDS, ColdStore)
     return cls.from_settings(settings)

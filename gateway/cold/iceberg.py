@@ -40,6 +40,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
+import pyiceberg  # noqa: F401 - the dependency of this backend: fail at load when absent
 
 from gateway.cold.base import (
     WATERMARKS_PROPERTY,

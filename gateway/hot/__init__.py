@@ -1,8 +1,12 @@
-"""Hot log tier backends, chosen by a short name or a dotted path, imported lazily."""
+"""Hot log tier backends, chosen by a short name or a dotted path, imported lazily.
+
+``hot.type`` names a built-in backend (``disk``, ``redis``) or a class of your own by its
+dotted path, ``TIDEGATE_HOT__TYPE=mypkg.mymod:MyHotLog``, which must subclass
+:class:`HotLog`; its settings go under ``hot.options``.
+"""
 
 from __future__ import annotations
 
-import importlib
 from typing import TYPE_CHECKING
 
 from gateway.hot.base import (
@@ -13,6 +17,7 @@ from gateway.hot.base import (
     ProducerSequence,
     StoredBatch,
 )
+from gateway.plugins import load_class
 
 if TYPE_CHECKING:
     from gateway.config import Settings
@@ -27,22 +32,18 @@ __all__ = [
     "load_hot_log",
 ]
 
-#: Short name -> (module, class, extra that provides its dependencies).
-_BACKENDS: dict[str, tuple[str, str, str]] = {
-    "disk": ("gateway.hot.disk", "DiskHotLog", "server"),
-    "redis": ("gateway.hot.redis", "RedisHotLog", "server"),
+#: Short name -> (class, extra that provides its dependencies).
+BACKENDS: dict[str, tuple[str, str]] = {
+    "disk": ("gateway.hot.disk:DiskHotLog", "server"),
+    "redis": ("gateway.hot.redis:RedisHotLog", "server"),
 }
 
 
 def load_hot_log(settings: Settings) -> HotLog:
-    """Build the hot log named by ``settings.hot.type``."""
-    module_name, class_name, extra = _BACKENDS[settings.hot.type]
-    try:
-        module = importlib.import_module(module_name)
-    except ImportError as exc:  # pragma: no cover - depends on the install
-        raise RuntimeError(
-            f"the {settings.hot.type!r} hot tier needs extra dependencies: "
-            f"pip install 'tidegate[{extra}]' ({exc})"
-        ) from exc
-    cls: type[HotLog] = getattr(module, class_name)
+    """Build the hot log named by ``settings.hot.type``.
+
+    Raises:
+        BackendError: an unknown name, a missing extra, or a class that is not a HotLog.
+    """
+    cls: type[HotLog] = load_class("hot tier", settings.hot.type, BACKENDS, HotLog)
     return cls.from_settings(settings)

@@ -78,6 +78,15 @@ class LogOffsets:
     #: Payload bytes stored for the partition (approximate for some backends).
     size_bytes: int = 0
 
+    def bytes_from(self, offset: int) -> int:
+        """Estimated stored bytes of ``[offset, high)``: ``size_bytes`` pro rata of the
+        records held (0 when nothing at or above ``offset`` is held)."""
+        held = self.high - self.low
+        behind = self.high - max(offset, self.low)
+        if held <= 0 or behind <= 0:
+            return 0
+        return self.size_bytes * behind // held
+
 
 class HotLog(ABC):
     """A durable, offset-addressed log per table partition."""

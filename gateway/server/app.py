@@ -15,6 +15,8 @@ from gateway.cold import load_cold_store
 from gateway.config import Settings
 from gateway.core.service import StreamTables
 from gateway.hot import load_hot_log
+from gateway.lake.components import Components
+from gateway.lake.scheduler import EmbeddedTiering
 from gateway.meta import MetadataStore
 from gateway.tenancy import Tenancy, load_operator_key
 from gateway.tenancy.service import OPERATOR_KEY_FILE
@@ -42,11 +44,11 @@ def build_service(settings: Settings) -> StreamTables:
     return StreamTables(settings, meta, hot, cold)
 
 
-def _start_tiering(service: StreamTables, settings: Settings) -> Any:
-    """The embedded tiering schedule (tiering/embedded.py), or None when disabled."""
-    from tiering.embedded import EmbeddedTiering
-
-    return EmbeddedTiering.start_for(service, settings)
+def _start_tiering(service: StreamTables, settings: Settings) -> EmbeddedTiering | None:
+    """The embedded tiering schedule, or None when disabled (or without a cold tier)."""
+    cold = service.cold
+    components = Components(settings, service.meta, service.hot, cold) if cold is not None else None
+    return EmbeddedTiering.start_for(components)
 
 
 def _quiet_server_class() -> type[Any]:
@@ -99,7 +101,7 @@ async def serve(settings: Settings) -> None:
         loop.add_signal_handler(sig, stopping.set)
 
     grpc_edge: GrpcEdge | None = None
-    tiering: Any = None
+    tiering: EmbeddedTiering | None = None
     http_server: uvicorn.Server | None = None
     http_task: asyncio.Task[None] | None = None
     try:

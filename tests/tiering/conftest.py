@@ -14,6 +14,7 @@ import pytest
 
 from gateway.config import Settings
 from gateway.hot import PartitionId
+from gateway.lake.components import Components
 from gateway.meta import TableDef
 from gateway.wire.codec import encode_batch
 from gateway.wire.errors import NotFound
@@ -21,7 +22,6 @@ from gateway.wire.jsonrows import rows_to_batch
 from gateway.wire.schema import parse_fields
 from tests.conftest import hot_settings
 from tests.services import RedisServer
-from tiering.core import Components
 
 FIELDS = [
     {"name": "k", "type": "string", "nullable": True},

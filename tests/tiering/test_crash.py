@@ -16,10 +16,10 @@ import pytest
 
 from gateway.config import Settings
 from gateway.hot import PartitionId
+from gateway.lake.tiering import CRASH_POINT_ENV
 from gateway.server.app import build_service
 from tests.services import REPO_ROOT, RedisServer
 from tests.tiering.conftest import Harness, tier_settings
-from tiering.core import CRASH_POINT_ENV
 
 pytestmark = pytest.mark.integration
 

@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 
 from gateway.hot import PartitionId
+from gateway.lake.tiering import tier_all, tier_table
 from tests.tiering.conftest import Harness
-from tiering.core import tier_all, tier_table
 from tiering.spark import SparkRunner
 
 pytestmark = pytest.mark.spark

@@ -20,9 +20,10 @@ from hypothesis import strategies as st
 
 from gateway.config import Settings
 from gateway.core.service import StreamTables
+from gateway.lake.components import Components
+from gateway.lake.tiering import tier_table, trim_hot
 from gateway.server.app import build_service
 from tests.services import RedisServer
-from tiering.core import Components, tier_table, trim_hot
 
 PARTITIONS = 2
 RETENTION_S = 60.0

@@ -10,10 +10,10 @@ from typing import Any
 import pytest
 
 from gateway.hot import PartitionId
+from gateway.lake.tiering import LocalRunner, tier_all, tier_table, trim_hot
 from gateway.wire.errors import CommitConflict
 from gateway.wire.retry import ExponentialBackoff, Retry
 from tests.tiering.conftest import Harness
-from tiering.core import LocalRunner, tier_all, tier_table, trim_hot
 
 
 def _rows(start: int, n: int) -> list[dict[str, Any]]:

@@ -2,12 +2,14 @@
 
 Usable in-process, with no Spark at all, through the :class:`LocalRunner` (plain threads)::
 
-    from tiering.core import Components, LocalRunner, tier_table
+    from gateway.lake.components import Components
+    from gateway.lake.tiering import LocalRunner, tier_table
     with Components.open(settings) as c:
         tier_table(c, table_def, runner=LocalRunner(c))
 
-The Spark runner (:mod:`tiering.spark`) runs the very same :func:`write_range` as one Spark
-task per ``(table, partition)`` range. Either way the driver commits once per table.
+The Spark runner (``tiering.spark``, chosen by name in :mod:`gateway.lake.runners`) runs the
+very same :func:`write_range` as one Spark task per ``(table, partition)`` range. Either way
+the driver commits once per table.
 
 Exactly once, per table:
 
@@ -35,43 +37,39 @@ import signal
 import threading
 import time
 import uuid
+from abc import ABC, abstractmethod
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from types import TracebackType
-from typing import TYPE_CHECKING, Any, Protocol, Self
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
 from gateway.cold.base import (
     ColdSnapshot,
-    ColdStore,
     ColdTable,
     DataFile,
     StorageOptions,
     write_data_file,
 )
 from gateway.hot import HotLog, PartitionId
+from gateway.lake.components import Components
 from gateway.wire.codec import decode_batch
-from gateway.wire.errors import CommitConflict, NotFound, TidegateError
+from gateway.wire.errors import CommitConflict, NotFound, TieringError
 from gateway.wire.retry import ExponentialBackoff, Retry
 from gateway.wire.schema import conform_batch, parse_fields, system_schema, with_system_columns
 
 if TYPE_CHECKING:
-    from gateway.config import Settings
-    from gateway.meta import MetadataStore, TableDef
+    from gateway.meta import TableDef
 
 __all__ = [
     "CRASH_POINT_ENV",
-    "Components",
     "LocalRunner",
     "RangeTask",
     "RunReport",
     "Runner",
     "TableResult",
-    "TieringError",
-    "load_cold_store",
     "tier_all",
     "tier_table",
     "trim_hot",
@@ -88,77 +86,10 @@ _READ_RECORDS = 50_000
 _READ_BYTES = 16 * 1024 * 1024
 
 
-class TieringError(TidegateError):
-    """Tiering of a table failed (the hot range is unreadable, the low mark passed T(p)...)."""
-
-    reason = "TIERING_FAILED"
-
-
 def _crash_point(name: str) -> None:
     if os.environ.get(CRASH_POINT_ENV) == name:
         log.warning("crash point %s: killing this process", name)
         os.kill(os.getpid(), signal.SIGKILL)
-
-
-def load_cold_store(settings: Settings) -> ColdStore:
-    """The cold store of the settings.
-
-    Raises:
-        TieringError: the cold tier is disabled (``cold.enabled=false``).
-    """
-    from gateway.cold import load_cold_store as load
-
-    store = load(settings)
-    if store is None:
-        raise TieringError("tiering needs the cold tier, which is disabled (cold.enabled)")
-    return store
-
-
-@dataclass
-class Components:
-    """The backends a tiering run talks to. Build with :meth:`open` (owns and closes
-    them) or directly from objects a gateway already holds (closes nothing)."""
-
-    settings: Settings
-    meta: MetadataStore
-    hot: HotLog
-    cold: ColdStore
-    owned: bool = False
-
-    @classmethod
-    def open(cls, settings: Settings) -> Components:
-        from gateway.hot import load_hot_log
-        from gateway.meta import MetadataStore
-
-        settings.data_dir.mkdir(parents=True, exist_ok=True)
-        meta = MetadataStore.from_settings(settings)
-        hot: HotLog | None = None
-        try:
-            hot = load_hot_log(settings)
-            cold = load_cold_store(settings)
-        except BaseException:
-            if hot is not None:
-                hot.close()
-            meta.close()
-            raise
-        return cls(settings, meta, hot, cold, owned=True)
-
-    def close(self) -> None:
-        if self.owned:
-            self.cold.close()
-            self.hot.close()
-            self.meta.close()
-
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
 
 
 @dataclass(frozen=True, slots=True)
@@ -255,15 +186,26 @@ def write_range(task: RangeTask, hot: HotLog) -> list[DataFile]:
 # --------------------------------------------------------------------------------------
 # Runners
 # --------------------------------------------------------------------------------------
-class Runner(Protocol):
-    """Executes the range tasks of one table and returns the files they wrote.
+class Runner(ABC):
+    """Executes the range tasks of one table and returns the files they wrote; chosen by
+    name (``tiering.runner``) through :func:`gateway.lake.runners.make_runner`."""
 
-    Raises on any task failure (the table's run fails; other tables go on)."""
+    @classmethod
+    @abstractmethod
+    def create(cls, c: Components, master: str | None = None) -> Runner:
+        """Build the runner for the components of a job (``master``: a Spark master, for
+        runners that have one)."""
 
-    def write(self, tenant: str, tasks: Sequence[RangeTask]) -> list[DataFile]: ...
+    @abstractmethod
+    def write(self, tenant: str, tasks: Sequence[RangeTask]) -> list[DataFile]:
+        """Run the tasks (one per partition range) and return every file they wrote.
+
+        Raises:
+            Exception: any task's failure (the table's run fails; other tables go on).
+        """
 
 
-class LocalRunner:
+class LocalRunner(Runner):
     """Runs range tasks on plain threads of this process, with the hot log it already
     holds: tiering with no Spark at all (the embedded gateway's schedule and the
     property tests use it)."""
@@ -271,6 +213,10 @@ class LocalRunner:
     def __init__(self, components: Components, threads: int = 2) -> None:
         self.components = components
         self.threads = max(1, threads)
+
+    @classmethod
+    def create(cls, c: Components, master: str | None = None) -> LocalRunner:
+        return cls(c)
 
     def write(self, tenant: str, tasks: Sequence[RangeTask]) -> list[DataFile]:
         if not tasks:

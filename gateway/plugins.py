@@ -1,0 +1,68 @@
+"""Backends chosen by a short name or a dotted path, imported only when chosen.
+
+Every pluggable part (the hot log, the cold store, the lake job runners) names its built-in
+backends in a small table, ``short name -> ("module:Class", extra)``; any other name is
+taken as a dotted path to a class of the user's own, ``"mypkg.mymod:MyHotLog"`` (or
+``"mypkg.mymod.MyHotLog"``), which must subclass the part's interface. Nothing is imported
+before it is chosen, so an install without an extra still starts with the other backends.
+"""
+
+from __future__ import annotations
+
+import importlib
+import re
+from collections.abc import Mapping
+from typing import Any
+
+__all__ = ["BackendError", "load_class"]
+
+_DOTTED = re.compile(r"^[A-Za-z_][\w]*(\.[A-Za-z_][\w]*)*([:.])[A-Za-z_]\w*$")
+
+
+class BackendError(ValueError):
+    """A backend name that names nothing usable: an unknown short name, a module that does
+    not import, or a class that does not implement the interface."""
+
+
+def load_class(
+    kind: str, name: str, builtins: Mapping[str, tuple[str, str]], base: type[Any]
+) -> type[Any]:
+    """The backend class ``name`` stands for.
+
+    Args:
+        kind: what is being loaded, for messages ("hot tier", "cold tier"...).
+        name: a key of ``builtins`` or a dotted path ``package.module:Class``.
+        builtins: short name -> ("module:Class", the extra that installs its dependencies).
+        base: the interface the class must subclass.
+
+    Raises:
+        BackendError: unknown name, unimportable module or missing dependency (naming the
+            extra to install), no such class, or not a subclass of ``base``.
+    """
+    extra: str | None = None
+    if name in builtins:
+        path, extra = builtins[name]
+    elif _DOTTED.match(name):
+        path = name
+    else:
+        raise BackendError(
+            f"unknown {kind} {name!r}: use one of {sorted(builtins)} or a dotted path "
+            "'package.module:Class' to a class of your own"
+        )
+    module_name, _, class_name = path.rpartition(":") if ":" in path else path.rpartition(".")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        hint = f"; install it with pip install 'tidegate[{extra}]'" if extra else ""
+        raise BackendError(f"the {kind} {name!r} cannot be imported ({exc}){hint}") from exc
+    cls = getattr(module, class_name, None)
+    if not isinstance(cls, type):
+        raise BackendError(
+            f"the {kind} {name!r}: module {module_name!r} has no class {class_name!r}"
+        )
+    if not issubclass(cls, base):
+        raise BackendError(
+            f"the {kind} {name!r} is not a {base.__module__}.{base.__qualname__} "
+            f"(it must subclass that interface)"
+        )
+    return cls
