@@ -174,6 +174,15 @@ class ServerConfig(_Section):
     http_follow_wait_ms: int = Field(30_000, ge=0, description="Longest HTTP long-poll wait.")
     shutdown_grace_s: float = Field(5.0, ge=0, description="Drain time after SIGTERM.")
     io_threads: int = Field(32, ge=1, description="Threads for blocking hot-tier calls.")
+    max_filter_chars: int = Field(
+        64 * 1024, ge=16, description="Longest scan or plan filter text accepted."
+    )
+    max_filter_terms: int = Field(
+        4096, ge=1, description="Most predicates plus literals in one filter."
+    )
+    max_filter_depth: int = Field(
+        64, ge=1, le=200, description="Deepest nesting of parentheses and 'not' in a filter."
+    )
 
 
 class AuthConfig(_Section):

@@ -23,6 +23,7 @@ import pyarrow as pa
 if TYPE_CHECKING:
     from gateway.config import Settings
     from gateway.meta import TableDef
+    from gateway.wire.filters import Expr
 
 __all__ = [
     "WATERMARKS_PROPERTY",
@@ -198,15 +199,19 @@ class ColdTable(ABC):
         self,
         snap: ColdSnapshot,
         columns: Sequence[str] | None = None,
-        row_filter: Any = None,
+        row_filter: Expr | None = None,
         limit: int | None = None,
     ) -> Iterator[pa.RecordBatch]:
-        """Rows of ``snap`` with the projection and an Iceberg ``BooleanExpression`` filter
-        pushed down; batches in the stored schema restricted to ``columns``."""
+        """Rows of ``snap`` that ``row_filter`` (a tree bound to the stored schema by
+        :func:`gateway.wire.filters.bind`) keeps, at most ``limit``, in batches of the
+        stored schema restricted to ``columns``. The backend prunes files with the filter
+        and must answer exactly the rows its Arrow form (:func:`~gateway.wire.filters.to_arrow`)
+        keeps."""
 
     @abstractmethod
-    def plan(self, snap: ColdSnapshot, row_filter: Any = None) -> list[PlannedFile]:
-        """The data files a scan of ``snap`` with ``row_filter`` must read."""
+    def plan(self, snap: ColdSnapshot, row_filter: Expr | None = None) -> list[PlannedFile]:
+        """The data files a scan of ``snap`` with ``row_filter`` must read (a superset of
+        the files holding matching rows)."""
 
     @abstractmethod
     def commit_tiered(
@@ -227,11 +232,11 @@ class ColdTable(ABC):
     def data_location(self, partition: int) -> str:
         """Folder (URI) where tasks write new data files of ``partition``."""
 
+    @abstractmethod
     def file_schema(self) -> pa.Schema:
         """The Arrow schema data files are written in (Iceberg physical types, with
-        ``PARQUET:field_id`` metadata so any Iceberg reader resolves columns by id).
-        Addition to the original interface: used by :func:`write_data_file`."""
-        raise NotImplementedError
+        ``PARQUET:field_id`` metadata so any Iceberg reader resolves columns by id), as
+        :func:`write_data_file` takes it."""
 
 
 class ColdStore(ABC):
@@ -251,27 +256,14 @@ class ColdStore(ABC):
             InvalidSchema: a type Iceberg cannot store losslessly.
         """
 
-    def check_schema(self, schema: pa.Schema) -> None:  # noqa: B027 - optional hook
+    @abstractmethod
+    def check_schema(self, schema: pa.Schema) -> None:
         """Refuse a user schema this store cannot hold losslessly (called before any
-        metadata is written). Addition to the original interface.
+        metadata is written).
 
         Raises:
             InvalidSchema: with the offending column.
         """
-
-    def parse_filter(self, text: str | None, stored: pa.Schema) -> Any:
-        """A scan filter from its text form, checked against ``stored``; None for no
-        filter. Addition to the original interface.
-
-        Raises:
-            InvalidRequest: unparsable, or naming an unknown column.
-        """
-        raise NotImplementedError
-
-    def arrow_filter(self, expr: Any, stored: pa.Schema) -> Any:
-        """``expr`` (from :meth:`parse_filter`) as a ``pyarrow.compute.Expression`` over
-        ``stored`` rows (the hot side of a scan). Addition to the original interface."""
-        raise NotImplementedError
 
     @abstractmethod
     def table(self, table: TableDef) -> ColdTable:
@@ -289,5 +281,6 @@ class ColdStore(ABC):
     def storage_options(self) -> StorageOptions:
         """How tasks elsewhere reach the warehouse."""
 
-    def close(self) -> None:  # noqa: B027 - optional hook
+    @abstractmethod
+    def close(self) -> None:
         """Release catalog connections."""

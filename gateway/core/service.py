@@ -33,6 +33,7 @@ from gateway.wire.errors import (
     OffsetOutOfRange,
     SnapshotNotFound,
 )
+from gateway.wire.filters import Expr, FilterLimits, compile_filter, to_arrow
 from gateway.wire.routing import partition_for_key, route_by_key
 from gateway.wire.schema import (
     OFFSET_COLUMN,
@@ -237,6 +238,10 @@ class StreamTables:
         self._tables: dict[tuple[str, str, str], tuple[float, TableView]] = {}
         self._round_robin: dict[str, itertools.count[int]] = {}
         self._notifier = _Notifier()
+        s = settings.server
+        self._filter_limits = FilterLimits(
+            s.max_filter_chars, s.max_filter_terms, s.max_filter_depth
+        )
 
     async def _run(self, fn: Callable[P, R], *args: P.args, **kwargs: P.kwargs) -> R:
         loop = asyncio.get_running_loop()
@@ -769,20 +774,15 @@ class StreamTables:
             )
 
     # Scans and read plans ------------------------------------------------------------------
-    def _filter(self, text: str | None, stored: pa.Schema) -> tuple[Any, Any]:
-        """The Iceberg expression and its Arrow twin for a filter text (None, None: none)."""
+    async def _filter(self, text: str | None, stored: pa.Schema) -> Expr | None:
+        """The bound filter tree of a filter text (None: no filter). Parsed on the I/O
+        pool, never on the event loop: the text is a tenant's input, bounded by
+        ``server.max_filter_*``."""
         if text is not None and not isinstance(text, str):
             raise InvalidRequest("filter must be a string")
         if not text or not text.strip():
-            return None, None
-        if self.cold is not None:
-            expr = self.cold.parse_filter(text, stored)
-            return expr, self.cold.arrow_filter(expr, stored)
-        # Cold tier disabled: the same syntax, parsed by the same code.
-        from gateway.cold.iceberg import filter_to_arrow, parse_filter
-
-        expr = parse_filter(text, stored)
-        return expr, filter_to_arrow(expr, stored)
+            return None
+        return await self._run(compile_filter, text, stored, self._filter_limits)
 
     def _projection(self, table: TableView, columns: Sequence[str] | None) -> list[str]:
         stored = table.stored_schema
@@ -865,8 +865,9 @@ class StreamTables:
     ) -> ScanResult:
         """Rows of the whole table: ``scan(S) + hot ranges`` of one pinned view.
 
-        ``row_filter`` uses pyiceberg's expression syntax (``a > 5 and b = 'x'``); it is
-        pushed down on the cold side and evaluated with Arrow compute on the hot side.
+        ``row_filter`` is a filter text (:mod:`gateway.wire.filters`: ``a > 5 and
+        b = 'x'``), parsed once; the cold backend prunes files with it and both tiers
+        keep exactly the rows its Arrow form keeps.
         With ``as_of`` (a snapshot id or an ISO-8601 time) only that cold snapshot is
         read: the hot tier keeps no history. Rows come cold first, then hot, partition by
         partition; no row twice, none missing, whatever tiering commits meanwhile.
@@ -882,7 +883,8 @@ class StreamTables:
             raise InvalidRequest("limit must be a non-negative integer")
         names = self._projection(table, columns)
         when = _parse_as_of(as_of)
-        expr, arrow_filter = self._filter(row_filter, table.stored_schema)
+        expr = await self._filter(row_filter, table.stored_schema)
+        arrow_filter = to_arrow(expr, table.stored_schema) if expr is not None else None
         schema = pa.schema([table.stored_schema.field(n) for n in names])
         snap, ranges = await self._run(self._pin, table, when)
         cold = self._cold_table(table) if self.cold is not None else None
@@ -935,7 +937,7 @@ class StreamTables:
         """
         table = await self.table(tenant, namespace, name)
         when = _parse_as_of(as_of)
-        expr, _ = self._filter(row_filter, table.stored_schema)
+        expr = await self._filter(row_filter, table.stored_schema)
         snap, ranges = await self._run(self._pin, table, when)
         files: list[PlannedFile] = []
         if self.cold is not None and snap is not None:

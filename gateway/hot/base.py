@@ -168,9 +168,11 @@ class HotLog(ABC):
     def drop(self, part: PartitionId) -> None:
         """Delete everything stored for the partition, including producer state."""
 
-    def drop_tenant(self, tenant: str) -> None:  # noqa: B027 - optional hook
+    @abstractmethod
+    def drop_tenant(self, tenant: str) -> None:
         """Delete whatever is left of ``tenant`` after its partitions were dropped (empty
-        folders, stray keys). Backends with nothing to clean keep this no-op."""
+        folders, stray keys)."""
 
-    def close(self) -> None:  # noqa: B027 - optional hook
+    @abstractmethod
+    def close(self) -> None:
         """Release connections and file handles."""

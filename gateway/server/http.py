@@ -180,7 +180,7 @@ class ScanRequest(_Request):
     )
     filter: str | None = Field(
         None,
-        description="Row filter in pyiceberg's expression syntax, e.g. "
+        description="Row filter (SQL-like; see the README), e.g. "
         "\"id > 5 and name = 'x'\", \"ts >= '2024-01-01T00:00:00+00:00'\", "
         '"tag is null", "id in (1, 2)", "name like \'pre%\'".',
     )

@@ -305,9 +305,9 @@ def test_plan_urls_read_without_warehouse_credentials(cold_store: IcebergColdSto
         data = pq.read_table(planned.url)
     assert data.column("_offset").to_pylist() == list(range(12))
     # A filter prunes by the partition value.
-    from pyiceberg.expressions.parser import parse
+    from gateway.wire.filters import compile_filter
 
-    assert table.plan(snap, parse("_partition = 0")) == []
+    assert table.plan(snap, compile_filter("_partition = 0", table.stored_schema)) == []
 
 
 def test_drop_purges_the_files(cold_store: IcebergColdStore) -> None:

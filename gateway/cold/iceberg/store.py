@@ -1,0 +1,231 @@
+"""The Iceberg catalog (SQL or REST) and warehouse (a local folder or S3) holding every
+stream-table's table."""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as dt
+import threading
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+import pyarrow as pa
+
+from gateway.cold.base import ColdStore, DataFile, PlannedFile, StorageOptions, fs_path
+from gateway.cold.iceberg.schema import arrow_to_iceberg
+from gateway.cold.iceberg.table import IcebergColdTable
+from gateway.wire.schema import OFFSET_COLUMN, PARTITION_COLUMN, parse_fields
+
+if TYPE_CHECKING:
+    from pyiceberg.catalog import Catalog
+
+    from gateway.config import Settings
+    from gateway.meta import TableDef
+
+__all__ = ["TABLE_PROPERTIES", "IcebergColdStore"]
+
+TABLE_PROPERTIES = {
+    "write.delete.isolation-level": "snapshot",
+    "write.parquet.compression-codec": "zstd",
+    # Full bounds for the system columns whatever the column count, so pruning by offset
+    # always works.
+    "write.metadata.metrics.column._partition": "full",
+    "write.metadata.metrics.column._offset": "full",
+    "tidegate.layout": "1",
+    # No silent re-apply of a conflicting commit by pyiceberg: commit_tiered must raise
+    # CommitConflict so the tiering job re-plans (else a racing run commits twice).
+    "commit.retry.num-retries": "0",
+}
+
+
+class IcebergColdStore(ColdStore):
+    """A pyiceberg catalog (SQL or REST) and a warehouse (local folder or S3)."""
+
+    def __init__(
+        self,
+        catalog: Catalog,
+        warehouse: str,
+        io_properties: Mapping[str, str],
+        presign_expiry_s: int = 3600,
+    ) -> None:
+        self.catalog = catalog
+        self.warehouse = warehouse.rstrip("/")
+        self.io_properties = dict(io_properties)
+        self.presign_expiry_s = presign_expiry_s
+        self._s3: Any = None
+        self._fs: Any = None
+        self._lock = threading.Lock()
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> IcebergColdStore:
+        from gateway.config import SqlCatalogConfig
+
+        cfg = settings.cold
+        warehouse = settings.cold_warehouse
+        io: dict[str, str] = {}
+        if warehouse.startswith(("s3://", "s3a://")):
+            s3 = cfg.s3
+            io["s3.region"] = s3.region
+            if s3.endpoint:
+                io["s3.endpoint"] = s3.endpoint
+            if s3.access_key_id:
+                io["s3.access-key-id"] = s3.access_key_id
+            if s3.secret_access_key:
+                io["s3.secret-access-key"] = s3.secret_access_key
+            io["s3.force-virtual-addressing"] = "false" if s3.path_style else "true"
+        else:
+            from pathlib import Path
+
+            Path(fs_path(warehouse)).mkdir(parents=True, exist_ok=True)
+        props = {"warehouse": warehouse, "py-io-impl": "pyiceberg.io.pyarrow.PyArrowFileIO", **io}
+        c = cfg.catalog
+        catalog: Catalog
+        if isinstance(c, SqlCatalogConfig):
+            from pyiceberg.catalog.sql import SqlCatalog
+
+            uri = settings.cold_catalog_uri
+            if uri.startswith("sqlite:///"):
+                from pathlib import Path
+
+                Path(uri.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
+            catalog = SqlCatalog(c.name, uri=uri, **props)
+        else:
+            from pyiceberg.catalog.rest import RestCatalog
+
+            rest = {"uri": c.uri, **props, **c.properties}
+            if c.credential:
+                rest["credential"] = c.credential
+            catalog = RestCatalog(c.name, **rest)
+        return cls(catalog, warehouse, io, cfg.presign_expiry_s)
+
+    def _identifier(self, table: TableDef) -> tuple[str, str, str]:
+        return (table.tenant, table.namespace, table.name)
+
+    def create_table(self, table: TableDef, schema: pa.Schema) -> IcebergColdTable:
+        from pyiceberg.exceptions import NamespaceAlreadyExistsError
+        from pyiceberg.partitioning import PartitionField, PartitionSpec
+        from pyiceberg.table.sorting import SortField, SortOrder
+        from pyiceberg.transforms import IdentityTransform
+
+        ice = arrow_to_iceberg(schema)
+        pid = ice.find_field(PARTITION_COLUMN).field_id
+        oid = ice.find_field(OFFSET_COLUMN).field_id
+        spec = PartitionSpec(
+            PartitionField(
+                source_id=pid, field_id=1000, transform=IdentityTransform(), name=PARTITION_COLUMN
+            )
+        )
+        order = SortOrder(
+            SortField(source_id=pid, transform=IdentityTransform()),
+            SortField(source_id=oid, transform=IdentityTransform()),
+        )
+        for ns in ((table.tenant,), (table.tenant, table.namespace)):
+            with contextlib.suppress(NamespaceAlreadyExistsError):
+                self.catalog.create_namespace(ns)
+        location = (
+            f"{self.warehouse}/{table.tenant}/{table.namespace}/{table.name}-{table.table_id}"
+        )
+        props = {
+            **TABLE_PROPERTIES,
+            "tidegate.table-id": table.table_id,
+            "schema.name-mapping.default": ice.name_mapping.model_dump_json(),
+        }
+        self.catalog.create_table(
+            self._identifier(table),
+            schema=ice,
+            location=location,
+            partition_spec=spec,
+            sort_order=order,
+            properties=props,
+        )
+        return IcebergColdTable(self, self._identifier(table), schema)
+
+    def check_schema(self, schema: pa.Schema) -> None:
+        arrow_to_iceberg(schema)
+
+    def table(self, table: TableDef) -> IcebergColdTable:
+        return IcebergColdTable(self, self._identifier(table), parse_fields(table.fields))
+
+    def drop_table(self, table: TableDef) -> None:
+        from pyiceberg.exceptions import NoSuchTableError
+
+        ident = self._identifier(table)
+        location = None
+        try:
+            location = str(self.catalog.load_table(ident).location())
+            self.catalog.purge_table(ident)
+        except NoSuchTableError:
+            pass
+        if location:
+            # Orphans (files of crashed jobs) too: everything under the table's folder.
+            filesystem, _ = self.storage_options().filesystem()
+            with contextlib.suppress(OSError):
+                filesystem.delete_dir(fs_path(location))
+
+    def drop_tenant(self, tenant: str) -> None:
+        """Drop the tenant's Iceberg namespaces and delete everything under its prefix
+        (tables are dropped one by one first; this removes what is left: empty folders,
+        orphans of crashed jobs, the namespaces themselves)."""
+        from pyiceberg.exceptions import NamespaceNotEmptyError, NoSuchNamespaceError
+
+        with contextlib.suppress(NoSuchNamespaceError):
+            for ns in self.catalog.list_namespaces((tenant,)):
+                with contextlib.suppress(NoSuchNamespaceError, NamespaceNotEmptyError):
+                    self.catalog.drop_namespace(ns)
+        with contextlib.suppress(NoSuchNamespaceError, NamespaceNotEmptyError):
+            self.catalog.drop_namespace((tenant,))
+        filesystem, _ = self.storage_options().filesystem()
+        with contextlib.suppress(OSError):
+            filesystem.delete_dir(fs_path(f"{self.warehouse}/{tenant}"))
+
+    def storage_options(self) -> StorageOptions:
+        return StorageOptions(self.warehouse, self.io_properties)
+
+    def filesystem(self) -> Any:
+        """The warehouse's pyarrow filesystem, built once (thread-safe to share)."""
+        with self._lock:
+            if self._fs is None:
+                self._fs, _ = self.storage_options().filesystem()
+            return self._fs
+
+    def _s3_client(self) -> Any:
+        with self._lock:
+            if self._s3 is None:
+                import boto3
+                from botocore.config import Config
+
+                p = self.io_properties
+                self._s3 = boto3.client(
+                    "s3",
+                    endpoint_url=p.get("s3.endpoint"),
+                    aws_access_key_id=p.get("s3.access-key-id"),
+                    aws_secret_access_key=p.get("s3.secret-access-key"),
+                    region_name=p.get("s3.region"),
+                    config=Config(
+                        signature_version="s3v4",
+                        s3={
+                            "addressing_style": "virtual"
+                            if p.get("s3.force-virtual-addressing") == "true"
+                            else "path"
+                        },
+                    ),
+                )
+            return self._s3
+
+    def planned(self, f: DataFile) -> PlannedFile:
+        """A data file with a URL an executor can read without warehouse credentials."""
+        if f.path.startswith(("s3://", "s3a://")):
+            bucket, _, key = f.path.split("://", 1)[1].partition("/")
+            url = self._s3_client().generate_presigned_url(
+                "get_object",
+                Params={"Bucket": bucket, "Key": key},
+                ExpiresIn=self.presign_expiry_s,
+            )
+            expires = dt.datetime.now(dt.UTC) + dt.timedelta(seconds=self.presign_expiry_s)
+            return PlannedFile(f, str(url), expires)
+        return PlannedFile(f, fs_path(f.path), None)
+
+    def close(self) -> None:
+        engine = getattr(self.catalog, "engine", None)
+        if engine is not None:
+            engine.dispose()

@@ -1,0 +1,311 @@
+"""One stream-table's Iceberg table: snapshots, stream reads by offset range, scans,
+read plans and the tiering commit."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import threading
+from collections import OrderedDict
+from collections.abc import Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from gateway.cold.base import (
+    WATERMARKS_PROPERTY,
+    ColdSnapshot,
+    ColdTable,
+    DataFile,
+    PlannedFile,
+    fs_path,
+)
+from gateway.cold.iceberg.filters import to_pyiceberg
+from gateway.cold.iceberg.schema import cast_to, small_offsets
+from gateway.wire.errors import CommitConflict, SnapshotNotFound
+from gateway.wire.filters import Compare, Expr, columns_of, to_arrow
+from gateway.wire.schema import OFFSET_COLUMN, PARTITION_COLUMN, system_schema
+
+if TYPE_CHECKING:
+    from pyiceberg.table import Table
+
+    from gateway.cold.iceberg.store import IcebergColdStore
+
+__all__ = ["IcebergColdTable"]
+
+
+_FILE_LISTS = 64
+
+
+def _ascending(offsets: pa.ChunkedArray) -> bool:
+    values = offsets.to_numpy()
+    return bool(len(values) < 2 or (np.diff(values) > 0).all())
+
+
+def _watermarks(summary: Any) -> dict[int, int]:
+    if summary is None:
+        return {}
+    raw = summary.additional_properties.get(WATERMARKS_PROPERTY)
+    if not raw:
+        return {}
+    return {int(k): int(v) for k, v in json.loads(raw).items()}
+
+
+def _cold_snapshot(snap: Any) -> ColdSnapshot:
+    if snap is None:
+        return ColdSnapshot(None, {}, None)
+    return ColdSnapshot(snap.snapshot_id, _watermarks(snap.summary), snap.timestamp_ms)
+
+
+class IcebergColdTable(ColdTable):
+    """One stream-table's Iceberg table."""
+
+    def __init__(
+        self, store: IcebergColdStore, identifier: tuple[str, ...], user_schema: pa.Schema
+    ) -> None:
+        self.store = store
+        self.identifier = identifier
+        self.user_schema = user_schema
+        self.stored_schema = system_schema(user_schema)
+        self._cached: Table | None = None
+        #: (snapshot id, partition) -> that partition's data files, sorted by offset. A
+        #: snapshot never changes, so an entry never goes stale; it spares every stream
+        #: read the manifest decoding of pyiceberg's planning (most of a small cold read).
+        self._file_lists: OrderedDict[tuple[int, int], list[DataFile]] = OrderedDict()
+        self._file_lists_lock = threading.Lock()
+
+    def _load(self) -> Table:
+        from pyiceberg.exceptions import NoSuchTableError
+
+        try:
+            table = self.store.catalog.load_table(self.identifier)
+        except NoSuchTableError as exc:
+            raise SnapshotNotFound(
+                f"the Iceberg table {'.'.join(self.identifier)} does not exist"
+            ) from exc
+        self._cached = table
+        return table
+
+    def _load_for(self, snap: ColdSnapshot) -> Table:
+        """The table metadata holding ``snap``: the last loaded one when it does (a
+        snapshot never changes once committed), else freshly loaded."""
+        cached = self._cached
+        if (
+            cached is not None
+            and snap.snapshot_id is not None
+            and cached.snapshot_by_id(snap.snapshot_id) is not None
+        ):
+            return cached
+        return self._load()
+
+    @property
+    def metadata_location(self) -> str:
+        """The current metadata file (what an engine outside Tidegate opens)."""
+        return str(self._load().metadata_location)
+
+    @property
+    def location(self) -> str:
+        return str((self._cached or self._load()).location())  # never changes
+
+    def snapshot(self, as_of: int | dt.datetime | None = None) -> ColdSnapshot:
+        table = self._load()
+        if as_of is None:
+            return _cold_snapshot(table.current_snapshot())
+        if isinstance(as_of, dt.datetime):
+            when = as_of if as_of.tzinfo else as_of.replace(tzinfo=dt.UTC)
+            ms = int(when.timestamp() * 1000)
+            snap = table.snapshot_as_of_timestamp(ms)
+            if snap is None:
+                raise SnapshotNotFound(
+                    f"no snapshot was committed at or before {when.isoformat()}",
+                    as_of=when.isoformat(),
+                )
+            return _cold_snapshot(snap)
+        snap = table.snapshot_by_id(int(as_of))
+        if snap is None:
+            raise SnapshotNotFound(f"snapshot {as_of} does not exist", as_of=str(as_of))
+        return _cold_snapshot(snap)
+
+    def _tasks(self, snap: ColdSnapshot, prune: Any) -> list[Any]:
+        """pyiceberg's file plan for a pruning expression (see :func:`to_pyiceberg`)."""
+        if snap.snapshot_id is None:
+            return []
+        scan = self._load_for(snap).scan(row_filter=prune, snapshot_id=snap.snapshot_id)
+        return list(scan.plan_files())
+
+    def _data_file(self, f: Any, offset_id: int) -> DataFile:
+        from pyiceberg.conversions import from_bytes
+        from pyiceberg.types import LongType
+
+        lower = f.lower_bounds or {}
+        upper = f.upper_bounds or {}
+        lo = from_bytes(LongType(), lower[offset_id]) if offset_id in lower else -1
+        hi = from_bytes(LongType(), upper[offset_id]) if offset_id in upper else -1
+        return DataFile(
+            path=str(f.file_path),
+            partition=int(f.partition[0]),
+            record_count=int(f.record_count),
+            file_size_bytes=int(f.file_size_in_bytes),
+            min_offset=int(lo),
+            max_offset=int(hi),
+        )
+
+    def _offset_id(self, snap: ColdSnapshot) -> int:
+        return int(self._load_for(snap).schema().find_field(OFFSET_COLUMN).field_id)
+
+    def _partition_files(self, snap: ColdSnapshot, partition: int) -> list[DataFile]:
+        """Every data file of ``partition`` in ``snap``, sorted by first offset; planned
+        once per snapshot and partition, then served from a small LRU."""
+        assert snap.snapshot_id is not None
+        key = (snap.snapshot_id, partition)
+        with self._file_lists_lock:
+            hit = self._file_lists.get(key)
+            if hit is not None:
+                self._file_lists.move_to_end(key)
+                return hit
+        oid = self._offset_id(snap)
+        prune = to_pyiceberg(Compare(PARTITION_COLUMN, "=", partition), self.stored_schema)
+        files = sorted(
+            (self._data_file(t.file, oid) for t in self._tasks(snap, prune)),
+            key=lambda d: (d.min_offset, d.path),
+        )
+        with self._file_lists_lock:
+            self._file_lists[key] = files
+            while len(self._file_lists) > _FILE_LISTS:
+                self._file_lists.popitem(last=False)
+        return files
+
+    def files(
+        self, snap: ColdSnapshot, partition: int, from_offset: int, to_offset: int
+    ) -> list[DataFile]:
+        if snap.snapshot_id is None or to_offset <= from_offset:
+            return []
+        # What pyiceberg's metrics pruning would keep: files whose [min, max] offset
+        # bounds meet the range, and files without bounds (min_offset -1).
+        return [
+            f
+            for f in self._partition_files(snap, partition)
+            if f.min_offset < 0 or (f.min_offset < to_offset and f.max_offset >= from_offset)
+        ]
+
+    def read_range(
+        self, snap: ColdSnapshot, partition: int, from_offset: int, to_offset: int
+    ) -> Iterator[pa.RecordBatch]:
+        filesystem = self.store.filesystem()
+        for f in self.files(snap, partition, from_offset, to_offset):
+            lo, hi = max(from_offset, f.min_offset), min(to_offset, f.max_offset + 1)
+            if hi <= lo:
+                continue
+            with filesystem.open_input_file(fs_path(f.path)) as source:
+                data = pq.read_table(
+                    source,
+                    columns=self.stored_schema.names,
+                    filters=(pc.field(OFFSET_COLUMN) >= lo) & (pc.field(OFFSET_COLUMN) < hi),
+                )
+            if data.num_rows == 0:
+                continue
+            if not _ascending(data.column(OFFSET_COLUMN)):  # ours are written sorted
+                data = data.sort_by(OFFSET_COLUMN)
+            yield cast_to(data, self.stored_schema)
+
+    def scan(
+        self,
+        snap: ColdSnapshot,
+        columns: Sequence[str] | None = None,
+        row_filter: Expr | None = None,
+        limit: int | None = None,
+    ) -> Iterator[pa.RecordBatch]:
+        if snap.snapshot_id is None or limit == 0:
+            return
+        # pyiceberg plans the files (manifest pruning by partition value and column
+        # bounds); the files are read with pyarrow directly, as in read_range, because
+        # pyiceberg's Arrow projection turns a null list<struct> into an empty list.
+        names = list(columns) if columns is not None else self.stored_schema.names
+        target = pa.schema([self.stored_schema.field(n) for n in names])
+        # Rows are cast to the stored schema before they are filtered, so the filter
+        # compares in the table's own types (int8 columns are int32 in the files).
+        read_cols = (
+            [n for n in self.stored_schema.names if n in set(names) | columns_of(row_filter)]
+            if row_filter is not None
+            else names
+        )
+        stored = pa.schema([self.stored_schema.field(n) for n in read_cols])
+        arrow_filter = to_arrow(row_filter, stored) if row_filter is not None else None
+        filesystem = self.store.filesystem()
+        left = limit
+        tasks = sorted(
+            self._tasks(snap, to_pyiceberg(row_filter, self.stored_schema)),
+            key=lambda t: (int(t.file.partition[0]), str(t.file.file_path)),
+        )
+        for task in tasks:
+            with filesystem.open_input_file(fs_path(str(task.file.file_path))) as source:
+                data = pq.read_table(source, columns=read_cols)
+            if arrow_filter is not None:
+                data = pa.Table.from_batches([cast_to(data, stored)]).filter(arrow_filter)
+            if OFFSET_COLUMN in data.column_names and not _ascending(data.column(OFFSET_COLUMN)):
+                data = data.sort_by(OFFSET_COLUMN)
+            if left is not None:
+                data = data.slice(0, left)
+                left -= data.num_rows
+            if data.num_rows:
+                yield cast_to(data.select(names), target)
+            if left is not None and left <= 0:
+                return
+
+    def plan(self, snap: ColdSnapshot, row_filter: Expr | None = None) -> list[PlannedFile]:
+        oid = self._offset_id(snap) if snap.snapshot_id is not None else 0
+        prune = to_pyiceberg(row_filter, self.stored_schema)
+        files = [self._data_file(t.file, oid) for t in self._tasks(snap, prune)]
+        files.sort(key=lambda d: (d.partition, d.min_offset, d.path))
+        return [self.store.planned(f) for f in files]
+
+    def commit_tiered(
+        self,
+        files: Sequence[DataFile],
+        watermarks: Mapping[int, int],
+        base: ColdSnapshot,
+    ) -> ColdSnapshot:
+        from pyiceberg.exceptions import CommitFailedException
+        from pyiceberg.io.pyarrow import parquet_file_to_data_file
+
+        table = self._load()
+        current = table.current_snapshot()
+        current_id = current.snapshot_id if current is not None else None
+        if current_id != base.snapshot_id:
+            raise CommitConflict(
+                f"the table moved from snapshot {base.snapshot_id} to {current_id}; re-plan",
+                base=str(base.snapshot_id),
+                current=str(current_id),
+            )
+        merged = dict(base.watermarks)
+        for p, w in watermarks.items():
+            merged[int(p)] = max(int(w), merged.get(int(p), 0))
+        props = {WATERMARKS_PROPERTY: json.dumps({str(p): merged[p] for p in sorted(merged)})}
+        try:
+            with (
+                table.transaction() as tx,
+                tx.update_snapshot(snapshot_properties=props).fast_append() as append,
+            ):
+                for f in files:
+                    append.append_data_file(
+                        parquet_file_to_data_file(table.io, tx.table_metadata, f.path)
+                    )
+        except CommitFailedException as exc:
+            raise CommitConflict(f"a concurrent commit won: {exc}") from exc
+        return self.snapshot()
+
+    def data_location(self, partition: int) -> str:
+        return f"{self.location}/data/{PARTITION_COLUMN}={int(partition)}"
+
+    def file_schema(self) -> pa.Schema:
+        from pyiceberg.io.pyarrow import schema_to_pyarrow
+
+        # No schema evolution yet: the schema never changes.
+        arrow = schema_to_pyarrow((self._cached or self._load()).schema(), include_field_ids=True)
+        # Plain (not large) offsets: what Spark and DuckDB write too.
+        return pa.schema(
+            [pa.field(f.name, small_offsets(f.type), f.nullable, f.metadata) for f in arrow]
+        )
