@@ -309,8 +309,8 @@ class Client:
     ) -> Iterator[pa.RecordBatch]:
         """Batches of the whole table (cold snapshot plus hot tail, one consistent view)
         with a projection, a filter (``"v > 5 and tag is not null"``, see
-        :mod:`gateway.wire.filters`) and a limit. With ``as_of`` (a snapshot id or an ISO-8601 time) only
-        that Iceberg snapshot is read."""
+        :mod:`gateway.wire.filters`) and a limit. With ``as_of`` (a snapshot id or an
+        ISO-8601 time) only that Iceberg snapshot is read."""
         request = scan_request(table, columns, filter, as_of, limit)
         try:
             for msg in self._stub.Scan(request, timeout=self.timeout, metadata=self.metadata):
