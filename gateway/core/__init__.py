@@ -1,0 +1,26 @@
+"""The stream-table core: one logical stream-table over a hot log and a cold table.
+
+Backend-free by rule: it talks to :class:`gateway.hot.HotLog`, :class:`gateway.cold.ColdStore`
+and the metadata store through their interfaces and never imports a backend (redis,
+pyiceberg, boto3, a disk layout).
+"""
+
+from gateway.core.service import StreamTables
+from gateway.core.views import (
+    HotRange,
+    PartitionView,
+    ReadPlan,
+    ReadResult,
+    ScanResult,
+    TableView,
+)
+
+__all__ = [
+    "HotRange",
+    "PartitionView",
+    "ReadPlan",
+    "ReadResult",
+    "ScanResult",
+    "StreamTables",
+    "TableView",
+]

@@ -13,7 +13,7 @@ from typing import Any
 
 from gateway.cold import load_cold_store
 from gateway.config import Settings
-from gateway.core.service import StreamTables
+from gateway.core import StreamTables
 from gateway.hot import load_hot_log
 from gateway.lake.components import Components
 from gateway.lake.scheduler import EmbeddedTiering

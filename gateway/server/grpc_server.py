@@ -24,7 +24,7 @@ from grpc_reflection.v1alpha import reflection
 
 from gateway import metrics
 from gateway.config import Settings
-from gateway.core.service import AppendRange, ReadResult, StreamTables, TableView
+from gateway.core import ReadResult, StreamTables, TableView
 from gateway.server.grpc_auth import ADMIN_SERVICE_NAME, AuthInterceptor, current_tenant
 from gateway.tenancy import Tenancy
 from gateway.wire._proto.tidegate.v1 import tidegate_pb2 as pb
@@ -32,6 +32,7 @@ from gateway.wire._proto.tidegate.v1 import tidegate_pb2_grpc as pb_grpc
 from gateway.wire.codec import decode_stream, encode_stream
 from gateway.wire.errors import RequestTooLarge, TidegateError
 from gateway.wire.status import STATUS_DETAILS_KEY, error_to_pb, error_to_status
+from gateway.wire.types import AppendRange
 
 __all__ = ["ErrorInterceptor", "GrpcEdge", "TidegateServicer"]
 

@@ -38,7 +38,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from gateway import metrics
 from gateway.config import Settings
-from gateway.core.service import AppendRange, ReadResult, StreamTables, TableView
+from gateway.core import ReadResult, StreamTables, TableView
 from gateway.tenancy import Tenancy
 from gateway.wire.codec import decode_stream, encode_stream
 from gateway.wire.errors import (
@@ -50,6 +50,7 @@ from gateway.wire.errors import (
 )
 from gateway.wire.jsonrows import batch_to_rows, parse_json, rows_to_batch
 from gateway.wire.schema import fields_to_json
+from gateway.wire.types import AppendRange
 
 __all__ = [
     "ARROW_STREAM",

@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import NoReturn, ParamSpec, TypeVar
 
 from gateway.config import Settings
-from gateway.core.service import StreamTables
+from gateway.core import StreamTables
 from gateway.hot import PartitionId
 from gateway.meta.tenants import KeyInfo, KeyRecordView, TenantInfo, TenantStore, UsageRow
 from gateway.tenancy import keys

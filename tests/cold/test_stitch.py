@@ -16,7 +16,7 @@ import pytest
 from gateway.cold import ColdSnapshot
 from gateway.cold.iceberg import IcebergColdStore, IcebergColdTable
 from gateway.config import Settings
-from gateway.core.service import StreamTables
+from gateway.core import StreamTables
 from gateway.hot import PartitionId
 from gateway.server.app import build_service
 from gateway.wire.errors import (

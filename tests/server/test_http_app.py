@@ -23,7 +23,7 @@ from fastapi import FastAPI, Request
 from prometheus_client import REGISTRY
 
 from gateway.config import Settings
-from gateway.core.service import StreamTables
+from gateway.core import StreamTables
 from gateway.hot import load_hot_log
 from gateway.meta import MetadataStore
 from gateway.server.http import ARROW_STREAM, create_app

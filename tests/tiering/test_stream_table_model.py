@@ -19,7 +19,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from gateway.config import Settings
-from gateway.core.service import StreamTables
+from gateway.core import StreamTables
 from gateway.lake.components import Components
 from gateway.lake.tiering import tier_table, trim_hot
 from gateway.server.app import build_service

@@ -1,0 +1,51 @@
+"""Consumer groups: committed offsets per group, table and partition."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from gateway.core.base import CoreBase
+from gateway.core.names import check_group
+from gateway.wire.errors import InvalidRequest
+
+__all__ = ["GroupOps"]
+
+
+class GroupOps(CoreBase):
+    async def commit_offsets(
+        self, tenant: str, group: str, namespace: str, name: str, offsets: dict[int, int]
+    ) -> None:
+        """Store a group's committed offsets (partition -> next offset to consume).
+
+        Raises:
+            TableNotFound, InvalidPartition, InvalidRequest: a bad group name or a
+            negative offset.
+        """
+        check_group(group)
+        table = await self.table(tenant, namespace, name)
+        for p, off in offsets.items():
+            self._part(table, p)
+            if isinstance(off, bool) or not isinstance(off, int) or off < 0:
+                raise InvalidRequest(f"offset {off!r} of partition {p} must be >= 0")
+        await self._run(
+            self.meta.commit_offsets, tenant, group, table.definition.table_id, dict(offsets)
+        )
+
+    async def fetch_offsets(
+        self,
+        tenant: str,
+        group: str,
+        namespace: str,
+        name: str,
+        partitions: Sequence[int] | None = None,
+    ) -> dict[int, int]:
+        """A group's committed offsets; partitions without a commit are absent.
+
+        Raises:
+            TableNotFound, InvalidPartition, InvalidRequest: a bad group name.
+        """
+        check_group(group)
+        table = await self.table(tenant, namespace, name)
+        wanted = set(self._partitions(table, partitions))
+        got = await self._run(self.meta.fetch_offsets, tenant, group, table.definition.table_id)
+        return {p: o for p, o in sorted(got.items()) if p in wanted}

@@ -1,0 +1,200 @@
+"""Stream reads by offset, stitched across the tiers; follow; offsets for times."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import AsyncIterator, Sequence
+
+import pyarrow as pa
+
+from gateway.core.base import CoreBase
+from gateway.core.views import ReadResult, TableView, slice_batches
+from gateway.hot import PartitionId
+from gateway.wire.errors import InvalidRequest, OffsetOutOfRange
+from gateway.wire.schema import OFFSET_COLUMN
+
+__all__ = ["ReadOps"]
+
+
+class ReadOps(CoreBase):
+    def _limits(self, max_records: int | None, max_bytes: int | None) -> tuple[int, int]:
+        s = self.settings.server
+        records = max_records or s.default_read_records
+        if records < 0 or (max_bytes is not None and max_bytes < 0):
+            raise InvalidRequest("max_records and max_bytes must not be negative")
+        return min(records, s.max_read_records), min(
+            max_bytes or s.max_read_bytes, s.max_read_bytes
+        )
+
+    async def read(
+        self,
+        tenant: str,
+        namespace: str,
+        name: str,
+        partition: int,
+        offset: int,
+        max_records: int | None = None,
+        max_bytes: int | None = None,
+    ) -> ReadResult:
+        """Records of one partition from ``offset`` in offset order.
+
+        Raises:
+            TableNotFound, InvalidPartition,
+            OffsetOutOfRange: below the earliest offset or above the high watermark.
+        """
+        table = await self.table(tenant, namespace, name)
+        part = self._part(table, partition)
+        records, nbytes = self._limits(max_records, max_bytes)
+        return await self._read(table, part, offset, records, nbytes)
+
+    async def _read(
+        self, table: TableView, part: PartitionId, offset: int, max_records: int, max_bytes: int
+    ) -> ReadResult:
+        """Stitched read: offsets below ``T(p)`` of the current snapshot come from its
+        data files, offsets at or above it from the hot tier, in one ordered result."""
+        cold = self._cold_table(table) if self.cold is not None else None
+
+        def fetch() -> ReadResult:
+            snap = self._read_snapshot(table, cold) if cold is not None else None
+            tiered = snap.watermark(part.partition) if snap is not None else 0
+            o = self.hot.offsets(part)
+            if cold is not None and o.low > tiered:
+                # Trimmed above the reused snapshot's watermark: look at the newest one.
+                snap = self._read_snapshot(table, cold, fresh=True)
+                tiered = snap.watermark(part.partition)
+            earliest = 0 if tiered > 0 else o.low
+            high = max(o.high, tiered)
+            if (
+                isinstance(offset, bool)
+                or not isinstance(offset, int)
+                or offset < earliest
+                or offset > high
+            ):
+                raise OffsetOutOfRange(
+                    f"offset {offset!r} is out of range [{earliest}, {high}]",
+                    offset=offset if isinstance(offset, int) else -1,
+                    earliest=earliest,
+                    latest=high,
+                )
+            out: list[pa.RecordBatch] = []
+            remaining, nbytes, next_offset = max_records, 0, offset
+            if cold is not None and snap is not None and offset < tiered:
+                stop = min(tiered, offset + max_records)
+                for batch in cold.read_range(snap, part.partition, offset, stop):
+                    first = batch.column(OFFSET_COLUMN)[0].as_py()
+                    if first != next_offset:  # pragma: no cover - a broken snapshot
+                        raise RuntimeError(
+                            f"cold tier gap in partition {part.partition}: expected offset "
+                            f"{next_offset}, found {first}"
+                        )
+                    out.append(batch)
+                    remaining -= batch.num_rows
+                    nbytes += batch.nbytes
+                    next_offset += batch.num_rows
+                    if nbytes >= max_bytes:
+                        break
+                if next_offset < stop and nbytes < max_bytes:  # pragma: no cover
+                    raise RuntimeError(
+                        f"cold tier is missing offsets {next_offset}..{stop - 1} of "
+                        f"partition {part.partition}"
+                    )
+            if remaining > 0 and nbytes < max_bytes and next_offset < o.high:
+                stored = self.hot.read(part, next_offset, remaining, max_bytes - nbytes)
+                hot, next_offset = slice_batches(stored, part.partition, next_offset, remaining)
+                out.extend(hot)
+            return ReadResult(out, next_offset, max(high, next_offset), table.stored_schema)
+
+        return await self._run(fetch)
+
+    async def follow(
+        self,
+        tenant: str,
+        namespace: str,
+        name: str,
+        partition: int,
+        offset: int,
+        max_records: int | None = None,
+        max_bytes: int | None = None,
+        max_wait_s: float | None = None,
+    ) -> AsyncIterator[ReadResult]:
+        """Reads from ``offset`` that wait for new records instead of ending.
+
+        Yields every non-empty result. With ``max_records`` the iteration ends once that
+        many records were yielded; with ``max_wait_s`` it ends after waiting that long
+        for a record (the HTTP long poll). Appends through this process wake followers at
+        once; appends through other gateways are seen within ``follow_poll_ms``.
+        """
+        table = await self.table(tenant, namespace, name)
+        part = self._part(table, partition)
+        total = max_records or 0
+        _, nbytes = self._limits(None, max_bytes)
+        per_call = self.settings.server.max_read_records
+        poll_s = self.settings.server.follow_poll_ms / 1000
+        deadline = None if max_wait_s is None else time.monotonic() + max_wait_s
+        seen = 0
+        while True:
+            event = self._notifier.event(part)
+            want = per_call if total == 0 else min(per_call, total - seen)
+            result = await self._read(table, part, offset, want, nbytes)
+            if result.num_records:
+                yield result
+                seen += result.num_records
+                offset = result.next_offset
+                if total and seen >= total:
+                    return
+                if deadline is not None:
+                    return
+                continue
+            timeout = poll_s
+            if deadline is not None:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    yield result
+                    return
+                timeout = min(timeout, left)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(event.wait(), timeout)
+
+    async def offsets_for_times(
+        self,
+        tenant: str,
+        namespace: str,
+        name: str,
+        timestamp_us: int,
+        partitions: Sequence[int] | None = None,
+    ) -> dict[int, int]:
+        """Per partition, the first offset appended at or after ``timestamp_us``.
+
+        Over the hot tier: a binary search on batch offsets, reading one batch header per
+        step (each batch carries one append timestamp, taken as non-decreasing along the
+        log). A partition with no such record answers its high watermark; one whose every
+        record is at or after the time answers its earliest offset.
+
+        Raises:
+            TableNotFound, InvalidPartition.
+        """
+        table = await self.table(tenant, namespace, name)
+        wanted = self._partitions(table, partitions)
+
+        def search(p: int) -> int:
+            part = self._part(table, p)
+            o = self.hot.offsets(part)
+            # The answer lies in [lo, hi]; both stay on batch boundaries (or the log's ends).
+            lo, hi = o.low, o.high
+            while lo < hi:
+                stored = self.hot.read(part, (lo + hi) // 2, 1, 1)
+                if not stored:
+                    break
+                sb = stored[0]
+                if sb.timestamp_us >= timestamp_us:
+                    hi = max(lo, sb.base_offset)
+                else:
+                    lo = min(hi, sb.next_offset)
+            return lo
+
+        def run() -> dict[int, int]:
+            return {p: search(p) for p in wanted}
+
+        return await self._run(run)

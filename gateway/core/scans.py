@@ -1,0 +1,197 @@
+"""Table scans and read plans over one pinned view of both tiers."""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import AsyncIterator, Iterator, Sequence
+from typing import TYPE_CHECKING, Any
+
+import pyarrow as pa
+
+from gateway.core.base import CoreBase
+from gateway.core.names import parse_as_of
+from gateway.core.views import HotRange, ReadPlan, ScanResult, TableView
+from gateway.hot import PartitionId
+from gateway.wire.codec import decode_batch
+from gateway.wire.errors import InvalidRequest, SnapshotNotFound
+from gateway.wire.filters import Expr, compile_filter, to_arrow
+from gateway.wire.schema import with_system_columns
+
+if TYPE_CHECKING:
+    from gateway.cold import ColdSnapshot, PlannedFile
+
+__all__ = ["ScanOps"]
+
+
+class ScanOps(CoreBase):
+    async def _filter(self, text: str | None, stored: pa.Schema) -> Expr | None:
+        """The bound filter tree of a filter text (None: no filter). Parsed on the I/O
+        pool, never on the event loop: the text is a tenant's input, bounded by
+        ``server.max_filter_*``."""
+        if text is not None and not isinstance(text, str):
+            raise InvalidRequest("filter must be a string")
+        if not text or not text.strip():
+            return None
+        return await self._run(compile_filter, text, stored, self._filter_limits)
+
+    def _projection(self, table: TableView, columns: Sequence[str] | None) -> list[str]:
+        stored = table.stored_schema
+        if columns is None or len(columns) == 0:
+            return list(stored.names)
+        if isinstance(columns, str) or not all(isinstance(c, str) for c in columns):
+            raise InvalidRequest("columns must be a list of column names")
+        unknown = [c for c in columns if c not in stored.names]
+        if unknown:
+            raise InvalidRequest(
+                f"unknown column(s) {unknown}; the table has {stored.names}",
+                unknown=",".join(unknown),
+            )
+        if len(set(columns)) != len(columns):
+            raise InvalidRequest("a column is named twice in columns")
+        return list(columns)
+
+    def _pin(
+        self, table: TableView, when: int | dt.datetime | None
+    ) -> tuple[ColdSnapshot | None, list[HotRange]]:
+        """Pin a snapshot ``S`` first, then per partition the hot range
+        ``[T_S(p), HW(p))``: every record below HW is in exactly one of the two."""
+        d = table.definition
+        if when is not None:
+            if self.cold is None:
+                raise SnapshotNotFound("as_of needs the cold tier, which is disabled")
+            return self._cold_table(table).snapshot(when), []
+        snap = self._cold_table(table).snapshot() if self.cold is not None else None
+        ranges = []
+        for p in range(d.partitions):
+            o = self.hot.offsets(PartitionId(d.tenant, d.table_id, p))
+            lo = snap.watermark(p) if snap is not None else o.low
+            if o.high > lo:
+                ranges.append(HotRange(p, lo, o.high))
+        return snap, ranges
+
+    def _hot_rows(
+        self, table: TableView, r: HotRange, arrow_filter: Any, names: list[str]
+    ) -> Iterator[pa.RecordBatch]:
+        d = table.definition
+        part = PartitionId(d.tenant, d.table_id, r.partition)
+        s = self.settings.server
+        offset = r.from_offset
+        while offset < r.to_offset:
+            stored = self.hot.read(
+                part, offset, min(s.max_read_records, r.to_offset - offset), s.max_read_bytes
+            )
+            if not stored:  # pragma: no cover - the range was below HW when pinned
+                raise RuntimeError(f"hot range {r} ended early at {offset}")
+            for sb in stored:
+                rows = with_system_columns(
+                    decode_batch(sb.payload), part.partition, sb.base_offset, sb.timestamp_us
+                )
+                start = max(0, offset - sb.base_offset)
+                length = min(rows.num_rows - start, r.to_offset - offset)
+                if length <= 0:
+                    continue
+                rows = rows.slice(start, length)
+                offset += length
+                if arrow_filter is not None:
+                    rows = pa.Table.from_batches([rows]).filter(arrow_filter).combine_chunks()
+                    batches = rows.to_batches()
+                    if not batches:
+                        continue
+                    rows = batches[0]
+                if rows.num_rows:
+                    yield rows.select(names)
+                if offset >= r.to_offset:
+                    break
+
+    async def scan(
+        self,
+        tenant: str,
+        namespace: str,
+        name: str,
+        columns: Sequence[str] | None = None,
+        row_filter: str | None = None,
+        as_of: Any = None,
+        limit: int | None = None,
+    ) -> ScanResult:
+        """Rows of the whole table: ``scan(S) + hot ranges`` of one pinned view.
+
+        ``row_filter`` is a filter text (:mod:`gateway.wire.filters`: ``a > 5 and
+        b = 'x'``), parsed once; the cold backend prunes files with it and both tiers
+        keep exactly the rows its Arrow form keeps.
+        With ``as_of`` (a snapshot id or an ISO-8601 time) only that cold snapshot is
+        read: the hot tier keeps no history. Rows come cold first, then hot, partition by
+        partition; no row twice, none missing, whatever tiering commits meanwhile.
+
+        Raises:
+            TableNotFound, InvalidRequest (bad columns, filter, as_of or limit),
+            SnapshotNotFound.
+        """
+        table = await self.table(tenant, namespace, name)
+        if limit is not None and (
+            isinstance(limit, bool) or not isinstance(limit, int) or limit < 0
+        ):
+            raise InvalidRequest("limit must be a non-negative integer")
+        names = self._projection(table, columns)
+        when = parse_as_of(as_of)
+        expr = await self._filter(row_filter, table.stored_schema)
+        arrow_filter = to_arrow(expr, table.stored_schema) if expr is not None else None
+        schema = pa.schema([table.stored_schema.field(n) for n in names])
+        snap, ranges = await self._run(self._pin, table, when)
+        cold = self._cold_table(table) if self.cold is not None else None
+
+        def rows() -> Iterator[pa.RecordBatch]:
+            left = limit
+            if cold is not None and snap is not None:
+                for b in cold.scan(snap, names, expr, left):
+                    if left is not None:
+                        b = b.slice(0, left)
+                        left -= b.num_rows
+                    if b.num_rows:
+                        yield b
+                    if left == 0:
+                        return
+            for r in ranges:
+                for b in self._hot_rows(table, r, arrow_filter, names):
+                    if left is not None:
+                        b = b.slice(0, left)
+                        left -= b.num_rows
+                    if b.num_rows:
+                        yield b.cast(schema)
+                    if left == 0:
+                        return
+
+        async def batches() -> AsyncIterator[pa.RecordBatch]:
+            it = rows()
+            while True:
+                b = await self._run(next, it, None)
+                if b is None:
+                    return
+                yield b
+
+        return ScanResult(schema, snap.snapshot_id if snap is not None else None, batches())
+
+    async def plan(
+        self,
+        tenant: str,
+        namespace: str,
+        name: str,
+        row_filter: str | None = None,
+        as_of: Any = None,
+    ) -> ReadPlan:
+        """The pinned view of :meth:`scan` as a plan: the snapshot's data files (presigned
+        URLs on object storage) that ``row_filter`` may match, plus the hot ranges
+        ``[T_S(p), HW(p))`` an executor reads through the gateway.
+
+        Raises:
+            TableNotFound, InvalidRequest, SnapshotNotFound.
+        """
+        table = await self.table(tenant, namespace, name)
+        when = parse_as_of(as_of)
+        expr = await self._filter(row_filter, table.stored_schema)
+        snap, ranges = await self._run(self._pin, table, when)
+        files: list[PlannedFile] = []
+        if self.cold is not None and snap is not None:
+            files = await self._run(self._cold_table(table).plan, snap, expr)
+        return ReadPlan(
+            snap.snapshot_id if snap is not None else None, files, ranges, table.stored_schema
+        )

@@ -1,0 +1,136 @@
+"""Creating, describing, listing and dropping stream-tables."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Sequence
+from typing import Any
+
+from gateway.core.base import CoreBase
+from gateway.core.names import check_ident
+from gateway.core.views import PartitionView, TableView
+from gateway.hot import PartitionId
+from gateway.wire.errors import InvalidRequest, InvalidSchema
+from gateway.wire.schema import fields_to_json, parse_fields
+
+MAX_PARTITIONS = 4096
+
+__all__ = ["TableOps"]
+
+
+class TableOps(CoreBase):
+    async def create_table(
+        self,
+        tenant: str,
+        namespace: str,
+        name: str,
+        fields: Any,
+        partitions: int,
+        key_columns: Sequence[str] = (),
+    ) -> TableView:
+        """Create a table.
+
+        Raises:
+            InvalidRequest: bad names or partition count.
+            InvalidSchema: the schema or key columns cannot be stored.
+            TableAlreadyExists: the name is taken in this tenant.
+        """
+        check_ident("namespace", namespace)
+        check_ident("table name", name)
+        if (
+            isinstance(partitions, bool)
+            or not isinstance(partitions, int)
+            or not (1 <= partitions <= MAX_PARTITIONS)
+        ):
+            raise InvalidRequest(f"partitions must be an integer from 1 to {MAX_PARTITIONS}")
+        schema = parse_fields(fields)
+        keys = list(key_columns)
+        for k in keys:
+            if k not in schema.names:
+                raise InvalidSchema(f"key column {k!r} is not a column of the schema")
+        if len(set(keys)) != len(keys):
+            raise InvalidSchema("a key column is named twice")
+        cold = self.cold
+        if cold is not None:
+            # Before any metadata is written: an unstorable schema leaves nothing behind.
+            cold.check_schema(schema)
+        await self._run(self.meta.ensure_tenant, tenant)
+        d = await self._run(
+            self.meta.create_table,
+            tenant,
+            namespace,
+            name,
+            fields_to_json(schema),
+            partitions,
+            keys,
+        )
+        if cold is not None:
+            try:
+                await self._run(cold.create_table, d, schema)
+            except BaseException:
+                with contextlib.suppress(Exception):
+                    await self._run(self.meta.drop_table, tenant, namespace, name)
+                raise
+        return await self.describe_table(tenant, namespace, name)
+
+    async def describe_table(self, tenant: str, namespace: str, name: str) -> TableView:
+        """The table with live per-partition offsets.
+
+        Raises:
+            TableNotFound: no such table in this tenant.
+        """
+        self._tables.pop((tenant, namespace, name), None)
+        table = await self.table(tenant, namespace, name)
+        d = table.definition
+
+        def offsets() -> list[PartitionView]:
+            views = []
+            cached = {p.partition: p for p in self.meta.partitions(d.table_id)}
+            # The snapshot summary is the source of truth of T(p); the store caches it.
+            snap = self._cold_table(table).snapshot() if self.cold is not None else None
+            for p in range(d.partitions):
+                o = self.hot.offsets(PartitionId(d.tenant, d.table_id, p))
+                if snap is not None:
+                    tiered = snap.watermark(p)
+                else:
+                    tiered = cached[p].tiered_watermark if p in cached else 0
+                earliest = 0 if tiered > 0 else o.low
+                high = max(o.high, tiered)
+                views.append(
+                    PartitionView(p, earliest, high, tiered, o.size_bytes, o.bytes_from(tiered))
+                )
+            self.meta.update_high_watermarks(
+                d.table_id, {v.partition: v.high_watermark for v in views}
+            )
+            if snap is not None:
+                self.meta.update_tiered_watermarks(
+                    d.table_id, {v.partition: v.tiered_watermark for v in views}
+                )
+            return views
+
+        return TableView(d, table.schema, tuple(await self._run(offsets)))
+
+    async def list_tables(self, tenant: str, namespace: str | None = None) -> list[TableView]:
+        if namespace:
+            check_ident("namespace", namespace)
+        defs = await self._run(self.meta.list_tables, tenant, namespace or None)
+        return [TableView(d, parse_fields(d.fields)) for d in defs]
+
+    async def drop_table(self, tenant: str, namespace: str, name: str) -> None:
+        """Drop the table and its hot data.
+
+        Raises:
+            TableNotFound: no such table in this tenant.
+        """
+        d = await self._run(self.meta.drop_table, tenant, namespace, name)
+        self._tables.pop((tenant, namespace, name), None)
+        self._cold_tables.pop(d.table_id, None)
+        cold = self.cold
+
+        def drop_logs() -> None:
+            for p in range(d.partitions):
+                self.hot.drop(PartitionId(d.tenant, d.table_id, p))
+            if cold is not None:
+                cold.drop_table(d)
+
+        await self._run(drop_logs)

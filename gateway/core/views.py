@@ -1,0 +1,121 @@
+"""What the core answers with: table and partition views, read results, read plans."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+import pyarrow as pa
+
+from gateway.hot import StoredBatch
+from gateway.meta import TableDef
+from gateway.wire.codec import decode_batch
+from gateway.wire.schema import system_schema, with_system_columns
+
+if TYPE_CHECKING:
+    from gateway.cold import PlannedFile
+
+__all__ = [
+    "HotRange",
+    "PartitionView",
+    "ReadPlan",
+    "ReadResult",
+    "ScanResult",
+    "TableView",
+    "slice_batches",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionView:
+    partition: int
+    earliest_offset: int
+    high_watermark: int
+    tiered_watermark: int
+    hot_bytes: int
+    #: Estimated hot bytes of the records not yet tiered (:meth:`LogOffsets.bytes_from`).
+    lag_bytes: int = 0
+
+    @property
+    def lag_records(self) -> int:
+        """Records not yet tiered: ``HW(p) - T(p)``."""
+        return max(0, self.high_watermark - self.tiered_watermark)
+
+
+@dataclass(frozen=True, slots=True)
+class TableView:
+    definition: TableDef
+    schema: pa.Schema
+    partitions: tuple[PartitionView, ...] = ()
+
+    @property
+    def stored_schema(self) -> pa.Schema:
+        return system_schema(self.schema)
+
+
+@dataclass(frozen=True, slots=True)
+class ReadResult:
+    #: Batches in offset order, user columns then the system columns.
+    batches: list[pa.RecordBatch]
+    next_offset: int
+    high_watermark: int
+    schema: pa.Schema = field(repr=False, default_factory=lambda: pa.schema([]))
+
+    @property
+    def num_records(self) -> int:
+        return sum(b.num_rows for b in self.batches)
+
+
+@dataclass(frozen=True, slots=True)
+class HotRange:
+    """Offsets ``[from_offset, to_offset)`` of a partition that a reader fetches from the
+    gateway (not in the pinned snapshot)."""
+
+    partition: int
+    from_offset: int
+    to_offset: int
+
+
+@dataclass(frozen=True, slots=True)
+class ReadPlan:
+    """A pinned view of a table for engines that read in parallel: the snapshot's data
+    files plus the hot ranges per partition. Together they hold every record once."""
+
+    snapshot_id: int | None
+    files: list[PlannedFile]
+    hot_ranges: list[HotRange]
+    schema: pa.Schema
+
+
+@dataclass
+class ScanResult:
+    """A scan's schema, pinned view and batches (an async iterator, consumed once)."""
+
+    schema: pa.Schema
+    snapshot_id: int | None
+    batches: AsyncIterator[pa.RecordBatch]
+
+
+def slice_batches(
+    stored: Sequence[StoredBatch], partition: int, offset: int, max_records: int
+) -> tuple[list[pa.RecordBatch], int]:
+    """Decoded records ``[offset, offset + max_records)`` of hot batches, with system
+    columns, and the offset after the last one."""
+    out: list[pa.RecordBatch] = []
+    remaining = max_records
+    next_offset = offset
+    for sb in stored:
+        if remaining <= 0:
+            break
+        start = max(0, next_offset - sb.base_offset)
+        length = min(sb.count - start, remaining)
+        if length <= 0:
+            continue
+        rows = with_system_columns(
+            decode_batch(sb.payload), partition, sb.base_offset, sb.timestamp_us
+        )
+        out.append(rows.slice(start, length))
+        remaining -= length
+        next_offset = sb.base_offset + start + length
+    return out, next_offset
