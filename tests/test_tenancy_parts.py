@@ -128,8 +128,8 @@ def test_key_cache_is_dropped_by_the_replica_that_changes_a_key_and_expires_else
     uncached = _replica(tmp_path, "uncached", clock, ttl=0)
 
     async def scenario() -> None:
-        await here.create_tenant("acme")
-        info, key = await here.issue_key("acme")
+        await here.admin.create_tenant("acme")
+        info, key = await here.admin.issue_key("acme")
         bearer = f"Bearer {key}"
         for replica in (here, there, uncached):  # each has read (and cached) the key
             assert (await replica.authenticate(bearer)).tenant == "acme"
@@ -137,7 +137,7 @@ def test_key_cache_is_dropped_by_the_replica_that_changes_a_key_and_expires_else
         with pytest.raises(Unauthenticated):
             await there.authenticate(f"Bearer {_wrong_secret(key)}")
 
-        await here.suspend("acme")
+        await here.admin.suspend("acme")
         with pytest.raises(TenantSuspended):  # at once where it was suspended
             await here.authenticate(bearer)
         with pytest.raises(TenantSuspended):  # at once without a cache
@@ -148,12 +148,12 @@ def test_key_cache_is_dropped_by_the_replica_that_changes_a_key_and_expires_else
         with pytest.raises(TenantSuspended):
             await there.authenticate(bearer)
 
-        await there.resume("acme")
+        await there.admin.resume("acme")
         assert (await there.authenticate(bearer)).tenant == "acme"
         clock.now += 1.0
         assert (await here.authenticate(bearer)).tenant == "acme"
 
-        await there.revoke_key(info.key_id)
+        await there.admin.revoke_key(info.key_id)
         with pytest.raises(Unauthenticated):
             await there.authenticate(bearer)
         with pytest.raises(Unauthenticated):

@@ -18,8 +18,7 @@ from gateway.hot import load_hot_log
 from gateway.lake.components import Components
 from gateway.lake.scheduler import EmbeddedTiering
 from gateway.meta import MetadataStore
-from gateway.tenancy import Tenancy, load_operator_key
-from gateway.tenancy.service import OPERATOR_KEY_FILE
+from gateway.tenancy import OPERATOR_KEY_FILE, Tenancy, load_operator_key
 
 __all__ = ["build_service", "serve"]
 

@@ -9,8 +9,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
-from gateway.meta.tenants import KeyInfo, TenantInfo
-from gateway.tenancy import Tenancy
+from gateway.tenancy import KeyInfo, Tenancy, TenantInfo
 from gateway.wire._proto.tidegate.v1 import admin_pb2 as apb
 from gateway.wire._proto.tidegate.v1 import admin_pb2_grpc as apb_grpc
 from gateway.wire.types import QUOTA_FIELDS
@@ -48,40 +47,40 @@ class AdminServicer(apb_grpc.AdminServicer):  # type: ignore[misc]
         self.tenancy = tenancy
 
     async def CreateTenant(self, request: apb.CreateTenantRequest, context: Any) -> apb.TenantInfo:
-        return _tenant(await self.tenancy.create_tenant(request.name))
+        return _tenant(await self.tenancy.admin.create_tenant(request.name))
 
     async def ListTenants(
         self, request: apb.ListTenantsRequest, context: Any
     ) -> apb.ListTenantsResponse:
         return apb.ListTenantsResponse(
-            tenants=[_tenant(t) for t in await self.tenancy.list_tenants()]
+            tenants=[_tenant(t) for t in await self.tenancy.admin.list_tenants()]
         )
 
     async def GetTenant(self, request: apb.TenantRequest, context: Any) -> apb.TenantInfo:
-        return _tenant(await self.tenancy.get_tenant(request.name))
+        return _tenant(await self.tenancy.admin.get_tenant(request.name))
 
     async def SuspendTenant(self, request: apb.TenantRequest, context: Any) -> apb.TenantInfo:
-        return _tenant(await self.tenancy.suspend(request.name))
+        return _tenant(await self.tenancy.admin.suspend(request.name))
 
     async def ResumeTenant(self, request: apb.TenantRequest, context: Any) -> apb.TenantInfo:
-        return _tenant(await self.tenancy.resume(request.name))
+        return _tenant(await self.tenancy.admin.resume(request.name))
 
     async def DeleteTenant(
         self, request: apb.TenantRequest, context: Any
     ) -> apb.DeleteTenantResponse:
-        await self.tenancy.delete_tenant(request.name)
+        await self.tenancy.admin.delete_tenant(request.name)
         return apb.DeleteTenantResponse()
 
     async def IssueKey(self, request: apb.TenantRequest, context: Any) -> apb.IssueKeyResponse:
-        info, key = await self.tenancy.issue_key(request.name)
+        info, key = await self.tenancy.admin.issue_key(request.name)
         return apb.IssueKeyResponse(key=_key(info), api_key=key)
 
     async def RevokeKey(self, request: apb.RevokeKeyRequest, context: Any) -> apb.RevokeKeyResponse:
-        await self.tenancy.revoke_key(request.key_id)
+        await self.tenancy.admin.revoke_key(request.key_id)
         return apb.RevokeKeyResponse()
 
     async def ListKeys(self, request: apb.TenantRequest, context: Any) -> apb.ListKeysResponse:
-        keys = await self.tenancy.list_keys(request.name)
+        keys = await self.tenancy.admin.list_keys(request.name)
         return apb.ListKeysResponse(keys=[_key(k) for k in keys])
 
     async def SetQuota(self, request: apb.SetQuotaRequest, context: Any) -> apb.Quota:
@@ -89,13 +88,13 @@ class AdminServicer(apb_grpc.AdminServicer):  # type: ignore[misc]
         for f in QUOTA_FIELDS:
             if request.quota.HasField(f):
                 values[f] = int(getattr(request.quota, f))
-        return _quota(await self.tenancy.set_quota(request.tenant, values))
+        return _quota(await self.tenancy.admin.set_quota(request.tenant, values))
 
     async def GetQuota(self, request: apb.TenantRequest, context: Any) -> apb.Quota:
-        return _quota(await self.tenancy.get_quota(request.name))
+        return _quota(await self.tenancy.admin.get_quota(request.name))
 
     async def GetUsage(self, request: apb.GetUsageRequest, context: Any) -> apb.GetUsageResponse:
-        rows = await self.tenancy.usage(
+        rows = await self.tenancy.admin.usage(
             request.tenant, _from_ms(request.since_ms), _from_ms(request.until_ms)
         )
         return apb.GetUsageResponse(

@@ -13,8 +13,7 @@ from fastapi import APIRouter, Depends, Path, Query, Request
 from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel, ConfigDict, Field
 
-from gateway.meta.tenants import KeyInfo, TenantInfo
-from gateway.tenancy import Tenancy
+from gateway.tenancy import KeyInfo, Tenancy, TenantInfo
 from gateway.wire.types import QUOTA_FIELDS
 
 __all__ = ["admin_router"]
@@ -72,23 +71,23 @@ def admin_router(tenancy: Tenancy) -> APIRouter:
 
     @router.post("/tenants", status_code=201, summary="Create a tenant.")
     async def create_tenant(body: CreateTenantRequest) -> JSONResponse:
-        return JSONResponse(_tenant(await tenancy.create_tenant(body.name)), status_code=201)
+        return JSONResponse(_tenant(await tenancy.admin.create_tenant(body.name)), status_code=201)
 
     @router.get("/tenants", summary="List tenants.")
     async def list_tenants() -> JSONResponse:
-        return JSONResponse({"tenants": [_tenant(t) for t in await tenancy.list_tenants()]})
+        return JSONResponse({"tenants": [_tenant(t) for t in await tenancy.admin.list_tenants()]})
 
     @router.get("/tenants/{tenant}", summary="A tenant and its status.")
     async def get_tenant(tenant: TenantName) -> JSONResponse:
-        return JSONResponse(_tenant(await tenancy.get_tenant(tenant)))
+        return JSONResponse(_tenant(await tenancy.admin.get_tenant(tenant)))
 
     @router.post("/tenants/{tenant}/suspend", summary="Refuse every request of the tenant.")
     async def suspend(tenant: TenantName) -> JSONResponse:
-        return JSONResponse(_tenant(await tenancy.suspend(tenant)))
+        return JSONResponse(_tenant(await tenancy.admin.suspend(tenant)))
 
     @router.post("/tenants/{tenant}/resume", summary="Serve a suspended tenant again.")
     async def resume(tenant: TenantName) -> JSONResponse:
-        return JSONResponse(_tenant(await tenancy.resume(tenant)))
+        return JSONResponse(_tenant(await tenancy.admin.resume(tenant)))
 
     @router.delete(
         "/tenants/{tenant}",
@@ -97,7 +96,7 @@ def admin_router(tenancy: Tenancy) -> APIRouter:
         summary="Delete the tenant: its tables in every tier, keys, quotas, usage.",
     )
     async def delete_tenant(tenant: TenantName) -> Response:
-        await tenancy.delete_tenant(tenant)
+        await tenancy.admin.delete_tenant(tenant)
         return Response(status_code=204)
 
     @router.post(
@@ -106,28 +105,28 @@ def admin_router(tenancy: Tenancy) -> APIRouter:
         summary="Issue an API key; the full key is in this answer only.",
     )
     async def issue_key(tenant: TenantName) -> JSONResponse:
-        info, key = await tenancy.issue_key(tenant)
+        info, key = await tenancy.admin.issue_key(tenant)
         return JSONResponse({**_key(info), "api_key": key}, status_code=201)
 
     @router.get("/tenants/{tenant}/keys", summary="The tenant's keys (ids only).")
     async def list_keys(tenant: TenantName) -> JSONResponse:
-        return JSONResponse({"keys": [_key(k) for k in await tenancy.list_keys(tenant)]})
+        return JSONResponse({"keys": [_key(k) for k in await tenancy.admin.list_keys(tenant)]})
 
     @router.delete(
         "/keys/{key_id}", status_code=204, response_class=Response, summary="Revoke a key."
     )
     async def revoke_key(key_id: Annotated[str, Path()]) -> Response:
-        await tenancy.revoke_key(key_id)
+        await tenancy.admin.revoke_key(key_id)
         return Response(status_code=204)
 
     @router.get("/tenants/{tenant}/quota", summary="The tenant's own quotas (null: default).")
     async def get_quota(tenant: TenantName) -> JSONResponse:
-        return JSONResponse(await tenancy.get_quota(tenant))
+        return JSONResponse(await tenancy.admin.get_quota(tenant))
 
     @router.put("/tenants/{tenant}/quota", summary="Set some of the tenant's quotas.")
     async def set_quota(tenant: TenantName, body: QuotaBody) -> JSONResponse:
         values = {f: getattr(body, f) for f in QUOTA_FIELDS if f in body.model_fields_set}
-        return JSONResponse(await tenancy.set_quota(tenant, values))
+        return JSONResponse(await tenancy.admin.set_quota(tenant, values))
 
     @router.get("/tenants/{tenant}/usage", summary="The tenant's usage per minute.")
     async def usage(
@@ -135,7 +134,7 @@ def admin_router(tenancy: Tenancy) -> APIRouter:
         since_ms: Annotated[int | None, Query(description="From this minute (ms).")] = None,
         until_ms: Annotated[int | None, Query(description="Before this minute (ms).")] = None,
     ) -> JSONResponse:
-        rows = await tenancy.usage(tenant, _from_ms(since_ms), _from_ms(until_ms))
+        rows = await tenancy.admin.usage(tenant, _from_ms(since_ms), _from_ms(until_ms))
         return JSONResponse(
             {
                 "tenant": tenant,

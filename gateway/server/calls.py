@@ -1,0 +1,262 @@
+"""The data plane as both edges serve it: each operation of the core with the work every
+request needs done once, here, for gRPC and HTTP alike.
+
+That work is: the tenant's quota charged before (table counts, append bytes, the read
+bucket), usage metered and Prometheus metrics counted after, and encoding of large answers
+kept off the event loop. An edge only turns its wire format into these calls and their
+answers back into its wire format. Errors are turned into wire errors in one place too,
+:func:`wire_error`.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+import pyarrow as pa
+
+from gateway import metrics
+from gateway.core import ReadPlan, ReadResult, ScanResult, StreamTables, TableView
+from gateway.tenancy import Gate
+from gateway.wire.errors import TidegateError
+from gateway.wire.types import AppendRange
+
+__all__ = ["AppendBody", "DataCalls", "wire_error"]
+
+log = logging.getLogger("tidegate.server")
+
+T = TypeVar("T")
+
+
+#: Answers of at least this many records are encoded on the I/O pool.
+OFFLOAD_RECORDS = 2_000
+
+
+@dataclass(frozen=True, slots=True)
+class AppendBody:
+    """A decoded append request: its rows and where they go."""
+
+    batches: Sequence[pa.RecordBatch]
+    partition: int | None = None
+    producer_id: str | None = None
+    sequence: int | None = None
+
+
+def wire_error(exc: BaseException, where: str = "a call") -> TidegateError:
+    """The error to send for ``exc``: a :class:`TidegateError` as it is; anything else is
+    logged with its traceback and answered as a bare INTERNAL error, whose message names
+    nothing of the gateway's internals."""
+    if isinstance(exc, TidegateError):
+        return exc
+    log.error("unexpected error in %s", where, exc_info=exc)
+    return TidegateError("internal error; see the gateway log")
+
+
+class DataCalls:
+    """The metered data-plane operations of one gateway process."""
+
+    def __init__(self, service: StreamTables, gate: Gate) -> None:
+        self.service = service
+        self.gate = gate
+
+    async def offload(self, big: bool, fn: Callable[..., T], *args: Any) -> T:
+        """``fn(*args)`` on the I/O pool when ``big``, else here."""
+        if big:
+            return await self.service.offload(fn, *args)
+        return fn(*args)
+
+    # Tables ----------------------------------------------------------------------------
+    async def create_table(
+        self,
+        tenant: str,
+        namespace: str,
+        name: str,
+        fields: Any,
+        partitions: int,
+        key_columns: Sequence[str] = (),
+    ) -> TableView:
+        await self.gate.check_create_table(tenant, partitions)
+        return await self.service.create_table(
+            tenant, namespace, name, fields, partitions, key_columns
+        )
+
+    # Appends ---------------------------------------------------------------------------
+    async def append(
+        self,
+        tenant: str,
+        namespace: str,
+        name: str,
+        nbytes: int,
+        decode: Callable[[], Awaitable[AppendBody]],
+    ) -> list[AppendRange]:
+        """Charge ``nbytes`` (refunded if nothing is stored), decode the body with
+        ``decode`` and append it; meter what was acknowledged."""
+        async with self.gate.append_charge(tenant, nbytes):
+            body = await decode()
+            ranges = await self.service.append(
+                tenant,
+                namespace,
+                name,
+                body.batches,
+                partition=body.partition,
+                producer_id=body.producer_id,
+                sequence=body.sequence,
+            )
+        records = sum(r.count for r in ranges)
+        metrics.record_append(records, nbytes)
+        self.gate.record_append(tenant, records, nbytes)
+        return ranges
+
+    # Reads -----------------------------------------------------------------------------
+    async def _answer(
+        self, tenant: str, result: ReadResult, encode: Callable[[ReadResult], tuple[T, int]]
+    ) -> T:
+        out, nbytes = await self.offload(result.num_records >= OFFLOAD_RECORDS, encode, result)
+        metrics.record_read(result.num_records)
+        await self.gate.record_read(tenant, result.num_records, nbytes)
+        return out
+
+    async def read(
+        self,
+        tenant: str,
+        namespace: str,
+        name: str,
+        partition: int,
+        offset: int,
+        max_records: int | None,
+        max_bytes: int | None,
+        encode: Callable[[ReadResult], tuple[T, int]],
+    ) -> T:
+        """One stream read, encoded by ``encode`` (which answers the wire form and its size
+        in bytes) and metered by that size."""
+        await self.gate.check_read(tenant)
+        result = await self.service.read(
+            tenant, namespace, name, partition, offset, max_records, max_bytes
+        )
+        return await self._answer(tenant, result, encode)
+
+    async def follow(
+        self,
+        tenant: str,
+        namespace: str,
+        name: str,
+        partition: int,
+        offset: int,
+        encode: Callable[[ReadResult], tuple[T, int]],
+        *,
+        max_records: int | None = None,
+        max_bytes: int | None = None,
+        max_wait_s: float | None = None,
+        authorization: str | None = None,
+    ) -> AsyncIterator[T]:
+        """Follow reads, each encoded and metered; the read quota and the caller's
+        credential are checked again before every answer after the first (a long-lived
+        stream ends once its key is revoked or its tenant suspended)."""
+        await self.gate.check_read(tenant)
+        results = self.service.follow(
+            tenant,
+            namespace,
+            name,
+            partition,
+            offset,
+            max_records=max_records,
+            max_bytes=max_bytes,
+            max_wait_s=max_wait_s,
+        )
+        try:
+            first = True
+            async for result in results:
+                if not first:
+                    await self.gate.still_allowed(authorization, tenant)
+                    await self.gate.check_read(tenant)
+                first = False
+                yield await self._answer(tenant, result, encode)
+        finally:
+            await results.aclose()  # type: ignore[attr-defined]
+
+    async def offsets_for_times(
+        self,
+        tenant: str,
+        namespace: str,
+        name: str,
+        timestamp_us: int,
+        partitions: Sequence[int] | None,
+    ) -> dict[int, int]:
+        return await self.service.offsets_for_times(
+            tenant, namespace, name, timestamp_us, partitions
+        )
+
+    # Scans and plans -------------------------------------------------------------------
+    async def scan(
+        self,
+        tenant: str,
+        namespace: str,
+        name: str,
+        *,
+        columns: Sequence[str] | None,
+        row_filter: str | None,
+        as_of: Any,
+        limit: int | None,
+    ) -> ScanResult:
+        """A scan's pinned view; its batches are metered as they are consumed (see
+        :meth:`scan_chunks`)."""
+        await self.gate.check_read(tenant)
+        return await self.service.scan(
+            tenant,
+            namespace,
+            name,
+            columns=columns,
+            row_filter=row_filter,
+            as_of=as_of,
+            limit=limit,
+        )
+
+    async def scan_chunks(
+        self,
+        tenant: str,
+        result: ScanResult,
+        encode: Callable[[list[pa.RecordBatch]], tuple[T, int]],
+        target_bytes: int | None,
+        *,
+        always_one: bool = False,
+    ) -> AsyncIterator[T]:
+        """The scan's batches in chunks of about ``target_bytes`` of Arrow data (one chunk
+        for None), each encoded on the I/O pool and metered; with ``always_one`` an empty
+        scan still yields one (empty) chunk."""
+        pending: list[pa.RecordBatch] = []
+        size, sent = 0, False
+
+        async def flush() -> T:
+            records = sum(b.num_rows for b in pending)
+            out, nbytes = await self.service.offload(encode, list(pending))
+            metrics.record_read(records)
+            await self.gate.record_read(tenant, records, nbytes)
+            return out
+
+        async for batch in result.batches:
+            # A whole data file can come as one batch: cut it so that chunks stay near
+            # the target and the next is encoded while the last one is on the wire.
+            for piece in pieces(batch, target_bytes):
+                pending.append(piece)
+                size += piece.nbytes
+                if target_bytes is not None and size >= target_bytes:
+                    yield await flush()
+                    pending, size, sent = [], 0, True
+        if pending or (always_one and not sent):
+            yield await flush()
+
+    async def plan(
+        self, tenant: str, namespace: str, name: str, *, row_filter: str | None, as_of: Any
+    ) -> ReadPlan:
+        await self.gate.check_read(tenant)
+        return await self.service.plan(tenant, namespace, name, row_filter=row_filter, as_of=as_of)
+
+
+def pieces(batch: pa.RecordBatch, target_bytes: int | None) -> Sequence[pa.RecordBatch]:
+    """``batch`` cut into zero-copy slices of about ``target_bytes`` each."""
+    if target_bytes is None or batch.nbytes <= target_bytes or batch.num_rows <= 1:
+        return [batch]
+    rows = max(1, batch.num_rows * target_bytes // batch.nbytes)
+    return [batch.slice(start, rows) for start in range(0, batch.num_rows, rows)]

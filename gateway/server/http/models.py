@@ -1,0 +1,206 @@
+"""The HTTP edge's wire models (what the OpenAPI document describes). Request models
+forbid unknown keys and do not coerce types."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+__all__ = [
+    "ARROW_BINARY",
+    "ARROW_STREAM",
+    "ERRORS",
+    "HEADER_HIGH_WATERMARK",
+    "HEADER_NEXT_OFFSET",
+    "JSON",
+    "WATERMARK_HEADERS",
+    "AppendRequest",
+    "AppendResponse",
+    "CommitOffsetsRequest",
+    "CreateTableRequest",
+    "ErrorResponse",
+    "GroupOffsets",
+    "PlanRequest",
+    "ReadResponse",
+    "ScanRequest",
+    "TableDescription",
+    "TableList",
+]
+
+ARROW_STREAM = "application/vnd.apache.arrow.stream"
+JSON = "application/json"
+HEADER_NEXT_OFFSET = "Tidegate-Next-Offset"
+HEADER_HIGH_WATERMARK = "Tidegate-High-Watermark"
+
+
+class _Request(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+
+class FieldSpec(_Request):
+    """One column of a table schema."""
+
+    name: str = Field(description="Column name: a letter, then letters, digits or '_'.")
+    type: str = Field(
+        description="Arrow type name: int64, string, timestamp[us, tz=UTC], "
+        "decimal128(10, 2), list<int32>, struct<a: int32, b: string>..."
+    )
+    nullable: bool = Field(True, description="Whether the column admits nulls.")
+
+
+class CreateTableRequest(_Request):
+    """``POST /v1/tables``."""
+
+    namespace: str = Field(description="Namespace of the table, within the tenant.")
+    name: str = Field(description="Table name, unique within the namespace.")
+    schema_: list[FieldSpec] | dict[str, str] = Field(
+        alias="schema",
+        description="A list of fields, or the shorthand {column: type} (all nullable).",
+    )
+    partitions: int = Field(description="Number of partitions, fixed for the table's life.")
+    key_columns: list[str] = Field(
+        default_factory=list,
+        description="Columns whose stable hash routes a row to a partition; empty: "
+        "round-robin per batch.",
+    )
+
+
+class AppendRequest(_Request):
+    """The JSON body of ``POST /v1/tables/{namespace}/{name}/records``."""
+
+    rows: list[dict[str, Any]] = Field(
+        description="Rows as objects holding every column of the table schema. Timestamps "
+        "are ISO-8601 strings (with an offset for zoned columns) or integer microseconds, "
+        "decimals strings or numbers, binary base64."
+    )
+    partition: int | None = Field(None, description="Write every row to this partition.")
+    producer_id: str | None = Field(
+        None, description="Idempotent producer id; goes with 'sequence'."
+    )
+    sequence: int | None = Field(
+        None, description="Per-partition batch sequence of the producer; goes with producer_id."
+    )
+
+
+class ScanRequest(_Request):
+    """The JSON body of ``POST /v1/tables/{namespace}/{name}/scan``."""
+
+    columns: list[str] | None = Field(
+        None, description="Columns to return (user or system columns); default all."
+    )
+    filter: str | None = Field(
+        None,
+        description="Row filter (SQL-like; see the README), e.g. "
+        "\"id > 5 and name = 'x'\", \"ts >= '2024-01-01T00:00:00+00:00'\", "
+        '"tag is null", "id in (1, 2)", "name like \'pre%\'".',
+    )
+    as_of: int | str | None = Field(
+        None,
+        description="A snapshot id or an ISO-8601 time: read only that Iceberg snapshot "
+        "(the hot tier keeps no history, so recent untiered records are not included).",
+    )
+    limit: int | None = Field(None, ge=0, description="At most this many rows.")
+
+
+class PlanRequest(_Request):
+    """The JSON body of ``POST /v1/tables/{namespace}/{name}/plan``."""
+
+    filter: str | None = Field(None, description="Row filter (same syntax as scan).")
+    as_of: int | str | None = Field(None, description="A snapshot id or an ISO-8601 time.")
+
+
+class PartitionInfo(BaseModel):
+    partition: int
+    earliest_offset: int = Field(description="Earliest offset still readable.")
+    high_watermark: int = Field(description="Next offset to be assigned.")
+    tiered_watermark: int = Field(description="Every offset below this is in Iceberg.")
+    hot_bytes: int = Field(description="Bytes held by the hot tier.")
+    lag_records: int = Field(description="Records not yet tiered (HW - T).")
+    lag_bytes: int = Field(description="Estimated hot bytes of the records not yet tiered.")
+
+
+class TableDescription(BaseModel):
+    namespace: str
+    name: str
+    table_id: str = Field(description="Unique for the table's lifetime.")
+    schema_: list[dict[str, Any]] = Field(alias="schema", description="The user schema.")
+    partitions: int
+    key_columns: list[str]
+    created_at: str = Field(description="ISO-8601, UTC.")
+    partition_info: list[PartitionInfo] | None = Field(
+        None, description="Live offsets per partition (describe and create only)."
+    )
+
+
+class TableList(BaseModel):
+    tables: list[TableDescription]
+
+
+class AppendedRange(BaseModel):
+    partition: int
+    base_offset: int = Field(description="Offset of the first record of the range.")
+    count: int
+    duplicate: bool = Field(description="A retried idempotent batch: original offsets.")
+
+
+class AppendResponse(BaseModel):
+    ranges: list[AppendedRange]
+
+
+class ReadResponse(BaseModel):
+    records: list[dict[str, Any]] = Field(
+        description="Records in offset order: the user columns then _partition, _offset, "
+        "_timestamp."
+    )
+    next_offset: int = Field(description="Offset to read from next.")
+    high_watermark: int = Field(description="The partition's high watermark at the read.")
+
+
+class PartitionOffset(_Request):
+    partition: int = Field(description="Partition number, 0..N-1.")
+    offset: int = Field(description="Next offset the group will consume.")
+
+
+class CommitOffsetsRequest(_Request):
+    """``POST /v1/groups/{group}/tables/{namespace}/{name}/offsets``."""
+
+    offsets: list[PartitionOffset] = Field(description="Committed offsets per partition.")
+
+
+class GroupOffsets(BaseModel):
+    group: str
+    namespace: str
+    name: str
+    offsets: list[dict[str, int]] = Field(
+        description="[{partition, offset}] for every partition the group has committed."
+    )
+
+
+class ErrorBody(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+    reason: str = Field(description="Stable machine-readable reason, e.g. TABLE_NOT_FOUND.")
+    message: str = Field("", description="Human-readable explanation.")
+
+
+class ErrorResponse(BaseModel):
+    error: ErrorBody
+
+
+ERRORS: dict[int | str, dict[str, Any]] = {
+    400: {"model": ErrorResponse, "description": "Invalid request"},
+    401: {"model": ErrorResponse, "description": "No valid 'authorization: Bearer <key>'"},
+    403: {"model": ErrorResponse, "description": "Tenant suspended, or the operator key"},
+    404: {"model": ErrorResponse, "description": "No such table"},
+    429: {"model": ErrorResponse, "description": "Over a quota; see Retry-After"},
+    503: {"model": ErrorResponse, "description": "A backend is unavailable"},
+}
+ARROW_BINARY = {"schema": {"type": "string", "format": "binary"}}
+WATERMARK_HEADERS = {
+    HEADER_NEXT_OFFSET: {"description": "Offset to read from next.", "schema": {"type": "integer"}},
+    HEADER_HIGH_WATERMARK: {
+        "description": "The partition's high watermark at the read.",
+        "schema": {"type": "integer"},
+    },
+}

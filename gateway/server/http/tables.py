@@ -1,0 +1,80 @@
+"""``/v1/tables``: create, list, describe and drop tables."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Query
+from fastapi.responses import JSONResponse, Response
+
+from gateway.server.calls import DataCalls
+from gateway.server.http.bodies import describe
+from gateway.server.http.deps import Caller, Name, Namespace
+from gateway.server.http.models import (
+    ERRORS,
+    CreateTableRequest,
+    ErrorResponse,
+    TableDescription,
+    TableList,
+)
+
+__all__ = ["tables_router"]
+
+
+def tables_router(calls: DataCalls) -> APIRouter:
+    router = APIRouter(prefix="/v1/tables", tags=["tables"])
+    service = calls.service
+
+    @router.post(
+        "",
+        status_code=201,
+        response_model=TableDescription,
+        responses={**ERRORS, 409: {"model": ErrorResponse, "description": "Name taken"}},
+        summary="Create a table.",
+    )
+    async def create_table(body: CreateTableRequest, caller: Caller) -> JSONResponse:
+        spec: Any = (
+            dict(body.schema_)
+            if isinstance(body.schema_, dict)
+            else [f.model_dump() for f in body.schema_]
+        )
+        view = await calls.create_table(
+            caller.tenant, body.namespace, body.name, spec, body.partitions, body.key_columns
+        )
+        return JSONResponse(describe(view, with_partitions=True), status_code=201)
+
+    @router.get(
+        "",
+        response_model=TableList,
+        responses=ERRORS,
+        summary="List the tenant's tables, optionally of one namespace.",
+    )
+    async def list_tables(
+        caller: Caller,
+        namespace: Annotated[str | None, Query(description="Only this namespace.")] = None,
+    ) -> JSONResponse:
+        views = await service.list_tables(caller.tenant, namespace)
+        return JSONResponse({"tables": [describe(v, with_partitions=False) for v in views]})
+
+    @router.get(
+        "/{namespace}/{name}",
+        response_model=TableDescription,
+        responses=ERRORS,
+        summary="Describe a table with its live per-partition offsets.",
+    )
+    async def describe_table(namespace: Namespace, name: Name, caller: Caller) -> JSONResponse:
+        view = await service.describe_table(caller.tenant, namespace, name)
+        return JSONResponse(describe(view, with_partitions=True))
+
+    @router.delete(
+        "/{namespace}/{name}",
+        status_code=204,
+        response_class=Response,
+        responses=ERRORS,
+        summary="Drop a table and its hot data.",
+    )
+    async def drop_table(namespace: Namespace, name: Name, caller: Caller) -> Response:
+        await service.drop_table(caller.tenant, namespace, name)
+        return Response(status_code=204)
+
+    return router

@@ -1,0 +1,143 @@
+"""Tenant administration: tenants, API keys, quotas and usage (the operator's API)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import re
+from collections.abc import Callable
+from datetime import datetime
+from typing import TYPE_CHECKING, ParamSpec, TypeVar
+
+from gateway.meta.tenants import KeyInfo, TenantInfo, UsageRow
+from gateway.tenancy import keys
+from gateway.tenancy.auth import run_blocking
+from gateway.wire.errors import InvalidRequest
+from gateway.wire.types import QUOTA_FIELDS
+
+if TYPE_CHECKING:
+    from gateway.tenancy.service import Tenancy
+
+__all__ = ["TenantAdmin"]
+
+log = logging.getLogger(__name__)
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+_TENANT_RE = re.compile(r"^[A-Za-z][A-Za-z0-9_\-]{0,62}$")
+
+
+class TenantAdmin:
+    """The admin operations, run for the operator through one gateway's :class:`Tenancy`."""
+
+    def __init__(self, tenancy: Tenancy) -> None:
+        self.tenancy = tenancy
+        self.tenants = tenancy.tenants
+        self.service = tenancy.service
+        self.settings = tenancy.settings
+
+    @staticmethod
+    def _check_name(name: str) -> None:
+        if not isinstance(name, str) or not _TENANT_RE.match(name):
+            raise InvalidRequest(
+                f"tenant name {name!r} must start with a letter and hold only letters, "
+                "digits, '_' and '-' (at most 63)"
+            )
+
+    async def create_tenant(self, name: str) -> TenantInfo:
+        self._check_name(name)
+        return await run_blocking(self.tenants.create_tenant, name)
+
+    async def get_tenant(self, name: str) -> TenantInfo:
+        return await run_blocking(self.tenants.get_tenant, name)
+
+    async def list_tenants(self) -> list[TenantInfo]:
+        return await run_blocking(self.tenants.list_tenants)
+
+    async def _change_keys(self, fn: Callable[P, R], *args: P.args, **kwargs: P.kwargs) -> R:
+        """Run a change of keys or of a tenant's status, and drop the key cache once the
+        change is written: never before (a lookup in between would cache the old state),
+        and even when the request that asked for it is cancelled meanwhile (the write
+        goes on in its thread). The caller resumes after the cache was dropped."""
+        written = asyncio.get_running_loop().run_in_executor(None, lambda: fn(*args, **kwargs))
+
+        def forget(done: asyncio.Future[R]) -> None:
+            self.tenancy.auth.forget_keys()
+            if not done.cancelled():
+                done.exception()  # retrieved here when no caller waits for it any more
+
+        written.add_done_callback(forget)
+        return await asyncio.shield(written)
+
+    async def suspend(self, name: str) -> TenantInfo:
+        """Refused from the next request on here, within ``auth.key_cache_ttl_s`` elsewhere."""
+        return await self._change_keys(self.tenants.set_status, name, "suspended")
+
+    async def resume(self, name: str) -> TenantInfo:
+        return await self._change_keys(self.tenants.set_status, name, "active")
+
+    async def delete_tenant(self, name: str) -> None:
+        """Suspend, wait until every replica refuses the tenant (the key cache's TTL), drop
+        every table through the service (so every tier lets go of the data), then remove
+        buckets, usage, keys and rows."""
+        await self.suspend(name)
+        # Other replicas may accept the tenant's keys for up to the TTL after the suspension;
+        # a table created there meanwhile would outlive the deletion.
+        await asyncio.sleep(self.settings.auth.key_cache_ttl_s)
+        for _ in range(100):  # let this gateway's requests of the tenant finish
+            guard = self.tenancy.guard
+            if not guard.in_flight(name) and not guard.in_flight(name, follow=True):
+                break
+            await asyncio.sleep(0.05)
+        for view in await self.service.list_tables(name):
+            d = view.definition
+            with contextlib.suppress(Exception):
+                await self.service.drop_table(name, d.namespace, d.name)
+        await run_blocking(self.service.hot.drop_tenant, name)
+        if self.service.cold is not None:
+            await run_blocking(self.service.cold.drop_tenant, name)
+        await run_blocking(self.tenancy.guard.forget, name)
+        self.tenancy.meter.forget(name)
+        await self._change_keys(self.tenants.delete_tenant, name)
+
+    async def issue_key(self, tenant: str) -> tuple[KeyInfo, str]:
+        """A new key for ``tenant``: its info and the full key (shown once)."""
+        issued = keys.issue()
+        info = await run_blocking(
+            self.tenants.add_key, tenant, issued.key_id, issued.salt, issued.digest
+        )
+        return info, issued.key
+
+    async def revoke_key(self, key_id: str, tenant: str | None = None) -> None:
+        """Refused from the next request on here, within ``auth.key_cache_ttl_s`` elsewhere."""
+        await self._change_keys(self.tenants.revoke_key, key_id, tenant)
+
+    async def list_keys(self, tenant: str) -> list[KeyInfo]:
+        await self.get_tenant(tenant)
+        return await run_blocking(self.tenants.list_keys, tenant)
+
+    async def get_quota(self, tenant: str) -> dict[str, int | None]:
+        await self.get_tenant(tenant)
+        return await run_blocking(self.tenants.get_quota, tenant)
+
+    async def set_quota(self, tenant: str, values: dict[str, int | None]) -> dict[str, int | None]:
+        unknown = set(values) - set(QUOTA_FIELDS)
+        if unknown:
+            raise InvalidRequest(f"unknown quota fields {sorted(unknown)}")
+        out = await run_blocking(self.tenants.set_quota, tenant, values)
+        self.tenancy.guard.changed(tenant)
+        return out
+
+    async def usage(
+        self, tenant: str, since: datetime | None = None, until: datetime | None = None
+    ) -> list[UsageRow]:
+        """The tenant's usage per minute; this gateway's pending figures are written first."""
+        await self.get_tenant(tenant)
+        try:
+            await run_blocking(self.tenancy.sample_and_flush, tenant)
+        except Exception:
+            # What was written stays readable; the pending figures go with the next flush.
+            log.exception("writing usage before a usage read failed")
+        return await run_blocking(self.tenants.usage, tenant, since, until)

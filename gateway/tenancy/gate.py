@@ -1,0 +1,100 @@
+"""What an edge asks about every data-plane request, in one interface.
+
+:class:`Gate` is who a request comes from, whether it may start, what it may take and what
+it used. :class:`~gateway.tenancy.service.Tenancy` is the real one (API keys, quotas,
+metering); :class:`OpenGate` serves one fixed tenant with no limits, for edges built in
+process (tests, embedding) where nothing authenticates.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from abc import ABC, abstractmethod
+from collections.abc import AsyncIterator
+from contextlib import AbstractAsyncContextManager
+
+__all__ = ["Gate", "OpenGate"]
+
+
+class Gate(ABC):
+    @abstractmethod
+    async def tenant_of(self, authorization: str | None) -> str:
+        """The tenant of a data-plane request's credential; counts the request.
+
+        Raises:
+            Unauthenticated, TenantSuspended, PermissionDenied (the operator key on the
+            data plane), Throttled (over requests/s).
+        """
+
+    @abstractmethod
+    async def still_allowed(self, authorization: str | None, tenant: str) -> None:
+        """Check, during a long-lived call, that its credential still stands (not revoked,
+        tenant not suspended): called at least as often as the key cache expires.
+
+        Raises:
+            Unauthenticated, TenantSuspended.
+        """
+
+    @abstractmethod
+    def admit(self, tenant: str, *, follow: bool = False) -> AbstractAsyncContextManager[None]:
+        """Hold one of the tenant's slots on this gateway for the call.
+
+        Raises:
+            Throttled: no free slot.
+        """
+
+    @abstractmethod
+    async def check_create_table(self, tenant: str, partitions: int) -> None:
+        """Raises: QuotaExceeded over the table or partition count quota."""
+
+    @abstractmethod
+    def append_charge(self, tenant: str, nbytes: int) -> AbstractAsyncContextManager[None]:
+        """Charge an append of ``nbytes`` on entry (or raise Throttled); refund it when the
+        append then fails."""
+
+    @abstractmethod
+    def record_append(self, tenant: str, records: int, nbytes: int) -> None:
+        """Meter an acknowledged append."""
+
+    @abstractmethod
+    async def check_read(self, tenant: str) -> None:
+        """Raises: Throttled while the tenant's read bucket is in debt."""
+
+    @abstractmethod
+    async def record_read(self, tenant: str, records: int, nbytes: int) -> None:
+        """Meter a read and charge the bytes it returned."""
+
+
+class OpenGate(Gate):
+    """Everything allowed, nothing metered: the tenant comes from the edge's own resolver."""
+
+    def __init__(self, tenant: str) -> None:
+        self.tenant = tenant
+
+    async def tenant_of(self, authorization: str | None) -> str:
+        return self.tenant
+
+    async def still_allowed(self, authorization: str | None, tenant: str) -> None:
+        return None
+
+    @contextlib.asynccontextmanager
+    async def _nothing(self) -> AsyncIterator[None]:
+        yield
+
+    def admit(self, tenant: str, *, follow: bool = False) -> AbstractAsyncContextManager[None]:
+        return self._nothing()
+
+    async def check_create_table(self, tenant: str, partitions: int) -> None:
+        return None
+
+    def append_charge(self, tenant: str, nbytes: int) -> AbstractAsyncContextManager[None]:
+        return self._nothing()
+
+    def record_append(self, tenant: str, records: int, nbytes: int) -> None:
+        return None
+
+    async def check_read(self, tenant: str) -> None:
+        return None
+
+    async def record_read(self, tenant: str, records: int, nbytes: int) -> None:
+        return None
