@@ -32,6 +32,7 @@ pytest: setup
 lint: setup
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/lint-imports --no-cache --no-logo
 
 format: setup
 	$(VENV)/bin/ruff format .

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from types import TracebackType
 from typing import TYPE_CHECKING, Self
 
-from gateway.wire.errors import TieringError
+from gateway.wire.errors import TidegateError
 
 if TYPE_CHECKING:
     from gateway.cold.base import ColdStore
@@ -14,7 +14,15 @@ if TYPE_CHECKING:
     from gateway.hot import HotLog
     from gateway.meta import MetadataStore
 
-__all__ = ["Components", "load_cold_store"]
+__all__ = ["Components", "TieringError", "load_cold_store"]
+
+
+class TieringError(TidegateError):
+    """A lake job could not handle a table: its hot range is unreadable, has a gap, or
+    starts above the tiered watermark (records lost behind the job's back), or the cold
+    tier is off. Raised by the jobs only, never sent to a client."""
+
+    reason = "TIERING_FAILED"
 
 
 def load_cold_store(settings: Settings) -> ColdStore:

@@ -54,9 +54,9 @@ from gateway.cold.base import (
     write_data_file,
 )
 from gateway.hot import HotLog, PartitionId
-from gateway.lake.components import Components
+from gateway.lake.components import Components, TieringError
 from gateway.wire.codec import decode_batch
-from gateway.wire.errors import CommitConflict, NotFound, TieringError
+from gateway.wire.errors import CommitConflict, NotFound
 from gateway.wire.retry import ExponentialBackoff, Retry
 from gateway.wire.schema import conform_batch, parse_fields, system_schema, with_system_columns
 

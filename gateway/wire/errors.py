@@ -29,8 +29,6 @@ for retryable errors), the FastAPI handler into ``{"error": {"reason", "message"
     ├── QuotaExceeded                  RESOURCE_EXHAUSTED / 429: a table or partition count
     │                                  quota; not retryable as is
     ├── OffsetOutOfRange               OUT_OF_RANGE / 416, carries earliest and latest
-    ├── TieringError                   INTERNAL / 500: a table's tiering run failed (its
-    │                                  hot range is unreadable, has a gap...)
     └── RetryableError                 safe to retry the same request unchanged
         ├── OutOfOrderSequence         ABORTED / 409: an earlier sequence is missing
         ├── CommitConflict             ABORTED / 409: the Iceberg table moved; re-plan
@@ -69,7 +67,6 @@ __all__ = [
     "TenantSuspended",
     "Throttled",
     "TidegateError",
-    "TieringError",
     "Unauthenticated",
     "Unavailable",
     "UnsupportedMediaType",
@@ -214,13 +211,6 @@ class OffsetOutOfRange(TidegateError):
 
     def __init__(self, message: str, *, offset: int, earliest: int, latest: int) -> None:
         super().__init__(message, offset=offset, earliest=earliest, latest=latest)
-
-
-class TieringError(TidegateError):
-    """Tiering of a table failed: the hot range is unreadable, has a gap, or starts above
-    the tiered watermark (records lost behind the job's back)."""
-
-    reason = "TIERING_FAILED"
 
 
 class RetryableError(TidegateError):

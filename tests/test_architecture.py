@@ -1,0 +1,72 @@
+"""The package map's import rules (docs/architecture.md), checked by import-linter, and shown
+to fail when a forbidden import is added."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.services import REPO_ROOT
+
+LINT_IMPORTS = Path(sys.executable).with_name("lint-imports")
+
+
+def lint_imports(root: Path) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "PYTHONPATH": str(root)}
+    return subprocess.run(
+        [str(LINT_IMPORTS), "--no-cache", "--no-logo"],
+        cwd=root,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+
+
+def test_the_tree_keeps_every_contract() -> None:
+    out = lint_imports(REPO_ROOT)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "0 broken" in out.stdout
+
+
+@pytest.fixture(scope="module")
+def copy_of_the_tree(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("tree")
+    ignore = shutil.ignore_patterns("__pycache__", "*.pyc")
+    for package in ("gateway", "tiering"):
+        shutil.copytree(REPO_ROOT / package, root / package, ignore=ignore)
+    shutil.copy(REPO_ROOT / "pyproject.toml", root / "pyproject.toml")
+    return root
+
+
+@pytest.mark.parametrize(
+    ("module", "line", "contract"),
+    [
+        ("gateway/core/base.py", "import gateway.hot.redis", "The core names no backend"),
+        ("gateway/core/scans.py", "import pyiceberg", "The core names no backend"),
+        ("gateway/cli.py", "import tiering.spark", "gateway never imports tiering"),
+        ("gateway/client/_types.py", "import gateway.config", "The client SDK is light"),
+        ("gateway/wire/codec.py", "import sqlalchemy", "gateway.wire is light"),
+        ("gateway/server/grpc_server.py", "import gateway.meta.tenants", "The edges reach"),
+        ("gateway/hot/base.py", "import gateway.core", "Layers"),
+        ("gateway/cold/base.py", "import gateway.hot.base", "Layers"),
+    ],
+)
+def test_a_forbidden_import_breaks_the_check(
+    copy_of_the_tree: Path, module: str, line: str, contract: str
+) -> None:
+    path = copy_of_the_tree / module
+    original = path.read_text()
+    path.write_text(original + f"\n{line}  # noqa\n")
+    try:
+        out = lint_imports(copy_of_the_tree)
+    finally:
+        path.write_text(original)
+    assert out.returncode != 0, out.stdout
+    broken = [ln for ln in out.stdout.splitlines() if " BROKEN" in ln]
+    assert any(ln.startswith(contract) for ln in broken), out.stdout
