@@ -1,0 +1,256 @@
+"""The disk hot tier's :class:`~gateway.hot.HotLog`: partitions by path, fsync policy."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import shutil
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+from gateway.config import DiskHotConfig, Settings
+from gateway.hot.base import (
+    AppendResult,
+    HotLog,
+    LogOffsets,
+    PartitionId,
+    ProducerSequence,
+    StoredBatch,
+)
+from gateway.hot.disk.partition import Partition, check_component, out_of_range
+from gateway.hot.disk.records import (
+    HEADER_SIZE,
+    I64_MAX,
+    MAX_SEGMENT_BYTES,
+    U16_MAX,
+    U32_MAX,
+    FsyncPolicy,
+)
+from gateway.wire.errors import (
+    InvalidIdempotentAppend,
+    TidegateError,
+    Unavailable,
+)
+
+__all__ = ["DiskHotLog"]
+
+log = logging.getLogger(__name__)
+
+
+class DiskHotLog(HotLog):
+    """A :class:`HotLog` in local segment files: the embedded, single-node default.
+
+    One process owns a folder at a time; partitions are opened (and recovered) on first use.
+    """
+
+    name = "disk"
+
+    def __init__(
+        self,
+        path: Path | str,
+        *,
+        fsync: FsyncPolicy = "batch",
+        fsync_interval_ms: int = 200,
+        segment_bytes: int = 64 * 1024 * 1024,
+    ) -> None:
+        if fsync not in ("batch", "interval", "never"):
+            raise ValueError(f"unknown fsync policy {fsync!r}")
+        if segment_bytes < 1 or fsync_interval_ms < 1:
+            raise ValueError("segment_bytes and fsync_interval_ms must be positive")
+        self.root = Path(path)
+        self.fsync_policy: FsyncPolicy = fsync
+        self.fsync_interval_ms = fsync_interval_ms
+        self.segment_bytes = segment_bytes
+        self.root.mkdir(parents=True, exist_ok=True)
+        self._parts: dict[PartitionId, Partition] = {}
+        self._parts_lock = threading.Lock()
+        self._closed = False
+        self._stop = threading.Event()
+        self._flusher: threading.Thread | None = None
+        if fsync == "interval":
+            self._flusher = threading.Thread(
+                target=self._flush_loop, name="tidegate-hot-disk-flusher", daemon=True
+            )
+            self._flusher.start()
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> DiskHotLog:
+        cfg = settings.hot
+        if not isinstance(cfg, DiskHotConfig):
+            raise TypeError(f"the disk hot tier needs a disk hot section, not {cfg.type!r}")
+        return cls(
+            settings.hot_path,
+            fsync=cfg.fsync,
+            fsync_interval_ms=cfg.fsync_interval_ms,
+            segment_bytes=cfg.segment_bytes,
+        )
+
+    # Plumbing ---------------------------------------------------------------------------
+    def partition_dir(self, part: PartitionId) -> Path:
+        """The folder that holds ``part``'s segments."""
+        if part.partition < 0:
+            raise ValueError(f"partition must be >= 0, not {part.partition}")
+        tenant, table = check_component(part.tenant), check_component(part.table_id)
+        return self.root / tenant / table / str(part.partition)
+
+    def _resolve(self, part: PartitionId, *, create: bool) -> Partition | None:
+        directory = self.partition_dir(part)
+        with self._parts_lock:
+            if self._closed:
+                raise Unavailable("the disk hot log is closed", backend="disk")
+            p = self._parts.get(part)
+            if p is None and (create or directory.is_dir()):
+                p = self._parts[part] = Partition(directory, self)
+            return p
+
+    @contextlib.contextmanager
+    def _locked(
+        self, part: PartitionId, *, create: bool, sync: bool = False
+    ) -> Iterator[Partition | None]:
+        """The loaded partition with its lock held (and its sync lock first when ``sync``);
+        None when it does not exist and ``create`` is false."""
+        while True:
+            p = self._resolve(part, create=create)
+            if p is None:
+                yield None
+                return
+            with contextlib.ExitStack() as stack:
+                if sync:
+                    stack.enter_context(p.sync_lock)
+                stack.enter_context(p.lock)
+                if p.retired:
+                    continue  # dropped or closed meanwhile
+                try:
+                    if not p.loaded:
+                        p.load()
+                    yield p
+                except OSError as exc:
+                    raise Unavailable(
+                        f"hot log I/O error in {p.directory}: {exc}", backend="disk"
+                    ) from exc
+                return
+
+    def _flush_loop(self) -> None:
+        interval = self.fsync_interval_ms / 1000
+        while not self._stop.wait(interval):
+            with self._parts_lock:
+                parts = list(self._parts.values())
+            for p in parts:
+                try:
+                    p.sync_to(p.end)
+                except TidegateError:
+                    log.exception("hot log flusher: fsync of %s failed", p.directory)
+
+    # HotLog -----------------------------------------------------------------------------
+    def append(
+        self,
+        part: PartitionId,
+        payload: bytes,
+        count: int,
+        timestamp_us: int,
+        producer: ProducerSequence | None = None,
+    ) -> AppendResult:
+        if not 1 <= count <= U32_MAX:
+            raise ValueError(f"a batch holds between 1 and {U32_MAX} records, not {count}")
+        if len(payload) > MAX_SEGMENT_BYTES - HEADER_SIZE - U16_MAX:
+            raise ValueError(f"a batch payload cannot exceed 4 GiB, got {len(payload)} bytes")
+        if producer is not None:
+            if not 0 <= producer.sequence <= I64_MAX:
+                raise InvalidIdempotentAppend(
+                    f"producer sequence must be in [0, {I64_MAX}], not {producer.sequence}",
+                    producer_id=producer.producer_id,
+                    sequence=producer.sequence,
+                )
+            if len(producer.producer_id.encode()) > U16_MAX:
+                raise InvalidIdempotentAppend(
+                    f"producer id longer than {U16_MAX} bytes",
+                    producer_id=producer.producer_id[:64],
+                    sequence=producer.sequence,
+                )
+        with self._locked(part, create=True) as p:
+            assert p is not None
+            p.check_usable()
+            result = (
+                p.producers.check(p.directory.name, producer, count)
+                if producer is not None
+                else None
+            )
+            if result is None:
+                result = p.append(bytes(payload), count, timestamp_us, producer)
+            needs_sync = p.policy == "batch" and p.durable < result.base_offset + result.count
+        if needs_sync:
+            p.sync_to(result.base_offset + result.count)
+        return result
+
+    def read(
+        self, part: PartitionId, from_offset: int, max_records: int, max_bytes: int
+    ) -> list[StoredBatch]:
+        with self._locked(part, create=False) as p:
+            if p is None:
+                if from_offset == 0:
+                    return []
+                raise out_of_range(self.partition_dir(part), from_offset, 0, 0)
+            return p.read(from_offset, max_records, max_bytes)
+
+    def offsets(self, part: PartitionId) -> LogOffsets:
+        with self._locked(part, create=False) as p:
+            if p is None:
+                return LogOffsets(low=0, high=0, size_bytes=0)
+            return LogOffsets(low=p.low, high=p.high, size_bytes=p.payload_bytes)
+
+    def trim(self, part: PartitionId, below_offset: int) -> int:
+        with self._locked(part, create=False, sync=True) as p:
+            if p is None:
+                return 0
+            return p.trim(below_offset)
+
+    def drop(self, part: PartitionId) -> None:
+        directory = self.partition_dir(part)
+        while True:
+            with self._parts_lock:
+                if self._closed:
+                    raise Unavailable("the disk hot log is closed", backend="disk")
+                p = self._parts.get(part)
+                if p is None:
+                    # Registered (not loaded) so that a concurrent first use waits for us.
+                    p = self._parts[part] = Partition(directory, self)
+            with p.sync_lock, p.lock:
+                if p.retired:
+                    continue
+                for seg in p.segments:
+                    seg.close()
+                p.retired = True
+                with self._parts_lock:
+                    if self._parts.get(part) is p:
+                        del self._parts[part]
+                with contextlib.suppress(FileNotFoundError):
+                    shutil.rmtree(directory)
+                return
+
+    def drop_tenant(self, tenant: str) -> None:
+        with self._parts_lock:
+            live = [p for p in self._parts if p.tenant == tenant]
+        for part in live:
+            self.drop(part)
+        with contextlib.suppress(FileNotFoundError):
+            shutil.rmtree(self.root / check_component(tenant))
+
+    def close(self) -> None:
+        with self._parts_lock:
+            self._closed = True
+            parts = list(self._parts.values())
+            self._parts.clear()
+        self._stop.set()
+        if self._flusher is not None:
+            self._flusher.join()
+            self._flusher = None
+        errors: list[BaseException] = []
+        for p in parts:
+            with p.sync_lock, p.lock:
+                try:
+                    p.close()
+                except OSError as exc:
+                    errors.append(exc)
+        if errors:
+            raise Unavailable(f"closing the disk hot log failed: {errors[0]}", backend="disk")
