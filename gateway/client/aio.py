@@ -16,7 +16,6 @@ sends and ``async for`` iteration::
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import datetime as dt
 import time
 from collections.abc import AsyncIterator, Mapping, Sequence
@@ -26,20 +25,18 @@ import grpc
 import grpc.aio
 import pyarrow as pa
 
+from gateway.client._aio_consumer import AsyncConsumer
+from gateway.client._aio_producer import AsyncProducer
 from gateway.client._arrow import decode, ipc
-from gateway.client._batching import Delivery, ProducerConfig
 from gateway.client._channel import (
     call_metadata,
     channel_credentials,
     channel_options,
     normalise_target,
 )
-from gateway.client._producer import ProducerCore
-from gateway.client._reading import mark_consumed, scan_request, scan_table, start_positions
+from gateway.client._reading import scan_request, scan_table
 from gateway.client._types import (
     AppendRange,
-    RecordMetadata,
-    StartAt,
     TableInfo,
     TableRef,
     ranges_from_pb,
@@ -49,7 +46,7 @@ from gateway.client._types import (
 from gateway.wire._proto.tidegate.v1 import tidegate_pb2 as pb
 from gateway.wire._proto.tidegate.v1 import tidegate_pb2_grpc as pb_grpc
 from gateway.wire.codec import Compression
-from gateway.wire.errors import Throttled, TidegateError, Unavailable
+from gateway.wire.errors import TidegateError
 from gateway.wire.retry import Retry
 from gateway.wire.status import error_from_rpc
 
@@ -361,359 +358,11 @@ class AsyncClient:
 # --------------------------------------------------------------------------------------
 # Producer
 # --------------------------------------------------------------------------------------
-class AsyncProducer:
-    """The asyncio twin of :class:`gateway.client.Producer`.
-
-    ``await producer.send(rows)`` buffers the rows (waiting while the buffer is full) and
-    returns an awaitable (an ``asyncio.Future``) resolving to :class:`RecordMetadata`, or a
-    list of them, once the gateway stored the rows. Get one with
-    ``client.producer(table, ...)``, best as ``async with client.producer(...) as p``.
-    """
-
-    def __init__(
-        self,
-        client: AsyncClient,
-        table: str | TableRef,
-        *,
-        max_block: float = 60.0,
-        **config: Any,
-    ) -> None:
-        self.client = client
-        self._table_name = table
-        self.config = ProducerConfig(**config)
-        self.max_block = max_block
-        self._core: ProducerCore | None = None
-        self._wake = asyncio.Event()
-        self._progress = asyncio.Event()
-        self._closed = False
-        self._flushing = 0
-        self._task: asyncio.Task[None] | None = None
-        self._call: Any = None
-        self._requests: asyncio.Queue[pb.AppendStreamRequest | None] | None = None
-        self._reader: asyncio.Task[None] | None = None
-
-    async def start(self) -> None:
-        """Look the table up and start the sender (idempotent)."""
-        if self._core is not None:
-            return
-        self.table = await self.client.table_info(self._table_name)
-        self._core = ProducerCore(self.table, self.config)
-        self._task = asyncio.get_running_loop().create_task(self._run())
-
-    @property
-    def core(self) -> ProducerCore:
-        if self._core is None:
-            raise RuntimeError("the producer is not started")
-        return self._core
-
-    @property
-    def retries(self) -> int:
-        """Batches resent so far after retryable failures."""
-        return self.core.retries
-
-    @property
-    def producer_id(self) -> str | None:
-        return self.core.producer_id
-
-    async def __aenter__(self) -> AsyncProducer:
-        await self.start()
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.close()
-
-    def _notify(self) -> None:
-        self._wake.set()
-
-    def _progressed(self) -> None:
-        self._progress.set()
-        self._progress = asyncio.Event()
-
-    async def send(
-        self, data: Any, *, partition: int | None = None
-    ) -> asyncio.Future[RecordMetadata | list[RecordMetadata]]:
-        """Buffer rows; returns a future resolving once the gateway stored them."""
-        await self.start()
-        core = self.core
-        if self._closed:
-            raise RuntimeError("the producer is closed")
-        deadline = time.monotonic() + self.max_block
-        while core.unfinished >= self.config.buffer_records:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                raise Throttled(
-                    f"the producer buffer stayed full ({self.config.buffer_records} records) "
-                    f"for {self.max_block}s",
-                    retry_after_ms=100,
-                )
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._progress.wait(), left)
-        future: asyncio.Future[RecordMetadata | list[RecordMetadata]] = (
-            asyncio.get_running_loop().create_future()
-        )
-        delivery = core.add(data, partition)
-        delivery.future = future
-        if delivery.done:
-            future.set_result(delivery.result())
-        self._notify()
-        return future
-
-    async def flush(self, timeout: float | None = None) -> None:
-        """Send everything buffered and wait until it is acknowledged (or failed)."""
-        core = self.core
-        self._flushing += 1
-        try:
-            deadline = None if timeout is None else time.monotonic() + timeout
-            while not core.idle():
-                self._notify()
-                left = None if deadline is None else deadline - time.monotonic()
-                if left is not None and left <= 0:
-                    raise TimeoutError("flush timed out")
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._progress.wait(), min(left or 0.5, 0.5))
-        finally:
-            self._flushing -= 1
-
-    async def close(self, timeout: float | None = None) -> None:
-        if self._closed:
-            return
-        self._closed = True
-        try:
-            if self._core is not None:
-                await self.flush(timeout)
-        finally:
-            if self._core is not None:
-                _resolve(self._core.fail_all(RuntimeError("the producer was closed")))
-            if self._task is not None:
-                self._task.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await self._task
-            await self._close_stream()
-
-    async def _close_stream(self) -> None:
-        if self._requests is not None:
-            self._requests.put_nowait(None)
-            self._requests = None
-        if self._reader is not None and self._reader is not asyncio.current_task():
-            self._reader.cancel()
-        self._reader = None
-        if self._call is not None:
-            self._call.cancel()
-            self._call = None
-
-    async def _open_stream(self) -> None:
-        await self._close_stream()
-        gen = self.core.stream_opened()
-        requests: asyncio.Queue[pb.AppendStreamRequest | None] = asyncio.Queue()
-
-        async def outgoing() -> AsyncIterator[pb.AppendStreamRequest]:
-            # grpc consumes this iterator and stops by itself when the call ends, so a
-            # request never races the server's final status (call.write() could, and then
-            # the status, with its retry-after hint, was lost to an INTERNAL).
-            while (request := await requests.get()) is not None:
-                yield request
-
-        call = self.client.stub.AppendStream(outgoing(), metadata=self.client.metadata)
-        self._requests, self._call = requests, call
-        self._reader = asyncio.get_running_loop().create_task(self._read_responses(call, gen))
-
-    async def _read_responses(self, call: Any, gen: int) -> None:
-        core = self.core
-        err: BaseException
-        try:
-            async for resp in call:
-                _resolve(core.on_response(gen, resp))
-                self._progressed()
-                self._notify()
-            # The stream ended without an error status: the gateway went away cleanly.
-            err = Unavailable("the append stream ended")
-        except grpc.RpcError as exc:
-            err = error_from_rpc(exc)
-        _resolve(core.on_stream_error(gen, err))
-        self._progressed()
-        self._notify()
-
-    async def _run(self) -> None:
-        core = self.core
-        while True:
-            now = time.monotonic()
-            force = self._flushing > 0 or self._closed
-            if core.needs_stream(now, force):
-                try:
-                    await self._open_stream()
-                except Exception as exc:  # pragma: no cover - channel closed under us
-                    _resolve(core.fail_all(exc))
-                    self._progressed()
-                    continue
-            requests = core.outgoing(now, force)
-            rejected = core.take_rejected()
-            if rejected:
-                _resolve(rejected)
-                self._progressed()
-            if requests and self._requests is not None:
-                for r in requests:
-                    self._requests.put_nowait(r)
-                continue
-            wake = core.next_wakeup(now)
-            self._wake.clear()
-            timeout = None if wake is None else max(0.0, wake - now) + 0.0005
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), timeout)
-
-
-def _resolve(deliveries: list[Delivery]) -> None:
-    for d in deliveries:
-        fut = d.future
-        if fut is None or fut.done():
-            continue
-        if d.error is not None:
-            fut.set_exception(d.error)
-        else:
-            fut.set_result(d.result())
 
 
 # --------------------------------------------------------------------------------------
 # Consumer
 # --------------------------------------------------------------------------------------
-class AsyncConsumer:
-    """The asyncio twin of :class:`gateway.client.Consumer`: ``async for`` records, or
-    ``async for`` over :meth:`batches`. Get one with ``client.consumer(table, ...)``.
-    """
-
-    def __init__(
-        self,
-        client: AsyncClient,
-        table: str | TableRef,
-        *,
-        group: str | None = None,
-        partitions: Sequence[int] | None = None,
-        start: StartAt = "earliest",
-        follow: bool = True,
-        auto_commit_interval: float | None = 5.0,
-        max_records: int = 10_000,
-        poll_interval: float = 0.1,
-    ) -> None:
-        self.client = client
-        self._table_name = table
-        self._started = False
-        self.group = group
-        self._partitions = partitions
-        self._start = start
-        self.follow = follow
-        self.auto_commit_interval = auto_commit_interval
-        self.max_records = max_records
-        self.poll_interval = poll_interval
-        self.positions: dict[int, int] = {}
-        self.consumed: dict[int, int] = {}
-        self._committed: dict[int, int] = {}
-        self._last_commit = time.monotonic()
-        self._next = 0
-
-    async def start(self) -> None:
-        """Look the table and the group's commits up (idempotent)."""
-        if self._started:
-            return
-        self._started = True
-        self.table = await self.client.table_info(self._table_name)
-        self.ref = self.table.ref
-        self.partitions = (
-            list(range(self.table.partitions))
-            if self._partitions is None
-            else list(self._partitions)
-        )
-        committed = (
-            await self.client.fetch_offsets(self.group, self.ref, self.partitions)
-            if self.group
-            else {}
-        )
-        by_time = (
-            await self.client.offsets_for_times(self.ref, self._start, self.partitions)
-            if isinstance(self._start, dt.datetime)
-            else None
-        )
-        self.positions = start_positions(
-            self.table, self.partitions, committed, self._start, by_time
-        )
-        self.consumed = dict(self.positions)
-        self._committed = dict(committed)
-
-    async def __aenter__(self) -> AsyncConsumer:
-        await self.start()
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.close()
-
-    async def close(self) -> None:
-        if self._started and self.group and self.auto_commit_interval is not None:
-            await self.commit()
-
-    async def commit(self, offsets: Mapping[int, int] | None = None) -> None:
-        if not self.group:
-            raise ValueError("commit needs a consumer group")
-        await self.start()
-        wanted = dict(self.consumed if offsets is None else offsets)
-        changed = {p: o for p, o in wanted.items() if self._committed.get(p) != o}
-        if changed:
-            await self.client.commit_offsets(self.group, self.ref, changed)
-            self._committed.update(changed)
-        self._last_commit = time.monotonic()
-
-    def seek(self, partition: int, offset: int) -> None:
-        self.positions[partition] = offset
-        self.consumed[partition] = offset
-
-    async def poll(self, timeout: float | None = None) -> list[pa.RecordBatch]:
-        await self.start()
-        deadline = None if timeout is None else time.monotonic() + timeout
-        while True:
-            await self._maybe_auto_commit()
-            out = await self._fetch_round()
-            if out or (deadline is not None and time.monotonic() >= deadline):
-                return out
-            await asyncio.sleep(self.poll_interval)
-
-    async def _fetch_round(self) -> list[pa.RecordBatch]:
-        out: list[pa.RecordBatch] = []
-        n = len(self.partitions)
-        for k in range(n):
-            p = self.partitions[(self._next + k) % n]
-            batches, nxt = await self.client._read_once(
-                self.ref, p, self.positions[p], self.max_records
-            )
-            out.extend(batches)
-            self.positions[p] = nxt
-        self._next = (self._next + 1) % max(1, n)
-        return out
-
-    async def _maybe_auto_commit(self) -> None:
-        if (
-            self.group
-            and self.auto_commit_interval is not None
-            and time.monotonic() - self._last_commit >= self.auto_commit_interval
-        ):
-            await self.commit()
-
-    async def batches(self) -> AsyncIterator[pa.RecordBatch]:
-        await self.start()
-        while True:
-            await self._maybe_auto_commit()
-            got = await self._fetch_round()
-            if not got:
-                if not self.follow:
-                    return
-                await asyncio.sleep(self.poll_interval)
-                continue
-            for batch in got:
-                mark_consumed(self.consumed, batch)
-                yield batch
-
-    async def __aiter__(self) -> AsyncIterator[dict[str, Any]]:
-        async for batch in self.batches():
-            p = batch.column("_partition")[0].as_py()
-            for row in batch.to_pylist():
-                self.consumed[p] = row["_offset"] + 1
-                yield row
 
 
 #: redis-py style names: ``from gateway.client import aio; aio.Client(...)``.

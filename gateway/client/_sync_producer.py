@@ -1,0 +1,220 @@
+"""The sync producer: batching, linger, compression, idempotence and retries over one
+append stream (its logic is :class:`gateway.client._producer.ProducerCore`)."""
+
+from __future__ import annotations
+
+import queue
+import threading
+import time
+from concurrent.futures import Future
+from typing import TYPE_CHECKING, Any
+
+import grpc
+
+from gateway.client._batching import Delivery, ProducerConfig
+from gateway.client._producer import ProducerCore
+from gateway.client._types import (
+    RecordMetadata,
+    TableRef,
+)
+from gateway.wire._proto.tidegate.v1 import tidegate_pb2 as pb
+from gateway.wire.errors import Throttled, Unavailable
+from gateway.wire.status import error_from_rpc
+
+if TYPE_CHECKING:
+    from gateway.client._sync import Client
+
+__all__ = ["Producer"]
+
+
+class Producer:
+    """Batches, routes, compresses and sends rows; retries without duplicates.
+
+    ``send`` routes rows to partitions exactly as the gateway would (key hash, or sticky
+    round-robin without keys), buffers them per partition and returns a future resolving to
+    :class:`RecordMetadata` ``(partition, offset)`` for a dict, or a list of them (one per
+    row, in row order) for a table, batch, frame or list. A background thread sends a
+    partition's batch once it holds ``batch_records`` rows or ``batch_bytes`` bytes, or
+    after ``linger`` seconds, over one pipelined ``AppendStream``.
+
+    Args:
+        batch_records / batch_bytes: cut a batch at this many rows / bytes (uncompressed).
+        linger: seconds a non-full batch waits for more rows.
+        compression: Arrow IPC compression on the wire: ``zstd``, ``lz4`` or ``none``.
+        idempotent: give each batch ``(producer_id, sequence)`` per partition so retries are
+            stored once (default on). Without it a retry may store a batch twice.
+        max_in_flight: unanswered batches per partition (1 to 15); order is kept anyway.
+        buffer_records: ``send`` blocks while this many rows are unacknowledged...
+        max_block: ...for at most this many seconds, then raises :class:`Throttled`.
+        retry: a :class:`Retry`; waits at least the gateway's retry-after hint.
+        producer_id: a stable id (default: a random one per producer).
+    """
+
+    def __init__(
+        self, client: Client, table: str | TableRef, *, max_block: float = 60.0, **config: Any
+    ) -> None:
+        self.client = client
+        self.config = ProducerConfig(**config)
+        self.table = client.table_info(table)
+        self.max_block = max_block
+        self._core = ProducerCore(self.table, self.config)
+        self._cond = threading.Condition()
+        self._closed = False
+        self._stop = False
+        self._flushing = 0
+        self._requests: queue.SimpleQueue[pb.AppendStreamRequest | None] | None = None
+        self._call: Any = None
+        self._thread = threading.Thread(target=self._run, name="tidegate-producer", daemon=True)
+        self._thread.start()
+
+    @property
+    def retries(self) -> int:
+        """Batches resent so far after retryable failures."""
+        return self._core.retries
+
+    @property
+    def producer_id(self) -> str | None:
+        return self._core.producer_id
+
+    def __enter__(self) -> Producer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # Public ----------------------------------------------------------------------------
+    def send(
+        self, data: Any, *, partition: int | None = None
+    ) -> Future[RecordMetadata | list[RecordMetadata]]:
+        """Buffer rows for sending; the future resolves once the gateway stored them.
+
+        Raises (at once, nothing buffered):
+            SchemaMismatch: the rows do not fit the table. InvalidPartition.
+            Throttled: the buffer stayed full for ``max_block`` seconds.
+        """
+        future: Future[RecordMetadata | list[RecordMetadata]] = Future()
+        with self._cond:
+            if self._closed:
+                raise RuntimeError("the producer is closed")
+            deadline = time.monotonic() + self.max_block
+            while self._core.unfinished >= self.config.buffer_records:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise Throttled(
+                        f"the producer buffer stayed full ({self.config.buffer_records} "
+                        f"records) for {self.max_block}s",
+                        retry_after_ms=100,
+                    )
+                self._cond.wait(left)
+            delivery = self._core.add(data, partition)
+            delivery.future = future
+            if delivery.done:
+                future.set_result(delivery.result())
+            self._cond.notify_all()
+        return future
+
+    def flush(self, timeout: float | None = None) -> None:
+        """Send everything buffered and wait until it is acknowledged (or failed)."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        with self._cond:
+            self._flushing += 1
+            self._cond.notify_all()
+            try:
+                while not self._core.idle():
+                    left = None if deadline is None else deadline - time.monotonic()
+                    if left is not None and left <= 0:
+                        raise TimeoutError("flush timed out")
+                    self._cond.wait(min(left, 0.5) if left is not None else 0.5)
+            finally:
+                self._flushing -= 1
+
+    def close(self, timeout: float | None = None) -> None:
+        """Flush, then stop the sender. Sends after close raise."""
+        with self._cond:
+            if self._closed:
+                return
+            self._closed = True
+        try:
+            self.flush(timeout)
+        finally:
+            with self._cond:
+                self._stop = True
+                finished = self._core.fail_all(RuntimeError("the producer was closed"))
+                self._cond.notify_all()
+            _resolve(finished)
+            self._thread.join(10)
+            self._close_stream()
+
+    # Sender ----------------------------------------------------------------------------
+    def _close_stream(self) -> None:
+        if self._requests is not None:
+            self._requests.put(None)
+            self._requests = None
+        if self._call is not None:
+            self._call.cancel()
+            self._call = None
+
+    def _open_stream(self) -> None:
+        self._close_stream()
+        requests: queue.SimpleQueue[pb.AppendStreamRequest | None] = queue.SimpleQueue()
+        gen = self._core.stream_opened()
+        call = self.client.stub.AppendStream(
+            iter(requests.get, None), metadata=self.client.metadata
+        )
+        self._requests, self._call = requests, call
+        threading.Thread(
+            target=self._read_responses, args=(call, gen), name="tidegate-producer-rx", daemon=True
+        ).start()
+
+    def _read_responses(self, call: Any, gen: int) -> None:
+        err: BaseException
+        try:
+            for resp in call:
+                with self._cond:
+                    done = self._core.on_response(gen, resp)
+                    self._cond.notify_all()
+                _resolve(done)
+            # The stream ended without an error status: the gateway went away cleanly.
+            err = Unavailable("the append stream ended")
+        except grpc.RpcError as exc:
+            err = error_from_rpc(exc)
+        with self._cond:
+            done = self._core.on_stream_error(gen, err)
+            self._cond.notify_all()
+        _resolve(done)
+
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                if self._stop:
+                    return
+                now = time.monotonic()
+                force = self._flushing > 0 or self._closed
+                if self._core.needs_stream(now, force):
+                    try:
+                        self._open_stream()
+                    except Exception as exc:  # pragma: no cover - channel closed under us
+                        _resolve(self._core.fail_all(exc))
+                        continue
+                requests = self._core.outgoing(now, force)
+                rejected = self._core.take_rejected()
+                if rejected:
+                    _resolve(rejected)
+                    self._cond.notify_all()
+                if requests and self._requests is not None:
+                    for r in requests:
+                        self._requests.put(r)
+                    continue
+                wake = self._core.next_wakeup(now)
+                self._cond.wait(None if wake is None else max(0.0, wake - now) + 0.0005)
+
+
+def _resolve(deliveries: list[Delivery]) -> None:
+    for d in deliveries:
+        fut = d.future
+        if fut is None or fut.done():
+            continue
+        if d.error is not None:
+            fut.set_exception(d.error)
+        else:
+            fut.set_result(d.result())
