@@ -49,7 +49,7 @@ def copy_of_the_tree(tmp_path_factory: pytest.TempPathFactory) -> Path:
     [
         ("gateway/core/base.py", "import gateway.hot.redis", "The core names no backend"),
         ("gateway/core/scans.py", "import pyiceberg", "The core names no backend"),
-        ("gateway/cli.py", "import tiering.spark", "gateway never imports tiering"),
+        ("gateway/cli/jobs.py", "import tiering.spark", "gateway never imports tiering"),
         ("gateway/client/_types.py", "import gateway.config", "The client SDK is light"),
         ("gateway/wire/codec.py", "import sqlalchemy", "gateway.wire is light"),
         ("gateway/server/grpc_server.py", "import gateway.meta.tenants", "The edges reach"),

@@ -10,7 +10,7 @@ import pytest
 
 from gateway.hot import PartitionId
 from gateway.lake.tiering import tier_all, tier_table
-from tests.tiering.conftest import Harness
+from tests.lake.conftest import Harness
 from tiering.spark import SparkRunner
 
 pytestmark = pytest.mark.spark

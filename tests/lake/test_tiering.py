@@ -13,7 +13,7 @@ from gateway.hot import PartitionId
 from gateway.lake.tiering import LocalRunner, tier_all, tier_table, trim_hot
 from gateway.wire.errors import CommitConflict
 from gateway.wire.retry import ExponentialBackoff, Retry
-from tests.tiering.conftest import Harness
+from tests.lake.conftest import Harness
 
 
 def _rows(start: int, n: int) -> list[dict[str, Any]]:

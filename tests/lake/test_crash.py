@@ -18,8 +18,8 @@ from gateway.config import Settings
 from gateway.hot import PartitionId
 from gateway.lake.tiering import CRASH_POINT_ENV
 from gateway.server.app import build_service
+from tests.lake.conftest import Harness, tier_settings
 from tests.services import REPO_ROOT, RedisServer
-from tests.tiering.conftest import Harness, tier_settings
 
 pytestmark = pytest.mark.integration
 

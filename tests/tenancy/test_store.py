@@ -12,7 +12,7 @@ from sqlalchemy import text
 from gateway.meta import MetadataStore
 from gateway.meta.tenants import TenantStore
 from gateway.wire.errors import KeyNotFound, TenantAlreadyExists, TenantNotFound
-from tests.test_metadata import db_url, open_store, scratch_postgres  # noqa: F401
+from tests.meta.test_metadata import db_url, open_store, scratch_postgres  # noqa: F401
 
 MINUTE = datetime(2026, 11, 21, 6, 0, tzinfo=UTC)
 
