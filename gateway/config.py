@@ -53,6 +53,11 @@ class DiskHotConfig(_Section):
     )
     fsync_interval_ms: int = Field(200, ge=1, description="Period of the 'interval' policy.")
     segment_bytes: int = Field(64 * 1024 * 1024, ge=1024, description="Roll segments at this size.")
+    lock: bool = Field(
+        True,
+        description="Take the folder's exclusive lock (a second process refuses to start). "
+        "Only Spark executors that read beside the driver holding it turn it off.",
+    )
 
 
 class RedisHotConfig(_Section):
@@ -167,12 +172,45 @@ class ServerConfig(_Section):
     )
     max_read_records: int = Field(100_000, ge=1, description="Cap on records per read call.")
     default_read_records: int = Field(10_000, ge=1, description="max_records when not given.")
-    max_read_bytes: int = Field(16 * 1024 * 1024, ge=1024, description="Cap on bytes per read.")
+    max_read_bytes: int = Field(
+        16 * 1024 * 1024,
+        ge=1024,
+        description="Cap on the bytes of one read's answer (Arrow data, uncompressed).",
+    )
+    follow_read_bytes: int = Field(
+        1024 * 1024,
+        ge=1024,
+        description="Cap on each answer of a follow read (a stream pushes many small ones).",
+    )
+    read_memory_bytes: int = Field(
+        1024 * 1024 * 1024,
+        ge=1024 * 1024,
+        description="Read data the gateway holds at once, all tenants together; past it "
+        "reads wait (streams) or are refused with a retry-after (RESOURCE_EXHAUSTED / 429).",
+    )
+    tenant_read_memory_bytes: int = Field(
+        256 * 1024 * 1024,
+        ge=1024 * 1024,
+        description="Share of read_memory_bytes one tenant's reads may hold at once.",
+    )
     follow_poll_ms: int = Field(
         100, ge=5, description="How often a follow read re-checks a log written elsewhere."
     )
     http_follow_wait_ms: int = Field(30_000, ge=0, description="Longest HTTP long-poll wait.")
     shutdown_grace_s: float = Field(5.0, ge=0, description="Drain time after SIGTERM.")
+    metrics_port: int = Field(
+        0,
+        ge=0,
+        le=65535,
+        description="Serve /metrics on this port of its own (e.g. not exposed by the public "
+        "Service) instead of the HTTP port; 0: on the HTTP port.",
+    )
+    metrics_token: str | None = Field(
+        None,
+        min_length=16,
+        description="When set, /metrics answers only 'authorization: Bearer <token>' "
+        "(it names every tenant); unset: open to whoever reaches its port.",
+    )
     io_threads: int = Field(32, ge=1, description="Threads for blocking hot-tier calls.")
     max_filter_chars: int = Field(
         64 * 1024, ge=16, description="Longest scan or plan filter text accepted."

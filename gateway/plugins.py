@@ -16,7 +16,7 @@ from typing import Any
 
 __all__ = ["BackendError", "load_class"]
 
-_DOTTED = re.compile(r"^[A-Za-z_][\w]*(\.[A-Za-z_][\w]*)*([:.])[A-Za-z_]\w*$")
+_DOTTED = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*[:.][A-Za-z_]\w*", re.ASCII)
 
 
 class BackendError(ValueError):
@@ -42,7 +42,7 @@ def load_class(
     extra: str | None = None
     if name in builtins:
         path, extra = builtins[name]
-    elif _DOTTED.match(name):
+    elif _DOTTED.fullmatch(name):
         path = name
     else:
         raise BackendError(

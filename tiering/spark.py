@@ -82,6 +82,9 @@ class SparkRunner(Runner):
         # Executors rebuild the hot log from these settings (in the same hot tier).
         settings = settings.model_copy(update={"data_dir": settings.data_dir.resolve()})
         self.settings_json = settings.model_dump(mode="json")
+        if self.settings_json["hot"]["type"] == "disk":
+            # The driver holds the disk tier's lock; executors only read ranges it planned.
+            self.settings_json["hot"]["lock"] = False
 
     @classmethod
     def create(cls, c: Components, master: str | None = None) -> SparkRunner:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated, Any, NoReturn
 
 try:
     import typer
@@ -74,6 +74,10 @@ def admin_for(target: str, operator_key: str) -> Any:
     return AdminClient(target, operator_key=operator_key)
 
 
-def fail(err: TidegateError) -> None:
-    typer.echo(f"error: {err.reason}: {err.message}", err=True)
+def fail(err: TidegateError | ValueError) -> NoReturn:
+    """Print one line for the error and exit 2 (no traceback)."""
+    if isinstance(err, TidegateError):
+        typer.echo(f"error: {err.reason}: {err.message}", err=True)
+    else:
+        typer.echo(f"error: {err}", err=True)
     raise typer.Exit(2)

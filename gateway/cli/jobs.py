@@ -8,9 +8,10 @@ from typing import Annotated, Any
 
 import typer
 
-from gateway.cli._common import (
-    app,
-)
+from gateway.cli._common import app, fail
+from gateway.hot.disk.log import HotTierBusy
+from gateway.plugins import BackendError
+from gateway.wire.errors import TidegateError
 
 
 @app.command()
@@ -41,7 +42,10 @@ def serve(
     settings = settings.model_copy(update={"server": server})
     if data_dir is not None:
         settings = settings.model_copy(update={"data_dir": data_dir})
-    asyncio.run(serve_async(settings))
+    try:
+        asyncio.run(serve_async(settings))
+    except (TidegateError, BackendError) as err:
+        fail(err)
 
 
 @app.command()
@@ -74,13 +78,24 @@ def tier(
     settings = Settings()
     if data_dir is not None:
         settings = settings.model_copy(update={"data_dir": data_dir})
-    if every:
-        run_forever(settings, every_s=every, kind=kind, master=master)
-        return
-    with Components.open(settings) as c:
-        report = run_once(c, make_runner(c, kind, master))
-    for name, err in report.failures.items():
-        typer.echo(f"failed: {name}: {err}", err=True)
+    try:
+        if every:
+            run_forever(settings, every_s=every, kind=kind, master=master)
+            return
+        with Components.open(settings) as c:
+            report = run_once(c, make_runner(c, kind, master))
+    except HotTierBusy as err:
+        typer.echo(
+            f"error: {err.reason}: {err.message}. A gateway that owns the disk hot tier tiers "
+            "it on its own schedule (tiering.enabled, tiering.interval_s): there is nothing "
+            "to run here while it is up.",
+            err=True,
+        )
+        raise typer.Exit(2) from None
+    except (TidegateError, BackendError) as err:
+        fail(err)
+    for name, failure in report.failures.items():
+        typer.echo(f"failed: {name}: {failure}", err=True)
     typer.echo(f"tiered {report.records} records in {len(report.tables)} tables")
     if report.failures:
         raise typer.Exit(1)

@@ -26,6 +26,9 @@ if TYPE_CHECKING:
     from gateway.wire.filters import Expr
 
 __all__ = [
+    "OFFSET_SORT",
+    "ROW_GROUP_ROWS",
+    "SORTED_KEY",
     "WATERMARKS_PROPERTY",
     "ColdSnapshot",
     "ColdStore",
@@ -38,6 +41,12 @@ __all__ = [
 ]
 
 WATERMARKS_PROPERTY = "tidegate.watermarks"
+#: Parquet key-value metadata of data files written sorted by ``_offset`` (by tiering and
+#: compaction): their rows can be streamed in order, a row group at a time.
+SORTED_KEY = b"tidegate.sorted"
+OFFSET_SORT = b"_offset"
+#: Rows per Parquet row group of the files we write (the unit a reader streams and prunes).
+ROW_GROUP_ROWS = 64 * 1024
 
 
 @dataclass(frozen=True, slots=True)
@@ -150,8 +159,11 @@ def write_data_file(
     target = fs_path(path)
     if not folder.startswith(("s3://", "s3a://")):
         filesystem.create_dir(fs_path(folder), recursive=True)
+    # Flagged as sorted by offset, so readers stream it instead of reading it whole.
+    metadata = {**(rows.schema.metadata or {}), SORTED_KEY: OFFSET_SORT}
+    rows = rows.replace_schema_metadata(metadata)
     with filesystem.open_output_stream(target) as out:
-        pq.write_table(rows, out, compression="zstd")
+        pq.write_table(rows, out, compression="zstd", row_group_size=ROW_GROUP_ROWS)
         size = out.tell()
     offsets = rows.column("_offset")
     return DataFile(

@@ -10,6 +10,7 @@ from collections.abc import Sequence
 import pyarrow as pa
 
 from gateway.core.base import CoreBase
+from gateway.core.names import INT64_MAX, check_text
 from gateway.core.views import TableView
 from gateway.hot import AppendResult, PartitionId, ProducerSequence
 from gateway.wire.codec import encode_batch
@@ -49,13 +50,16 @@ class AppendOps(CoreBase):
             raise InvalidIdempotentAppend("producer_id and sequence go together")
         if producer_id is not None and (
             not isinstance(sequence, int)
-            or sequence < 0
+            or not 0 <= sequence <= INT64_MAX
             or not producer_id
             or len(producer_id) > 128
         ):
             raise InvalidIdempotentAppend(
-                "sequence must be a non-negative integer and producer_id 1 to 128 characters"
+                f"sequence must be an integer from 0 to {INT64_MAX} and producer_id 1 to "
+                "128 characters"
             )
+        if producer_id is not None:
+            check_text("producer_id", producer_id, 128)
         conformed = [conform_batch(b, table.schema) for b in batches if b.num_rows]
         if not conformed:
             raise InvalidRequest("an append needs at least one row")

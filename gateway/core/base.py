@@ -11,6 +11,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, ParamSpec, TypeVar
 
 from gateway.config import Settings
+from gateway.core.budget import ReadBudget
 from gateway.core.views import TableView
 from gateway.hot import HotLog, PartitionId
 from gateway.meta import MetadataStore
@@ -71,6 +72,10 @@ class CoreBase:
         self._tables: dict[tuple[str, str, str], tuple[float, TableView]] = {}
         self._round_robin: dict[str, itertools.count[int]] = {}
         self._notifier = _Notifier()
+        #: Read data held at once, for the process and per tenant.
+        self.budget = ReadBudget(
+            settings.server.read_memory_bytes, settings.server.tenant_read_memory_bytes
+        )
         s = settings.server
         self._filter_limits = FilterLimits(
             s.max_filter_chars, s.max_filter_terms, s.max_filter_depth

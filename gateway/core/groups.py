@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from gateway.core.base import CoreBase
-from gateway.core.names import check_group
+from gateway.core.names import INT64_MAX, check_group
 from gateway.wire.errors import InvalidRequest
 
 __all__ = ["GroupOps"]
@@ -25,8 +25,11 @@ class GroupOps(CoreBase):
         table = await self.table(tenant, namespace, name)
         for p, off in offsets.items():
             self._part(table, p)
-            if isinstance(off, bool) or not isinstance(off, int) or off < 0:
-                raise InvalidRequest(f"offset {off!r} of partition {p} must be >= 0")
+            if isinstance(off, bool) or not isinstance(off, int) or not 0 <= off <= INT64_MAX:
+                raise InvalidRequest(
+                    f"offset {off!r:.40} of partition {p} must be from 0 to {INT64_MAX}",
+                    partition=p,
+                )
         await self._run(
             self.meta.commit_offsets, tenant, group, table.definition.table_id, dict(offsets)
         )

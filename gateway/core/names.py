@@ -8,10 +8,14 @@ from typing import Any
 
 from gateway.wire.errors import InvalidRequest
 
-__all__ = ["check_group", "check_ident", "parse_as_of"]
+__all__ = ["INT64_MAX", "check_group", "check_ident", "check_text", "parse_as_of"]
 
-_IDENT_RE = re.compile(r"^[A-Za-z][A-Za-z0-9_\-]{0,127}$")
-_GROUP_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,254}$")
+INT64_MAX = 2**63 - 1
+
+# Names are matched in full (``fullmatch``: "$" would let a final newline through), so two
+# distinct names never map to one storage path, Iceberg namespace or Redis key.
+_IDENT_RE = re.compile(r"[A-Za-z][A-Za-z0-9_\-]{0,127}")
+_GROUP_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.\-]{0,254}")
 
 
 def parse_as_of(as_of: Any) -> int | dt.datetime | None:
@@ -21,11 +25,15 @@ def parse_as_of(as_of: Any) -> int | dt.datetime | None:
     if isinstance(as_of, bool):
         raise InvalidRequest(f"as_of must be a snapshot id or an ISO-8601 time, got {as_of!r}")
     if isinstance(as_of, int):
-        return as_of
+        return _snapshot_id(as_of)
     if isinstance(as_of, str):
         text = as_of.strip()
         if text.lstrip("-").isdigit():
-            return int(text)
+            if len(text) > 20:
+                raise InvalidRequest(
+                    f"as_of {text[:24]!r}... is not a snapshot id", as_of=text[:24]
+                )
+            return _snapshot_id(int(text))
         try:
             when = dt.datetime.fromisoformat(text)
         except ValueError:
@@ -36,8 +44,29 @@ def parse_as_of(as_of: Any) -> int | dt.datetime | None:
     raise InvalidRequest(f"as_of must be a snapshot id or an ISO-8601 time, got {as_of!r}")
 
 
+def _snapshot_id(value: int) -> int:
+    if not -INT64_MAX - 1 <= value <= INT64_MAX:
+        raise InvalidRequest(f"as_of {value} is not a snapshot id (a 64-bit integer)")
+    return value
+
+
+def check_text(kind: str, value: str, longest: int) -> None:
+    """Refuse text that is not storable UTF-8 (a lone surrogate from JSON's \\ud800) or
+    longer than ``longest`` characters.
+
+    Raises:
+        InvalidRequest: naming ``kind``.
+    """
+    if len(value) > longest:
+        raise InvalidRequest(f"{kind} has {len(value)} characters; at most {longest}")
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise InvalidRequest(f"{kind} {value[:40]!r} is not valid Unicode text") from None
+
+
 def check_ident(kind: str, value: str) -> None:
-    if not isinstance(value, str) or not _IDENT_RE.match(value):
+    if not isinstance(value, str) or not _IDENT_RE.fullmatch(value):
         raise InvalidRequest(
             f"{kind} {value!r} must start with a letter and hold only letters, digits, "
             "'_' and '-' (at most 128)"
@@ -45,7 +74,7 @@ def check_ident(kind: str, value: str) -> None:
 
 
 def check_group(group: str) -> None:
-    if not isinstance(group, str) or not _GROUP_RE.match(group):
+    if not isinstance(group, str) or not _GROUP_RE.fullmatch(group):
         raise InvalidRequest(
             f"group {group!r} must start with a letter or digit and hold only letters, "
             "digits, '_', '.' and '-' (at most 255)"

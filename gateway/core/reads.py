@@ -5,17 +5,20 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 
 import pyarrow as pa
 
 from gateway.core.base import CoreBase
-from gateway.core.views import ReadResult, TableView, slice_batches
+from gateway.core.views import ReadResult, TableView, fit_bytes, slice_batches
 from gateway.hot import PartitionId
 from gateway.wire.errors import InvalidRequest, OffsetOutOfRange
 from gateway.wire.schema import OFFSET_COLUMN
 
 __all__ = ["ReadOps"]
+
+#: Longest a follow stream waits for room in the read budget before it is refused.
+_FOLLOW_WAIT_S = 60.0
 
 
 class ReadOps(CoreBase):
@@ -80,6 +83,7 @@ class ReadOps(CoreBase):
                 )
             out: list[pa.RecordBatch] = []
             remaining, nbytes, next_offset = max_records, 0, offset
+            full = False  # the byte cap is reached: stop here
             if cold is not None and snap is not None and offset < tiered:
                 stop = min(tiered, offset + max_records)
                 for batch in cold.read_range(snap, part.partition, offset, stop):
@@ -89,20 +93,25 @@ class ReadOps(CoreBase):
                             f"cold tier gap in partition {part.partition}: expected offset "
                             f"{next_offset}, found {first}"
                         )
-                    out.append(batch)
-                    remaining -= batch.num_rows
-                    nbytes += batch.nbytes
-                    next_offset += batch.num_rows
-                    if nbytes >= max_bytes:
+                    piece = fit_bytes(batch, max_bytes - nbytes, not out)
+                    if piece.num_rows:
+                        out.append(piece)
+                        remaining -= piece.num_rows
+                        nbytes += piece.nbytes
+                        next_offset += piece.num_rows
+                    if piece.num_rows < batch.num_rows or nbytes >= max_bytes:
+                        full = True
                         break
-                if next_offset < stop and nbytes < max_bytes:  # pragma: no cover
+                if next_offset < stop and not full:  # pragma: no cover - a broken snapshot
                     raise RuntimeError(
                         f"cold tier is missing offsets {next_offset}..{stop - 1} of "
                         f"partition {part.partition}"
                     )
-            if remaining > 0 and nbytes < max_bytes and next_offset < o.high:
+            if remaining > 0 and not full and next_offset < o.high:
                 stored = self.hot.read(part, next_offset, remaining, max_bytes - nbytes)
-                hot, next_offset = slice_batches(stored, part.partition, next_offset, remaining)
+                hot, next_offset = slice_batches(
+                    stored, part.partition, next_offset, remaining, max_bytes, nbytes
+                )
                 out.extend(hot)
             return ReadResult(out, next_offset, max(high, next_offset), table.stored_schema)
 
@@ -118,44 +127,61 @@ class ReadOps(CoreBase):
         max_records: int | None = None,
         max_bytes: int | None = None,
         max_wait_s: float | None = None,
+        *,
+        still_allowed: Callable[[], Awaitable[None]] | None = None,
+        check_every_s: float = 1.0,
     ) -> AsyncIterator[ReadResult]:
         """Reads from ``offset`` that wait for new records instead of ending.
 
-        Yields every non-empty result. With ``max_records`` the iteration ends once that
-        many records were yielded; with ``max_wait_s`` it ends after waiting that long
-        for a record (the HTTP long poll). Appends through this process wake followers at
-        once; appends through other gateways are seen within ``follow_poll_ms``.
+        Yields every non-empty result, each of at most ``server.follow_read_bytes`` (or
+        ``max_bytes``, if smaller). With ``max_records`` the iteration ends once that many
+        records were yielded; with ``max_wait_s`` it ends after waiting that long for a
+        record (the HTTP long poll). Appends through this process wake followers at once;
+        appends through other gateways are seen within ``follow_poll_ms``.
+
+        Each result is read and held under the tenant's share of the read budget until
+        the caller takes the next one (so a slow stream holds one answer, and many
+        streams wait rather than grow the gateway). ``still_allowed`` is awaited before
+        every result and at least every ``check_every_s`` while waiting; what it raises
+        (a revoked key, a suspended tenant) ends the stream.
         """
         table = await self.table(tenant, namespace, name)
         part = self._part(table, partition)
         total = max_records or 0
+        s = self.settings.server
         _, nbytes = self._limits(None, max_bytes)
-        per_call = self.settings.server.max_read_records
-        poll_s = self.settings.server.follow_poll_ms / 1000
+        nbytes = min(nbytes, s.follow_read_bytes)
+        per_call = s.max_read_records
+        poll_s = s.follow_poll_ms / 1000
         deadline = None if max_wait_s is None else time.monotonic() + max_wait_s
+        checked = time.monotonic()
         seen = 0
         while True:
             event = self._notifier.event(part)
             want = per_call if total == 0 else min(per_call, total - seen)
-            result = await self._read(table, part, offset, want, nbytes)
-            if result.num_records:
-                yield result
-                seen += result.num_records
-                offset = result.next_offset
-                if total and seen >= total:
-                    return
-                if deadline is not None:
-                    return
-                continue
+            # Streams wait for room (back-pressure) rather than fail.
+            async with self.budget.hold(tenant, 2 * nbytes, wait_s=_FOLLOW_WAIT_S):
+                result = await self._read(table, part, offset, want, nbytes)
+                if result.num_records or (deadline is not None and time.monotonic() >= deadline):
+                    if still_allowed is not None:
+                        await still_allowed()
+                        checked = time.monotonic()
+                    yield result
+                    if not result.num_records:
+                        return
+                    seen += result.num_records
+                    offset = result.next_offset
+                    if (total and seen >= total) or deadline is not None:
+                        return
+                    continue
             timeout = poll_s
             if deadline is not None:
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    yield result
-                    return
-                timeout = min(timeout, left)
+                timeout = min(timeout, max(0.0, deadline - time.monotonic()))
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(event.wait(), timeout)
+            if still_allowed is not None and time.monotonic() - checked >= check_every_s:
+                await still_allowed()
+                checked = time.monotonic()
 
     async def offsets_for_times(
         self,

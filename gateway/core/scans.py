@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 
 from gateway.core.base import CoreBase
-from gateway.core.names import parse_as_of
+from gateway.core.names import INT64_MAX, parse_as_of
 from gateway.core.views import HotRange, ReadPlan, ScanResult, TableView
 from gateway.hot import PartitionId
 from gateway.wire.codec import decode_batch
@@ -128,9 +128,9 @@ class ScanOps(CoreBase):
         """
         table = await self.table(tenant, namespace, name)
         if limit is not None and (
-            isinstance(limit, bool) or not isinstance(limit, int) or limit < 0
+            isinstance(limit, bool) or not isinstance(limit, int) or not 0 <= limit <= INT64_MAX
         ):
-            raise InvalidRequest("limit must be a non-negative integer")
+            raise InvalidRequest(f"limit must be an integer from 0 to {INT64_MAX}")
         names = self._projection(table, columns)
         when = parse_as_of(as_of)
         expr = await self._filter(row_filter, table.stored_schema)

@@ -97,16 +97,33 @@ class ScanResult:
     batches: AsyncIterator[pa.RecordBatch]
 
 
+def fit_bytes(batch: pa.RecordBatch, room: int, first: bool) -> pa.RecordBatch:
+    """The leading rows of ``batch`` that fit in ``room`` bytes of Arrow data (by the
+    batch's average row size); at least one row when ``first`` (a read always progresses,
+    even past its cap, when a single record is larger)."""
+    if batch.nbytes <= room or batch.num_rows == 0:
+        return batch
+    rows = room * batch.num_rows // max(1, batch.nbytes)
+    return batch.slice(0, max(1 if first else 0, rows))
+
+
 def slice_batches(
-    stored: Sequence[StoredBatch], partition: int, offset: int, max_records: int
+    stored: Sequence[StoredBatch],
+    partition: int,
+    offset: int,
+    max_records: int,
+    max_bytes: int,
+    used_bytes: int = 0,
 ) -> tuple[list[pa.RecordBatch], int]:
     """Decoded records ``[offset, offset + max_records)`` of hot batches, with system
-    columns, and the offset after the last one."""
+    columns, cut where their Arrow size (uncompressed, as they are sent) would pass
+    ``max_bytes`` (``used_bytes`` of which are taken already), and the offset after the
+    last one."""
     out: list[pa.RecordBatch] = []
     remaining = max_records
     next_offset = offset
     for sb in stored:
-        if remaining <= 0:
+        if remaining <= 0 or used_bytes >= max_bytes:
             break
         start = max(0, next_offset - sb.base_offset)
         length = min(sb.count - start, remaining)
@@ -115,7 +132,11 @@ def slice_batches(
         rows = with_system_columns(
             decode_batch(sb.payload), partition, sb.base_offset, sb.timestamp_us
         )
-        out.append(rows.slice(start, length))
-        remaining -= length
-        next_offset = sb.base_offset + start + length
+        piece = fit_bytes(rows.slice(start, length), max_bytes - used_bytes, not used_bytes)
+        if not piece.num_rows:
+            break
+        out.append(piece)
+        used_bytes += piece.nbytes
+        remaining -= piece.num_rows
+        next_offset = sb.base_offset + start + piece.num_rows
     return out, next_offset

@@ -81,6 +81,7 @@ async def serve(settings: Settings) -> None:
 
     from gateway.server.grpc_server import GrpcEdge
     from gateway.server.http import create_app
+    from gateway.server.http.health import metrics_app
 
     _QuietServer = _quiet_server_class()
     service = build_service(settings)
@@ -101,8 +102,22 @@ async def serve(settings: Settings) -> None:
 
     grpc_edge: GrpcEdge | None = None
     tiering: EmbeddedTiering | None = None
-    http_server: uvicorn.Server | None = None
-    http_task: asyncio.Task[None] | None = None
+    http: list[tuple[uvicorn.Server, asyncio.Task[None]]] = []
+
+    async def start_http(app: Any, port: int, what: str) -> None:
+        config = uvicorn.Config(
+            app, host=settings.server.host, port=port, log_level="warning", lifespan="off"
+        )
+        server = _QuietServer(config)
+        task = asyncio.create_task(server.serve())
+        http.append((server, task))
+        while not server.started:
+            if task.done():
+                await task
+                raise RuntimeError(f"the {what} server stopped while starting")
+            await asyncio.sleep(0.01)
+        log.info("%s listening on %s:%s", what, settings.server.host, port)
+
     try:
         if settings.server.grpc_port:
             grpc_edge = GrpcEdge(service, settings, tenancy)
@@ -115,21 +130,9 @@ async def serve(settings: Settings) -> None:
                 ready=lambda: ready.is_set() and not stopping.is_set(),
                 tenancy=tenancy,
             )
-            config = uvicorn.Config(
-                app,
-                host=settings.server.host,
-                port=settings.server.http_port,
-                log_level="warning",
-                lifespan="off",
-            )
-            http_server = _QuietServer(config)
-            http_task = asyncio.create_task(http_server.serve())
-            while not http_server.started:
-                if http_task.done():
-                    await http_task
-                    raise RuntimeError("the HTTP server stopped while starting")
-                await asyncio.sleep(0.01)
-            log.info("HTTP listening on %s:%s", settings.server.host, settings.server.http_port)
+            await start_http(app, settings.server.http_port, "HTTP")
+        if settings.server.metrics_port:
+            await start_http(metrics_app(settings.server), settings.server.metrics_port, "metrics")
         _freeze_startup_objects()  # before the tiering thread starts allocating
         tiering = _start_tiering(service, settings)
         ready.set()
@@ -147,10 +150,10 @@ async def serve(settings: Settings) -> None:
             await asyncio.to_thread(tiering.stop, grace + 30)
         if grpc_edge is not None:
             await grpc_edge.stop(grace)
-        if http_server is not None and http_task is not None:
-            http_server.should_exit = True
+        for server, task in http:
+            server.should_exit = True
             with suppress(asyncio.CancelledError):
-                await asyncio.wait_for(http_task, grace + 1)
+                await asyncio.wait_for(task, grace + 1)
         await tenancy.close()
         service.close()
         log.info("stopped")

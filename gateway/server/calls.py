@@ -23,7 +23,7 @@ from gateway.tenancy import Gate
 from gateway.wire.errors import TidegateError
 from gateway.wire.types import AppendRange
 
-__all__ = ["AppendBody", "DataCalls", "wire_error"]
+__all__ = ["OFFLOAD_BYTES", "OFFLOAD_RECORDS", "AppendBody", "DataCalls", "wire_error"]
 
 log = logging.getLogger("tidegate.server")
 
@@ -32,6 +32,10 @@ T = TypeVar("T")
 
 #: Answers of at least this many records are encoded on the I/O pool.
 OFFLOAD_RECORDS = 2_000
+#: Longest a scan waits for room in the read budget before it is refused.
+_SCAN_WAIT_S = 60.0
+#: Bodies of at least this many bytes (on the wire or decompressed) are read on the I/O pool.
+OFFLOAD_BYTES = 256 * 1024
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,10 +94,15 @@ class DataCalls:
         name: str,
         nbytes: int,
         decode: Callable[[], Awaitable[AppendBody]],
+        *,
+        charge_bytes: int | None = None,
     ) -> list[AppendRange]:
-        """Charge ``nbytes`` (refunded if nothing is stored), decode the body with
-        ``decode`` and append it; meter what was acknowledged."""
-        async with self.gate.append_charge(tenant, nbytes):
+        """Charge the append quota ``charge_bytes`` (the body's decompressed size; default
+        ``nbytes``), refunded if nothing is stored; decode the body with ``decode`` and
+        append it; meter the ``nbytes`` that came over the wire once acknowledged."""
+        async with self.gate.append_charge(
+            tenant, nbytes if charge_bytes is None else charge_bytes
+        ):
             body = await decode()
             ranges = await self.service.append(
                 tenant,
@@ -130,12 +139,16 @@ class DataCalls:
         encode: Callable[[ReadResult], tuple[T, int]],
     ) -> T:
         """One stream read, encoded by ``encode`` (which answers the wire form and its size
-        in bytes) and metered by that size."""
+        in bytes) and metered by that size. It holds its bound of the read budget while it
+        reads and encodes, and is refused at once (Throttled) when there is no room."""
         await self.gate.check_read(tenant)
-        result = await self.service.read(
-            tenant, namespace, name, partition, offset, max_records, max_bytes
-        )
-        return await self._answer(tenant, result, encode)
+        cap = self.service.settings.server.max_read_bytes
+        bound = 2 * min(max_bytes or cap, cap)
+        async with self.service.budget.hold(tenant, bound):
+            result = await self.service.read(
+                tenant, namespace, name, partition, offset, max_records, max_bytes
+            )
+            return await self._answer(tenant, result, encode)
 
     async def follow(
         self,
@@ -151,10 +164,16 @@ class DataCalls:
         max_wait_s: float | None = None,
         authorization: str | None = None,
     ) -> AsyncIterator[T]:
-        """Follow reads, each encoded and metered; the read quota and the caller's
-        credential are checked again before every answer after the first (a long-lived
-        stream ends once its key is revoked or its tenant suspended)."""
+        """Follow reads, each encoded and metered. The caller's credential is checked
+        again before every answer and at least every ``auth.key_cache_ttl_s`` while the
+        stream waits, and the read quota before every answer after the first: a
+        long-lived stream ends (UNAUTHENTICATED, PERMISSION_DENIED) once its key is
+        revoked or its tenant suspended."""
         await self.gate.check_read(tenant)
+
+        async def allowed() -> None:
+            await self.gate.still_allowed(authorization, tenant)
+
         results = self.service.follow(
             tenant,
             namespace,
@@ -164,12 +183,13 @@ class DataCalls:
             max_records=max_records,
             max_bytes=max_bytes,
             max_wait_s=max_wait_s,
+            still_allowed=allowed,
+            check_every_s=max(0.1, self.service.settings.auth.key_cache_ttl_s),
         )
         try:
             first = True
             async for result in results:
                 if not first:
-                    await self.gate.still_allowed(authorization, tenant)
                     await self.gate.check_read(tenant)
                 first = False
                 yield await self._answer(tenant, result, encode)
@@ -227,6 +247,10 @@ class DataCalls:
         scan still yields one (empty) chunk."""
         pending: list[pa.RecordBatch] = []
         size, sent = 0, False
+        # Each chunk is read, encoded and sent under the tenant's share of the read budget
+        # (a scan waits for room rather than fail half-way).
+        bound = 2 * (target_bytes or self.service.settings.server.max_read_bytes)
+        budget = self.service.budget
 
         async def flush() -> T:
             records = sum(b.num_rows for b in pending)
@@ -235,17 +259,28 @@ class DataCalls:
             await self.gate.record_read(tenant, records, nbytes)
             return out
 
-        async for batch in result.batches:
-            # A whole data file can come as one batch: cut it so that chunks stay near
-            # the target and the next is encoded while the last one is on the wire.
-            for piece in pieces(batch, target_bytes):
-                pending.append(piece)
-                size += piece.nbytes
-                if target_bytes is not None and size >= target_bytes:
+        batches = aiter(result.batches)
+        carry: list[pa.RecordBatch] = []  # pieces of the last batch not sent yet
+        exhausted = False
+        while not exhausted:
+            async with budget.hold(tenant, bound, wait_s=_SCAN_WAIT_S):
+                full = False
+                while not full:
+                    if not carry:
+                        batch = await anext(batches, None)
+                        if batch is None:
+                            exhausted = True
+                            break
+                        # A whole data file can come as one batch: cut it so that chunks
+                        # stay near the target and the next is encoded while one is sent.
+                        carry = list(pieces(batch, target_bytes))
+                    piece = carry.pop(0)
+                    pending.append(piece)
+                    size += piece.nbytes
+                    full = target_bytes is not None and size >= target_bytes
+                if pending or (always_one and not sent):
                     yield await flush()
                     pending, size, sent = [], 0, True
-        if pending or (always_one and not sent):
-            yield await flush()
 
     async def plan(
         self, tenant: str, namespace: str, name: str, *, row_filter: str | None, as_of: Any

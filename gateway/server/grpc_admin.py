@@ -6,7 +6,7 @@ same error interceptor as the data plane.
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
 
 from gateway.tenancy import KeyInfo, Tenancy, TenantInfo
@@ -36,10 +36,6 @@ def _key(info: KeyInfo) -> apb.KeyInfo:
 
 def _quota(values: dict[str, int | None]) -> apb.Quota:
     return apb.Quota(**{k: v for k, v in values.items() if v is not None})
-
-
-def _from_ms(ms: int) -> datetime | None:
-    return datetime.fromtimestamp(ms / 1000, UTC) if ms else None
 
 
 class AdminServicer(apb_grpc.AdminServicer):  # type: ignore[misc]
@@ -94,9 +90,7 @@ class AdminServicer(apb_grpc.AdminServicer):  # type: ignore[misc]
         return _quota(await self.tenancy.admin.get_quota(request.name))
 
     async def GetUsage(self, request: apb.GetUsageRequest, context: Any) -> apb.GetUsageResponse:
-        rows = await self.tenancy.admin.usage(
-            request.tenant, _from_ms(request.since_ms), _from_ms(request.until_ms)
-        )
+        rows = await self.tenancy.admin.usage(request.tenant, request.since_ms, request.until_ms)
         return apb.GetUsageResponse(
             tenant=request.tenant,
             usage=[apb.UsageRecord(minute_ms=_ms(r.minute), **r.counters) for r in rows],

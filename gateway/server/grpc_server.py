@@ -19,7 +19,7 @@ from grpc_reflection.v1alpha import reflection
 
 from gateway.config import Settings
 from gateway.core import ReadResult, StreamTables, TableView
-from gateway.server.calls import AppendBody, DataCalls, wire_error
+from gateway.server.calls import OFFLOAD_BYTES, AppendBody, DataCalls, pieces, wire_error
 from gateway.server.grpc_calls import (
     ADMIN_SERVICE_NAME,
     SERVICE_NAME,
@@ -29,7 +29,7 @@ from gateway.server.grpc_calls import (
 from gateway.tenancy import Gate, OpenGate, Tenancy
 from gateway.wire._proto.tidegate.v1 import tidegate_pb2 as pb
 from gateway.wire._proto.tidegate.v1 import tidegate_pb2_grpc as pb_grpc
-from gateway.wire.codec import decode_stream, encode_stream
+from gateway.wire.codec import check_request, decode_valid, encode_stream
 from gateway.wire.errors import RequestTooLarge
 from gateway.wire.status import error_to_pb
 from gateway.wire.types import AppendRange
@@ -97,11 +97,13 @@ def _read_messages(result: ReadResult) -> tuple[list[pb.ReadResponse], int]:
     out: list[pb.ReadResponse] = []
     pending: list[pa.RecordBatch] = []
     size = nbytes = 0
-    for i, b in enumerate(result.batches):
+    # A record batch larger than a message is cut, so no message outgrows a client's
+    # receive limit (grpc's default is 4 MiB) whatever was appended.
+    cut = [piece for b in result.batches for piece in pieces(b, _READ_CHUNK_BYTES)]
+    for i, b in enumerate(cut):
         pending.append(b)
         size += b.nbytes
-        last = i == len(result.batches) - 1
-        if size >= _READ_CHUNK_BYTES or last:
+        if size >= _READ_CHUNK_BYTES or i == len(cut) - 1:
             next_offset = int(pending[-1].column("_offset")[-1].as_py()) + 1
             payload = encode_stream(pending, result.schema)
             nbytes += len(payload)
@@ -168,16 +170,25 @@ class TidegateServicer(pb_grpc.TidegateServicer):  # type: ignore[misc]
                 f"the append carries {nbytes} bytes; the limit is {limit}", limit=limit
             )
 
+        info = await self.calls.offload(nbytes >= OFFLOAD_BYTES, check_request, body, limit)
+        big = max(nbytes, info.decoded_bytes) >= OFFLOAD_BYTES
+
         async def decode() -> AppendBody:
+            _, batches = await self.calls.offload(big, decode_valid, body)
             return AppendBody(
-                decode_stream(body)[1],
+                batches,
                 request.partition if request.HasField("partition") else None,
                 request.producer_id or None,
                 request.sequence if request.HasField("sequence") else None,
             )
 
         ranges = await self.calls.append(
-            current_call().tenant, request.table.namespace, request.table.name, nbytes, decode
+            current_call().tenant,
+            request.table.namespace,
+            request.table.name,
+            nbytes,
+            decode,
+            charge_bytes=info.decoded_bytes,
         )
         return _ranges(ranges)
 

@@ -7,7 +7,7 @@ import contextlib
 import logging
 import re
 from collections.abc import Callable
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, ParamSpec, TypeVar
 
 from gateway.meta.tenants import KeyInfo, TenantInfo, UsageRow
@@ -26,7 +26,22 @@ log = logging.getLogger(__name__)
 P = ParamSpec("P")
 R = TypeVar("R")
 
-_TENANT_RE = re.compile(r"^[A-Za-z][A-Za-z0-9_\-]{0,62}$")
+#: Matched in full: a final newline would otherwise pass "$" and name another tenant's
+#: folder and Iceberg namespace once stripped.
+_TENANT_RE = re.compile(r"[A-Za-z][A-Za-z0-9_\-]{0,62}")
+_INT64_MAX = 2**63 - 1
+
+
+def _minute_bound(name: str, ms: int | None) -> datetime | None:
+    if not ms:
+        return None
+    try:
+        return datetime.fromtimestamp(ms / 1000, UTC)
+    except (OverflowError, OSError, ValueError):
+        raise InvalidRequest(
+            f"{name} {ms} is not a time in epoch milliseconds within years 1 to 9999",
+            field=name,
+        ) from None
 
 
 class TenantAdmin:
@@ -40,7 +55,7 @@ class TenantAdmin:
 
     @staticmethod
     def _check_name(name: str) -> None:
-        if not isinstance(name, str) or not _TENANT_RE.match(name):
+        if not isinstance(name, str) or not _TENANT_RE.fullmatch(name):
             raise InvalidRequest(
                 f"tenant name {name!r} must start with a letter and hold only letters, "
                 "digits, '_' and '-' (at most 63)"
@@ -51,6 +66,7 @@ class TenantAdmin:
         return await run_blocking(self.tenants.create_tenant, name)
 
     async def get_tenant(self, name: str) -> TenantInfo:
+        self._check_name(name)
         return await run_blocking(self.tenants.get_tenant, name)
 
     async def list_tenants(self) -> list[TenantInfo]:
@@ -73,15 +89,18 @@ class TenantAdmin:
 
     async def suspend(self, name: str) -> TenantInfo:
         """Refused from the next request on here, within ``auth.key_cache_ttl_s`` elsewhere."""
+        self._check_name(name)
         return await self._change_keys(self.tenants.set_status, name, "suspended")
 
     async def resume(self, name: str) -> TenantInfo:
+        self._check_name(name)
         return await self._change_keys(self.tenants.set_status, name, "active")
 
     async def delete_tenant(self, name: str) -> None:
         """Suspend, wait until every replica refuses the tenant (the key cache's TTL), drop
         every table through the service (so every tier lets go of the data), then remove
-        buckets, usage, keys and rows."""
+        buckets, usage, keys and rows. Each tier removes only what it can tell belongs to
+        the tenant (the cold tier checks its catalog, not a path prefix)."""
         await self.suspend(name)
         # Other replicas may accept the tenant's keys for up to the TTL after the suspension;
         # a table created there meanwhile would outlive the deletion.
@@ -104,6 +123,7 @@ class TenantAdmin:
 
     async def issue_key(self, tenant: str) -> tuple[KeyInfo, str]:
         """A new key for ``tenant``: its info and the full key (shown once)."""
+        self._check_name(tenant)
         issued = keys.issue()
         info = await run_blocking(
             self.tenants.add_key, tenant, issued.key_id, issued.salt, issued.digest
@@ -126,14 +146,25 @@ class TenantAdmin:
         unknown = set(values) - set(QUOTA_FIELDS)
         if unknown:
             raise InvalidRequest(f"unknown quota fields {sorted(unknown)}")
+        self._check_name(tenant)
+        for field, value in values.items():
+            if value is not None and not -_INT64_MAX <= value <= _INT64_MAX:
+                raise InvalidRequest(
+                    f"quota {field} = {value} is out of range: give at most {_INT64_MAX}, "
+                    "or a negative value for unlimited",
+                    field=field,
+                )
         out = await run_blocking(self.tenants.set_quota, tenant, values)
         self.tenancy.guard.changed(tenant)
         return out
 
     async def usage(
-        self, tenant: str, since: datetime | None = None, until: datetime | None = None
+        self, tenant: str, since_ms: int | None = None, until_ms: int | None = None
     ) -> list[UsageRow]:
-        """The tenant's usage per minute; this gateway's pending figures are written first."""
+        """The tenant's usage per minute from ``since_ms`` to before ``until_ms`` (epoch
+        milliseconds; 0 or None: unbounded); this gateway's pending figures are written
+        first."""
+        since, until = _minute_bound("since_ms", since_ms), _minute_bound("until_ms", until_ms)
         await self.get_tenant(tenant)
         try:
             await run_blocking(self.tenancy.sample_and_flush, tenant)

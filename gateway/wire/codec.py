@@ -2,14 +2,33 @@
 
 from __future__ import annotations
 
+import struct
 from collections.abc import Iterable
+from dataclasses import dataclass
 from typing import Literal
 
 import pyarrow as pa
 
-from gateway.wire.errors import MalformedPayload
+from gateway.wire.errors import MalformedPayload, RequestTooLarge
 
-__all__ = ["decode_batch", "decode_stream", "encode_batch", "encode_stream"]
+__all__ = [
+    "Compression",
+    "StreamInfo",
+    "check_request",
+    "decode_batch",
+    "decode_request",
+    "decode_stream",
+    "decode_valid",
+    "encode_batch",
+    "encode_stream",
+    "inspect_stream",
+]
+
+_I32 = struct.Struct("<i")
+_U32 = struct.Struct("<I")
+_U16 = struct.Struct("<H")
+_I64 = struct.Struct("<q")
+_BUFFER = struct.Struct("<qq")
 
 Compression = Literal["zstd", "lz4", "none"]
 
@@ -55,3 +74,159 @@ def decode_batch(payload: bytes) -> pa.RecordBatch:
     if len(batches) == 1:
         return batches[0]
     return pa.Table.from_batches(batches, schema).combine_chunks().to_batches()[0]
+
+
+# --------------------------------------------------------------------------------------
+# Bodies from the network: inspected before they are decompressed, validated in full
+# --------------------------------------------------------------------------------------
+@dataclass(frozen=True, slots=True)
+class StreamInfo:
+    """What the metadata of an Arrow IPC stream declares, read without decompressing it."""
+
+    #: Bytes of Arrow data once decompressed (the sum of every buffer's declared size).
+    decoded_bytes: int
+    #: Rows over every record batch.
+    rows: int
+    #: Bytes the stream takes in the body (the rest would be a second stream).
+    stream_bytes: int
+
+
+def _field(meta: bytes, table: int, slot: int) -> int | None:
+    """Position of field ``slot`` of the flatbuffer table at ``table`` (None: absent)."""
+    vtable = table - _I32.unpack_from(meta, table)[0]
+    vtable_size = _U16.unpack_from(meta, vtable)[0]
+    at = 4 + 2 * slot
+    if at + 2 > vtable_size:
+        return None
+    offset = _U16.unpack_from(meta, vtable + at)[0]
+    return table + offset if offset else None
+
+
+def _deref(meta: bytes, pos: int) -> int:
+    return pos + int(_U32.unpack_from(meta, pos)[0])
+
+
+def _batch_sizes(meta: bytes, body: pa.Buffer) -> tuple[int, int]:
+    """(decoded bytes, rows) of a record batch message, from its flatbuffer metadata
+    (Arrow's Message.fbs: Message.header is a RecordBatch whose ``buffers`` locate the body
+    buffers; a compressed buffer starts with its uncompressed length, -1 for none)."""
+    root = _deref(meta, 0)
+    header = _field(meta, root, 2)
+    if header is None:
+        raise ValueError("a record batch message without a header")
+    batch = _deref(meta, header)
+    length_at = _field(meta, batch, 0)
+    rows = _I64.unpack_from(meta, length_at)[0] if length_at is not None else 0
+    buffers_at = _field(meta, batch, 2)
+    compressed = _field(meta, batch, 3) is not None
+    total = 0
+    if buffers_at is not None:
+        vec = _deref(meta, buffers_at)
+        count = _U32.unpack_from(meta, vec)[0]
+        for i in range(count):
+            offset, length = _BUFFER.unpack_from(meta, vec + 4 + 16 * i)
+            if offset < 0 or length < 0 or offset + length > body.size:
+                raise ValueError(f"buffer {i} lies outside the message body")
+            if compressed and length >= 8:
+                declared = _I64.unpack(body.slice(offset, 8).to_pybytes())[0]
+                total += length - 8 if declared == -1 else declared
+            else:
+                total += length
+    if rows < 0 or total < 0:
+        raise ValueError("negative lengths")
+    return total, rows
+
+
+def inspect_stream(data: bytes | pa.Buffer) -> StreamInfo:
+    """Read an Arrow IPC stream's messages (not their data) and sum what they declare.
+
+    Cheap whatever the compression: nothing is decompressed, so a small body that would
+    expand enormously is measured before any memory is spent on it.
+
+    Raises:
+        MalformedPayload: not an Arrow IPC stream, or a message of a kind appends never
+            carry (dictionaries, tensors).
+    """
+    source = pa.BufferReader(pa.py_buffer(data) if isinstance(data, bytes) else data)
+    decoded = rows = 0
+    try:
+        reader = pa.ipc.MessageReader.open_stream(source)
+        first = True
+        while True:
+            try:
+                message = reader.read_next_message()
+            except StopIteration:
+                break
+            if first and message.type != "schema":
+                raise MalformedPayload("the Arrow stream does not start with a schema message")
+            first = False
+            if message.type == "schema":
+                continue
+            if message.type != "record batch":
+                raise MalformedPayload(
+                    f"the Arrow stream holds a {message.type} message; appends take plain "
+                    "record batches (no dictionary-encoded columns)"
+                )
+            body = message.body if message.body is not None else pa.py_buffer(b"")
+            size, n = _batch_sizes(message.metadata.to_pybytes(), body)
+            decoded += size
+            rows += n
+    except MalformedPayload:
+        raise
+    except (pa.ArrowException, OSError, ValueError, IndexError, struct.error) as exc:
+        raise MalformedPayload(f"body is not a valid Arrow IPC stream: {exc}") from exc
+    if first:
+        raise MalformedPayload("body is not a valid Arrow IPC stream: it is empty")
+    return StreamInfo(decoded, rows, source.tell())
+
+
+def check_request(data: bytes | pa.Buffer, max_decoded_bytes: int) -> StreamInfo:
+    """Refuse a client's body unless it is exactly one Arrow IPC stream of at most
+    ``max_decoded_bytes`` once decompressed (read from its metadata: nothing is
+    decompressed here).
+
+    Raises:
+        RequestTooLarge: more than ``max_decoded_bytes`` once decompressed.
+        MalformedPayload: not one Arrow IPC stream.
+    """
+    info = inspect_stream(data)
+    size = len(data) if isinstance(data, bytes) else data.size
+    if info.stream_bytes < size:
+        raise MalformedPayload(
+            f"the body holds {size - info.stream_bytes} bytes after the end of its Arrow "
+            "stream; send one stream per request"
+        )
+    if info.decoded_bytes > max_decoded_bytes:
+        raise RequestTooLarge(
+            f"the Arrow stream holds {info.decoded_bytes} bytes once decompressed; the "
+            f"limit is {max_decoded_bytes}",
+            limit=max_decoded_bytes,
+            size=info.decoded_bytes,
+        )
+    return info
+
+
+def decode_valid(data: bytes | pa.Buffer) -> tuple[pa.Schema, list[pa.RecordBatch]]:
+    """The batches of a client's stream (after :func:`check_request`), each validated in
+    full: offsets inside their buffers, valid UTF-8, struct children of the right length.
+    Nothing malformed is ever stored, so nothing malformed is ever read back.
+
+    Raises:
+        MalformedPayload: naming the first invalid batch and what is wrong with it.
+    """
+    schema, batches = decode_stream(data)
+    for i, batch in enumerate(batches):
+        try:
+            batch.validate(full=True)
+        except pa.ArrowException as exc:
+            raise MalformedPayload(f"record batch {i} of the body is invalid: {exc}") from exc
+    return schema, batches
+
+
+def decode_request(
+    data: bytes | pa.Buffer, max_decoded_bytes: int
+) -> tuple[pa.Schema, list[pa.RecordBatch], StreamInfo]:
+    """:func:`check_request` then :func:`decode_valid`."""
+    info = check_request(data, max_decoded_bytes)
+    schema, batches = decode_valid(data)
+    return schema, batches, info

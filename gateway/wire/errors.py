@@ -89,12 +89,23 @@ class TidegateError(Exception):
     retryable: ClassVar[bool] = False
 
     def __init__(self, message: str, **details: Any) -> None:
+        message = _printable(message)
         super().__init__(message)
         self.message = message
-        self.details: dict[str, Any] = details
+        self.details: dict[str, Any] = {
+            k: _printable(v) if isinstance(v, str) else v for k, v in details.items()
+        }
 
     def to_dict(self) -> dict[str, Any]:
         return {"reason": self.reason, "message": self.message, **self.details}
+
+
+def _printable(text: str) -> str:
+    """``text`` as valid UTF-8 (a lone surrogate a client sent becomes ``\\udXXX``), so
+    an error that quotes hostile input can always be sent."""
+    if text.isascii():
+        return text
+    return text.encode("utf-8", "backslashreplace").decode("utf-8")
 
 
 class InvalidRequest(TidegateError):

@@ -43,6 +43,8 @@ def _from_json(value: Any, t: pa.DataType, where: str) -> Any:
         if pa.types.is_string(t):
             if not isinstance(value, str):
                 raise TypeError("expected a string")
+            if not value.isascii():
+                value.encode("utf-8")  # a lone surrogate (JSON's \ud800) is no text
             return value
         if pa.types.is_binary(t):
             if not isinstance(value, str):
@@ -82,7 +84,14 @@ def _from_json(value: Any, t: pa.DataType, where: str) -> Any:
                 )
                 for i in range(t.num_fields)
             }
-    except (TypeError, ValueError, decimal.InvalidOperation, binascii.Error) as exc:
+    except (
+        TypeError,
+        ValueError,
+        OverflowError,
+        RecursionError,
+        decimal.InvalidOperation,
+        binascii.Error,
+    ) as exc:
         raise SchemaMismatch(f"{where}: {exc} for type {t}, got {value!r:.80}") from exc
     raise SchemaMismatch(f"{where}: type {t} cannot be written from JSON")  # pragma: no cover
 
@@ -173,5 +182,7 @@ def parse_json(body: bytes) -> Any:
     """
     try:
         return json.loads(body)
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise MalformedPayload(f"body is not valid JSON: {exc}") from exc
+    except RecursionError:
+        raise MalformedPayload("body is not accepted: JSON nested too deeply") from None
+    except ValueError as exc:  # JSONDecodeError, UnicodeDecodeError, over-long integers
+        raise MalformedPayload(f"body is not valid JSON: {exc}") from None

@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from gateway.wire.errors import InvalidSchema, SchemaMismatch
 
@@ -39,7 +40,11 @@ TIMESTAMP_COLUMN = "_timestamp"
 SYSTEM_COLUMNS = (PARTITION_COLUMN, OFFSET_COLUMN, TIMESTAMP_COLUMN)
 TIMESTAMP_TYPE = pa.timestamp("us", tz="UTC")
 
-_NAME_RE = re.compile(r"^[A-Za-z][A-Za-z0-9_]{0,127}$")
+_NAME_RE = re.compile(r"[A-Za-z][A-Za-z0-9_]{0,127}")
+#: Bounds of a table schema: nesting of list<> and struct<>, length of a type name, columns.
+MAX_TYPE_DEPTH = 16
+MAX_TYPE_CHARS = 16 * 1024
+MAX_COLUMNS = 1000
 
 _PRIMITIVES: dict[str, pa.DataType] = {
     "bool": pa.bool_(),
@@ -70,6 +75,7 @@ class _TypeParser:
     def __init__(self, text: str) -> None:
         self.text = text
         self.pos = 0
+        self.depth = 0
 
     def fail(self, what: str) -> InvalidSchema:
         return InvalidSchema(f"cannot parse type {self.text!r}: {what} at position {self.pos}")
@@ -100,6 +106,8 @@ class _TypeParser:
         m = re.compile(r"\d+").match(self.text, self.pos)
         if not m:
             raise self.fail("expected a number")
+        if len(m.group(0)) > 4:
+            raise self.fail("a number of at most 4 digits")
         self.pos = m.end()
         return int(m.group(0))
 
@@ -111,6 +119,18 @@ class _TypeParser:
         return t
 
     def type_(self) -> pa.DataType:
+        self.depth += 1
+        if self.depth > MAX_TYPE_DEPTH:
+            raise InvalidSchema(
+                f"type {self.text[:60]!r}... nests more than {MAX_TYPE_DEPTH} levels of "
+                "list<> and struct<>"
+            )
+        try:
+            return self._type()
+        finally:
+            self.depth -= 1
+
+    def _type(self) -> pa.DataType:
         name = self.word()
         if name == "list":
             self.expect("<")
@@ -211,7 +231,9 @@ def parse_type(text: str) -> pa.DataType:
         InvalidSchema: unknown, malformed or not losslessly storable in Iceberg.
     """
     if not isinstance(text, str) or not text.strip():
-        raise InvalidSchema(f"a type must be a non-empty string, got {text!r}")
+        raise InvalidSchema(f"a type must be a non-empty string, got {text!r:.80}")
+    if len(text) > MAX_TYPE_CHARS:
+        raise InvalidSchema(f"a type name has at most {MAX_TYPE_CHARS} characters")
     return _TypeParser(text.strip()).parse()
 
 
@@ -248,12 +270,14 @@ def parse_fields(spec: Any) -> pa.Schema:
         raise InvalidSchema("schema must be a list of fields or an object of name: type")
     if not items:
         raise InvalidSchema("schema must have at least one column")
+    if len(items) > MAX_COLUMNS:
+        raise InvalidSchema(f"schema has {len(items)} columns; at most {MAX_COLUMNS} are accepted")
     seen: set[str] = set()
     fields = []
     for name, type_name, nullable in items:
         if not isinstance(name, str) or name in SYSTEM_COLUMNS:
             raise InvalidSchema(f"column name {name!r} is reserved for system columns")
-        if not _NAME_RE.match(name):
+        if not _NAME_RE.fullmatch(name):
             raise InvalidSchema(
                 f"column name {name!r} must start with a letter and hold only letters, "
                 "digits and '_' (at most 128)"
@@ -354,8 +378,46 @@ def conform_batch(batch: pa.RecordBatch, schema: pa.Schema) -> pa.RecordBatch:
                 ) from exc
         if not f.nullable and col.null_count:
             raise SchemaMismatch(f"column {f.name!r} is not nullable but holds nulls")
+        _check_temporal(col, f.name)
         columns.append(col)
     return pa.RecordBatch.from_arrays(columns, schema=schema)
+
+
+#: Arrow type -> (its integer storage, lowest, highest): what a reader can turn into a
+#: date or time (years 1 to 9999), so no appended value breaks a later JSON read.
+_TEMPORAL_RANGES: dict[pa.DataType, tuple[pa.DataType, int, int]] = {
+    pa.timestamp("us"): (pa.int64(), -62_135_596_800_000_000, 253_402_300_799_999_999),
+    pa.timestamp("us", tz="UTC"): (pa.int64(), -62_135_596_800_000_000, 253_402_300_799_999_999),
+    pa.date32(): (pa.int32(), -719_162, 2_932_896),
+    pa.time64("us"): (pa.int64(), 0, 86_399_999_999),
+}
+
+
+def _check_temporal(values: pa.Array, where: str) -> None:
+    """Refuse dates, times and timestamps outside years 1 to 9999 (nested ones too).
+
+    Raises:
+        SchemaMismatch: naming the column and the value.
+    """
+    t = values.type
+    if pa.types.is_list(t) or pa.types.is_large_list(t):
+        _check_temporal(values.flatten(), f"{where}[]")
+        return
+    if pa.types.is_struct(t):
+        for i, child in enumerate(values.flatten()):
+            _check_temporal(child, f"{where}.{t.field(i).name}")
+        return
+    bounds = _TEMPORAL_RANGES.get(t)
+    if bounds is None or len(values) == values.null_count:
+        return
+    storage, lowest, highest = bounds
+    low, high = pc.min_max(values.view(storage)).values()
+    for value in (low.as_py(), high.as_py()):
+        if not lowest <= value <= highest:
+            raise SchemaMismatch(
+                f"column {where!r} holds {t} value {value}, outside years 1 to 9999",
+                column=where,
+            )
 
 
 def with_system_columns(

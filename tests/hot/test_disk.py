@@ -59,10 +59,16 @@ def root(tmp_path: Path) -> Path:
 
 @pytest.fixture
 def open_log(root: Path) -> Iterator[OpenLog]:
-    """Open a DiskHotLog on ``root``; every log opened is closed at the end."""
+    """Open a DiskHotLog on ``root``; every log opened is closed at the end.
+
+    These tests model a restart by opening the folder again while the first log is still
+    open (as a crashed process would have left it). A crashed owner's folder lock goes with
+    its process, which a log left open in this one cannot model: they open without the
+    lock, which has tests of its own (tests/hot/test_disk_lock.py)."""
     opened: list[DiskHotLog] = []
 
     def factory(path: Path | None = None, **kwargs: Any) -> DiskHotLog:
+        kwargs.setdefault("lock", False)
         log = DiskHotLog(path or root, **kwargs)
         opened.append(log)
         return log

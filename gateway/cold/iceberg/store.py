@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
+import logging
 import threading
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
@@ -23,6 +24,8 @@ if TYPE_CHECKING:
     from gateway.meta import TableDef
 
 __all__ = ["TABLE_PROPERTIES", "IcebergColdStore"]
+
+log = logging.getLogger(__name__)
 
 TABLE_PROPERTIES = {
     "write.delete.isolation-level": "snapshot",
@@ -152,10 +155,17 @@ class IcebergColdStore(ColdStore):
         ident = self._identifier(table)
         location = None
         try:
-            location = str(self.catalog.load_table(ident).location())
-            self.catalog.purge_table(ident)
+            found = self.catalog.load_table(ident)
         except NoSuchTableError:
-            pass
+            return
+        if found.properties.get("tidegate.table-id") != table.table_id:
+            # Not this stream-table's Iceberg table (created outside Tidegate, or another
+            # incarnation): checked against the catalog, never dropped by name alone.
+            log.warning("not dropping %s: it is not table %s", ".".join(ident), table.table_id)
+            return
+        location = str(found.location())
+        with contextlib.suppress(NoSuchTableError):
+            self.catalog.purge_table(ident)
         if location:
             # Orphans (files of crashed jobs) too: everything under the table's folder.
             filesystem, _ = self.storage_options().filesystem()
@@ -163,20 +173,60 @@ class IcebergColdStore(ColdStore):
                 filesystem.delete_dir(fs_path(location))
 
     def drop_tenant(self, tenant: str) -> None:
-        """Drop the tenant's Iceberg namespaces and delete everything under its prefix
-        (tables are dropped one by one first; this removes what is left: empty folders,
-        orphans of crashed jobs, the namespaces themselves)."""
+        """Remove what is left of a deleted tenant once its tables were dropped: its empty
+        Iceberg namespaces, then its folder (orphans of crashed jobs).
+
+        Only what the catalog shows to be the tenant's: namespaces whose name is exactly
+        the tenant's (never one a catalog normalised to it), and the folder only when no
+        table of the catalog, in any namespace, still lives under it.
+        """
         from pyiceberg.exceptions import NamespaceNotEmptyError, NoSuchNamespaceError
 
+        owned: list[tuple[str, ...]] = []
         with contextlib.suppress(NoSuchNamespaceError):
-            for ns in self.catalog.list_namespaces((tenant,)):
-                with contextlib.suppress(NoSuchNamespaceError, NamespaceNotEmptyError):
-                    self.catalog.drop_namespace(ns)
-        with contextlib.suppress(NoSuchNamespaceError, NamespaceNotEmptyError):
-            self.catalog.drop_namespace((tenant,))
+            owned = [tuple(ns) for ns in self.catalog.list_namespaces((tenant,))]
+        kept = False
+        for ns in [*(ns for ns in owned if ns[:1] == (tenant,)), (tenant,)]:
+            try:
+                self.catalog.drop_namespace(ns)
+            except NoSuchNamespaceError:
+                pass
+            except NamespaceNotEmptyError:
+                kept = True
+        prefix = f"{self.warehouse}/{tenant}"
+        holders = self._tables_under(prefix)
+        if kept or holders:
+            log.warning(
+                "tenant %s: left %s in place: the catalog still holds tables there (%s)",
+                tenant,
+                prefix,
+                ", ".join(holders) or "in its namespaces",
+            )
+            return
         filesystem, _ = self.storage_options().filesystem()
         with contextlib.suppress(OSError):
-            filesystem.delete_dir(fs_path(f"{self.warehouse}/{tenant}"))
+            filesystem.delete_dir(fs_path(prefix))
+
+    def _tables_under(self, prefix: str) -> list[str]:
+        """Tables of the whole catalog whose location lies under the folder ``prefix``."""
+        from pyiceberg.exceptions import NoSuchNamespaceError, NoSuchTableError
+
+        found: list[str] = []
+        pending: list[tuple[str, ...]] = [()]
+        while pending:
+            parent = pending.pop()
+            with contextlib.suppress(NoSuchNamespaceError):
+                children = [tuple(ns) for ns in self.catalog.list_namespaces(parent)]
+                pending.extend(ns for ns in children if ns != parent)
+            if not parent:
+                continue
+            with contextlib.suppress(NoSuchNamespaceError):
+                for ident in self.catalog.list_tables(parent):
+                    with contextlib.suppress(NoSuchTableError):
+                        location = str(self.catalog.load_table(ident).location())
+                        if location == prefix or location.startswith(prefix + "/"):
+                            found.append(".".join(ident))
+        return found
 
     def storage_options(self) -> StorageOptions:
         return StorageOptions(self.warehouse, self.io_properties)

@@ -10,12 +10,13 @@ from collections import OrderedDict
 from collections.abc import Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from gateway.cold.base import (
+    OFFSET_SORT,
+    SORTED_KEY,
     WATERMARKS_PROPERTY,
     ColdSnapshot,
     ColdTable,
@@ -40,9 +41,48 @@ __all__ = ["IcebergColdTable"]
 _FILE_LISTS = 64
 
 
-def _ascending(offsets: pa.ChunkedArray) -> bool:
-    values = offsets.to_numpy()
-    return bool(len(values) < 2 or (np.diff(values) > 0).all())
+#: Rows per batch when a data file is streamed.
+_STREAM_ROWS = 16 * 1024
+
+
+def _file_batches(
+    filesystem: Any, path: str, columns: Sequence[str], offsets: tuple[int, int] | None = None
+) -> Iterator[pa.RecordBatch]:
+    """A data file's rows (only offsets ``[lo, hi)`` when ``offsets``), in offset order, in
+    batches of at most ``_STREAM_ROWS``.
+
+    A file flagged sorted (every file tiering and compaction write) is streamed a row group
+    at a time, skipping row groups outside the offsets by their statistics; memory stays at
+    a row group whatever the file's size. Any other file is read whole and sorted.
+    """
+    with filesystem.open_input_file(fs_path(path)) as source:
+        parquet = pq.ParquetFile(source)
+        meta = parquet.metadata
+        kv = parquet.schema_arrow.metadata or {}
+        if kv.get(SORTED_KEY) != OFFSET_SORT:
+            table = parquet.read(columns=list(columns))
+            if offsets is not None:
+                column = table.column(OFFSET_COLUMN)
+                lo, hi = offsets
+                table = table.filter(pc.and_(pc.greater_equal(column, lo), pc.less(column, hi)))
+            yield from table.sort_by(OFFSET_COLUMN).to_batches(max_chunksize=_STREAM_ROWS)
+            return
+        index = parquet.schema_arrow.get_field_index(OFFSET_COLUMN)
+        for rg in range(meta.num_row_groups):
+            stats = meta.row_group(rg).column(index).statistics
+            known = offsets is not None and stats is not None and stats.has_min_max
+            if known and (stats.max < offsets[0] or stats.min >= offsets[1]):  # type: ignore[index]
+                continue
+            for batch in parquet.iter_batches(
+                batch_size=_STREAM_ROWS, row_groups=[rg], columns=list(columns)
+            ):
+                if offsets is not None:
+                    column = batch.column(OFFSET_COLUMN)
+                    lo, hi = offsets
+                    keep = pc.and_(pc.greater_equal(column, lo), pc.less(column, hi))
+                    batch = batch.filter(keep)
+                if batch.num_rows:
+                    yield batch
 
 
 def _watermarks(summary: Any) -> dict[int, int]:
@@ -199,17 +239,8 @@ class IcebergColdTable(ColdTable):
             lo, hi = max(from_offset, f.min_offset), min(to_offset, f.max_offset + 1)
             if hi <= lo:
                 continue
-            with filesystem.open_input_file(fs_path(f.path)) as source:
-                data = pq.read_table(
-                    source,
-                    columns=self.stored_schema.names,
-                    filters=(pc.field(OFFSET_COLUMN) >= lo) & (pc.field(OFFSET_COLUMN) < hi),
-                )
-            if data.num_rows == 0:
-                continue
-            if not _ascending(data.column(OFFSET_COLUMN)):  # ours are written sorted
-                data = data.sort_by(OFFSET_COLUMN)
-            yield cast_to(data, self.stored_schema)
+            for data in _file_batches(filesystem, f.path, self.stored_schema.names, (lo, hi)):
+                yield cast_to(data, self.stored_schema)
 
     def scan(
         self,
@@ -241,19 +272,17 @@ class IcebergColdTable(ColdTable):
             key=lambda t: (int(t.file.partition[0]), str(t.file.file_path)),
         )
         for task in tasks:
-            with filesystem.open_input_file(fs_path(str(task.file.file_path))) as source:
-                data = pq.read_table(source, columns=read_cols)
-            if arrow_filter is not None:
-                data = pa.Table.from_batches([cast_to(data, stored)]).filter(arrow_filter)
-            if OFFSET_COLUMN in data.column_names and not _ascending(data.column(OFFSET_COLUMN)):
-                data = data.sort_by(OFFSET_COLUMN)
-            if left is not None:
-                data = data.slice(0, left)
-                left -= data.num_rows
-            if data.num_rows:
-                yield cast_to(data.select(names), target)
-            if left is not None and left <= 0:
-                return
+            for batch in _file_batches(filesystem, str(task.file.file_path), read_cols):
+                data = pa.Table.from_batches([cast_to(batch, stored)])
+                if arrow_filter is not None:
+                    data = data.filter(arrow_filter)
+                if left is not None:
+                    data = data.slice(0, left)
+                    left -= data.num_rows
+                if data.num_rows:
+                    yield cast_to(data.select(names), target)
+                if left is not None and left <= 0:
+                    return
 
     def plan(self, snap: ColdSnapshot, row_filter: Expr | None = None) -> list[PlannedFile]:
         oid = self._offset_id(snap) if snap.snapshot_id is not None else 0

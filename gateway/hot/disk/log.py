@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import logging
+import os
 import shutil
+import socket
+import sys
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -33,7 +37,50 @@ from gateway.wire.errors import (
     Unavailable,
 )
 
-__all__ = ["DiskHotLog"]
+__all__ = ["LOCK_FILE", "DiskHotLog", "HotTierBusy", "take_folder_lock"]
+
+#: The lock file of a disk hot tier's folder: one process owns the log.
+LOCK_FILE = ".lock"
+
+
+class HotTierBusy(Unavailable):
+    """The disk hot tier's folder is owned by another process."""
+
+    reason = "HOT_TIER_BUSY"
+
+
+def take_folder_lock(root: Path) -> int:
+    """Take the exclusive lock of a disk hot tier's folder and write who holds it.
+
+    The lock is the kernel's (``flock``): it goes with the process, so a crashed owner
+    leaves no stale lock behind. Returns the lock file's descriptor (closing it releases
+    the lock).
+
+    Raises:
+        HotTierBusy: another process holds it (named from the lock file).
+    """
+    path = root / LOCK_FILE
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        holder = os.pread(fd, 4096, 0).decode("utf-8", "replace").strip() or "another process"
+        os.close(fd)
+        raise HotTierBusy(
+            f"the disk hot tier at {root} is in use by {holder}; one process owns it. Stop "
+            "that process first, or give this one another data folder (--data-dir or "
+            "TIDEGATE_DATA_DIR); to share a hot tier between processes use the Redis hot "
+            "tier (TIDEGATE_HOT__TYPE=redis)",
+            path=str(root),
+        ) from None
+    except BaseException:
+        os.close(fd)
+        raise
+    me = f"pid {os.getpid()} on {socket.gethostname()} ({' '.join(sys.argv)[:200]})"
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, me.encode(), 0)
+    return fd
+
 
 log = logging.getLogger(__name__)
 
@@ -53,6 +100,7 @@ class DiskHotLog(HotLog):
         fsync: FsyncPolicy = "batch",
         fsync_interval_ms: int = 200,
         segment_bytes: int = 64 * 1024 * 1024,
+        lock: bool = True,
     ) -> None:
         if fsync not in ("batch", "interval", "never"):
             raise ValueError(f"unknown fsync policy {fsync!r}")
@@ -63,6 +111,8 @@ class DiskHotLog(HotLog):
         self.fsync_interval_ms = fsync_interval_ms
         self.segment_bytes = segment_bytes
         self.root.mkdir(parents=True, exist_ok=True)
+        #: The folder's exclusive lock: one process owns the log (None without ``lock``).
+        self._lock_fd = take_folder_lock(self.root) if lock else None
         self._parts: dict[PartitionId, Partition] = {}
         self._parts_lock = threading.Lock()
         self._closed = False
@@ -84,6 +134,7 @@ class DiskHotLog(HotLog):
             fsync=cfg.fsync,
             fsync_interval_ms=cfg.fsync_interval_ms,
             segment_bytes=cfg.segment_bytes,
+            lock=cfg.lock,
         )
 
     # Plumbing ---------------------------------------------------------------------------
@@ -252,5 +303,8 @@ class DiskHotLog(HotLog):
                     p.close()
                 except OSError as exc:
                     errors.append(exc)
+        if self._lock_fd is not None:
+            os.close(self._lock_fd)  # releases the lock
+            self._lock_fd = None
         if errors:
             raise Unavailable(f"closing the disk hot log failed: {errors[0]}", backend="disk")

@@ -56,10 +56,6 @@ def _key(info: KeyInfo) -> dict[str, Any]:
     }
 
 
-def _from_ms(ms: int | None) -> datetime | None:
-    return datetime.fromtimestamp(ms / 1000, UTC) if ms else None
-
-
 TenantName = Annotated[str, Path(description="Tenant name.")]
 
 
@@ -134,7 +130,7 @@ def admin_router(tenancy: Tenancy) -> APIRouter:
         since_ms: Annotated[int | None, Query(description="From this minute (ms).")] = None,
         until_ms: Annotated[int | None, Query(description="Before this minute (ms).")] = None,
     ) -> JSONResponse:
-        rows = await tenancy.admin.usage(tenant, _from_ms(since_ms), _from_ms(until_ms))
+        rows = await tenancy.admin.usage(tenant, since_ms, until_ms)
         return JSONResponse(
             {
                 "tenant": tenant,

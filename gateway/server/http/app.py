@@ -26,7 +26,7 @@ from gateway.server.calls import DataCalls, wire_error
 from gateway.server.http.bodies import HTTP_REASONS, error_response, invalid
 from gateway.server.http.deps import TenantOf, gate_tenant_of
 from gateway.server.http.groups import groups_router
-from gateway.server.http.health import health_router
+from gateway.server.http.health import health_router, metrics_router
 from gateway.server.http.models import ErrorResponse
 from gateway.server.http.records import records_router
 from gateway.server.http.scans import scans_router
@@ -159,6 +159,8 @@ def create_app(
     app.add_middleware(_Metrics)
 
     app.include_router(health_router(ready or (lambda: True)))
+    if not settings.server.metrics_port:
+        app.include_router(metrics_router(settings.server))
     if isinstance(gate, Tenancy):
         from gateway.server.http.admin import admin_router
 

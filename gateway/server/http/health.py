@@ -2,16 +2,58 @@
 
 from __future__ import annotations
 
+import hmac
 from collections.abc import Callable
 
-from fastapi import APIRouter
+from fastapi import APIRouter, FastAPI, Request
 from fastapi.responses import JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, generate_latest
 
-__all__ = ["health_router"]
+from gateway.config import ServerConfig
+from gateway.wire.errors import Unauthenticated
+
+__all__ = ["health_router", "metrics_app", "metrics_router"]
+
+
+def metrics_router(server: ServerConfig) -> APIRouter:
+    """``GET /metrics``, behind ``server.metrics_token`` when it is set."""
+    router = APIRouter(tags=["health"])
+    token = server.metrics_token
+
+    @router.get(
+        "/metrics",
+        summary="Prometheus metrics (text exposition format).",
+        response_class=Response,
+        responses={200: {"content": {"text/plain": {"schema": {"type": "string"}}}}},
+    )
+    async def prometheus(request: Request) -> Response:
+        if token is not None:
+            sent = request.headers.get("authorization", "")
+            if not hmac.compare_digest(sent.encode(), f"Bearer {token}".encode()):
+                raise Unauthenticated("/metrics needs 'authorization: Bearer <metrics token>'")
+        return Response(generate_latest(REGISTRY), media_type=CONTENT_TYPE_LATEST)
+
+    return router
+
+
+def metrics_app(server: ServerConfig) -> FastAPI:
+    """The app of ``server.metrics_port``: /metrics alone."""
+    from gateway.server.http.bodies import error_response
+    from gateway.wire.errors import TidegateError
+
+    app = FastAPI(title="Tidegate metrics", openapi_url=None, docs_url=None, redoc_url=None)
+
+    async def handle(request: Request, exc: Exception) -> Response:
+        assert isinstance(exc, TidegateError)
+        return error_response(exc)
+
+    app.add_exception_handler(TidegateError, handle)
+    app.include_router(metrics_router(server))
+    return app
 
 
 def health_router(is_ready: Callable[[], bool]) -> APIRouter:
+    """``/healthz`` and ``/readyz``."""
     router = APIRouter(tags=["health"])
 
     @router.get("/healthz", summary="Liveness: the process answers.")
@@ -27,14 +69,5 @@ def health_router(is_ready: Callable[[], bool]) -> APIRouter:
         if is_ready():
             return JSONResponse({"status": "ready"})
         return JSONResponse({"status": "not ready"}, status_code=503)
-
-    @router.get(
-        "/metrics",
-        summary="Prometheus metrics (text exposition format).",
-        response_class=Response,
-        responses={200: {"content": {"text/plain": {"schema": {"type": "string"}}}}},
-    )
-    async def prometheus() -> Response:
-        return Response(generate_latest(REGISTRY), media_type=CONTENT_TYPE_LATEST)
 
     return router

@@ -9,7 +9,7 @@ from fastapi import APIRouter, Path, Query, Request
 from fastapi.responses import JSONResponse, Response
 
 from gateway.core import ReadResult
-from gateway.server.calls import AppendBody, DataCalls
+from gateway.server.calls import OFFLOAD_BYTES, AppendBody, DataCalls
 from gateway.server.http.bodies import (
     json_rows,
     media_type,
@@ -31,13 +31,10 @@ from gateway.server.http.models import (
     ErrorResponse,
     ReadResponse,
 )
-from gateway.wire.codec import decode_stream
+from gateway.wire.codec import check_request, decode_valid
 from gateway.wire.errors import UnsupportedMediaType
 
 __all__ = ["records_router"]
-
-#: Bodies at least this large are decoded on the I/O pool.
-_OFFLOAD_BYTES = 256 * 1024
 
 
 def records_router(calls: DataCalls) -> APIRouter:
@@ -96,12 +93,18 @@ def records_router(calls: DataCalls) -> APIRouter:
                 f"{ARROW_STREAM!r}",
                 supported=f"{JSON},{ARROW_STREAM}",
             )
-        body = await read_body(request, server.max_request_bytes)
-        big = len(body) >= _OFFLOAD_BYTES
+        limit = server.max_request_bytes
+        body = await read_body(request, limit)
+        big = len(body) >= OFFLOAD_BYTES
+        charge = len(body)
+        if media == ARROW_STREAM:
+            info = await calls.offload(big, check_request, body, limit)
+            charge = info.decoded_bytes
+            big = max(len(body), charge) >= OFFLOAD_BYTES
 
         async def decode() -> AppendBody:
             if media == ARROW_STREAM:
-                _, batches = await calls.offload(big, decode_stream, body)
+                _, batches = await calls.offload(big, decode_valid, body)
                 return AppendBody(batches, partition, producer_id, sequence)
             # The cached definition (no live offsets): JSON rows are typed by its schema.
             table = await service.table(caller.tenant, namespace, name)
@@ -113,7 +116,9 @@ def records_router(calls: DataCalls) -> APIRouter:
                 pick("sequence", req.sequence, sequence),
             )
 
-        appended = await calls.append(caller.tenant, namespace, name, len(body), decode)
+        appended = await calls.append(
+            caller.tenant, namespace, name, len(body), decode, charge_bytes=charge
+        )
         return JSONResponse(ranges(appended))
 
     @router.get(

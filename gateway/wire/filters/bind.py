@@ -91,6 +91,15 @@ def _grid(t: pa.DataType) -> _Grid | None:
     return None
 
 
+def _text(value: str) -> bool:
+    """Whether ``value`` is storable text (no lone surrogate)."""
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
 class _Binder:
     def __init__(self, schema: pa.Schema) -> None:
         self.schema = schema
@@ -149,8 +158,8 @@ class _Binder:
                 raise self.mistyped(f, v, "true or false")
             return v
         if pa.types.is_string(t) or pa.types.is_large_string(t):
-            if not isinstance(v, str):
-                raise self.mistyped(f, v, "a 'quoted string'")
+            if not isinstance(v, str) or not _text(v):
+                raise self.mistyped(f, v, "a 'quoted string' of valid Unicode")
             return v
         if pa.types.is_timestamp(t):
             return self.timestamp(f, v)
@@ -268,6 +277,8 @@ class _Binder:
             f = self.field(e.column, "'like'")
             if not (pa.types.is_string(f.type) or pa.types.is_large_string(f.type)):
                 raise self.mistyped(f, e.prefix + "%", "no 'like' pattern (it is not a string)")
+            if not _text(e.prefix):
+                raise self.mistyped(f, e.prefix + "%", "a pattern of valid Unicode")
             return e
         raise TypeError(f"not a filter node: {e!r}")  # pragma: no cover
 
