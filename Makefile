@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 # spark: the tiering jobs and their tests (local[2]) need pyspark and a Java runtime.
 EXTRAS ?= server,postgres,spark,bench,dev
 
-.PHONY: setup run test lint format typecheck proto proto-check pytest bench bench-smoke prereqs clean
+.PHONY: setup run test lint format typecheck proto proto-check pytest bench bench-smoke fuzz prereqs clean
 
 $(STAMP): pyproject.toml scripts/prereqs.sh
 	@sh scripts/prereqs.sh python
@@ -46,6 +46,11 @@ proto: setup
 
 proto-check: setup
 	$(PY) scripts/gen_proto.py --check
+
+## The long fuzz run of both edges (10,000 examples per part; CI runs 60): see
+## tests/hostile/test_fuzz.py. Prints the requests sent per edge.
+fuzz: setup
+	TIDEGATE_FUZZ_EXAMPLES=$${TIDEGATE_FUZZ_EXAMPLES:-10000} $(PY) -m pytest -p no:cacheprovider -q -s --timeout 0 tests/hostile/test_fuzz.py
 
 ## The quick benchmark suite (< 5 min): results in benchmarks/results/.
 bench: setup

@@ -178,7 +178,7 @@ class ServerConfig(_Section):
         description="Cap on the bytes of one read's answer (Arrow data, uncompressed).",
     )
     follow_read_bytes: int = Field(
-        1024 * 1024,
+        256 * 1024,
         ge=1024,
         description="Cap on each answer of a follow read (a stream pushes many small ones).",
     )
@@ -187,6 +187,12 @@ class ServerConfig(_Section):
         ge=1024 * 1024,
         description="Read data the gateway holds at once, all tenants together; past it "
         "reads wait (streams) or are refused with a retry-after (RESOURCE_EXHAUSTED / 429).",
+    )
+    max_follows: int = Field(
+        1024,
+        ge=1,
+        description="Follow reads (streams, long polls) of all tenants together on one "
+        "gateway; quota.max_follows bounds each tenant's.",
     )
     tenant_read_memory_bytes: int = Field(
         256 * 1024 * 1024,

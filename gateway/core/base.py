@@ -74,7 +74,8 @@ class CoreBase:
         self._notifier = _Notifier()
         #: Read data held at once, for the process and per tenant.
         self.budget = ReadBudget(
-            settings.server.read_memory_bytes, settings.server.tenant_read_memory_bytes
+            settings.server.read_memory_bytes,
+            settings.server.tenant_read_memory_bytes,
         )
         s = settings.server
         self._filter_limits = FilterLimits(

@@ -1,10 +1,11 @@
 """How much read data the gateway holds at once: a budget for the process and a share of it
 per tenant, so that no tenant's streams (however many) can grow the gateway without bound.
 
-Every read reserves its bound (twice its byte cap: the decoded rows and their encoded
-answer) before it reads, and gives it back once its answer is handed to the network. Past
-the budget a read either waits (follow streams and scans already under way: back-pressure)
-or is refused at once with :class:`~gateway.wire.errors.Throttled` and a retry-after hint.
+Every read reserves its bound (:data:`READ_COPIES` times its byte cap) before it reads,
+and gives it back once its answer is handed to the network; a stream keeps its previous
+answer's share while it goes on answering, as the transport may still hold it. Past the
+budget a read either waits (follow streams and scans already under way: back-pressure) or
+is refused at once with :class:`~gateway.wire.errors.Throttled` and a retry-after hint.
 """
 
 from __future__ import annotations
@@ -16,10 +17,15 @@ from collections.abc import AsyncIterator
 
 from gateway.wire.errors import Throttled
 
-__all__ = ["ReadBudget"]
+__all__ = ["READ_COPIES", "ReadBudget"]
 
 #: Retry hint of a read refused for want of memory.
 _RETRY_MS = 200
+#: What an answer costs the gateway, in multiples of its size, and so what a read reserves:
+#: the decoded rows, their Arrow IPC encoding, the protobuf message's copy, gRPC's serialized
+#: copy and transport buffers, and the allocator's slack. Measured with stalled follow
+#: streams (tests/hostile/test_memory.py): about six.
+READ_COPIES = 6
 
 
 class ReadBudget:
@@ -45,9 +51,8 @@ class ReadBudget:
             return False
         return not self.held or self.held + nbytes <= self.total
 
-    @contextlib.asynccontextmanager
-    async def hold(self, tenant: str, nbytes: int, *, wait_s: float = 0.0) -> AsyncIterator[None]:
-        """Reserve ``nbytes`` for the tenant while the block runs.
+    async def reserve(self, tenant: str, nbytes: int, *, wait_s: float = 0.0) -> None:
+        """Take ``nbytes`` for the tenant; give them back with :meth:`release`.
 
         Raises:
             Throttled: no room within ``wait_s`` seconds (at once for 0).
@@ -66,14 +71,26 @@ class ReadBudget:
                 await asyncio.wait_for(self._freed.wait(), left)
         self.held += nbytes
         self._tenants[tenant] = self._tenants.get(tenant, 0) + nbytes
+
+    def release(self, tenant: str, nbytes: int) -> None:
+        self.held -= nbytes
+        left_held = self._tenants[tenant] - nbytes
+        if left_held:
+            self._tenants[tenant] = left_held
+        else:
+            del self._tenants[tenant]
+        freed, self._freed = self._freed, asyncio.Event()
+        freed.set()
+
+    @contextlib.asynccontextmanager
+    async def hold(self, tenant: str, nbytes: int, *, wait_s: float = 0.0) -> AsyncIterator[None]:
+        """:meth:`reserve` ``nbytes`` while the block runs.
+
+        Raises:
+            Throttled: no room within ``wait_s`` seconds (at once for 0).
+        """
+        await self.reserve(tenant, nbytes, wait_s=wait_s)
         try:
             yield
         finally:
-            self.held -= nbytes
-            left_held = self._tenants[tenant] - nbytes
-            if left_held:
-                self._tenants[tenant] = left_held
-            else:
-                del self._tenants[tenant]
-            freed, self._freed = self._freed, asyncio.Event()
-            freed.set()
+            self.release(tenant, nbytes)

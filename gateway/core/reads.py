@@ -10,6 +10,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 import pyarrow as pa
 
 from gateway.core.base import CoreBase
+from gateway.core.budget import READ_COPIES
 from gateway.core.views import ReadResult, TableView, fit_bytes, slice_batches
 from gateway.hot import PartitionId
 from gateway.wire.errors import InvalidRequest, OffsetOutOfRange
@@ -156,13 +157,23 @@ class ReadOps(CoreBase):
         deadline = None if max_wait_s is None else time.monotonic() + max_wait_s
         checked = time.monotonic()
         seen = 0
-        while True:
-            event = self._notifier.event(part)
-            want = per_call if total == 0 else min(per_call, total - seen)
-            # Streams wait for room (back-pressure) rather than fail.
-            async with self.budget.hold(tenant, 2 * nbytes, wait_s=_FOLLOW_WAIT_S):
+        size = READ_COPIES * nbytes
+        # Reservations of the read budget this stream holds: the answer being read, and
+        # the one before it while the stream keeps answering (the transport may still hold
+        # it when the caller asks for the next); given back when the stream waits or ends.
+        held: list[int] = []
+        try:
+            while True:
+                event = self._notifier.event(part)
+                want = per_call if total == 0 else min(per_call, total - seen)
+                # Streams wait for room (back-pressure) rather than fail.
+                await self.budget.reserve(tenant, size, wait_s=_FOLLOW_WAIT_S)
+                held.append(size)
+                if len(held) > 2:
+                    self.budget.release(tenant, held.pop(0))
                 result = await self._read(table, part, offset, want, nbytes)
-                if result.num_records or (deadline is not None and time.monotonic() >= deadline):
+                now = time.monotonic()
+                if result.num_records or (deadline is not None and now >= deadline):
                     if still_allowed is not None:
                         await still_allowed()
                         checked = time.monotonic()
@@ -174,14 +185,19 @@ class ReadOps(CoreBase):
                     if (total and seen >= total) or deadline is not None:
                         return
                     continue
-            timeout = poll_s
-            if deadline is not None:
-                timeout = min(timeout, max(0.0, deadline - time.monotonic()))
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(event.wait(), timeout)
-            if still_allowed is not None and time.monotonic() - checked >= check_every_s:
-                await still_allowed()
-                checked = time.monotonic()
+                while held:  # nothing to send: hold nothing while waiting
+                    self.budget.release(tenant, held.pop())
+                timeout = poll_s
+                if deadline is not None:
+                    timeout = min(timeout, max(0.0, deadline - time.monotonic()))
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(event.wait(), timeout)
+                if still_allowed is not None and time.monotonic() - checked >= check_every_s:
+                    await still_allowed()
+                    checked = time.monotonic()
+        finally:
+            for n in held:
+                self.budget.release(tenant, n)
 
     async def offsets_for_times(
         self,

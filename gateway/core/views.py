@@ -10,7 +10,7 @@ import pyarrow as pa
 
 from gateway.hot import StoredBatch
 from gateway.meta import TableDef
-from gateway.wire.codec import decode_batch
+from gateway.wire.codec import iter_rows
 from gateway.wire.schema import system_schema, with_system_columns
 
 if TYPE_CHECKING:
@@ -129,14 +129,19 @@ def slice_batches(
         length = min(sb.count - start, remaining)
         if length <= 0:
             continue
-        rows = with_system_columns(
-            decode_batch(sb.payload), partition, sb.base_offset, sb.timestamp_us
-        )
-        piece = fit_bytes(rows.slice(start, length), max_bytes - used_bytes, not used_bytes)
-        if not piece.num_rows:
+        cut = False
+        # Only the record batches of the payload that hold the rows are decompressed.
+        for at, chunk in iter_rows(sb.payload, start, length):
+            rows = with_system_columns(chunk, partition, sb.base_offset + at, sb.timestamp_us)
+            piece = fit_bytes(rows, max_bytes - used_bytes, not used_bytes)
+            if piece.num_rows:
+                out.append(piece)
+                used_bytes += piece.nbytes
+                remaining -= piece.num_rows
+                next_offset = sb.base_offset + at + piece.num_rows
+            if piece.num_rows < rows.num_rows:
+                cut = True  # the byte cap: the next rows must not follow a gap
+                break
+        if cut:
             break
-        out.append(piece)
-        used_bytes += piece.nbytes
-        remaining -= piece.num_rows
-        next_offset = sb.base_offset + start + piece.num_rows
     return out, next_offset

@@ -19,6 +19,7 @@ import pyarrow as pa
 
 from gateway import metrics
 from gateway.core import ReadPlan, ReadResult, ScanResult, StreamTables, TableView
+from gateway.core.budget import READ_COPIES
 from gateway.tenancy import Gate
 from gateway.wire.errors import TidegateError
 from gateway.wire.types import AppendRange
@@ -143,7 +144,7 @@ class DataCalls:
         reads and encodes, and is refused at once (Throttled) when there is no room."""
         await self.gate.check_read(tenant)
         cap = self.service.settings.server.max_read_bytes
-        bound = 2 * min(max_bytes or cap, cap)
+        bound = READ_COPIES * min(max_bytes or cap, cap)
         async with self.service.budget.hold(tenant, bound):
             result = await self.service.read(
                 tenant, namespace, name, partition, offset, max_records, max_bytes
@@ -249,7 +250,7 @@ class DataCalls:
         size, sent = 0, False
         # Each chunk is read, encoded and sent under the tenant's share of the read budget
         # (a scan waits for room rather than fail half-way).
-        bound = 2 * (target_bytes or self.service.settings.server.max_read_bytes)
+        bound = READ_COPIES * (target_bytes or self.service.settings.server.max_read_bytes)
         budget = self.service.budget
 
         async def flush() -> T:

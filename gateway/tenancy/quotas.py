@@ -66,6 +66,8 @@ class QuotaGuard:
         self._quotas: dict[str, tuple[float, Quotas]] = {}
         self._hot_bytes: dict[str, tuple[float, int]] = {}
         self._in_flight: dict[tuple[str, str], int] = {}
+        #: Follow reads of every tenant in progress here (``server.max_follows``).
+        self._follows = 0
         #: (tenant, quota) -> monotonic time until which this replica refuses at once,
         #: after the shared bucket refused with a retry-after (see ``_take``).
         self._refusing: dict[tuple[str, str], float] = {}
@@ -82,6 +84,14 @@ class QuotaGuard:
         key = (tenant, "follow" if follow else "request")
         limit = self.settings.quota.max_follows if follow else self.settings.quota.max_in_flight
         n = self._in_flight.get(key, 0)
+        if follow and self._follows >= self.settings.server.max_follows:
+            self.meter.add(tenant, throttled=1)
+            raise Throttled(
+                f"the gateway serves {self._follows} follow reads, its most; retry later or "
+                "on another replica",
+                retry_after_ms=_BUSY_RETRY_MS,
+                quota="server.max_follows",
+            )
         if n >= limit:
             self.meter.add(tenant, throttled=1)
             what = "follow reads" if follow else "requests"
@@ -91,9 +101,11 @@ class QuotaGuard:
                 quota="max_follows" if follow else "in_flight",
             )
         self._in_flight[key] = n + 1
+        self._follows += follow
         try:
             yield
         finally:
+            self._follows -= follow
             left = self._in_flight[key] - 1
             if left:
                 self._in_flight[key] = left

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import struct
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Literal
 
@@ -22,6 +22,7 @@ __all__ = [
     "encode_batch",
     "encode_stream",
     "inspect_stream",
+    "iter_rows",
 ]
 
 _I32 = struct.Struct("<i")
@@ -49,9 +50,50 @@ def encode_stream(
     return bytes(sink.getvalue().to_pybytes())
 
 
-def encode_batch(batch: pa.RecordBatch, compression: Compression = "zstd") -> bytes:
-    """One batch as a self-describing, compressed Arrow IPC stream (a hot-tier payload)."""
-    return encode_stream([batch], batch.schema, compression)
+#: Arrow data per record batch of a hot-tier payload: a reader decodes only the chunks
+#: that hold the rows it wants, so a small read of a large appended batch stays small.
+PAYLOAD_CHUNK_BYTES = 256 * 1024
+
+
+def encode_batch(
+    batch: pa.RecordBatch,
+    compression: Compression = "zstd",
+    chunk_bytes: int = PAYLOAD_CHUNK_BYTES,
+) -> bytes:
+    """One batch as a self-describing, compressed Arrow IPC stream (a hot-tier payload), in
+    record batches of about ``chunk_bytes`` of Arrow data each."""
+    rows = batch.num_rows
+    if batch.nbytes <= chunk_bytes or rows <= 1:
+        return encode_stream([batch], batch.schema, compression)
+    per_chunk = max(1, rows * chunk_bytes // batch.nbytes)
+    chunks = (batch.slice(start, per_chunk) for start in range(0, rows, per_chunk))
+    return encode_stream(chunks, batch.schema, compression)
+
+
+def iter_rows(
+    payload: bytes | pa.Buffer, start: int = 0, length: int | None = None
+) -> Iterator[tuple[int, pa.RecordBatch]]:
+    """Rows ``[start, start + length)`` of a hot-tier payload, as ``(row index, batch)``
+    pairs in order, decompressing only the record batches that hold them (their row
+    counts are read from the stream's metadata)."""
+    source = pa.BufferReader(pa.py_buffer(payload) if isinstance(payload, bytes) else payload)
+    reader = pa.ipc.MessageReader.open_stream(source)
+    schema = pa.ipc.read_schema(reader.read_next_message())
+    end = None if length is None else start + length
+    at = 0
+    while end is None or at < end:
+        try:
+            message = reader.read_next_message()
+        except StopIteration:
+            return
+        body = message.body if message.body is not None else pa.py_buffer(b"")
+        _, rows = _batch_sizes(message.metadata.to_pybytes(), body)
+        if at + rows > start:
+            batch = pa.ipc.read_record_batch(message, schema)
+            lo = max(0, start - at)
+            hi = rows if end is None else min(rows, end - at)
+            yield at + lo, batch.slice(lo, hi - lo)
+        at += rows
 
 
 def decode_stream(data: bytes | pa.Buffer) -> tuple[pa.Schema, list[pa.RecordBatch]]:

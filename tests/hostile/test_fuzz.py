@@ -1,0 +1,300 @@
+"""Issue 18: a fuzz suite over both edges of a real gateway, with a fixed seed and a
+bounded budget. Nothing a tenant sends may answer 5xx / INTERNAL or crash the process.
+
+- HTTP: schemathesis, from the gateway's own OpenAPI document, positive and negative data,
+  with a valid tenant key and, half the time, the real table's names in the path (so
+  requests reach the data routes instead of answering 404);
+- Arrow bodies: valid streams of random tables, then mutated (bytes flipped, cut,
+  repeated, spliced) and sent to both edges;
+- filter strings: random mixes of the filter language's tokens, on both edges;
+- gRPC: request messages of every data-plane RPC with random fields.
+
+The budget is ``TIDEGATE_FUZZ_EXAMPLES`` examples per part (60 by default, what CI runs).
+The long mode is ``make fuzz`` (10,000 per part); the counts are printed at the end.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+from collections import Counter
+from collections.abc import Iterator
+from typing import Any
+
+import grpc
+import httpx
+import pyarrow as pa
+import pytest
+from hypothesis import HealthCheck, given, seed, settings
+from hypothesis import strategies as st
+
+from gateway.wire._proto.tidegate.v1 import tidegate_pb2 as pb
+from gateway.wire._proto.tidegate.v1 import tidegate_pb2_grpc as pb_grpc
+from gateway.wire.codec import encode_stream
+from tests.hostile.conftest import ARROW, Tenant, new_tenant
+from tests.services import GatewayProcess
+
+EXAMPLES = int(os.environ.get("TIDEGATE_FUZZ_EXAMPLES", "60"))
+FUZZ = settings(
+    max_examples=EXAMPLES,
+    deadline=None,
+    derandomize=False,
+    suppress_health_check=list(HealthCheck),
+    database=None,
+)
+SCHEMA = {
+    "id": "int64",
+    "name": "string",
+    "price": "decimal128(10, 2)",
+    "at": "timestamp[us, tz=UTC]",
+    "tags": "list<int32>",
+    "info": "struct<k: string, n: int16>",
+    "blob": "binary",
+    "f": "float32",
+}
+#: Counts per edge, printed at the end of the module (the long mode's report).
+COUNTS: Counter[str] = Counter()
+
+
+@pytest.fixture
+def fuzz_tenant(hostile_gateway: GatewayProcess) -> Iterator[Tenant]:
+    """A tenant of its own per test, with table app.ev (the HTTP fuzz may drop it)."""
+    t = new_tenant(hostile_gateway, "fz")
+    with t.http() as http:
+        r = http.post(
+            "/v1/tables",
+            json={"namespace": "app", "name": "ev", "schema": SCHEMA, "partitions": 2},
+        )
+        assert r.status_code == 201, r.text
+        rows = [
+            {"id": i, "name": f"n{i}", "price": "1.50", "at": "2024-01-01T00:00:00Z",
+             "tags": [i], "info": {"k": "x", "n": 1}, "blob": "AAE=", "f": 0.5}
+            for i in range(20)
+        ]  # fmt: skip
+        assert http.post("/v1/tables/app/ev/records", json={"rows": rows}).status_code == 200
+    yield t
+    print(f"\nfuzz requests so far: {dict(COUNTS)}")
+
+
+def alive(t: Tenant) -> None:
+    assert t.gw.proc is not None and t.gw.proc.poll() is None, t.gw.log()
+    with t.gw.http_client(api_key=None) as h:
+        assert h.get("/healthz").status_code == 200
+
+
+def check_http(r: httpx.Response | Any, what: str) -> None:
+    COUNTS["http"] += 1
+    assert r.status_code < 500, (what, r.status_code, r.text[:500])
+
+
+def check_grpc(fn: Any, what: str) -> None:
+    COUNTS["grpc"] += 1
+    try:
+        result = fn()
+        if hasattr(result, "__iter__") and not isinstance(result, bytes | str):
+            for _ in result:
+                pass
+    except grpc.RpcError as exc:
+        assert exc.code() not in (grpc.StatusCode.INTERNAL, grpc.StatusCode.UNKNOWN), (
+            what,
+            exc.code(),
+            exc.details(),
+        )
+
+
+# HTTP: schemathesis --------------------------------------------------------------------
+def test_http_api_fuzzed_from_its_openapi_document(fuzz_tenant: Tenant) -> None:
+    import schemathesis
+
+    t = fuzz_tenant
+    with t.gw.http_client(api_key=None) as h:
+        doc = h.get("/openapi.json").json()
+    schema = schemathesis.openapi.from_dict(doc).exclude(path_regex="^/v1/admin")
+    real = {"namespace": "app", "name": "ev", "partition": 0, "group": "g1"}
+    cases = st.one_of(
+        schema.as_strategy(schemathesis.GenerationMode.POSITIVE),
+        schema.as_strategy(schemathesis.GenerationMode.NEGATIVE),
+        schema.as_strategy(schemathesis.GenerationMode.POSITIVE, path_parameters=real),
+        schema.as_strategy(schemathesis.GenerationMode.NEGATIVE, path_parameters=real),
+    )
+    headers = {"authorization": f"Bearer {t.key}"}
+
+    @seed(18)
+    @FUZZ
+    @given(case=cases)
+    def run(case: Any) -> None:
+        if case.path_parameters and case.path_parameters.get("follow") is not None:
+            return
+        query = dict(case.query or {})
+        if str(query.get("follow", "")).lower() in ("true", "1"):
+            query["wait_ms"] = 0  # a long poll would only wait
+            case.query = query
+        r = case.call(base_url=t.gw.http_url, headers=headers, timeout=30)
+        check_http(r, f"{case.method} {case.formatted_path} {str(case.body)[:200]}")
+
+    run()
+    alive(t)
+
+
+# Arrow bodies ------------------------------------------------------------------------
+def _batch(n: int, rnd: random.Random) -> pa.RecordBatch:
+    return pa.record_batch(
+        {
+            "id": pa.array([rnd.randrange(-(2**40), 2**40) for _ in range(n)], pa.int64()),
+            "name": pa.array([f"n{rnd.random()}" for _ in range(n)]),
+        }
+    )
+
+
+@st.composite
+def mutated_bodies(draw: st.DrawFn) -> bytes:
+    rnd = random.Random(draw(st.integers(0, 2**32)))
+    batch = _batch(draw(st.integers(1, 50)), rnd)
+    body = bytearray(
+        encode_stream([batch], batch.schema, draw(st.sampled_from(["none", "zstd", "lz4"])))
+    )
+    for _ in range(draw(st.integers(1, 4))):
+        kind = draw(st.sampled_from(["flip", "cut", "repeat", "splice", "zero"]))
+        if not body:
+            break
+        at = draw(st.integers(0, len(body) - 1))
+        if kind == "flip":
+            body[at] ^= 1 << draw(st.integers(0, 7))
+        elif kind == "cut":
+            del body[at:]
+        elif kind == "repeat":
+            body += body[at:]
+        elif kind == "splice":
+            body[at:at] = draw(st.binary(min_size=1, max_size=32))
+        else:
+            end = min(len(body), at + draw(st.integers(1, 16)))
+            body[at:end] = bytes(end - at)
+    return bytes(body)
+
+
+def test_mutated_arrow_bodies_on_both_edges(hostile_gateway: GatewayProcess) -> None:
+    t = new_tenant(hostile_gateway, "fa")
+    with t.http() as http:
+        r = http.post(
+            "/v1/tables",
+            json={
+                "namespace": "a",
+                "name": "t",
+                "schema": {"id": "int64", "name": "string"},
+                "partitions": 1,
+            },
+        )
+        assert r.status_code == 201
+    stub = t.stub()
+    ref = pb.TableRef(namespace="a", name="t")
+
+    @seed(18)
+    @FUZZ
+    @given(body=mutated_bodies())
+    def run(body: bytes) -> None:
+        with t.http() as http:
+            r = http.post("/v1/tables/a/t/records", content=body, headers={"content-type": ARROW})
+            check_http(r, "append")
+        check_grpc(lambda: stub.Append(pb.AppendRequest(table=ref, arrow_ipc=body)), "Append")
+
+    run()
+    # Whatever was accepted reads back, as Arrow and as JSON.
+    with t.http() as http:
+        r = http.get("/v1/tables/a/t/partitions/0/records", params={"max_records": 100_000})
+        check_http(r, "read back")
+        assert r.status_code == 200
+    alive(t)
+
+
+# Filters -----------------------------------------------------------------------------
+TOKENS = [
+    "id", "name", "price", "at", "tags", "info", "blob", "f", "_offset", "_partition",
+    "_timestamp", "nope", '"id"', "and", "or", "not", "in", "is", "null", "nan", "like",
+    "true", "false", "(", ")", ",", "=", "==", "!=", "<>", "<", "<=", ">", ">=", "1", "-1",
+    "1.5", "1e400", "99999999999999999999999", "'x'", "'pre%'", "'%'", "'_'", "''",
+    "'2024-01-01'", "'2024-01-01T00:00:00Z'", "'nan'", "'\\ud800'", "\x00", "'", '"',
+]  # fmt: skip
+
+
+def test_random_filters_on_both_edges(fuzz_tenant: Tenant) -> None:
+    t = fuzz_tenant
+    stub = t.stub()
+    ref = pb.TableRef(namespace="app", name="ev")
+
+    @seed(18)
+    @FUZZ
+    @given(words=st.lists(st.sampled_from(TOKENS), min_size=1, max_size=25))
+    def run(words: list[str]) -> None:
+        text = " ".join(words)
+        with t.http() as http:
+            r = http.post("/v1/tables/app/ev/scan", json={"filter": text, "limit": 5})
+            check_http(r, text)
+            assert r.status_code in (200, 400), (text, r.text)
+        check_grpc(lambda: stub.Scan(pb.ScanRequest(table=ref, filter=text, limit=5)), text)
+
+    run()
+    alive(t)
+
+
+# gRPC messages -------------------------------------------------------------------------
+names = st.one_of(st.sampled_from(["app", "ev", "x"]), st.text(max_size=12))
+refs = st.builds(pb.TableRef, namespace=names, name=names)
+i64 = st.integers(-(2**63), 2**63 - 1)
+i32 = st.integers(-(2**31), 2**31 - 1)
+small = st.integers(-5, 5)
+
+
+def requests() -> st.SearchStrategy[tuple[str, Any]]:
+    return st.one_of(
+        st.tuples(st.just("CreateTable"), st.builds(
+            pb.CreateTableRequest, table=refs,
+            fields=st.lists(st.builds(pb.Field, name=names, type=st.one_of(
+                st.sampled_from(list(SCHEMA.values())), st.text(max_size=30)),
+                nullable=st.booleans()), max_size=4),
+            partitions=st.integers(-3, 5000), key_columns=st.lists(names, max_size=2))),
+        st.tuples(st.just("DescribeTable"), st.builds(pb.DescribeTableRequest, table=refs)),
+        st.tuples(st.just("ListTables"), st.builds(pb.ListTablesRequest, namespace=names)),
+        st.tuples(st.just("Read"), st.builds(
+            pb.ReadRequest, table=refs, partition=st.one_of(small, i32),
+            offset=st.one_of(small, i64), max_records=st.one_of(small, i64),
+            max_bytes=st.one_of(small, i64), follow=st.just(False))),
+        st.tuples(st.just("OffsetsForTimes"), st.builds(
+            pb.OffsetsForTimesRequest, table=refs, timestamp_us=i64,
+            partitions=st.lists(i32, max_size=3))),
+        st.tuples(st.just("CommitOffsets"), st.builds(
+            pb.CommitOffsetsRequest, group=names, table=refs,
+            offsets=st.lists(
+                st.builds(pb.PartitionOffset, partition=small, offset=i64), max_size=3))),
+        st.tuples(st.just("FetchOffsets"), st.builds(
+            pb.FetchOffsetsRequest, group=names, table=refs,
+            partitions=st.lists(small, max_size=3))),
+        st.tuples(st.just("Scan"), st.builds(
+            pb.ScanRequest, table=refs, columns=st.lists(names, max_size=3),
+            filter=st.one_of(st.just(""), st.text(max_size=40)),
+            as_of=st.one_of(st.just(""), st.text(max_size=30), i64.map(str)),
+            limit=st.one_of(st.none(), i64))),
+        st.tuples(st.just("PlanRead"), st.builds(
+            pb.PlanReadRequest, table=refs, filter=st.text(max_size=40),
+            as_of=st.one_of(st.just(""), st.text(max_size=30)))),
+        st.tuples(st.just("Append"), st.builds(
+            pb.AppendRequest, table=refs, arrow_ipc=st.binary(max_size=200),
+            partition=st.one_of(st.none(), small), producer_id=st.text(max_size=10),
+            sequence=st.one_of(st.none(), i64))),
+    )  # fmt: skip
+
+
+def test_grpc_request_messages(fuzz_tenant: Tenant) -> None:
+    t = fuzz_tenant
+    stub = pb_grpc.TidegateStub(t.gw.channel(api_key=t.key))
+
+    @seed(18)
+    @FUZZ
+    @given(call=requests())
+    def run(call: tuple[str, Any]) -> None:
+        method, request = call
+        if method == "DropTable":  # pragma: no cover - not generated: keep the table
+            return
+        check_grpc(lambda: getattr(stub, method)(request, timeout=30), f"{method} {request}")
+
+    run()
+    alive(t)

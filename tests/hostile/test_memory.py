@@ -1,0 +1,126 @@
+"""Issue 18.6: many follow streams over a large backlog keep the gateway's memory within
+its read budget, while appends and health checks keep answering.
+
+A noisy tenant opens 180 follow streams from offset 0 and never reads past their first
+answer (each holds what it was sent, as a stalled consumer does); a second tenant follows
+the same backlog with 20 streams that read everything. The noisy tenant's streams hold at
+most its share of the budget, the reader's streams are not held up by them, and the
+gateway grows by less than its read budget."""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+
+import grpc
+import httpx
+import pyarrow as pa
+import pytest
+
+from gateway.core.budget import READ_COPIES
+from gateway.wire._proto.tidegate.v1 import tidegate_pb2 as pb
+from gateway.wire._proto.tidegate.v1 import tidegate_pb2_grpc as pb_grpc
+from gateway.wire.codec import encode_stream
+from tests.services import GatewayProcess
+
+MiB = 1024 * 1024
+BUDGET = 192 * MiB
+STREAMS = 200
+READERS = 20  # streams that read everything; the rest read one answer and stall
+
+
+def rss_bytes(pid: int) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) * 1024
+    raise AssertionError("no VmRSS")
+
+
+@pytest.mark.slow
+def test_follow_streams_stay_within_the_read_budget(tmp_path: Path) -> None:
+    gw = GatewayProcess(
+        tmp_path / "gw",
+        {
+            "TIDEGATE_TIERING__ENABLED": "false",
+            "TIDEGATE_SERVER__READ_MEMORY_BYTES": str(BUDGET),
+            "TIDEGATE_SERVER__TENANT_READ_MEMORY_BYTES": str(BUDGET // 2),
+            "TIDEGATE_QUOTA__MAX_FOLLOWS": str(STREAMS + 10),
+        },
+    ).start()
+    pid = gw.proc.pid  # type: ignore[union-attr]
+    try:
+        rows = 20_000
+        batch = pa.record_batch(
+            {"n": pa.array(range(rows), pa.int64()), "s": pa.array(["x" * 50] * rows)}
+        )
+        body = encode_stream([batch], batch.schema, "zstd")
+        with gw.admin() as admin:
+            admin.create_tenant("noisy")
+            noisy_key = admin.issue_key("noisy")[1]
+        for key in (gw.api_key, noisy_key):
+            with gw.client(api_key=key) as c:
+                c.create_table("m.t", {"n": "int64", "s": "string"}, partitions=1)
+                for _ in range(21):  # ~21 MB of Arrow data in the partition
+                    c.append_ipc("m.t", body, partition=0)
+        backlog = 21 * rows
+        time.sleep(1.0)
+        baseline = rss_bytes(pid)
+
+        got = [0] * STREAMS
+        errors: list[BaseException] = []
+        refused = [False] * STREAMS
+
+        def follow(i: int) -> None:
+            stub = pb_grpc.TidegateStub(
+                gw.channel(api_key=gw.api_key if i < READERS else noisy_key)
+            )
+            call = stub.Read(
+                pb.ReadRequest(table=pb.TableRef(namespace="m", name="t"), offset=0, follow=True),
+            )
+            try:
+                for msg in call:
+                    if msg.arrow_ipc:
+                        got[i] += pa.ipc.open_stream(msg.arrow_ipc).read_all().num_rows
+                    if i >= READERS:
+                        time.sleep(30)  # a stalled consumer: flow control holds the server
+                    if got[i] >= backlog and i < READERS:
+                        call.cancel()
+                        return
+            except grpc.RpcError as exc:
+                if i >= READERS and exc.code() == grpc.StatusCode.RESOURCE_EXHAUSTED:
+                    refused[i] = True  # past its share: back-pressure, a retryable refusal
+                elif exc.code() != grpc.StatusCode.CANCELLED:
+                    errors.append(exc)
+
+        threads = [threading.Thread(target=follow, args=(i,), daemon=True) for i in range(STREAMS)]
+        for t in threads:
+            t.start()
+        peak = baseline
+        appended = health = 0
+        deadline = time.monotonic() + 90
+        with gw.client() as c, httpx.Client(base_url=gw.http_url, timeout=10) as h:
+            while time.monotonic() < deadline and min(got[:READERS]) < backlog:
+                peak = max(peak, rss_bytes(pid))
+                c.append("m.t", [{"n": -1, "s": "live"}], partition=0)
+                appended += 1
+                assert h.get("/healthz").status_code == 200
+                health += 1
+                time.sleep(0.1)
+            for _ in range(20):  # a little longer, with every stream open
+                peak = max(peak, rss_bytes(pid))
+                time.sleep(0.05)
+        assert not errors, errors[:3]
+        assert min(got[:READERS]) >= backlog, got[:READERS]
+        # The noisy streams that got an answer fit the tenant's share of the budget (what a
+        # 256 KiB follow answer reserves each); the others wait for room, or were refused
+        # with a retry hint, instead of growing the gateway.
+        holding = sum(1 for g in got[READERS:] if g > 0)
+        assert 0 < holding <= (BUDGET // 2) // (READ_COPIES * 256 * 1024), holding
+        assert appended > 0 and health > 0
+        growth = peak - baseline
+        print(f"rss baseline {baseline / MiB:.0f} MiB, peak {peak / MiB:.0f} MiB, growth "
+              f"{growth / MiB:.0f} MiB for a {BUDGET / MiB:.0f} MiB read budget")  # fmt: skip
+        assert growth < BUDGET, f"grew {growth / MiB:.0f} MiB"
+    finally:
+        gw.stop()
