@@ -6,6 +6,7 @@ from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+import numpy as np
 import pyarrow as pa
 
 from gateway.hot import StoredBatch
@@ -134,6 +135,10 @@ def slice_batches(
         for at, chunk in iter_rows(sb.payload, start, length):
             rows = with_system_columns(chunk, partition, sb.base_offset + at, sb.timestamp_us)
             piece = fit_bytes(rows, max_bytes - used_bytes, not used_bytes)
+            if piece.num_rows * 2 < chunk.num_rows:
+                # A small part of a decoded chunk: copy it, so the chunk is freed now
+                # rather than held for as long as the answer lives.
+                piece = piece.take(pa.array(np.arange(piece.num_rows)))
             if piece.num_rows:
                 out.append(piece)
                 used_bytes += piece.nbytes

@@ -51,8 +51,9 @@ def encode_stream(
 
 
 #: Arrow data per record batch of a hot-tier payload: a reader decodes only the chunks
-#: that hold the rows it wants, so a small read of a large appended batch stays small.
-PAYLOAD_CHUNK_BYTES = 256 * 1024
+#: that hold the rows it wants, so a small read of a large appended batch stays small
+#: (smaller chunks made zstd markedly slower to compress).
+PAYLOAD_CHUNK_BYTES = 1024 * 1024
 
 
 def encode_batch(

@@ -41,48 +41,43 @@ __all__ = ["IcebergColdTable"]
 _FILE_LISTS = 64
 
 
-#: Rows per batch when a data file is streamed.
-_STREAM_ROWS = 16 * 1024
-
-
 def _file_batches(
     filesystem: Any, path: str, columns: Sequence[str], offsets: tuple[int, int] | None = None
 ) -> Iterator[pa.RecordBatch]:
-    """A data file's rows (only offsets ``[lo, hi)`` when ``offsets``), in offset order, in
-    batches of at most ``_STREAM_ROWS``.
+    """A data file's rows (only offsets ``[lo, hi)`` when ``offsets``), in offset order.
 
-    A file flagged sorted (every file tiering and compaction write) is streamed a row group
-    at a time, skipping row groups outside the offsets by their statistics; memory stays at
-    a row group whatever the file's size. Any other file is read whole and sorted.
+    A file flagged sorted (every file tiering and compaction write) is read a row group at
+    a time, skipping row groups outside the offsets by their statistics: memory stays at a
+    row group (``ROW_GROUP_ROWS`` rows) whatever the file's size. Any other file is read
+    whole and sorted.
     """
     with filesystem.open_input_file(fs_path(path)) as source:
         parquet = pq.ParquetFile(source)
-        meta = parquet.metadata
-        kv = parquet.schema_arrow.metadata or {}
-        if kv.get(SORTED_KEY) != OFFSET_SORT:
+        if (parquet.schema_arrow.metadata or {}).get(SORTED_KEY) != OFFSET_SORT:
             table = parquet.read(columns=list(columns))
             if offsets is not None:
-                column = table.column(OFFSET_COLUMN)
-                lo, hi = offsets
-                table = table.filter(pc.and_(pc.greater_equal(column, lo), pc.less(column, hi)))
-            yield from table.sort_by(OFFSET_COLUMN).to_batches(max_chunksize=_STREAM_ROWS)
+                table = table.filter(_in_range(table.column(OFFSET_COLUMN), offsets))
+            yield from table.sort_by(OFFSET_COLUMN).to_batches()
             return
+        meta = parquet.metadata
         index = parquet.schema_arrow.get_field_index(OFFSET_COLUMN)
         for rg in range(meta.num_row_groups):
-            stats = meta.row_group(rg).column(index).statistics
-            known = offsets is not None and stats is not None and stats.has_min_max
-            if known and (stats.max < offsets[0] or stats.min >= offsets[1]):  # type: ignore[index]
-                continue
-            for batch in parquet.iter_batches(
-                batch_size=_STREAM_ROWS, row_groups=[rg], columns=list(columns)
-            ):
-                if offsets is not None:
-                    column = batch.column(OFFSET_COLUMN)
-                    lo, hi = offsets
-                    keep = pc.and_(pc.greater_equal(column, lo), pc.less(column, hi))
-                    batch = batch.filter(keep)
-                if batch.num_rows:
-                    yield batch
+            if offsets is not None:
+                stats = meta.row_group(rg).column(index).statistics
+                if stats is not None and stats.has_min_max:
+                    if stats.max < offsets[0]:
+                        continue
+                    if stats.min >= offsets[1]:
+                        break  # sorted: no later row group holds the range
+            table = parquet.read_row_group(rg, columns=list(columns))
+            if offsets is not None:
+                table = table.filter(_in_range(table.column(OFFSET_COLUMN), offsets))
+            yield from table.to_batches()
+
+
+def _in_range(column: Any, offsets: tuple[int, int]) -> Any:
+    lo, hi = offsets
+    return pc.and_(pc.greater_equal(column, lo), pc.less(column, hi))
 
 
 def _watermarks(summary: Any) -> dict[int, int]:
