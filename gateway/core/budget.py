@@ -51,14 +51,17 @@ class ReadBudget:
             return False
         return not self.held or self.held + nbytes <= self.total
 
-    async def reserve(self, tenant: str, nbytes: int, *, wait_s: float = 0.0) -> None:
-        """Take ``nbytes`` for the tenant; give them back with :meth:`release`.
+    async def reserve(
+        self, tenant: str, nbytes: int, *, wait_s: float = 0.0, force: bool = False
+    ) -> None:
+        """Take ``nbytes`` for the tenant; give them back with :meth:`release`. With
+        ``force``, take them whatever is held (to account for data already read).
 
         Raises:
             Throttled: no room within ``wait_s`` seconds (at once for 0).
         """
         deadline = time.monotonic() + wait_s
-        while not self._fits(tenant, nbytes):
+        while not force and not self._fits(tenant, nbytes):
             left = deadline - time.monotonic()
             if left <= 0:
                 raise Throttled(
@@ -83,13 +86,15 @@ class ReadBudget:
         freed.set()
 
     @contextlib.asynccontextmanager
-    async def hold(self, tenant: str, nbytes: int, *, wait_s: float = 0.0) -> AsyncIterator[None]:
+    async def hold(
+        self, tenant: str, nbytes: int, *, wait_s: float = 0.0, force: bool = False
+    ) -> AsyncIterator[None]:
         """:meth:`reserve` ``nbytes`` while the block runs.
 
         Raises:
             Throttled: no room within ``wait_s`` seconds (at once for 0).
         """
-        await self.reserve(tenant, nbytes, wait_s=wait_s)
+        await self.reserve(tenant, nbytes, wait_s=wait_s, force=force)
         try:
             yield
         finally:

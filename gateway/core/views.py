@@ -67,6 +67,11 @@ class ReadResult:
     def num_records(self) -> int:
         return sum(b.num_rows for b in self.batches)
 
+    @property
+    def nbytes(self) -> int:
+        """Arrow bytes of the batches (what the answer carries, uncompressed)."""
+        return sum(b.nbytes for b in self.batches)
+
 
 @dataclass(frozen=True, slots=True)
 class HotRange:
@@ -132,7 +137,8 @@ def slice_batches(
             continue
         cut = False
         # Only the record batches of the payload that hold the rows are decompressed.
-        for at, chunk in iter_rows(sb.payload, start, length):
+        whole = start == 0 and length == sb.count
+        for at, chunk in iter_rows(sb.payload, start, None if whole else length):
             rows = with_system_columns(chunk, partition, sb.base_offset + at, sb.timestamp_us)
             piece = fit_bytes(rows, max_bytes - used_bytes, not used_bytes)
             if piece.num_rows * 2 < chunk.num_rows:

@@ -33,6 +33,8 @@ T = TypeVar("T")
 
 #: Answers of at least this many records are encoded on the I/O pool.
 OFFLOAD_RECORDS = 2_000
+#: What a unary read reserves before it knows its answer's size.
+_READ_START = 64 * 1024
 #: Longest a scan waits for room in the read budget before it is refused.
 _SCAN_WAIT_S = 60.0
 #: Bodies of at least this many bytes (on the wire or decompressed) are read on the I/O pool.
@@ -140,15 +142,19 @@ class DataCalls:
         encode: Callable[[ReadResult], tuple[T, int]],
     ) -> T:
         """One stream read, encoded by ``encode`` (which answers the wire form and its size
-        in bytes) and metered by that size. It holds its bound of the read budget while it
-        reads and encodes, and is refused at once (Throttled) when there is no room."""
+        in bytes) and metered by that size.
+
+        A read starts only with room in the read budget (else it is refused at once,
+        Throttled) and then holds what its answer really weighs until it is encoded: most
+        reads are far smaller than their cap, so reserving the cap up front would starve
+        concurrency for nothing."""
         await self.gate.check_read(tenant)
-        cap = self.service.settings.server.max_read_bytes
-        bound = READ_COPIES * min(max_bytes or cap, cap)
-        async with self.service.budget.hold(tenant, bound):
+        budget = self.service.budget
+        async with budget.hold(tenant, READ_COPIES * _READ_START):
             result = await self.service.read(
                 tenant, namespace, name, partition, offset, max_records, max_bytes
             )
+        async with budget.hold(tenant, READ_COPIES * result.nbytes, force=True):
             return await self._answer(tenant, result, encode)
 
     async def follow(

@@ -76,7 +76,14 @@ def iter_rows(
 ) -> Iterator[tuple[int, pa.RecordBatch]]:
     """Rows ``[start, start + length)`` of a hot-tier payload, as ``(row index, batch)``
     pairs in order, decompressing only the record batches that hold them (their row
-    counts are read from the stream's metadata)."""
+    counts are read from the stream's metadata). All of it (``start`` 0, no ``length``):
+    every batch, decoded in one go."""
+    if start == 0 and length is None:
+        at = 0
+        for batch in decode_stream(payload)[1]:
+            yield at, batch
+            at += batch.num_rows
+        return
     source = pa.BufferReader(pa.py_buffer(payload) if isinstance(payload, bytes) else payload)
     reader = pa.ipc.MessageReader.open_stream(source)
     schema = pa.ipc.read_schema(reader.read_next_message())
