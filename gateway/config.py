@@ -178,7 +178,7 @@ class ServerConfig(_Section):
         description="Cap on the bytes of one read's answer (Arrow data, uncompressed).",
     )
     follow_read_bytes: int = Field(
-        256 * 1024,
+        4 * 1024 * 1024,
         ge=1024,
         description="Cap on each answer of a follow read (a stream pushes many small ones).",
     )

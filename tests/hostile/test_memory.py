@@ -45,6 +45,8 @@ def test_follow_streams_stay_within_the_read_budget(tmp_path: Path) -> None:
             "TIDEGATE_TIERING__ENABLED": "false",
             "TIDEGATE_SERVER__READ_MEMORY_BYTES": str(BUDGET),
             "TIDEGATE_SERVER__TENANT_READ_MEMORY_BYTES": str(BUDGET // 2),
+            # Small answers: many streams, each holding little (the default favours speed).
+            "TIDEGATE_SERVER__FOLLOW_READ_BYTES": str(256 * 1024),
             "TIDEGATE_QUOTA__MAX_FOLLOWS": str(STREAMS + 10),
         },
     ).start()
