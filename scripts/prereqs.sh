@@ -19,6 +19,10 @@ python)
   ;;
 test)
   command -v redis-server >/dev/null 2>&1 || need "redis-server (the tests start their own)" "apt-get install redis-server"
+  pg_ok=0
+  if command -v initdb >/dev/null 2>&1; then pg_ok=1
+  else for d in /usr/lib/postgresql/*/bin; do [ -x "$d/initdb" ] && pg_ok=1; done; fi
+  [ "$pg_ok" = 1 ] || need "PostgreSQL's server binaries (the tests start their own server)" "apt-get install postgresql"
   java_ok=0
   if [ -n "${JAVA_HOME:-}" ] && [ -x "$JAVA_HOME/bin/java" ]; then java_ok=1
   elif command -v java >/dev/null 2>&1; then java_ok=1; fi

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from gateway.config import Settings
-from tests.services import MotoServer, RedisServer
+from tests.services import MotoServer, PostgresServer, RedisServer
 
 
 @pytest.fixture(scope="session")
@@ -35,9 +35,19 @@ def moto_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MotoServer
 
 
 @pytest.fixture(scope="session")
-def postgres_url() -> str | None:
-    """Base URL of a PostgreSQL server for metadata tests; None when not configured."""
-    return os.environ.get("TIDEGATE_TEST_POSTGRES_URL") or None
+def postgres_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """Base URL of a PostgreSQL server for metadata and catalog tests: a server of our own
+    on a free port (``TIDEGATE_TEST_POSTGRES_URL`` points the tests at another one instead).
+    Tests create their own scratch databases on it and drop them."""
+    configured = os.environ.get("TIDEGATE_TEST_POSTGRES_URL")
+    if configured:
+        yield configured
+        return
+    server = PostgresServer(tmp_path_factory.mktemp("postgres")).start()
+    try:
+        yield server.url
+    finally:
+        server.stop()
 
 
 def hot_settings(kind: str, tmp_path: Path, redis_server: RedisServer | None) -> Settings:

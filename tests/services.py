@@ -131,6 +131,166 @@ class RedisServer:
         self.start()
 
 
+def postgres_bindir() -> Path:
+    """The folder of PostgreSQL's server binaries (``initdb``, ``postgres``)."""
+    candidates = []
+    found = shutil.which("initdb")
+    if found:
+        candidates.append(Path(found).resolve().parent)
+    candidates += sorted(Path("/usr/lib/postgresql").glob("*/bin"), reverse=True)
+    for folder in candidates:
+        if (folder / "initdb").exists() and (folder / "postgres").exists():
+            return folder
+    raise RuntimeError(
+        "PostgreSQL's server binaries (initdb, postgres) are required by the tests and were "
+        "not found on PATH or under /usr/lib/postgresql: apt-get install postgresql"
+    )
+
+
+class PostgresServer:
+    """A PostgreSQL server of our own: ``initdb`` in a temporary folder, a free port, trust
+    authentication on 127.0.0.1 only, no fsync (the tests never crash PostgreSQL itself).
+
+    PostgreSQL refuses to run as root: when the tests run as root, the server runs as the
+    unprivileged ``postgres`` (or ``nobody``) user, which owns only this folder.
+    """
+
+    def __init__(self, workdir: Path, port: int | None = None) -> None:
+        self.workdir = workdir
+        self.port = port or free_port()
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"postgresql+psycopg://postgres@127.0.0.1:{self.port}/postgres"
+
+    def _user(self) -> dict[str, Any]:
+        """Arguments of ``subprocess`` that drop root: that user, its group and no other."""
+        if os.geteuid() != 0:
+            return {}
+        import pwd
+
+        for name in ("postgres", "nobody"):
+            with contextlib.suppress(KeyError):
+                entry = pwd.getpwnam(name)
+                return {"user": entry.pw_uid, "group": entry.pw_gid, "extra_groups": []}
+        raise RuntimeError("the tests run as root and no unprivileged user exists for PostgreSQL")
+
+    def start(self) -> PostgresServer:
+        bindir = postgres_bindir()
+        user = self._user()
+        data = self.workdir / "data"
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        if user:
+            os.chown(self.workdir, user["user"], user["group"])
+            # The folder must be reachable by that user: open the path to it for traversal.
+            for parent in self.workdir.parents:
+                if parent == Path("/"):
+                    break
+                mode = parent.stat().st_mode
+                if not mode & 0o001:
+                    os.chmod(parent, mode | 0o001)
+        log = self.workdir / "postgres.log"
+        init = subprocess.run(
+            [
+                str(bindir / "initdb"),
+                "-D",
+                str(data),
+                "-U",
+                "postgres",
+                "--auth=trust",
+                "--no-sync",
+                "-E",
+                "UTF8",
+                "--locale=C",
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            cwd=self.workdir,
+            **user,
+        )
+        if init.returncode != 0:
+            raise RuntimeError(f"initdb failed in {data}: {init.stderr.decode(errors='replace')}")
+        with log.open("wb") as err:  # the child keeps its own descriptor
+            self.proc = subprocess.Popen(
+                [
+                    str(bindir / "postgres"),
+                    "-D",
+                    str(data),
+                    "-p",
+                    str(self.port),
+                    "-c",
+                    "listen_addresses=127.0.0.1",
+                    "-c",
+                    f"unix_socket_directories={self.workdir}",
+                    "-c",
+                    "fsync=off",
+                    "-c",
+                    "synchronous_commit=off",
+                    "-c",
+                    "full_page_writes=off",
+                    "-c",
+                    "max_connections=200",
+                ],
+                stdout=subprocess.DEVNULL,
+                stderr=err,
+                cwd=self.workdir,
+                **user,
+            )
+        wait_for_port(self.port, proc=self.proc)
+        self._wait_ready()
+        return self
+
+    def _wait_ready(self) -> None:
+        import psycopg
+
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                with psycopg.connect(
+                    host="127.0.0.1", port=self.port, user="postgres", dbname="postgres"
+                ):
+                    return
+            except psycopg.OperationalError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.1)
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()  # SIGTERM: PostgreSQL's "smart" shutdown
+            try:
+                self.proc.wait(20)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(10)
+
+
+@contextlib.contextmanager
+def scratch_database(base_url: str, prefix: str) -> Iterator[str]:
+    """A database of our own on the PostgreSQL server at ``base_url``, dropped afterwards:
+    the URL to it. Never touches another database of that server."""
+    import uuid
+
+    from sqlalchemy import create_engine
+    from sqlalchemy.engine import make_url
+    from sqlalchemy.pool import NullPool
+
+    base = make_url(base_url)
+    name = f"{prefix}_{uuid.uuid4().hex[:16]}"
+    admin = create_engine(base, isolation_level="AUTOCOMMIT", poolclass=NullPool)
+    try:
+        with admin.connect() as conn:
+            conn.exec_driver_sql(f'CREATE DATABASE "{name}"')
+        try:
+            yield base.set(database=name).render_as_string(hide_password=False)
+        finally:
+            with admin.connect() as conn:
+                conn.exec_driver_sql(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    finally:
+        admin.dispose()
+
+
 class MotoServer:
     """moto's S3 server as a real process on a free port, reached over HTTP."""
 

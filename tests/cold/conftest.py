@@ -4,48 +4,27 @@ bucket, catalog name and data folder."""
 
 from __future__ import annotations
 
-import os
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from sqlalchemy import create_engine, make_url
-from sqlalchemy.pool import NullPool
 
 from gateway.cold import load_cold_store
 from gateway.cold.iceberg import IcebergColdStore
 from gateway.config import Settings
-from tests.services import MotoServer
+from tests.services import MotoServer, scratch_database
 
 #: (warehouse, catalog) combinations every cold test runs on.
 STORAGES = ["local-sqlite", "s3-sqlite", "local-postgresql", "s3-postgresql"]
 
 
 @pytest.fixture(scope="session")
-def catalog_postgres(postgres_url: str | None) -> Iterator[str]:
+def catalog_postgres(postgres_url: str) -> Iterator[str]:
     """A database of our own for Iceberg SQL catalogs, dropped at the end."""
-    if postgres_url is None:
-        if os.environ.get("CI"):
-            pytest.fail(
-                "TIDEGATE_TEST_POSTGRES_URL is not set: CI must run the PostgreSQL catalog "
-                "tests (e.g. postgresql+psycopg://postgres@127.0.0.1:5432/postgres)"
-            )
-        pytest.skip("TIDEGATE_TEST_POSTGRES_URL is not set")
-    base = make_url(postgres_url)
-    name = f"tidegate_cold_{uuid.uuid4().hex[:16]}"
-    admin = create_engine(base, isolation_level="AUTOCOMMIT", poolclass=NullPool)
-    try:
-        with admin.connect() as conn:
-            conn.exec_driver_sql(f'CREATE DATABASE "{name}"')
-        try:
-            yield base.set(database=name).render_as_string(hide_password=False)
-        finally:
-            with admin.connect() as conn:
-                conn.exec_driver_sql(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-    finally:
-        admin.dispose()
+    with scratch_database(postgres_url, "tidegate_cold") as url:
+        yield url
 
 
 def cold_section(storage: str, request: pytest.FixtureRequest) -> dict[str, Any]:

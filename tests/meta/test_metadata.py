@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import threading
 import uuid
 from collections.abc import Callable, Iterator
@@ -24,6 +23,7 @@ from gateway.meta import MetadataStore, PartitionState, TableDef
 from gateway.meta.models import VERSION_TABLE, Base
 from gateway.meta.store import alembic_config
 from gateway.wire.errors import InvalidRequest, TableAlreadyExists, TableNotFound, TenantNotFound
+from tests.services import scratch_database
 
 T = TypeVar("T")
 
@@ -45,28 +45,10 @@ STORE_TABLES = {
 
 # Fixtures -----------------------------------------------------------------------------
 @pytest.fixture
-def scratch_postgres(postgres_url: str | None) -> Iterator[str]:
-    """A database of our own on the configured server, dropped afterwards."""
-    if postgres_url is None:
-        if os.environ.get("CI"):
-            pytest.fail(
-                "TIDEGATE_TEST_POSTGRES_URL is not set: CI must run the PostgreSQL metadata "
-                "tests (e.g. postgresql+psycopg://postgres@127.0.0.1:5432/postgres)"
-            )
-        pytest.skip("TIDEGATE_TEST_POSTGRES_URL is not set")
-    base = make_url(postgres_url)
-    name = f"tidegate_test_{uuid.uuid4().hex[:16]}"
-    admin = create_engine(base, isolation_level="AUTOCOMMIT", poolclass=NullPool)
-    try:
-        with admin.connect() as conn:
-            conn.exec_driver_sql(f'CREATE DATABASE "{name}"')
-        try:
-            yield base.set(database=name).render_as_string(hide_password=False)
-        finally:
-            with admin.connect() as conn:
-                conn.exec_driver_sql(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-    finally:
-        admin.dispose()
+def scratch_postgres(postgres_url: str) -> Iterator[str]:
+    """A database of our own on the test PostgreSQL server, dropped afterwards."""
+    with scratch_database(postgres_url, "tidegate_test") as url:
+        yield url
 
 
 @pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)])
