@@ -19,59 +19,148 @@ app = typer.Typer(
     help="Tidegate: a hot log and Iceberg tables served as one stream-table.",
     no_args_is_help=True,
     pretty_exceptions_enable=False,
+    rich_markup_mode=None,  # errors as one plain line, never a box that wraps the words
 )
-table_app = typer.Typer(help="Create, list, describe and drop tables.", no_args_is_help=True)
+table_app = typer.Typer(
+    help="Create, list, describe and drop tables.", no_args_is_help=True, rich_markup_mode=None
+)
 app.add_typer(table_app, name="table")
 
 tenant_app = typer.Typer(
     help="Tenants, API keys, quotas and usage (needs the operator key).", no_args_is_help=True
 )
-key_app = typer.Typer(help="Issue, list and revoke a tenant's API keys.", no_args_is_help=True)
-quota_app = typer.Typer(help="Set and show a tenant's quotas.", no_args_is_help=True)
+key_app = typer.Typer(
+    help="Issue, list and revoke a tenant's API keys.", no_args_is_help=True, rich_markup_mode=None
+)
+quota_app = typer.Typer(
+    help="Set (set) and show (get) a tenant's quotas.", no_args_is_help=True, rich_markup_mode=None
+)
 app.add_typer(tenant_app, name="tenant")
+group_app = typer.Typer(
+    help="Consumer groups: committed offsets and lag, and moving them.",
+    no_args_is_help=True,
+    rich_markup_mode=None,
+)
+app.add_typer(group_app, name="group")
 tenant_app.add_typer(key_app, name="key")
 tenant_app.add_typer(quota_app, name="quota")
 
-Target = Annotated[
-    str,
-    typer.Option("--target", "-t", envvar="TIDEGATE_TARGET", help="Gateway gRPC address."),
-]
-ApiKey = Annotated[
-    str | None,
-    typer.Option(
-        "--api-key", envvar="TIDEGATE_API_KEY", help="The tenant's API key.", show_default=False
-    ),
-]
-OperatorKey = Annotated[
-    str,
-    typer.Option(
-        "--operator-key",
-        envvar="TIDEGATE_OPERATOR_KEY",
-        help="The operator key (printed at first start, in <data_dir>/operator.key).",
-        show_default=False,
-    ),
-]
-
-# The target of every data command, and the key its client sends (set by the callback).
-_API_KEY: dict[str, str | None] = {"key": None}
+#: Options that every command takes, before or after the command's name.
+GLOBAL_OPTIONS = {"--target", "-t", "--api-key", "--operator-key", "--connect-timeout"}
+DEFAULT_TARGET = "127.0.0.1:50051"
 
 
-@app.callback()
-def _main(api_key: ApiKey = None) -> None:
-    """Tidegate: a hot log and Iceberg tables served as one stream-table."""
-    _API_KEY["key"] = api_key
+class Globals:
+    """What the global options said (set by the app's callback)."""
+
+    target: str = DEFAULT_TARGET
+    api_key: str | None = None
+    operator_key: str | None = None
+    connect_timeout: float = 5.0
 
 
-def client_for(target: str) -> Any:
+def _version(value: bool) -> None:
+    if value:
+        from importlib.metadata import PackageNotFoundError, version
+
+        try:
+            typer.echo(f"tidegate {version('tidegate')}")
+        except PackageNotFoundError:  # pragma: no cover - run from a source tree
+            typer.echo("tidegate (not installed)")
+        raise typer.Exit()
+
+
+@app.callback(context_settings={"help_option_names": ["-h", "--help"]})
+def _main(
+    target: Annotated[
+        str,
+        typer.Option(
+            "--target", "-t", envvar="TIDEGATE_TARGET", help="The gateway's gRPC address."
+        ),
+    ] = DEFAULT_TARGET,
+    api_key: Annotated[
+        str | None,
+        typer.Option(
+            "--api-key", envvar="TIDEGATE_API_KEY", help="The tenant's API key.", show_default=False
+        ),
+    ] = None,
+    operator_key: Annotated[
+        str | None,
+        typer.Option(
+            "--operator-key",
+            envvar="TIDEGATE_OPERATOR_KEY",
+            help="The operator key, for 'tenant' commands (printed at first start, kept in "
+            "<data_dir>/operator.key).",
+            show_default=False,
+        ),
+    ] = None,
+    connect_timeout: Annotated[
+        float,
+        typer.Option(
+            envvar="TIDEGATE_CONNECT_TIMEOUT",
+            help="Seconds to try reaching the gateway before giving up.",
+        ),
+    ] = 5.0,
+    version: Annotated[
+        bool,
+        typer.Option("--version", callback=_version, is_eager=True, help="Print the version."),
+    ] = False,
+) -> None:
+    """Tidegate: a hot log and Iceberg tables served as one stream-table.
+
+    --target, --api-key and --operator-key may come anywhere on the line."""
+    Globals.target = target
+    Globals.api_key = api_key
+    Globals.operator_key = operator_key
+    Globals.connect_timeout = connect_timeout
+
+
+def hoist_global_options(argv: list[str]) -> list[str]:
+    """``argv`` with the global options moved before the first command, wherever they were
+    written (``tidegate read t --target x`` as ``tidegate --target x read t``)."""
+    hoisted: list[str] = []
+    rest: list[str] = []
+    i = 0
+    while i < len(argv):
+        arg = argv[i]
+        if arg == "--":
+            rest.extend(argv[i:])
+            break
+        name = arg.split("=", 1)[0]
+        if name in GLOBAL_OPTIONS and i > 0:
+            if "=" in arg or i + 1 >= len(argv):
+                hoisted.append(arg)
+                i += 1
+            else:
+                hoisted.extend(argv[i : i + 2])
+                i += 2
+            continue
+        rest.append(arg)
+        i += 1
+    return hoisted + rest
+
+
+def client_for() -> Any:
     from gateway.client import Client
 
-    return Client(target, api_key=_API_KEY["key"])
+    return Client(Globals.target, api_key=Globals.api_key, connect_timeout=Globals.connect_timeout)
 
 
-def admin_for(target: str, operator_key: str) -> Any:
+def admin_for() -> Any:
     from gateway.client import AdminClient
 
-    return AdminClient(target, operator_key=operator_key)
+    if not Globals.operator_key:
+        raise typer.BadParameter(
+            "tenant commands need the operator key: pass --operator-key or set "
+            "TIDEGATE_OPERATOR_KEY (the gateway prints it at first start and keeps it in "
+            "<data_dir>/operator.key)",
+            param_hint="--operator-key",
+        )
+    return AdminClient(
+        Globals.target,
+        operator_key=Globals.operator_key,
+        connect_timeout=Globals.connect_timeout,
+    )
 
 
 def fail(err: TidegateError | ValueError) -> NoReturn:
@@ -81,3 +170,34 @@ def fail(err: TidegateError | ValueError) -> NoReturn:
     else:
         typer.echo(f"error: {err}", err=True)
     raise typer.Exit(2)
+
+
+def run(argv: list[str]) -> int:
+    """Run the command line on ``argv`` (without the program name); the exit code.
+
+    Every error Tidegate raises on purpose is one line on stderr and exit code 2."""
+    try:
+        # Click handles its own errors (usage, bad parameters, --help) and exits.
+        app(args=hoist_global_options(argv), prog_name="tidegate")
+    except SystemExit as done:
+        return done.code if isinstance(done.code, int) else (0 if done.code is None else 1)
+    except KeyboardInterrupt:
+        typer.echo("aborted", err=True)
+        return 130
+    except TidegateError as err:
+        typer.echo(f"error: {err.reason}: {err.message}", err=True)
+        return 2
+    except BrokenPipeError:  # `tidegate read ... | head`
+        return 0
+    except Exception as exc:  # a bug of ours: still one line, the traceback on request
+        import os
+
+        if os.environ.get("TIDEGATE_DEBUG"):
+            raise
+        typer.echo(
+            f"error: unexpected {type(exc).__name__}: {exc} (set TIDEGATE_DEBUG=1 to see where; "
+            "please report it)",
+            err=True,
+        )
+        return 3
+    return 0

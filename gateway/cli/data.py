@@ -1,23 +1,23 @@
-"""``tidegate table ...``, ``append`` and ``read``: tables and records through a gateway."""
+"""``tidegate table ...``, ``append``, ``read``, ``scan`` and ``group ...``: tables, records
+and consumer groups through a gateway."""
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import sys
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Annotated, Any
+from typing import IO, Annotated, Any
 
 import pyarrow as pa
 import typer
 
-from gateway.cli._common import (
-    Target,
-    app,
-    client_for,
-    fail,
-    table_app,
-)
-from gateway.wire.errors import TidegateError
+from gateway.cli._common import app, client_for, group_app, table_app
+from gateway.wire.errors import InvalidRequest
+from gateway.wire.schema import SYSTEM_COLUMNS
+
+TableArg = Annotated[str, typer.Argument(help="The table, as namespace.name.", show_default=False)]
 
 
 def _parse_schema(spec: str) -> list[dict[str, Any]]:
@@ -43,14 +43,17 @@ def _parse_schema(spec: str) -> list[dict[str, Any]]:
     for part in parts:
         name, sep, type_name = part.strip().partition(":")
         if not sep:
-            raise typer.BadParameter(f"expected name:type, got {part!r}")
+            raise typer.BadParameter(
+                f"expected name:type, got {part.strip()!r} (e.g. 'id:int64,name:string')",
+                param_hint="--schema",
+            )
         fields.append({"name": name.strip(), "type": type_name.strip()})
     return fields
 
 
 def _describe(info: Any) -> dict[str, Any]:
     return {
-        "table": f"{info.table.namespace}.{info.table.name}",
+        "table": str(info.table),
         "table_id": info.table_id,
         "schema": [{"name": f.name, "type": f.type, "nullable": f.nullable} for f in info.fields],
         "partitions": info.partitions,
@@ -70,167 +73,401 @@ def _describe(info: Any) -> dict[str, Any]:
     }
 
 
+def _columns(rows: list[list[str]]) -> list[str]:
+    """``rows`` as lines of left-aligned columns."""
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    return ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in rows]
+
+
+def _describe_text(info: Any) -> str:
+    keys = ", ".join(info.key_columns) or "none (round robin)"
+    lines = [
+        f"table       {info.table}",
+        f"table id    {info.table_id}",
+        f"partitions  {info.partitions}, keyed by {keys}",
+        "",
+        "columns",
+    ]
+    lines += [
+        "  " + line
+        for line in _columns(
+            [[f.name, f.type, "nullable" if f.nullable else "not null"] for f in info.fields]
+        )
+    ]
+    lines += ["", "partitions (offsets below 'tiered' are in Iceberg, the rest in the hot tier)"]
+    head = ["partition", "earliest", "high watermark", "tiered", "lag records", "lag bytes"]
+    body = [
+        [
+            str(p.partition),
+            str(p.earliest_offset),
+            str(p.high_watermark),
+            str(p.tiered_watermark),
+            str(p.lag_records),
+            str(p.lag_bytes),
+        ]
+        for p in info.partition_info
+    ]
+    lines += ["  " + line for line in _columns([head, *body])]
+    return "\n".join(lines)
+
+
+JsonFlag = Annotated[bool, typer.Option("--json", help="Print JSON instead of text.")]
+
+
 @table_app.command("create")
 def table_create(
-    table: Annotated[str, typer.Argument(help="namespace.name")],
-    schema: Annotated[str, typer.Option(help="name:type,... or JSON, or @file.json")],
+    table: TableArg,
+    schema: Annotated[str, typer.Option(help="name:type,... or JSON, or @file.json.")],
     partitions: Annotated[int, typer.Option(help="Number of partitions.")] = 1,
     key: Annotated[list[str] | None, typer.Option(help="Key column (repeatable).")] = None,
-    target: Target = "127.0.0.1:50051",
+    if_not_exists: Annotated[
+        bool, typer.Option("--if-not-exists", help="Succeed if the table already exists.")
+    ] = False,
+    as_json: JsonFlag = False,
 ) -> None:
     """Create a table."""
-    with client_for(target) as c:
-        try:
-            info = c.create_table(
-                table, _parse_schema(schema), partitions=partitions, key_columns=key or []
-            )
-        except TidegateError as err:
-            fail(err)
-        typer.echo(json.dumps(_describe(info), indent=2))
+    with client_for() as c:
+        info = c.create_table(
+            table,
+            _parse_schema(schema),
+            partitions=partitions,
+            key_columns=key or [],
+            exist_ok=if_not_exists,
+        )
+        typer.echo(json.dumps(_describe(info), indent=2) if as_json else _describe_text(info))
 
 
 @table_app.command("list")
 def table_list(
     namespace: Annotated[str, typer.Option(help="Only this namespace.")] = "",
-    target: Target = "127.0.0.1:50051",
 ) -> None:
     """List tables."""
-    with client_for(target) as c:
-        try:
-            for info in c.list_tables(namespace):
-                typer.echo(
-                    f"{info.table.namespace}.{info.table.name}\t{info.partitions} partitions"
-                )
-        except TidegateError as err:
-            fail(err)
+    with client_for() as c:
+        for info in c.list_tables(namespace):
+            typer.echo(f"{info.table}\t{info.partitions} partitions")
 
 
 @table_app.command("describe")
-def table_describe(
-    table: Annotated[str, typer.Argument(help="namespace.name")],
-    target: Target = "127.0.0.1:50051",
-) -> None:
-    """Schema, partitions and offsets of a table."""
-    with client_for(target) as c:
-        try:
-            typer.echo(json.dumps(_describe(c.describe_table(table)), indent=2))
-        except TidegateError as err:
-            fail(err)
+def table_describe(table: TableArg, as_json: JsonFlag = False) -> None:
+    """Schema, partitions, offsets and which offsets are tiered to Iceberg."""
+    with client_for() as c:
+        info = c.describe_table(table)
+        typer.echo(json.dumps(_describe(info), indent=2) if as_json else _describe_text(info))
 
 
 @table_app.command("drop")
 def table_drop(
-    table: Annotated[str, typer.Argument(help="namespace.name")],
-    target: Target = "127.0.0.1:50051",
+    table: TableArg,
+    yes: Annotated[
+        bool, typer.Option("--yes", "-y", help="Drop without asking (needed without a terminal).")
+    ] = False,
 ) -> None:
-    """Drop a table and its data."""
-    with client_for(target) as c:
+    """Drop a table and its data, hot and tiered (asks first, unless --yes)."""
+    if not yes:
+        if not sys.stdin.isatty():
+            raise typer.BadParameter(
+                f"dropping {table} deletes all its data: add --yes to confirm", param_hint="--yes"
+            )
+        typer.confirm(f"Drop {table} and delete all its data?", abort=True)
+    with client_for() as c:
+        c.drop_table(table)
+    typer.echo(f"dropped {table}")
+
+
+def _json_lines(stream: IO[str], schema: pa.Schema, batch_rows: int) -> Iterator[pa.RecordBatch]:
+    """A file of JSON lines as batches, each line checked as HTTP checks a JSON row."""
+    from gateway.wire.jsonrows import rows_to_batch
+
+    rows: list[Any] = []
+    first = 1
+    for number, line in enumerate(stream, 1):
+        if not line.strip():
+            continue
         try:
-            c.drop_table(table)
-        except TidegateError as err:
-            fail(err)
-        typer.echo(f"dropped {table}")
+            rows.append(json.loads(line))
+        except json.JSONDecodeError as exc:
+            raise InvalidRequest(f"line {number} is not JSON: {exc.msg}") from None
+        if isinstance(rows[-1], dict):
+            for name in SYSTEM_COLUMNS:
+                rows[-1].pop(name, None)
+        if len(rows) == batch_rows:
+            yield rows_to_batch(rows, schema, first=first, unit="line")
+            rows, first = [], number + 1
+    if rows:
+        yield rows_to_batch(rows, schema, first=first, unit="line")
 
 
-def _load_file(path: Path, fmt: str, schema: pa.Schema) -> pa.Table:
-    if fmt == "auto":
-        fmt = {".csv": "csv", ".jsonl": "jsonl", ".ndjson": "jsonl", ".json": "jsonl"}.get(
-            path.suffix.lower(), "parquet"
-        )
-    if fmt == "csv":
-        import pyarrow.csv as pacsv
+def _format_of(path: Path | None, fmt: str) -> str:
+    if fmt != "auto":
+        if fmt not in ("csv", "jsonl", "parquet"):
+            raise typer.BadParameter(f"unknown format {fmt!r}: use csv, jsonl or parquet")
+        return fmt
+    if path is None:
+        return "jsonl"
+    suffix = path.suffix.lower()
+    known = {".csv": "csv", ".jsonl": "jsonl", ".ndjson": "jsonl", ".json": "jsonl"}
+    if suffix in known:
+        return known[suffix]
+    if suffix in (".parquet", ".pq"):
+        return "parquet"
+    raise typer.BadParameter(
+        f"cannot tell the format of {path.name} from its name: use a .csv, .jsonl or "
+        ".parquet file, or say --format csv|jsonl|parquet"
+    )
 
-        simple = {f.name: f.type for f in schema if not pa.types.is_nested(f.type)}
-        data = pacsv.read_csv(path, convert_options=pacsv.ConvertOptions(column_types=simple))
-    elif fmt == "jsonl":
-        import pyarrow.json as pajson
 
-        data = pajson.read_json(
-            path,
-            parse_options=pajson.ParseOptions(
-                explicit_schema=schema, unexpected_field_behavior="error"
-            ),
-        )
-    elif fmt == "parquet":
-        import pyarrow.parquet as pq
+def _file_batches(
+    path: Path | None, fmt: str, schema: pa.Schema, batch_rows: int
+) -> Iterator[pa.RecordBatch]:
+    """The rows of ``path`` (stdin when None) as batches, system columns dropped."""
+    where = "stdin" if path is None else str(path)
+    if fmt == "jsonl":
+        if path is None:
+            yield from _json_lines(sys.stdin, schema, batch_rows)
+        else:
+            with path.open(encoding="utf-8") as f:
+                yield from _json_lines(f, schema, batch_rows)
+        return
+    source: Any = sys.stdin.buffer if path is None else path
+    try:
+        if fmt == "csv":
+            import pyarrow.csv as pacsv
 
-        data = pq.read_table(path)
-    else:
-        raise typer.BadParameter(f"unknown format {fmt!r}: use csv, jsonl or parquet")
-    return data
+            simple = {f.name: f.type for f in schema if not pa.types.is_nested(f.type)}
+            data = pacsv.read_csv(source, convert_options=pacsv.ConvertOptions(column_types=simple))
+        else:
+            import pyarrow.parquet as pq
+
+            data = pq.read_table(pa.BufferReader(source.read()) if path is None else source)
+    except (pa.ArrowInvalid, pa.ArrowTypeError) as exc:
+        reason = _arrow_reason(exc, _csv_header(path) if fmt == "csv" else [])
+        raise InvalidRequest(f"cannot read {where} as {fmt.upper()}: {reason}") from None
+    present = [n for n in SYSTEM_COLUMNS if n in data.column_names]
+    if present:
+        data = data.drop_columns(present)
+    yield from data.to_batches(max_chunksize=batch_rows)
+
+
+def _csv_header(path: Path | None) -> list[str]:
+    if path is None:
+        return []
+    with path.open(encoding="utf-8", errors="replace") as f:
+        return f.readline().strip().split(",")
+
+
+def _arrow_reason(exc: Exception, header: list[str]) -> str:
+    """pyarrow's message for a file that is not what its name says, in plain words, with
+    a CSV column named rather than numbered."""
+    import re
+
+    text = str(exc).strip().splitlines()[0]
+    if "magic bytes" in text or "minimum file footer" in text or "file size is 0" in text:
+        return "it is not a Parquet file"
+    # "In CSV column #1: Row #3: CSV conversion error to int64: invalid value 'x'"
+    found = re.match(r"In CSV column #(\d+): (.*)", text)
+    if found:
+        index, rest = int(found.group(1)), found.group(2)
+        name = header[index] if index < len(header) else f"#{index}"
+        rest = re.sub(r"^Row #(\d+): ", lambda m: f"line {int(m.group(1)) + 1}: ", rest)
+        return f"column {name!r}: {rest}"
+    return text
 
 
 @app.command()
 def append(
-    table: Annotated[str, typer.Argument(help="namespace.name")],
+    table: TableArg,
     path: Annotated[
-        Path, typer.Argument(exists=True, dir_okay=False, help="CSV, JSON lines or Parquet file.")
+        str, typer.Argument(help="A CSV, JSON lines or Parquet file; '-' reads stdin.")
     ],
     format: Annotated[str, typer.Option("--format", help="auto, csv, jsonl or parquet.")] = "auto",
     partition: Annotated[int | None, typer.Option(help="Send every row to this partition.")] = None,
     batch_rows: Annotated[int, typer.Option(help="Rows per append request.")] = 10_000,
-    target: Target = "127.0.0.1:50051",
 ) -> None:
-    """Append the rows of a file (columns are converted to the table's types)."""
+    """Append the rows of a file (or stdin): every column of the table needs a value (null
+    for a nullable one); system columns (_partition, _offset, _timestamp) are ignored."""
     from gateway.wire.schema import parse_fields
 
-    with client_for(target) as c:
-        try:
-            info = c.describe_table(table)
-            schema = parse_fields(
-                [{"name": f.name, "type": f.type, "nullable": f.nullable} for f in info.fields]
+    source = None if path == "-" else Path(path)
+    if source is not None and not source.is_file():
+        raise typer.BadParameter(f"{path} is not a file", param_hint="PATH")
+    fmt = _format_of(source, format)
+    with client_for() as c:
+        info = c.describe_table(table)
+        schema = parse_fields(
+            [{"name": f.name, "type": f.type, "nullable": f.nullable} for f in info.fields]
+        )
+        total = 0
+        for batch in _file_batches(source, fmt, schema, batch_rows):
+            ranges = c.append(table, batch, partition=partition)
+            total += sum(r.count for r in ranges)
+    typer.echo(f"appended {total} records to {table}")
+
+
+def _start_at(start: str) -> Any:
+    """``--from`` as the SDK's start position."""
+    if start in ("earliest", "latest"):
+        return start
+    if start.isdigit():
+        return int(start)
+    try:
+        return dt.datetime.fromisoformat(start.replace("Z", "+00:00"))
+    except ValueError:
+        raise typer.BadParameter(
+            f"{start!r} is not a start: use earliest, latest, an offset or an ISO-8601 time "
+            "such as 2026-11-21T10:00:00Z",
+            param_hint="--from",
+        ) from None
+
+
+def _partitions(info: Any, table: str, asked: list[int] | None) -> list[int]:
+    for p in asked or ():
+        if not 0 <= p < info.partitions:
+            raise typer.BadParameter(
+                f"{table} has partitions 0 to {info.partitions - 1}, not {p}",
+                param_hint="--partition",
             )
-            try:
-                data = _load_file(path, format, schema)
-            except (pa.ArrowInvalid, pa.ArrowTypeError, OSError) as exc:
-                typer.echo(f"error: cannot read {path}: {exc}", err=True)
-                raise typer.Exit(2) from None
-            total = 0
-            for batch in data.to_batches(max_chunksize=batch_rows):
-                ranges = c.append(table, batch, partition=partition)
-                total += sum(r.count for r in ranges)
-        except TidegateError as err:
-            fail(err)
-        typer.echo(f"appended {total} records to {table}")
+    return sorted(set(asked)) if asked else list(range(info.partitions))
 
 
 @app.command()
 def read(
-    table: Annotated[str, typer.Argument(help="namespace.name")],
-    partition: Annotated[int, typer.Option(help="Partition to read.")] = 0,
-    offset: Annotated[int, typer.Option(help="First offset.")] = 0,
-    max_records: Annotated[int, typer.Option(help="Records at most (0: server default).")] = 0,
+    table: TableArg,
+    partition: Annotated[
+        list[int] | None, typer.Option(help="Partition to read (repeatable; default: all).")
+    ] = None,
+    start: Annotated[
+        str,
+        typer.Option("--from", help="Where to start: earliest, latest, an offset or a time."),
+    ] = "earliest",
+    offset: Annotated[
+        int | None, typer.Option(help="First offset (the same as --from OFFSET).")
+    ] = None,
+    group: Annotated[
+        str | None,
+        typer.Option(help="Consumer group: start at its committed offsets, commit at the end."),
+    ] = None,
+    max_records: Annotated[
+        int, typer.Option(help="Records at most, all partitions together (0: all).")
+    ] = 0,
     output: Annotated[
-        Path | None, typer.Option(help="Write Parquet here instead of printing.")
+        Path | None, typer.Option(help="Write Parquet here instead of printing JSON lines.")
     ] = None,
     follow: Annotated[bool, typer.Option(help="Keep waiting for new records.")] = False,
-    target: Target = "127.0.0.1:50051",
 ) -> None:
-    """Read records of a partition from an offset: print JSON lines or write Parquet."""
+    """Read records as JSON lines (or into Parquet): every partition unless told one, from
+    --from to the end (or --max-records); with --follow, keep waiting for new ones."""
     from gateway.wire.jsonrows import batch_to_rows
 
-    with client_for(target) as c:
-        try:
-            batches: list[pa.RecordBatch] = []
-            for chunk, _, _ in c.read_batches(
-                table, partition=partition, offset=offset, max_records=max_records, follow=follow
-            ):
+    batches: list[pa.RecordBatch] = []
+    total = 0
+    begin = _start_at(str(offset) if offset is not None else start)
+    with client_for() as c:
+        parts = _partitions(c.describe_table(table), table, partition)
+        with c.consumer(
+            table,
+            group=group,
+            partitions=parts,
+            start=begin,
+            follow=follow,
+            auto_commit_interval=None,
+        ) as consumer:
+            for batch in consumer.batches():
+                if max_records and total + batch.num_rows > max_records:
+                    batch = batch.slice(0, max_records - total)
+                    consumer.seek(
+                        batch.column("_partition")[0].as_py(),
+                        batch.column("_offset")[-1].as_py() + 1,
+                    )
+                total += batch.num_rows
                 if output is None:
-                    for row in batch_to_rows(chunk):
+                    for row in batch_to_rows([batch]):
                         sys.stdout.write(json.dumps(row) + "\n")
                     sys.stdout.flush()
                 else:
-                    batches.extend(chunk)
-        except TidegateError as err:
-            fail(err)
-        if output is not None:
-            import pyarrow.parquet as pq
+                    batches.append(batch)
+                if max_records and total >= max_records:
+                    typer.echo(
+                        f"stopped after {total} records (--max-records); more may follow",
+                        err=True,
+                    )
+                    break
+            if group:
+                consumer.commit()
+    if output is not None:
+        import pyarrow.parquet as pq
 
-            if not batches:
-                typer.echo("no records", err=True)
-                raise typer.Exit(1)
-            pq.write_table(pa.Table.from_batches(batches), output)
-            typer.echo(f"wrote {sum(b.num_rows for b in batches)} records to {output}")
+        if not batches:
+            typer.echo("no records", err=True)
+            raise typer.Exit(1)
+        pq.write_table(pa.Table.from_batches(batches), output)
+        typer.echo(f"wrote {total} records to {output}")
 
 
-# Tenants -------------------------------------------------------------------------------
+@app.command()
+def scan(
+    table: TableArg,
+    columns: Annotated[
+        list[str] | None, typer.Option("--column", "-c", help="Column to return (repeatable).")
+    ] = None,
+    filter: Annotated[str, typer.Option(help='SQL-like filter, e.g. "amount >= 10".')] = "",
+    as_of: Annotated[
+        str | None,
+        typer.Option(help="Read this Iceberg snapshot (its id, or an ISO-8601 time) only."),
+    ] = None,
+    limit: Annotated[int | None, typer.Option(help="Rows at most.")] = None,
+) -> None:
+    """The whole table, hot and tiered rows alike, as JSON lines (one consistent view)."""
+    from gateway.wire.jsonrows import batch_to_rows
+
+    when: int | str | None = int(as_of) if as_of is not None and as_of.isdigit() else as_of
+    with client_for() as c:
+        for batch in c.scan_batches(
+            table, columns=columns or (), filter=filter, as_of=when, limit=limit
+        ):
+            for row in batch_to_rows([batch]):
+                sys.stdout.write(json.dumps(row) + "\n")
+    sys.stdout.flush()
+
+
+@group_app.command("describe")
+def group_describe(
+    group: Annotated[str, typer.Argument(help="The consumer group.")],
+    table: TableArg,
+) -> None:
+    """The group's committed offset and lag per partition of a table."""
+    with client_for() as c:
+        info = c.describe_table(table)
+        committed = c.fetch_offsets(group, table)
+    rows = [["partition", "committed", "high watermark", "lag"]]
+    for p in info.partition_info:
+        at = committed.get(p.partition)
+        lag = p.high_watermark - (at if at is not None else p.earliest_offset)
+        rows.append(
+            [str(p.partition), "-" if at is None else str(at), str(p.high_watermark), str(lag)]
+        )
+    typer.echo("\n".join(_columns(rows)))
+
+
+@group_app.command("reset")
+def group_reset(
+    group: Annotated[str, typer.Argument(help="The consumer group.")],
+    table: TableArg,
+    to: Annotated[
+        str, typer.Option("--to", help="earliest, latest, an offset or an ISO-8601 time.")
+    ] = "earliest",
+    partition: Annotated[
+        list[int] | None, typer.Option(help="Partition to reset (repeatable; default: all).")
+    ] = None,
+) -> None:
+    """Move the group's committed offsets (its consumers start there when they next start)."""
+    begin = _start_at(to)
+    with client_for() as c:
+        parts = _partitions(c.describe_table(table), table, partition)
+        # A consumer without the group computes where --to points, per partition.
+        with c.consumer(table, partitions=parts, start=begin, follow=False) as positions:
+            offsets = dict(positions.positions)
+        c.commit_offsets(group, table, offsets)
+    typer.echo(
+        f"reset {group} on {table}: "
+        + ", ".join(f"partition {p} at {o}" for p, o in sorted(offsets.items()))
+    )

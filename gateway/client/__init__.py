@@ -7,7 +7,14 @@ classes from :mod:`gateway.wire.errors`, re-exported here.
 
 from gateway.client._admin import AdminClient
 from gateway.client._sync import Client, Consumer, Producer
-from gateway.client._types import AppendRange, RecordMetadata, TableInfo, TableRef
+from gateway.client._types import (
+    AppendRange,
+    Field,
+    PartitionInfo,
+    RecordMetadata,
+    TableInfo,
+    TableRef,
+)
 from gateway.client.aio import AsyncClient, AsyncConsumer, AsyncProducer
 from gateway.wire.errors import (
     AlreadyExists,
@@ -54,6 +61,7 @@ __all__ = [
     "ConstantBackoff",
     "Consumer",
     "ExponentialBackoff",
+    "Field",
     "InvalidIdempotentAppend",
     "InvalidPartition",
     "InvalidRequest",
@@ -63,6 +71,7 @@ __all__ = [
     "NotFound",
     "OffsetOutOfRange",
     "OutOfOrderSequence",
+    "PartitionInfo",
     "PermissionDenied",
     "Producer",
     "QuotaExceeded",

@@ -7,6 +7,12 @@ from typing import Any, cast
 import grpc
 
 from gateway.client._auth import authorized_channel
+from gateway.client._channel import (
+    DEFAULT_CONNECT_TIMEOUT,
+    Reach,
+    channel_options,
+    normalise_target,
+)
 from gateway.wire._proto.tidegate.v1 import admin_pb2 as apb
 from gateway.wire._proto.tidegate.v1 import admin_pb2_grpc as apb_grpc
 from gateway.wire.status import error_from_rpc
@@ -25,9 +31,18 @@ class AdminClient:
             key = admin.issue_key("acme")  # shown once
     """
 
-    def __init__(self, target: str, *, operator_key: str, timeout: float = 30.0) -> None:
+    def __init__(
+        self,
+        target: str,
+        *,
+        operator_key: str,
+        timeout: float = 30.0,
+        connect_timeout: float = DEFAULT_CONNECT_TIMEOUT,
+    ) -> None:
         self.timeout = timeout
-        self._channel = grpc.insecure_channel(target)
+        target, _ = normalise_target(target)
+        self.reach = Reach(target, connect_timeout)
+        self._channel = grpc.insecure_channel(target, options=channel_options())
         self._stub = apb_grpc.AdminStub(authorized_channel(self._channel, operator_key))
 
     def __enter__(self) -> AdminClient:
@@ -41,9 +56,11 @@ class AdminClient:
 
     def _call(self, method: str, request: Any) -> Any:
         try:
-            return getattr(self._stub, method)(request, timeout=self.timeout)
+            answer = getattr(self._stub, method)(request, timeout=self.timeout)
         except grpc.RpcError as exc:
-            raise error_from_rpc(exc) from None
+            raise self.reach.explain(error_from_rpc(exc)) from None
+        self.reach.ok()
+        return answer
 
     @staticmethod
     def _tenant(info: Any) -> dict[str, Any]:

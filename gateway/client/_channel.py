@@ -2,13 +2,19 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 from typing import Any
 
 import grpc
 
+from gateway.wire.errors import TidegateError, Unavailable
+from gateway.wire.retry import Retry
+
 __all__ = [
+    "DEFAULT_CONNECT_TIMEOUT",
     "MAX_MESSAGE",
+    "Reach",
     "call_metadata",
     "channel_credentials",
     "channel_options",
@@ -53,3 +59,49 @@ def normalise_target(endpoint: str) -> tuple[str, bool | None]:
     if endpoint.startswith("http://"):
         return endpoint[len("http://") :], False
     return endpoint, None
+
+
+#: Seconds a client keeps trying to reach a gateway it has never reached (a wrong address,
+#: nothing listening) before it raises :class:`~gateway.wire.errors.Unavailable`.
+DEFAULT_CONNECT_TIMEOUT = 5.0
+
+
+class Reach:
+    """Whether a channel has ever reached its gateway.
+
+    Until it has, an UNAVAILABLE answer (refused, unresolvable, unreachable) is retried for
+    ``connect_timeout`` seconds at most and then raised naming the address; once it has, the
+    call's retry policy rules alone, so a gateway restart is ridden out as before.
+    """
+
+    def __init__(self, target: str, connect_timeout: float) -> None:
+        self.target = target
+        self.connect_timeout = connect_timeout
+        self.reached = False
+
+    def ok(self) -> None:
+        self.reached = True
+
+    def explain(self, err: TidegateError) -> TidegateError:
+        """``err``, or for a gateway never reached an :class:`Unavailable` naming the address."""
+        if self.reached or not err.details.get("transport"):
+            return err
+        cause = err.message
+        why = "connection refused" if "refused" in cause.lower() else "no answer"
+        return Unavailable(
+            f"cannot reach a Tidegate gateway at {self.target} ({why}): is it running, and "
+            "is that its gRPC address? Set it with --target or TIDEGATE_TARGET.",
+            target=self.target,
+            cause=cause,
+        )
+
+    def next_delay(
+        self, retry: Retry, err: TidegateError, failures: int, started: float
+    ) -> float | None:
+        """``retry``'s wait before the next attempt, bounded by the connect deadline while
+        the gateway has never been reached."""
+        delay = retry.next_delay(err, failures, started)
+        if delay is None or self.reached or not err.details.get("transport"):
+            return delay
+        left = started + self.connect_timeout - time.monotonic()
+        return None if left <= 0 else min(delay, left)

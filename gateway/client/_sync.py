@@ -17,6 +17,8 @@ import pyarrow as pa
 
 from gateway.client._arrow import decode, ipc
 from gateway.client._channel import (
+    DEFAULT_CONNECT_TIMEOUT,
+    Reach,
     call_metadata,
     channel_credentials,
     channel_options,
@@ -36,7 +38,7 @@ from gateway.client._types import (
 from gateway.wire._proto.tidegate.v1 import tidegate_pb2 as pb
 from gateway.wire._proto.tidegate.v1 import tidegate_pb2_grpc as pb_grpc
 from gateway.wire.codec import Compression
-from gateway.wire.errors import TidegateError
+from gateway.wire.errors import TableAlreadyExists, TidegateError
 from gateway.wire.retry import Retry
 from gateway.wire.status import error_from_rpc
 
@@ -60,6 +62,10 @@ class Client:
         timeout: seconds per unary call.
         retry: policy for idempotent calls (describe, list, read, offsets); appends are
             retried only by the :class:`Producer`, whose batches are idempotent.
+        connect_timeout: seconds to keep trying a gateway this client has never reached
+            (nothing listens, a wrong address) before raising
+            :class:`~gateway.wire.errors.Unavailable` naming the address; once reached,
+            ``retry`` alone decides (a gateway restart is ridden out).
 
     Example::
 
@@ -78,11 +84,13 @@ class Client:
         root_certificates: bytes | None = None,
         timeout: float = 30.0,
         retry: Retry = DEFAULT_CALL_RETRY,
+        connect_timeout: float = DEFAULT_CONNECT_TIMEOUT,
         options: Sequence[tuple[str, Any]] = (),
     ) -> None:
         target, scheme_tls = normalise_target(endpoint)
         self.timeout = timeout
         self.retry = retry
+        self.reach = Reach(target, connect_timeout)
         self.metadata = call_metadata(api_key)
         creds = channel_credentials(tls if tls is not None else scheme_tls, root_certificates)
         opts = channel_options(options)
@@ -112,16 +120,23 @@ class Client:
         failures = 0
         while True:
             try:
-                return getattr(self._stub, method)(
+                answer = getattr(self._stub, method)(
                     request, timeout=self.timeout, metadata=self.metadata
                 )
             except grpc.RpcError as exc:
                 err = error_from_rpc(exc)
                 failures += 1
-                delay = self.retry.next_delay(err, failures, started) if idempotent else None
+                delay = (
+                    self.reach.next_delay(self.retry, err, failures, started)
+                    if idempotent
+                    else None
+                )
                 if delay is None:
-                    raise err from None
+                    raise self.reach.explain(err) from None
                 time.sleep(delay)
+            else:
+                self.reach.ok()
+                return answer
 
     # Tables ----------------------------------------------------------------------------
     def create_table(
@@ -131,30 +146,39 @@ class Client:
         *,
         partitions: int = 1,
         key_columns: Sequence[str] = (),
-    ) -> pb.TableInfo:
-        """Create a table; ``schema`` is ``{column: arrow type name}`` or a list of fields."""
+        exist_ok: bool = False,
+    ) -> TableInfo:
+        """Create a table; ``schema`` is ``{column: arrow type name}`` or a list of fields.
+
+        With ``exist_ok``, a table of that name that exists already is described instead
+        (its schema is not compared)."""
         request = pb.CreateTableRequest(
             table=TableRef.parse(table).pb(),
             fields=table_fields(schema),
             partitions=partitions,
             key_columns=list(key_columns),
         )
-        return cast(pb.TableInfo, self._call("CreateTable", request))
+        try:
+            return TableInfo.from_pb(self._call("CreateTable", request))
+        except TableAlreadyExists:
+            if not exist_ok:
+                raise
+        return self.describe_table(table)
 
-    def describe_table(self, table: str | TableRef) -> pb.TableInfo:
-        """The table with live per-partition offsets."""
+    def describe_table(self, table: str | TableRef) -> TableInfo:
+        """The table: schema, partitions and live per-partition offsets."""
         request = pb.DescribeTableRequest(table=TableRef.parse(table).pb())
-        return cast(pb.TableInfo, self._call("DescribeTable", request, idempotent=True))
+        return TableInfo.from_pb(self._call("DescribeTable", request, idempotent=True))
 
     def table_info(self, table: str | TableRef) -> TableInfo:
         """:meth:`describe_table` with the schema parsed into Arrow."""
-        return TableInfo.from_pb(self.describe_table(table))
+        return self.describe_table(table)
 
-    def list_tables(self, namespace: str = "") -> list[pb.TableInfo]:
+    def list_tables(self, namespace: str = "") -> list[TableInfo]:
         response = self._call(
             "ListTables", pb.ListTablesRequest(namespace=namespace), idempotent=True
         )
-        return list(response.tables)
+        return [TableInfo.from_pb(t) for t in response.tables]
 
     def drop_table(self, table: str | TableRef) -> None:
         self._call("DropTable", pb.DropTableRequest(table=TableRef.parse(table).pb()))
@@ -242,7 +266,7 @@ class Client:
         except grpc.RpcError as exc:
             if follow and cast(grpc.Call, exc).code() is grpc.StatusCode.DEADLINE_EXCEEDED:
                 return
-            raise error_from_rpc(exc) from None
+            raise self.reach.explain(error_from_rpc(exc)) from None
         finally:
             call.cancel()
 
@@ -280,12 +304,13 @@ class Client:
                 ):
                     out.extend(b for b in chunk if b.num_rows)
                     nxt = max(nxt, next_offset)
+                self.reach.ok()
                 return out, nxt
             except TidegateError as err:
                 failures += 1
-                delay = self.retry.next_delay(err, failures, started)
+                delay = self.reach.next_delay(self.retry, err, failures, started)
                 if delay is None:
-                    raise
+                    raise self.reach.explain(err) from None
                 time.sleep(delay)
 
     def consumer(self, table: str | TableRef, **options: Any) -> Consumer:
@@ -311,7 +336,7 @@ class Client:
             for msg in self._stub.Scan(request, timeout=self.timeout, metadata=self.metadata):
                 yield from pa.ipc.open_stream(msg.arrow_ipc)
         except grpc.RpcError as exc:
-            raise error_from_rpc(exc) from None
+            raise self.reach.explain(error_from_rpc(exc)) from None
 
     def scan(
         self,
@@ -327,7 +352,7 @@ class Client:
         try:
             messages = list(self._stub.Scan(request, timeout=self.timeout, metadata=self.metadata))
         except grpc.RpcError as exc:
-            raise error_from_rpc(exc) from None
+            raise self.reach.explain(error_from_rpc(exc)) from None
         return scan_table(messages)
 
     def plan_read(

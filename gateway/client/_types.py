@@ -10,11 +10,14 @@ from typing import Any, Literal, NamedTuple
 import pyarrow as pa
 
 from gateway.wire._proto.tidegate.v1 import tidegate_pb2 as pb
+from gateway.wire.errors import InvalidRequest
 from gateway.wire.schema import parse_fields
 from gateway.wire.types import AppendRange
 
 __all__ = [
     "AppendRange",
+    "Field",
+    "PartitionInfo",
     "RecordMetadata",
     "StartAt",
     "TableInfo",
@@ -35,6 +38,11 @@ class RecordMetadata(NamedTuple):
     offset: int
 
 
+class InvalidTableName(InvalidRequest, ValueError):
+    """A table named without its namespace (an :class:`InvalidRequest`, and a
+    ``ValueError`` as it always was)."""
+
+
 @dataclass(frozen=True, slots=True)
 class TableRef:
     namespace: str
@@ -45,8 +53,10 @@ class TableRef:
         if isinstance(table, TableRef):
             return table
         namespace, sep, name = table.partition(".")
-        if not sep:
-            raise ValueError(f"name a table as 'namespace.name', got {table!r}")
+        if not sep or not namespace or not name:
+            raise InvalidTableName(
+                f"{table!r} is not a table name: write namespace.name, e.g. shop.orders"
+            )
         return cls(namespace, name)
 
     def pb(self) -> pb.TableRef:
@@ -57,27 +67,77 @@ class TableRef:
 
 
 @dataclass(frozen=True, slots=True)
+class Field:
+    """A column: its name, Arrow type name and whether it takes nulls."""
+
+    name: str
+    type: str
+    nullable: bool
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionInfo:
+    """One partition's offsets. Offsets below ``tiered_watermark`` are in the Iceberg table,
+    the ones from there to ``high_watermark`` in the hot tier."""
+
+    partition: int
+    earliest_offset: int
+    high_watermark: int
+    tiered_watermark: int
+    hot_bytes: int
+    lag_records: int
+    lag_bytes: int
+
+
+@dataclass(frozen=True, slots=True)
 class TableInfo:
-    """What the producer and consumer need of a table (from ``DescribeTable``)."""
+    """A table as the gateway describes it: schema, partitioning and live offsets."""
 
     ref: TableRef
     schema: pa.Schema
     partitions: int
     key_columns: tuple[str, ...]
-    high_watermarks: tuple[int, ...] = ()
-    earliest_offsets: tuple[int, ...] = ()
+    table_id: str = ""
+    fields: tuple[Field, ...] = ()
+    partition_info: tuple[PartitionInfo, ...] = ()
+
+    @property
+    def table(self) -> TableRef:
+        return self.ref
+
+    @property
+    def high_watermarks(self) -> tuple[int, ...]:
+        return tuple(p.high_watermark for p in self.partition_info)
+
+    @property
+    def earliest_offsets(self) -> tuple[int, ...]:
+        return tuple(p.earliest_offset for p in self.partition_info)
 
     @classmethod
     def from_pb(cls, info: pb.TableInfo) -> TableInfo:
-        fields = [{"name": f.name, "type": f.type, "nullable": f.nullable} for f in info.fields]
+        fields = tuple(Field(f.name, f.type, f.nullable) for f in info.fields)
         parts = sorted(info.partition_info, key=lambda p: p.partition)
         return cls(
             ref=TableRef(info.table.namespace, info.table.name),
-            schema=parse_fields(fields),
+            schema=parse_fields(
+                [{"name": f.name, "type": f.type, "nullable": f.nullable} for f in fields]
+            ),
             partitions=info.partitions,
             key_columns=tuple(info.key_columns),
-            high_watermarks=tuple(p.high_watermark for p in parts),
-            earliest_offsets=tuple(p.earliest_offset for p in parts),
+            table_id=info.table_id,
+            fields=fields,
+            partition_info=tuple(
+                PartitionInfo(
+                    p.partition,
+                    p.earliest_offset,
+                    p.high_watermark,
+                    p.tiered_watermark,
+                    p.hot_bytes,
+                    p.lag_records,
+                    p.lag_bytes,
+                )
+                for p in parts
+            ),
         )
 
 

@@ -29,6 +29,8 @@ from gateway.client._aio_consumer import AsyncConsumer
 from gateway.client._aio_producer import AsyncProducer
 from gateway.client._arrow import decode, ipc
 from gateway.client._channel import (
+    DEFAULT_CONNECT_TIMEOUT,
+    Reach,
     call_metadata,
     channel_credentials,
     channel_options,
@@ -46,7 +48,7 @@ from gateway.client._types import (
 from gateway.wire._proto.tidegate.v1 import tidegate_pb2 as pb
 from gateway.wire._proto.tidegate.v1 import tidegate_pb2_grpc as pb_grpc
 from gateway.wire.codec import Compression
-from gateway.wire.errors import TidegateError
+from gateway.wire.errors import TableAlreadyExists, TidegateError
 from gateway.wire.retry import Retry
 from gateway.wire.status import error_from_rpc
 
@@ -68,11 +70,13 @@ class AsyncClient:
         root_certificates: bytes | None = None,
         timeout: float = 30.0,
         retry: Retry = DEFAULT_CALL_RETRY,
+        connect_timeout: float = DEFAULT_CONNECT_TIMEOUT,
         options: Sequence[tuple[str, Any]] = (),
     ) -> None:
         target, scheme_tls = normalise_target(endpoint)
         self.timeout = timeout
         self.retry = retry
+        self.reach = Reach(target, connect_timeout)
         self.metadata = call_metadata(api_key)
         creds = channel_credentials(tls if tls is not None else scheme_tls, root_certificates)
         opts = channel_options(options)
@@ -101,16 +105,23 @@ class AsyncClient:
         failures = 0
         while True:
             try:
-                return await getattr(self._stub, method)(
+                answer = await getattr(self._stub, method)(
                     request, timeout=self.timeout, metadata=self.metadata
                 )
             except grpc.RpcError as exc:
                 err = error_from_rpc(exc)
                 failures += 1
-                delay = self.retry.next_delay(err, failures, started) if idempotent else None
+                delay = (
+                    self.reach.next_delay(self.retry, err, failures, started)
+                    if idempotent
+                    else None
+                )
                 if delay is None:
-                    raise err from None
+                    raise self.reach.explain(err) from None
                 await asyncio.sleep(delay)
+            else:
+                self.reach.ok()
+                return answer
 
     # Tables ----------------------------------------------------------------------------
     async def create_table(
@@ -120,27 +131,33 @@ class AsyncClient:
         *,
         partitions: int = 1,
         key_columns: Sequence[str] = (),
-    ) -> pb.TableInfo:
+        exist_ok: bool = False,
+    ) -> TableInfo:
         request = pb.CreateTableRequest(
             table=TableRef.parse(table).pb(),
             fields=table_fields(schema),
             partitions=partitions,
             key_columns=list(key_columns),
         )
-        return cast(pb.TableInfo, await self._call("CreateTable", request))
+        try:
+            return TableInfo.from_pb(await self._call("CreateTable", request))
+        except TableAlreadyExists:
+            if not exist_ok:
+                raise
+        return await self.describe_table(table)
 
-    async def describe_table(self, table: str | TableRef) -> pb.TableInfo:
+    async def describe_table(self, table: str | TableRef) -> TableInfo:
         request = pb.DescribeTableRequest(table=TableRef.parse(table).pb())
-        return cast(pb.TableInfo, await self._call("DescribeTable", request, idempotent=True))
+        return TableInfo.from_pb(await self._call("DescribeTable", request, idempotent=True))
 
     async def table_info(self, table: str | TableRef) -> TableInfo:
-        return TableInfo.from_pb(await self.describe_table(table))
+        return await self.describe_table(table)
 
-    async def list_tables(self, namespace: str = "") -> list[pb.TableInfo]:
+    async def list_tables(self, namespace: str = "") -> list[TableInfo]:
         response = await self._call(
             "ListTables", pb.ListTablesRequest(namespace=namespace), idempotent=True
         )
-        return list(response.tables)
+        return [TableInfo.from_pb(t) for t in response.tables]
 
     async def drop_table(self, table: str | TableRef) -> None:
         await self._call("DropTable", pb.DropTableRequest(table=TableRef.parse(table).pb()))
@@ -220,7 +237,7 @@ class AsyncClient:
         except grpc.RpcError as exc:
             if follow and cast(grpc.Call, exc).code() is grpc.StatusCode.DEADLINE_EXCEEDED:
                 return
-            raise error_from_rpc(exc) from None
+            raise self.reach.explain(error_from_rpc(exc)) from None
         finally:
             call.cancel()
 
@@ -256,12 +273,13 @@ class AsyncClient:
                 ):
                     out.extend(b for b in chunk if b.num_rows)
                     nxt = max(nxt, next_offset)
+                self.reach.ok()
                 return out, nxt
             except TidegateError as err:
                 failures += 1
-                delay = self.retry.next_delay(err, failures, started)
+                delay = self.reach.next_delay(self.retry, err, failures, started)
                 if delay is None:
-                    raise
+                    raise self.reach.explain(err) from None
                 await asyncio.sleep(delay)
 
     def consumer(self, table: str | TableRef, **options: Any) -> AsyncConsumer:
@@ -286,7 +304,7 @@ class AsyncClient:
                 for batch in pa.ipc.open_stream(msg.arrow_ipc):
                     yield batch
         except grpc.RpcError as exc:
-            raise error_from_rpc(exc) from None
+            raise self.reach.explain(error_from_rpc(exc)) from None
 
     async def scan(
         self,
@@ -307,7 +325,7 @@ class AsyncClient:
                 )
             ]
         except grpc.RpcError as exc:
-            raise error_from_rpc(exc) from None
+            raise self.reach.explain(error_from_rpc(exc)) from None
         return scan_table(messages)
 
     async def plan_read(

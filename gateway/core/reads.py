@@ -77,7 +77,7 @@ class ReadOps(CoreBase):
                 or offset > high
             ):
                 raise OffsetOutOfRange(
-                    f"offset {offset!r} is out of range [{earliest}, {high}]",
+                    _out_of_range(offset, part.partition, earliest, high),
                     offset=offset if isinstance(offset, int) else -1,
                     earliest=earliest,
                     latest=high,
@@ -240,3 +240,18 @@ class ReadOps(CoreBase):
             return {p: search(p) for p in wanted}
 
         return await self._run(run)
+
+
+def _out_of_range(offset: object, partition: int, earliest: int, high: int) -> str:
+    """Why ``offset`` cannot be read, with what can."""
+    span = (
+        f"partition {partition} holds offsets {earliest} to {high - 1}"
+        if high > earliest
+        else f"partition {partition} holds no records yet"
+    )
+    where = f"{span}; reading at its high watermark {high} returns nothing until more arrive"
+    if isinstance(offset, bool) or not isinstance(offset, int):
+        return f"offset {offset!r} is not an integer offset: {where}"
+    if offset < earliest:
+        return f"offset {offset} is no longer kept (retention): {where}"
+    return f"offset {offset} is past the end: {where}"

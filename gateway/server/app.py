@@ -19,6 +19,7 @@ from gateway.lake.components import Components
 from gateway.lake.scheduler import EmbeddedTiering
 from gateway.meta import MetadataStore
 from gateway.tenancy import OPERATOR_KEY_FILE, Tenancy, load_operator_key
+from gateway.wire.errors import TidegateError
 
 __all__ = ["build_service", "serve"]
 
@@ -91,9 +92,39 @@ def _return_freed_memory() -> None:
     pa.jemalloc_set_decay_ms(0)
 
 
+class CannotListen(TidegateError):
+    reason = "CANNOT_LISTEN"
+
+
+def check_ports(settings: Settings) -> None:
+    """Refuse to start, in one sentence, when a port this gateway needs is taken."""
+    import socket
+
+    host = settings.server.host
+    for port, what, option in (
+        (settings.server.grpc_port, "gRPC", "--grpc-port or TIDEGATE_SERVER__GRPC_PORT"),
+        (settings.server.http_port, "HTTP", "--http-port or TIDEGATE_SERVER__HTTP_PORT"),
+        (settings.server.metrics_port, "metrics", "TIDEGATE_SERVER__METRICS_PORT"),
+    ):
+        if not port:
+            continue
+        family = socket.AF_INET6 if ":" in host else socket.AF_INET
+        with socket.socket(family, socket.SOCK_STREAM) as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            try:
+                probe.bind((host, port))
+            except OSError as exc:
+                raise CannotListen(
+                    f"cannot listen for {what} on {host}:{port}: {exc.strerror or exc} "
+                    f"(another gateway running?); choose another port with {option}"
+                ) from None
+
+
 async def serve(settings: Settings) -> None:
     """Serve gRPC and HTTP until SIGTERM or SIGINT, then drain and stop."""
     import uvicorn
+
+    check_ports(settings)
 
     _return_freed_memory()
 

@@ -53,10 +53,7 @@ def _from_json(value: Any, t: pa.DataType, where: str) -> Any:
         if pa.types.is_decimal(t):
             if isinstance(value, bool) or not isinstance(value, str | int | float):
                 raise TypeError("expected a decimal string or number")
-            d = decimal.Decimal(str(value))
-            if not d.is_finite():
-                raise ValueError("not a finite decimal")
-            return d
+            return _decimal(value, t)
         if pa.types.is_timestamp(t):
             return _timestamp_from_json(value, t)
         if pa.types.is_date(t):
@@ -92,8 +89,32 @@ def _from_json(value: Any, t: pa.DataType, where: str) -> Any:
         decimal.InvalidOperation,
         binascii.Error,
     ) as exc:
+        if pa.types.is_decimal(t) and isinstance(exc, ValueError):
+            raise SchemaMismatch(f"{where}: {exc}") from exc
         raise SchemaMismatch(f"{where}: {exc} for type {t}, got {value!r:.80}") from exc
     raise SchemaMismatch(f"{where}: type {t} cannot be written from JSON")  # pragma: no cover
+
+
+def _decimal(value: str | int | float, t: pa.Decimal128Type) -> decimal.Decimal:
+    """``value`` as a decimal that fits ``t`` exactly, or a ValueError that says what fits."""
+    fits = (
+        f"{t} holds up to {t.precision - t.scale} digits before the point and {t.scale} "
+        f'after, e.g. "{"1" * min(2, t.precision - t.scale) or "0"}.{"5" * t.scale}"'
+    )
+    try:
+        d = decimal.Decimal(str(value).strip())
+    except decimal.InvalidOperation:
+        raise ValueError(f"{str(value)[:40]!r} is not a decimal number; {fits}") from None
+    if not d.is_finite():
+        raise ValueError(f"{value!r} is not a finite number; {fits}")
+    _, digits, exponent = d.as_tuple()
+    after = max(0, -int(exponent))
+    before = max(0, len(digits) + int(exponent))
+    if after > t.scale and d != d.quantize(decimal.Decimal(1).scaleb(-t.scale)):
+        raise ValueError(f"{value} has {after} digits after the point; {fits}")
+    if before > t.precision - t.scale and d.adjusted() >= t.precision - t.scale:
+        raise ValueError(f"{value} has {before} digits before the point; {fits}")
+    return d
 
 
 def _timestamp_from_json(value: Any, t: pa.TimestampType) -> Any:
@@ -114,8 +135,11 @@ def _timestamp_from_json(value: Any, t: pa.TimestampType) -> Any:
     return parsed
 
 
-def rows_to_batch(rows: Any, schema: pa.Schema) -> pa.RecordBatch:
-    """JSON rows (a list of objects) as a batch of ``schema``.
+def rows_to_batch(
+    rows: Any, schema: pa.Schema, *, first: int = 0, unit: str = "row"
+) -> pa.RecordBatch:
+    """JSON rows (a list of objects) as a batch of ``schema``; errors name the faulty
+    ``unit`` by its number, counted from ``first`` (``line`` 1 for a file of JSON lines).
 
     Raises:
         MalformedPayload: ``rows`` is not a non-empty list of objects.
@@ -126,15 +150,15 @@ def rows_to_batch(rows: Any, schema: pa.Schema) -> pa.RecordBatch:
     names = schema.names
     name_set = set(names)
     columns: dict[str, list[Any]] = {n: [] for n in names}
-    for i, row in enumerate(rows):
+    for i, row in enumerate(rows, first):
         if not isinstance(row, dict):
-            raise MalformedPayload(f"row {i} is not an object")
+            raise MalformedPayload(f"{unit} {i} is not an object")
         extra = set(row) - name_set
         missing = name_set - set(row)
         if extra or missing:
-            raise columns_mismatch(f"row {i}", sorted(extra), sorted(missing))
+            raise columns_mismatch(f"{unit} {i}", sorted(extra), sorted(missing))
         for f in schema:
-            columns[f.name].append(_from_json(row[f.name], f.type, f"row {i}.{f.name}"))
+            columns[f.name].append(_from_json(row[f.name], f.type, f"{unit} {i}.{f.name}"))
     arrays = []
     for f in schema:
         try:

@@ -452,7 +452,10 @@ def columns_mismatch(where: str, extra: Sequence[str], missing: Sequence[str]) -
     if extra:
         parts.append(f"unexpected column(s) {list(extra)}")
     if missing:
-        parts.append(f"missing column(s) {list(missing)}")
+        parts.append(
+            f"missing column(s) {list(missing)} (every column needs a value: write null "
+            "for a nullable one)"
+        )
     return SchemaMismatch(
         f"{where} does not match the table schema: " + ", ".join(parts),
         unexpected=",".join(extra),

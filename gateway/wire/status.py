@@ -135,7 +135,9 @@ def error_from_rpc(exc: grpc.RpcError) -> TidegateError:
                 retry_ms = retry.retry_delay.seconds * 1000 + retry.retry_delay.nanos // 1_000_000
     if not reason:
         if code is grpc.StatusCode.UNAVAILABLE:
-            return Unavailable(message, retry_after_ms=retry_ms)
+            # No ErrorInfo: the transport's own status (refused, unreachable, reset), not
+            # a gateway's answer.
+            return Unavailable(message, retry_after_ms=retry_ms, transport=True)
         if code is grpc.StatusCode.RESOURCE_EXHAUSTED and retry_ms is not None:
             return Throttled(message, retry_after_ms=retry_ms)
         reason = code.name if code is not None else "UNKNOWN"

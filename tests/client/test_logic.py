@@ -25,7 +25,7 @@ from gateway.client import (
 from gateway.client._batching import Accumulator, ProducerBatch, ProducerConfig
 from gateway.client._producer import PartitionQueue
 from gateway.client._reading import start_positions
-from gateway.client._types import timestamp_us
+from gateway.client._types import PartitionInfo, timestamp_us
 from gateway.wire.routing import route_by_key
 
 SCHEMA = pa.schema([("user", pa.string()), ("region", pa.int64()), ("n", pa.int64())])
@@ -37,8 +37,9 @@ def table(partitions: int = 4, keys: tuple[str, ...] = ()) -> TableInfo:
         SCHEMA,
         partitions,
         keys,
-        high_watermarks=tuple(range(10, 10 + partitions)),
-        earliest_offsets=(0,) * partitions,
+        partition_info=tuple(
+            PartitionInfo(p, 0, 10 + p, 0, 0, 10 + p, 0) for p in range(partitions)
+        ),
     )
 
 

@@ -48,6 +48,7 @@ def test_cli_round_trip(gateway: GatewayProcess, namespace: str, tmp_path: Path)
         "id:int64,name:string,score:decimal128(6, 2)",
         "--partitions",
         "1",
+        "--json",
     )
     assert json.loads(out.stdout)["partitions"] == 1
     assert (
@@ -86,9 +87,9 @@ def test_cli_round_trip(gateway: GatewayProcess, namespace: str, tmp_path: Path)
     tidegate(gateway, "read", table, "--output", str(out_file))
     assert pq.read_table(out_file).column("name").to_pylist() == ["ada", "alan", "grace", "edsger"]
 
-    described = json.loads(tidegate(gateway, "table", "describe", table).stdout)
+    described = json.loads(tidegate(gateway, "table", "describe", table, "--json").stdout)
     assert described["partition_info"][0]["high_watermark"] == 4
-    tidegate(gateway, "table", "drop", table)
+    tidegate(gateway, "table", "drop", table, "--yes")
     missing = tidegate(gateway, "table", "describe", table, ok=False)
     assert missing.returncode == 2 and "TABLE_NOT_FOUND" in missing.stderr
 
@@ -107,9 +108,9 @@ def test_cli_rejects_bad_file_without_writing(
     res = tidegate(gateway, "append", table, str(extra), ok=False)
     assert res.returncode == 2 and "SCHEMA_MISMATCH" in res.stderr
     assert (
-        json.loads(tidegate(gateway, "table", "describe", table).stdout)["partition_info"][0][
-            "high_watermark"
-        ]
+        json.loads(tidegate(gateway, "table", "describe", table, "--json").stdout)[
+            "partition_info"
+        ][0]["high_watermark"]
         == 0
     )
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
@@ -45,13 +46,17 @@ def test_readme_examples(gateway: GatewayProcess, tmp_path: Path) -> None:
     curl = curl.replace("localhost:8080", gateway.http_url.removeprefix("http://")).replace(
         "curl -s", "curl -sf"
     )
-    subprocess.run(
+    answers = subprocess.run(
         ["bash", "-euo", "pipefail", "-c", curl],
         check=True,
         env=env,
         timeout=60,
         capture_output=True,
-    )
+        text=True,
+    ).stdout
+    # The append lands where the text says, and the read it shows returns that row.
+    assert '"partition":1,"base_offset":0' in answers.replace(" ", "")
+    assert '"customer":"ada"' in answers.replace(" ", "")
     code = python.replace("127.0.0.1:50051", gateway.grpc_target)
     out = subprocess.run(
         [sys.executable, "-c", code],
@@ -76,6 +81,8 @@ def test_readme_examples(gateway: GatewayProcess, tmp_path: Path) -> None:
         text=True,
     )
     assert "appended 2 records" in out.stdout
+    read_all = [json.loads(line) for line in out.stdout.splitlines() if line.startswith("{")]
+    assert sorted(r["user"] for r in read_all[:2]) == ["ada", "alan"]  # both partitions
     with gateway.client(api_key=key) as c:
         orders = c.describe_table("shop.orders")
         assert sum(p.high_watermark for p in orders.partition_info) == 1

@@ -58,7 +58,11 @@ class CreateTableRequest(_Request):
         alias="schema",
         description="A list of fields, or the shorthand {column: type} (all nullable).",
     )
-    partitions: int = Field(description="Number of partitions, fixed for the table's life.")
+    partitions: int = Field(
+        1,
+        description="Number of partitions, fixed for the table's life (default 1, as in the "
+        "SDK and CLI).",
+    )
     key_columns: list[str] = Field(
         default_factory=list,
         description="Columns whose stable hash routes a row to a partition; empty: "
