@@ -58,6 +58,8 @@ def _describe(info: Any) -> dict[str, Any]:
         "schema": [{"name": f.name, "type": f.type, "nullable": f.nullable} for f in info.fields],
         "partitions": info.partitions,
         "key_columns": list(info.key_columns),
+        "iceberg_table": info.iceberg_table,
+        "iceberg_metadata": info.iceberg_metadata,
         "partition_info": [
             {
                 "partition": p.partition,
@@ -85,6 +87,8 @@ def _describe_text(info: Any) -> str:
         f"table       {info.table}",
         f"table id    {info.table_id}",
         f"partitions  {info.partitions}, keyed by {keys}",
+        f"iceberg     {info.iceberg_table or '-'}",
+        f"metadata    {info.iceberg_metadata or '-'}",
         "",
         "columns",
     ]
@@ -172,6 +176,32 @@ def table_drop(
     with client_for() as c:
         c.drop_table(table)
     typer.echo(f"dropped {table}")
+
+
+@table_app.command("snapshots")
+def table_snapshots(table: TableArg, as_json: JsonFlag = False) -> None:
+    """The table's Iceberg snapshots, oldest first: what `scan --as-of` can name."""
+    with client_for() as c:
+        snaps = c.list_snapshots(table)
+    if as_json:
+        for s in snaps:
+            typer.echo(json.dumps(
+                {"snapshot_id": s.snapshot_id, "timestamp_ms": s.timestamp_ms,
+                 "operation": s.operation, "summary": dict(s.summary)}
+            ))  # fmt: skip
+        return
+    rows = [["snapshot", "committed at (UTC)", "operation", "added records"]]
+    for s in snaps:
+        when = dt.datetime.fromtimestamp(s.timestamp_ms / 1000, dt.UTC)
+        rows.append(
+            [
+                str(s.snapshot_id),
+                when.isoformat(timespec="milliseconds").replace("+00:00", "Z"),
+                s.operation,
+                s.summary.get("added-records", "0"),
+            ]
+        )
+    typer.echo("\n".join(_columns(rows)) if snaps else f"{table} has no snapshot yet")
 
 
 def _json_lines(stream: IO[str], schema: pa.Schema, batch_rows: int) -> Iterator[pa.RecordBatch]:
@@ -353,6 +383,10 @@ def read(
         Path | None, typer.Option(help="Write Parquet here instead of printing JSON lines.")
     ] = None,
     follow: Annotated[bool, typer.Option(help="Keep waiting for new records.")] = False,
+    show_tier: Annotated[
+        bool,
+        typer.Option(help="Add _tier to each record: 'iceberg' or 'hot', the tier that served it."),
+    ] = False,
 ) -> None:
     """Read records as JSON lines (or into Parquet): every partition unless told one, from
     --from to the end (or --max-records); with --follow, keep waiting for new ones."""
@@ -370,6 +404,7 @@ def read(
             start=begin,
             follow=follow,
             auto_commit_interval=None,
+            with_tier=show_tier,
         ) as consumer:
             for batch in consumer.batches():
                 if max_records and total + batch.num_rows > max_records:
@@ -427,6 +462,18 @@ def scan(
             for row in batch_to_rows([batch]):
                 sys.stdout.write(json.dumps(row) + "\n")
     sys.stdout.flush()
+
+
+@group_app.command("list")
+def group_list(
+    table: Annotated[
+        str | None, typer.Argument(help="Only this table's groups.", show_default=False)
+    ] = None,
+) -> None:
+    """Consumer groups with committed offsets, and their tables."""
+    with client_for() as c:
+        for group, ref in c.list_groups(table):
+            typer.echo(f"{group}\t{ref}")
 
 
 @group_app.command("describe")

@@ -12,6 +12,7 @@ from gateway.client._types import (
     Field,
     PartitionInfo,
     RecordMetadata,
+    Snapshot,
     TableInfo,
     TableRef,
 )
@@ -80,6 +81,7 @@ __all__ = [
     "Retry",
     "RetryableError",
     "SchemaMismatch",
+    "Snapshot",
     "SnapshotNotFound",
     "TableAlreadyExists",
     "TableInfo",

@@ -39,6 +39,7 @@ class AsyncConsumer:
         auto_commit_interval: float | None = 5.0,
         max_records: int = 10_000,
         poll_interval: float = 0.1,
+        with_tier: bool = False,
     ) -> None:
         self.client = client
         self._table_name = table
@@ -50,6 +51,7 @@ class AsyncConsumer:
         self.auto_commit_interval = auto_commit_interval
         self.max_records = max_records
         self.poll_interval = poll_interval
+        self.with_tier = with_tier
         self.positions: dict[int, int] = {}
         self.consumed: dict[int, int] = {}
         self._committed: dict[int, int] = {}
@@ -126,7 +128,7 @@ class AsyncConsumer:
         for k in range(n):
             p = self.partitions[(self._next + k) % n]
             batches, nxt = await self.client._read_once(
-                self.ref, p, self.positions[p], self.max_records
+                self.ref, p, self.positions[p], self.max_records, self.with_tier
             )
             out.extend(batches)
             self.positions[p] = nxt

@@ -11,7 +11,30 @@ from gateway.client._types import StartAt, TableInfo, TableRef
 from gateway.wire._proto.tidegate.v1 import tidegate_pb2 as pb
 from gateway.wire.errors import InvalidPartition
 
-__all__ = ["mark_consumed", "scan_request", "scan_table", "start_positions"]
+__all__ = [
+    "TIER_COLUMN",
+    "label_tier",
+    "mark_consumed",
+    "scan_request",
+    "scan_table",
+    "start_positions",
+]
+
+#: The column ``with_tier`` reads add: "iceberg" or "hot", the tier that served the record.
+TIER_COLUMN = "_tier"
+
+
+def label_tier(batches: list[pa.RecordBatch], tiered_watermark: int) -> list[pa.RecordBatch]:
+    """``batches`` with :data:`TIER_COLUMN`: offsets below the read's tiered watermark came
+    from the Iceberg table, the others from the hot tier."""
+    import pyarrow.compute as pc
+
+    out = []
+    for b in batches:
+        cold = pc.less(b.column("_offset"), pa.scalar(tiered_watermark, pa.int64()))
+        tier = pc.if_else(cold, pa.scalar("iceberg"), pa.scalar("hot"))
+        out.append(b.append_column(TIER_COLUMN, tier))
+    return out
 
 
 def mark_consumed(consumed: dict[int, int], batch: pa.RecordBatch) -> None:

@@ -199,7 +199,7 @@ class RowPlan:
         self.schema = schema
         self.names = tuple(schema.names)
         self._names = frozenset(self.names)
-        self._required = frozenset(f.name for f in schema if not f.nullable)
+        self._required = self._names  # a nullable column is given as None, not left out
         self._fields = [(f.name, value_check(f.type), f.nullable) for f in schema]
         index = {n: i for i, n in enumerate(self.names)}
         self.key_index = tuple(index[c] for c in key_columns)
@@ -212,7 +212,7 @@ class RowPlan:
         an Arrow conversion can tell whether it fits.
 
         Raises:
-            SchemaMismatch: unknown or missing (non-nullable) columns, or a value Arrow
+            SchemaMismatch: unknown or missing columns, or a value Arrow
                 would refuse.
         """
         values = []
@@ -220,12 +220,9 @@ class RowPlan:
         found = 0
         for name, check, nullable in self._fields:
             v = row.get(name, _MISSING)
-            if v is _MISSING:
-                if not nullable:
-                    self._refuse_columns(row)
-                v = None
-            else:
-                found += 1
+            if v is _MISSING:  # every column needs a value (None for a nullable one)
+                self._refuse_columns(row)
+            found += 1
             if v is None:
                 if not nullable:
                     raise SchemaMismatch(f"column {name!r} is not nullable but the row holds None")
@@ -246,11 +243,11 @@ class RowPlan:
 
     def _refuse_columns(self, row: Mapping[str, Any]) -> None:
         extra = sorted(str(k) for k in row if k not in self._names)
-        missing = [n for n, _, nullable in self._fields if not nullable and n not in row]
+        missing = [n for n, _, _ in self._fields if n not in row]
         raise columns_mismatch("the row", extra, missing)
 
     def check_columns(self, row: Mapping[str, Any]) -> None:
-        """Refuse unknown and missing non-nullable columns (for rows Arrow converts:
+        """Refuse unknown and missing columns (for rows Arrow converts:
         ``from_pylist`` would drop unknown keys silently)."""
         if not self._names.issuperset(row) or not self._required.issubset(row):
             self._refuse_columns(row)

@@ -24,11 +24,12 @@ from gateway.client._channel import (
     channel_options,
     normalise_target,
 )
-from gateway.client._reading import scan_request, scan_table
+from gateway.client._reading import label_tier, scan_request, scan_table
 from gateway.client._sync_consumer import Consumer
 from gateway.client._sync_producer import Producer
 from gateway.client._types import (
     AppendRange,
+    Snapshot,
     TableInfo,
     TableRef,
     ranges_from_pb,
@@ -180,6 +181,12 @@ class Client:
         )
         return [TableInfo.from_pb(t) for t in response.tables]
 
+    def list_snapshots(self, table: str | TableRef) -> list[Snapshot]:
+        """The table's Iceberg snapshots, oldest first (what ``as_of`` can name)."""
+        request = pb.ListSnapshotsRequest(table=TableRef.parse(table).pb())
+        response = self._call("ListSnapshots", request, idempotent=True)
+        return [Snapshot.from_pb(s) for s in response.snapshots]
+
     def drop_table(self, table: str | TableRef) -> None:
         self._call("DropTable", pb.DropTableRequest(table=TableRef.parse(table).pb()))
 
@@ -241,8 +248,12 @@ class Client:
         max_bytes: int = 0,
         follow: bool = False,
         timeout: float | None = None,
+        with_tier: bool = False,
     ) -> Iterator[tuple[list[pa.RecordBatch], int, int]]:
         """``(batches, next_offset, high_watermark)`` per response message.
+
+        With ``with_tier`` each batch has one more column, ``_tier``: "iceberg" or "hot",
+        the tier that served the record.
 
         With ``follow`` the iterator waits for new records until ``max_records`` have
         arrived or ``timeout`` seconds pass (then it ends quietly).
@@ -262,7 +273,10 @@ class Client:
         )
         try:
             for msg in call:
-                yield decode(msg.arrow_ipc), msg.next_offset, msg.high_watermark
+                batches = decode(msg.arrow_ipc)
+                if with_tier:
+                    batches = label_tier(batches, msg.tiered_watermark)
+                yield batches, msg.next_offset, msg.high_watermark
         except grpc.RpcError as exc:
             if follow and cast(grpc.Call, exc).code() is grpc.StatusCode.DEADLINE_EXCEEDED:
                 return
@@ -290,7 +304,7 @@ class Client:
         return pa.Table.from_batches(batches)
 
     def _read_once(
-        self, ref: TableRef, partition: int, offset: int, max_records: int
+        self, ref: TableRef, partition: int, offset: int, max_records: int, with_tier: bool = False
     ) -> tuple[list[pa.RecordBatch], int]:
         """One bounded read, retried on retryable errors; ``(batches, next_offset)``."""
         started = time.monotonic()
@@ -300,7 +314,11 @@ class Client:
                 out: list[pa.RecordBatch] = []
                 nxt = offset
                 for chunk, next_offset, _ in self.read_batches(
-                    ref, partition=partition, offset=offset, max_records=max_records
+                    ref,
+                    partition=partition,
+                    offset=offset,
+                    max_records=max_records,
+                    with_tier=with_tier,
                 ):
                     out.extend(b for b in chunk if b.num_rows)
                     nxt = max(nxt, next_offset)
@@ -392,6 +410,15 @@ class Client:
             offsets=[pb.PartitionOffset(partition=p, offset=o) for p, o in offsets.items()],
         )
         self._call("CommitOffsets", request, idempotent=True)
+
+    def list_groups(self, table: str | TableRef | None = None) -> list[tuple[str, TableRef]]:
+        """``(group, table)`` for every consumer group with committed offsets (of ``table``
+        only when given)."""
+        request = pb.ListGroupsRequest()
+        if table is not None:
+            request.table.CopyFrom(TableRef.parse(table).pb())
+        response = self._call("ListGroups", request, idempotent=True)
+        return [(g.group, TableRef(g.table.namespace, g.table.name)) for g in response.groups]
 
     def fetch_offsets(
         self, group: str, table: str | TableRef, partitions: Sequence[int] | None = None

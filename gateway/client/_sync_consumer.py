@@ -43,6 +43,7 @@ class Consumer:
             commit only by :meth:`commit`.
         max_records: records per fetch and partition.
         poll_interval: wait between polls while every partition is caught up.
+        with_tier: add a ``_tier`` column ("iceberg" or "hot": the tier that served it).
     """
 
     def __init__(
@@ -57,6 +58,7 @@ class Consumer:
         auto_commit_interval: float | None = 5.0,
         max_records: int = 10_000,
         poll_interval: float = 0.1,
+        with_tier: bool = False,
     ) -> None:
         self.client = client
         self.table = client.table_info(table)
@@ -69,6 +71,7 @@ class Consumer:
         self.auto_commit_interval = auto_commit_interval
         self.max_records = max_records
         self.poll_interval = poll_interval
+        self.with_tier = with_tier
         committed = client.fetch_offsets(group, self.ref, self.partitions) if group else {}
         by_time = (
             client.offsets_for_times(self.ref, start, self.partitions)
@@ -123,7 +126,9 @@ class Consumer:
         n = len(self.partitions)
         for k in range(n):
             p = self.partitions[(self._next + k) % n]
-            batches, nxt = self.client._read_once(self.ref, p, self.positions[p], self.max_records)
+            batches, nxt = self.client._read_once(
+                self.ref, p, self.positions[p], self.max_records, self.with_tier
+            )
             out.extend(batches)
             self.positions[p] = nxt
         self._next = (self._next + 1) % max(1, n)

@@ -19,6 +19,7 @@ __all__ = [
     "Field",
     "PartitionInfo",
     "RecordMetadata",
+    "Snapshot",
     "StartAt",
     "TableInfo",
     "TableRef",
@@ -67,6 +68,20 @@ class TableRef:
 
 
 @dataclass(frozen=True, slots=True)
+class Snapshot:
+    """An Iceberg snapshot of a table: what ``as_of`` can name."""
+
+    snapshot_id: int
+    timestamp_ms: int
+    operation: str
+    summary: Mapping[str, str]
+
+    @classmethod
+    def from_pb(cls, s: pb.Snapshot) -> Snapshot:
+        return cls(s.snapshot_id, s.timestamp_ms, s.operation, dict(s.summary))
+
+
+@dataclass(frozen=True, slots=True)
 class Field:
     """A column: its name, Arrow type name and whether it takes nulls."""
 
@@ -100,6 +115,10 @@ class TableInfo:
     table_id: str = ""
     fields: tuple[Field, ...] = ()
     partition_info: tuple[PartitionInfo, ...] = ()
+    #: The Iceberg table's identifier in the gateway's catalog and its current metadata
+    #: file: what DuckDB, pyiceberg or Spark open to read the tiered rows directly.
+    iceberg_table: str = ""
+    iceberg_metadata: str = ""
 
     @property
     def table(self) -> TableRef:
@@ -125,6 +144,8 @@ class TableInfo:
             partitions=info.partitions,
             key_columns=tuple(info.key_columns),
             table_id=info.table_id,
+            iceberg_table=info.iceberg_table,
+            iceberg_metadata=info.iceberg_metadata,
             fields=fields,
             partition_info=tuple(
                 PartitionInfo(

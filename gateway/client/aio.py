@@ -36,9 +36,10 @@ from gateway.client._channel import (
     channel_options,
     normalise_target,
 )
-from gateway.client._reading import scan_request, scan_table
+from gateway.client._reading import label_tier, scan_request, scan_table
 from gateway.client._types import (
     AppendRange,
+    Snapshot,
     TableInfo,
     TableRef,
     ranges_from_pb,
@@ -159,6 +160,12 @@ class AsyncClient:
         )
         return [TableInfo.from_pb(t) for t in response.tables]
 
+    async def list_snapshots(self, table: str | TableRef) -> list[Snapshot]:
+        """The table's Iceberg snapshots, oldest first (what ``as_of`` can name)."""
+        request = pb.ListSnapshotsRequest(table=TableRef.parse(table).pb())
+        response = await self._call("ListSnapshots", request, idempotent=True)
+        return [Snapshot.from_pb(s) for s in response.snapshots]
+
     async def drop_table(self, table: str | TableRef) -> None:
         await self._call("DropTable", pb.DropTableRequest(table=TableRef.parse(table).pb()))
 
@@ -217,6 +224,7 @@ class AsyncClient:
         max_bytes: int = 0,
         follow: bool = False,
         timeout: float | None = None,
+        with_tier: bool = False,
     ) -> AsyncIterator[tuple[list[pa.RecordBatch], int, int]]:
         request = pb.ReadRequest(
             table=TableRef.parse(table).pb(),
@@ -233,7 +241,10 @@ class AsyncClient:
         )
         try:
             async for msg in call:
-                yield decode(msg.arrow_ipc), msg.next_offset, msg.high_watermark
+                batches = decode(msg.arrow_ipc)
+                if with_tier:
+                    batches = label_tier(batches, msg.tiered_watermark)
+                yield batches, msg.next_offset, msg.high_watermark
         except grpc.RpcError as exc:
             if follow and cast(grpc.Call, exc).code() is grpc.StatusCode.DEADLINE_EXCEEDED:
                 return
@@ -260,7 +271,7 @@ class AsyncClient:
         return pa.Table.from_batches(batches)
 
     async def _read_once(
-        self, ref: TableRef, partition: int, offset: int, max_records: int
+        self, ref: TableRef, partition: int, offset: int, max_records: int, with_tier: bool = False
     ) -> tuple[list[pa.RecordBatch], int]:
         started = time.monotonic()
         failures = 0
@@ -269,7 +280,11 @@ class AsyncClient:
                 out: list[pa.RecordBatch] = []
                 nxt = offset
                 async for chunk, next_offset, _ in self.read_batches(
-                    ref, partition=partition, offset=offset, max_records=max_records
+                    ref,
+                    partition=partition,
+                    offset=offset,
+                    max_records=max_records,
+                    with_tier=with_tier,
                 ):
                     out.extend(b for b in chunk if b.num_rows)
                     nxt = max(nxt, next_offset)
@@ -362,6 +377,15 @@ class AsyncClient:
             offsets=[pb.PartitionOffset(partition=p, offset=o) for p, o in offsets.items()],
         )
         await self._call("CommitOffsets", request, idempotent=True)
+
+    async def list_groups(self, table: str | TableRef | None = None) -> list[tuple[str, TableRef]]:
+        """``(group, table)`` for every consumer group with committed offsets (of ``table``
+        only when given)."""
+        request = pb.ListGroupsRequest()
+        if table is not None:
+            request.table.CopyFrom(TableRef.parse(table).pb())
+        response = await self._call("ListGroups", request, idempotent=True)
+        return [(g.group, TableRef(g.table.namespace, g.table.name)) for g in response.groups]
 
     async def fetch_offsets(
         self, group: str, table: str | TableRef, partitions: Sequence[int] | None = None

@@ -35,6 +35,7 @@ __all__ = [
     "ColdTable",
     "DataFile",
     "PlannedFile",
+    "SnapshotInfo",
     "StorageOptions",
     "fs_path",
     "write_data_file",
@@ -176,8 +177,32 @@ def write_data_file(
     )
 
 
+@dataclass(frozen=True, slots=True)
+class SnapshotInfo:
+    """One committed snapshot, as engines list them."""
+
+    snapshot_id: int
+    timestamp_ms: int
+    operation: str
+    summary: Mapping[str, str]
+
+
 class ColdTable(ABC):
     """One stream-table's Iceberg table."""
+
+    @property
+    @abstractmethod
+    def name(self) -> str:
+        """The table's identifier in the catalog (``namespace.table``)."""
+
+    @property
+    @abstractmethod
+    def metadata_location(self) -> str:
+        """The current metadata file (what an engine outside Tidegate opens)."""
+
+    @abstractmethod
+    def snapshots(self) -> list[SnapshotInfo]:
+        """Every retained snapshot, oldest first."""
 
     @abstractmethod
     def snapshot(self, as_of: int | dt.datetime | None = None) -> ColdSnapshot:

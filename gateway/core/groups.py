@@ -52,3 +52,22 @@ class GroupOps(CoreBase):
         wanted = set(self._partitions(table, partitions))
         got = await self._run(self.meta.fetch_offsets, tenant, group, table.definition.table_id)
         return {p: o for p, o in sorted(got.items()) if p in wanted}
+
+    async def list_groups(
+        self, tenant: str, namespace: str | None = None, name: str | None = None
+    ) -> list[tuple[str, str, str]]:
+        """``(group, namespace, table)`` for every group with committed offsets, of one
+        table when ``namespace`` and ``name`` are given.
+
+        Raises:
+            TableNotFound: the table named does not exist.
+        """
+        table_id = None
+        if namespace or name:
+            table_id = (await self.table(tenant, namespace or "", name or "")).definition.table_id
+        found = await self._run(self.meta.list_groups, tenant, table_id)
+        names = {
+            d.table_id: (d.namespace, d.name)
+            for d in await self._run(self.meta.list_tables, tenant, None)
+        }
+        return sorted((group, *names[tid]) for group, tid in found if tid in names)

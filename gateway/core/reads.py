@@ -114,7 +114,7 @@ class ReadOps(CoreBase):
                     stored, part.partition, next_offset, remaining, max_bytes, nbytes
                 )
                 out.extend(hot)
-            return ReadResult(out, next_offset, max(high, next_offset), table.stored_schema)
+            return ReadResult(out, next_offset, max(high, next_offset), table.stored_schema, tiered)
 
         return await self._run(fetch)
 

@@ -6,6 +6,7 @@ import contextlib
 from collections.abc import Sequence
 from typing import Any
 
+from gateway.cold.base import SnapshotInfo
 from gateway.core.base import CoreBase
 from gateway.core.names import check_ident
 from gateway.core.views import PartitionView, TableView
@@ -83,11 +84,17 @@ class TableOps(CoreBase):
         table = await self.table(tenant, namespace, name)
         d = table.definition
 
+        where = ["", ""]
+
         def offsets() -> list[PartitionView]:
             views = []
             cached = {p.partition: p for p in self.meta.partitions(d.table_id)}
             # The snapshot summary is the source of truth of T(p); the store caches it.
-            snap = self._cold_table(table).snapshot() if self.cold is not None else None
+            snap = None
+            if self.cold is not None:
+                cold = self._cold_table(table)
+                snap = cold.snapshot()
+                where[:] = [cold.name, cold.metadata_location]
             for p in range(d.partitions):
                 o = self.hot.offsets(PartitionId(d.tenant, d.table_id, p))
                 if snap is not None:
@@ -108,7 +115,19 @@ class TableOps(CoreBase):
                 )
             return views
 
-        return TableView(d, table.schema, tuple(await self._run(offsets)))
+        parts = tuple(await self._run(offsets))
+        return TableView(d, table.schema, parts, iceberg_table=where[0], iceberg_metadata=where[1])
+
+    async def list_snapshots(self, tenant: str, namespace: str, name: str) -> list[SnapshotInfo]:
+        """The table's Iceberg snapshots, oldest first (none without a cold tier).
+
+        Raises:
+            TableNotFound: no such table in this tenant.
+        """
+        table = await self.table(tenant, namespace, name)
+        if self.cold is None:
+            return []
+        return await self._run(self._cold_table(table).snapshots)
 
     async def list_tables(self, tenant: str, namespace: str | None = None) -> list[TableView]:
         if namespace:

@@ -49,6 +49,9 @@ class TableView:
     definition: TableDef
     schema: pa.Schema
     partitions: tuple[PartitionView, ...] = ()
+    #: The Iceberg table's identifier and current metadata file (describe only).
+    iceberg_table: str = ""
+    iceberg_metadata: str = ""
 
     @property
     def stored_schema(self) -> pa.Schema:
@@ -62,6 +65,8 @@ class ReadResult:
     next_offset: int
     high_watermark: int
     schema: pa.Schema = field(repr=False, default_factory=lambda: pa.schema([]))
+    #: Offsets below it were read from the Iceberg table, the others from the hot tier.
+    tiered_watermark: int = 0
 
     @property
     def num_records(self) -> int:

@@ -471,6 +471,16 @@ class MetadataStore:
         with self._session(write=False) as session:
             return {int(p): int(o) for p, o in session.execute(stmt)}
 
+    def list_groups(self, tenant: str, table_id: str | None = None) -> list[tuple[str, str]]:
+        """``(group, table_id)`` pairs with committed offsets, of one table when given."""
+        stmt = select(GroupOffset.group_id, GroupOffset.table_id).where(
+            GroupOffset.tenant_id == tenant
+        )
+        if table_id is not None:
+            stmt = stmt.where(GroupOffset.table_id == table_id)
+        with self._session(write=False) as session:
+            return sorted({(str(g), str(t)) for g, t in session.execute(stmt.distinct())})
+
     def update_tiered_watermarks(self, table_id: str, watermarks: Mapping[int, int]) -> None:
         """Raise the cached tiered watermarks (a cache of the Iceberg snapshot summary,
         which wins). Like :meth:`update_high_watermarks`, a value is only ever raised."""

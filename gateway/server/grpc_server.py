@@ -68,6 +68,8 @@ def table_info(view: TableView) -> pb.TableInfo:
             for p in view.partitions
         ],
         created_at_ms=int(d.created_at.timestamp() * 1000),
+        iceberg_table=view.iceberg_table,
+        iceberg_metadata=view.iceberg_metadata,
     )
 
 
@@ -91,7 +93,9 @@ def _read_messages(result: ReadResult) -> tuple[list[pb.ReadResponse], int]:
     still tells where the log ends."""
     if not result.batches:
         empty = pb.ReadResponse(
-            next_offset=result.next_offset, high_watermark=result.high_watermark
+            next_offset=result.next_offset,
+            high_watermark=result.high_watermark,
+            tiered_watermark=result.tiered_watermark,
         )
         return [empty], 0
     out: list[pb.ReadResponse] = []
@@ -112,6 +116,7 @@ def _read_messages(result: ReadResult) -> tuple[list[pb.ReadResponse], int]:
                     arrow_ipc=payload,
                     next_offset=next_offset,
                     high_watermark=result.high_watermark,
+                    tiered_watermark=result.tiered_watermark,
                 )
             )
             pending, size = [], 0
@@ -152,6 +157,24 @@ class TidegateServicer(pb_grpc.TidegateServicer):  # type: ignore[misc]
     ) -> pb.ListTablesResponse:
         views = await self.service.list_tables(current_call().tenant, request.namespace or None)
         return pb.ListTablesResponse(tables=[table_info(v) for v in views])
+
+    async def ListSnapshots(
+        self, request: pb.ListSnapshotsRequest, context: Any
+    ) -> pb.ListSnapshotsResponse:
+        snaps = await self.service.list_snapshots(
+            current_call().tenant, request.table.namespace, request.table.name
+        )
+        return pb.ListSnapshotsResponse(
+            snapshots=[
+                pb.Snapshot(
+                    snapshot_id=s.snapshot_id,
+                    timestamp_ms=s.timestamp_ms,
+                    operation=s.operation,
+                    summary=dict(s.summary),
+                )
+                for s in snaps
+            ]
+        )
 
     async def DropTable(self, request: pb.DropTableRequest, context: Any) -> pb.DropTableResponse:
         await self.service.drop_table(
@@ -283,6 +306,20 @@ class TidegateServicer(pb_grpc.TidegateServicer):  # type: ignore[misc]
             list(request.partitions),
         )
         return pb.FetchOffsetsResponse(offsets=_partition_offsets(found))
+
+    async def ListGroups(
+        self, request: pb.ListGroupsRequest, context: Any
+    ) -> pb.ListGroupsResponse:
+        ref = request.table if request.HasField("table") else None
+        found = await self.service.list_groups(
+            current_call().tenant, ref.namespace if ref else None, ref.name if ref else None
+        )
+        return pb.ListGroupsResponse(
+            groups=[
+                pb.GroupTable(group=g, table=pb.TableRef(namespace=ns, name=n))
+                for g, ns, n in found
+            ]
+        )
 
     # Scans and plans ---------------------------------------------------------------------
     async def Scan(self, request: pb.ScanRequest, context: Any) -> AsyncIterator[pb.ScanResponse]:

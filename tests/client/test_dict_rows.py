@@ -114,9 +114,10 @@ def test_the_check_agrees_with_arrow(t: pa.DataType, nullable: bool, value: Any)
 def test_columns_are_checked_by_name() -> None:
     schema = pa.schema([pa.field("id", pa.int64(), nullable=False), pa.field("note", pa.string())])
     plan = RowPlan(schema)
-    assert plan.check({"id": 1}) == ((1, None), 8)  # a missing nullable column is null
+    assert plan.check({"id": 1, "note": None}) == ((1, None), 8)  # null is given, not left out
     assert plan.check({"note": "x", "id": 2}) == ((2, "x"), 13)  # any order
-    for bad in [{"id": 1, "extra": 2}, {"note": "x"}, {"id": None}, {}, {"id": 1, 7: 2}]:
+    bad_rows = [{"id": 1, "extra": 2}, {"note": "x"}, {"id": None}, {}, {"id": 1, 7: 2}, {"id": 1}]
+    for bad in bad_rows:
         with pytest.raises(SchemaMismatch):
             plan.check(bad)
     # Values only Arrow can judge: the columns are still checked (from_pylist would drop
@@ -126,7 +127,7 @@ def test_columns_are_checked_by_name() -> None:
         with pytest.raises(SchemaMismatch):
             acc.add(bad, None)
         with pytest.raises(SchemaMismatch):
-            acc.add([{"id": 1}, bad], None)
+            acc.add([{"id": 1, "note": None}, bad], None)
     assert acc.buffered == 0 and acc.drain(time.monotonic(), force=True) == []
 
 
@@ -193,7 +194,7 @@ def test_a_request_carries_one_record_batch_in_send_order() -> None:
     acc.add([{"n": 1, "s": "b"}, {"n": 2, "s": None}], None)
     acc.add(pa.table({"n": [3, 4], "s": ["c", "d"]}), None)
     acc.add({"n": np.int64(5), "s": "e"}, None)  # the check is unsure: the Arrow way
-    acc.add({"n": 6}, None)
+    acc.add({"n": 6, "s": None}, None)
     acc.add(pa.record_batch({"s": ["f"], "n": pa.array([7], pa.int32())}), None)
     (batch,) = acc.drain(time.monotonic(), force=True)
     batch.seal(schema, "zstd")

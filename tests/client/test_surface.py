@@ -44,6 +44,7 @@ def test_public_surface_is_pinned() -> None:
         "Retry",
         "RetryableError",
         "SchemaMismatch",
+        "Snapshot",
         "SnapshotNotFound",
         "TableAlreadyExists",
         "TableInfo",

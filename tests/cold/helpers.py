@@ -145,7 +145,7 @@ def tier(
 
 
 # Readers that are not Tidegate ----------------------------------------------------------
-def _extension(name: str) -> str:
+def extension_file(name: str) -> str:
     import importlib
 
     pkg = importlib.import_module(f"duckdb_extension_{name}")
@@ -163,11 +163,11 @@ def duckdb_rows(store: IcebergColdStore, table: IcebergColdTable) -> list[dict[s
     con = duckdb.connect()
     try:
         for name in ("avro", "iceberg"):
-            con.execute(f"INSTALL '{_extension(name)}'")
+            con.execute(f"INSTALL '{extension_file(name)}'")
             con.execute(f"LOAD {name}")
         if store.warehouse.startswith("s3://"):
             p = store.io_properties
-            con.execute(f"INSTALL '{_extension('httpfs')}'")
+            con.execute(f"INSTALL '{extension_file('httpfs')}'")
             con.execute("LOAD httpfs")
             con.execute(
                 "CREATE SECRET (TYPE s3, KEY_ID ?, SECRET ?, REGION ?, ENDPOINT ?, "

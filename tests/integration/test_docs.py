@@ -90,3 +90,70 @@ def test_readme_examples(gateway: GatewayProcess, tmp_path: Path) -> None:
         assert sum(p.high_watermark for p in clicks.partition_info) == 2
     with gateway.client() as other:  # the bootstrap tenant sees none of shop's tables
         assert not other.list_tables("shop")
+
+
+def _duckdb_home(home: Path) -> None:
+    """DuckDB's extensions installed in ``home`` from their PyPI packages, so the README's
+    ``INSTALL iceberg`` finds them there instead of downloading them (no internet here)."""
+    import duckdb
+
+    from tests.cold.helpers import extension_file
+
+    home.mkdir(exist_ok=True)
+    con = duckdb.connect(config={"extension_directory": str(home / ".duckdb" / "extensions")})
+    for name in ("avro", "iceberg"):
+        con.execute(f"INSTALL '{extension_file(name)}'")
+    con.close()
+
+
+def test_readme_tiering_and_direct_iceberg_reads(tmp_path: Path) -> None:
+    """The Tiering section's commands and its pyiceberg and DuckDB example, on a gateway that
+    tiers every half second (the text waits one 30 s interval: the test waits one of its)."""
+    (commands,) = blocks("Tiering", "sh")
+    (python,) = blocks("Tiering", "python")
+    gateway = GatewayProcess(
+        tmp_path / "gw",
+        {
+            "TIDEGATE_HOT__TYPE": "disk",
+            "TIDEGATE_TIERING__INTERVAL_S": "0.5",
+            "TIDEGATE_TIERING__HOT_RETENTION_S": "0",
+        },
+    )
+    gateway.start()
+    try:
+        env = {k: v for k, v in os.environ.items() if not k.startswith("TIDEGATE_")}
+        env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env['PATH']}"
+        env["TIDEGATE_TARGET"] = gateway.grpc_target
+        env["TIDEGATE_API_KEY"] = str(gateway.api_key)
+        assert "sleep 35" in commands
+        out = subprocess.run(
+            ["bash", "-euo", "pipefail", "-c", commands.replace("sleep 35", "sleep 3")],
+            check=True,
+            env=env,
+            timeout=120,
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+        ).stdout
+        lines = out.splitlines()
+        # The last partition-0 row is describe's (create printed one before the appends).
+        part0 = [line.split() for line in lines if line.strip().startswith("0 ")][-1]
+        assert part0[:6] == ["0", "0", "2", "2", "0", "0"]  # HW 2, T 2, no lag
+        read = [json.loads(line) for line in lines if line.startswith("{")]
+        assert [(r["page"], r["_tier"]) for r in read] == [("/", "iceberg"), ("/buy", "iceberg")]
+        assert any(line.split()[2:4] == ["append", "2"] for line in lines if line[:1].isdigit())
+        _duckdb_home(tmp_path / "home")
+        env["HOME"] = str(tmp_path / "home")
+        code = python.replace("127.0.0.1:50051", gateway.grpc_target)
+        printed = subprocess.run(
+            [sys.executable, "-c", code],
+            check=True,
+            env=env,
+            timeout=120,
+            capture_output=True,
+            text=True,
+        ).stdout
+        expected = [line.lstrip("# ") for line in python.splitlines() if line.startswith("# [")]
+        assert printed.splitlines() == expected
+    finally:
+        gateway.stop()

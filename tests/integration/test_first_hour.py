@@ -238,6 +238,13 @@ def test_groups_stdin_system_columns_and_as_of(
     assert described.splitlines()[0].split() == ["partition", "committed", "high", "watermark",
                                                   "lag"]  # fmt: skip
     assert all(line.split()[-1] == "0" for line in described.splitlines()[1:])
+    assert f"g\t{table}" in cli(gateway, "group", "list").stdout.splitlines()
+    assert cli(gateway, "group", "list", table).stdout.splitlines() == [f"g\t{table}"]
+    with gateway.http_client() as http:
+        groups = http.get("/v1/groups", params={"namespace": namespace, "name": "events"}).json()
+        assert groups == {"groups": [{"group": "g", "namespace": namespace, "name": "events"}]}
+        assert http.get(f"/v1/tables/{namespace}/events/snapshots").json() == {"snapshots": []}
+    assert "has no snapshot yet" in cli(gateway, "table", "snapshots", table).stdout
     cli(gateway, "group", "reset", "g", table, "--to", "earliest")
     assert len(rows(cli(gateway, "read", table, "--group", "g").stdout)) == 20
     # Scans, and --as-of on a table that has no Iceberg snapshot yet: one sentence.

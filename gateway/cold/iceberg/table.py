@@ -22,6 +22,7 @@ from gateway.cold.base import (
     ColdTable,
     DataFile,
     PlannedFile,
+    SnapshotInfo,
     fs_path,
 )
 from gateway.cold.iceberg.filters import to_pyiceberg
@@ -137,9 +138,22 @@ class IcebergColdTable(ColdTable):
         return self._load()
 
     @property
+    def name(self) -> str:
+        return ".".join(self.identifier)
+
+    @property
     def metadata_location(self) -> str:
         """The current metadata file (what an engine outside Tidegate opens)."""
         return str(self._load().metadata_location)
+
+    def snapshots(self) -> list[SnapshotInfo]:
+        out = []
+        for snap in sorted(self._load().snapshots(), key=lambda s: s.timestamp_ms):
+            summary = snap.summary
+            props = dict(summary.additional_properties) if summary is not None else {}
+            operation = summary.operation.value if summary is not None else ""
+            out.append(SnapshotInfo(snap.snapshot_id, snap.timestamp_ms, operation, props))
+        return out
 
     @property
     def location(self) -> str:

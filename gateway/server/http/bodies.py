@@ -18,6 +18,7 @@ from gateway.server.http.models import (
     ARROW_STREAM,
     HEADER_HIGH_WATERMARK,
     HEADER_NEXT_OFFSET,
+    HEADER_TIERED_WATERMARK,
     AppendRequest,
 )
 from gateway.wire.codec import encode_stream
@@ -84,6 +85,8 @@ def describe(view: TableView, *, with_partitions: bool) -> dict[str, Any]:
             }
             for p in view.partitions
         ]
+        out["iceberg_table"] = view.iceberg_table
+        out["iceberg_metadata"] = view.iceberg_metadata
     return out
 
 
@@ -194,6 +197,7 @@ def read_response(result: ReadResult, arrow: bool) -> Response:
     headers = {
         HEADER_NEXT_OFFSET: str(result.next_offset),
         HEADER_HIGH_WATERMARK: str(result.high_watermark),
+        HEADER_TIERED_WATERMARK: str(result.tiered_watermark),
     }
     if arrow:
         body = encode_stream(result.batches, result.schema)
@@ -202,6 +206,7 @@ def read_response(result: ReadResult, arrow: bool) -> Response:
         "records": batch_to_rows(result.batches),
         "next_offset": result.next_offset,
         "high_watermark": result.high_watermark,
+        "tiered_watermark": result.tiered_watermark,
     }
     return JSONResponse(content, headers=headers)
 

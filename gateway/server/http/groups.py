@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Path
+from fastapi import APIRouter, Path, Query
 from fastapi.responses import JSONResponse
 
 from gateway.server.calls import DataCalls
 from gateway.server.http.deps import Caller, Name, Namespace
-from gateway.server.http.models import ERRORS, CommitOffsetsRequest, GroupOffsets
+from gateway.server.http.models import ERRORS, CommitOffsetsRequest, GroupList, GroupOffsets
 from gateway.wire.errors import InvalidRequest
 
 __all__ = ["groups_router"]
@@ -29,11 +29,27 @@ def _offsets(group: str, namespace: str, name: str, got: dict[int, int]) -> JSON
 
 
 def groups_router(calls: DataCalls) -> APIRouter:
-    router = APIRouter(prefix="/v1/groups/{group}/tables/{namespace}/{name}", tags=["groups"])
+    router = APIRouter(prefix="/v1/groups", tags=["groups"])
     service = calls.service
 
     @router.get(
-        "/offsets",
+        "",
+        response_model=GroupList,
+        responses=ERRORS,
+        summary="The consumer groups with committed offsets, per table.",
+    )
+    async def list_groups(
+        caller: Caller,
+        namespace: Annotated[str | None, Query(description="With name: one table only.")] = None,
+        name: Annotated[str | None, Query(description="With namespace: one table only.")] = None,
+    ) -> JSONResponse:
+        found = await service.list_groups(caller.tenant, namespace, name)
+        return JSONResponse(
+            {"groups": [{"group": g, "namespace": ns, "name": n} for g, ns, n in found]}
+        )
+
+    @router.get(
+        "/{group}/tables/{namespace}/{name}/offsets",
         response_model=GroupOffsets,
         responses=ERRORS,
         summary="A consumer group's committed offsets for a table.",
@@ -46,7 +62,7 @@ def groups_router(calls: DataCalls) -> APIRouter:
         return _offsets(group, namespace, name, got)
 
     @router.post(
-        "/offsets",
+        "/{group}/tables/{namespace}/{name}/offsets",
         response_model=GroupOffsets,
         responses=ERRORS,
         summary="Commit a consumer group's offsets for a table.",

@@ -13,6 +13,7 @@ __all__ = [
     "ERRORS",
     "HEADER_HIGH_WATERMARK",
     "HEADER_NEXT_OFFSET",
+    "HEADER_TIERED_WATERMARK",
     "JSON",
     "WATERMARK_HEADERS",
     "AppendRequest",
@@ -20,10 +21,12 @@ __all__ = [
     "CommitOffsetsRequest",
     "CreateTableRequest",
     "ErrorResponse",
+    "GroupList",
     "GroupOffsets",
     "PlanRequest",
     "ReadResponse",
     "ScanRequest",
+    "SnapshotList",
     "TableDescription",
     "TableList",
 ]
@@ -32,6 +35,7 @@ ARROW_STREAM = "application/vnd.apache.arrow.stream"
 JSON = "application/json"
 HEADER_NEXT_OFFSET = "Tidegate-Next-Offset"
 HEADER_HIGH_WATERMARK = "Tidegate-High-Watermark"
+HEADER_TIERED_WATERMARK = "Tidegate-Tiered-Watermark"
 
 
 class _Request(BaseModel):
@@ -135,6 +139,33 @@ class TableDescription(BaseModel):
     partition_info: list[PartitionInfo] | None = Field(
         None, description="Live offsets per partition (describe and create only)."
     )
+    iceberg_table: str | None = Field(
+        None, description="The Iceberg table's identifier in the catalog (describe only)."
+    )
+    iceberg_metadata: str | None = Field(
+        None, description="Its current metadata file, for engines that read it directly."
+    )
+
+
+class Snapshot(BaseModel):
+    snapshot_id: int
+    timestamp_ms: int
+    operation: str = Field(description="Iceberg's operation: append, overwrite, ...")
+    summary: dict[str, str]
+
+
+class SnapshotList(BaseModel):
+    snapshots: list[Snapshot] = Field(description="Oldest first.")
+
+
+class GroupTable(BaseModel):
+    group: str
+    namespace: str
+    name: str
+
+
+class GroupList(BaseModel):
+    groups: list[GroupTable]
 
 
 class TableList(BaseModel):
@@ -159,6 +190,10 @@ class ReadResponse(BaseModel):
     )
     next_offset: int = Field(description="Offset to read from next.")
     high_watermark: int = Field(description="The partition's high watermark at the read.")
+    tiered_watermark: int = Field(
+        description="Records below this offset came from the Iceberg table, the others from "
+        "the hot tier."
+    )
 
 
 class PartitionOffset(_Request):
@@ -205,6 +240,10 @@ WATERMARK_HEADERS = {
     HEADER_NEXT_OFFSET: {"description": "Offset to read from next.", "schema": {"type": "integer"}},
     HEADER_HIGH_WATERMARK: {
         "description": "The partition's high watermark at the read.",
+        "schema": {"type": "integer"},
+    },
+    HEADER_TIERED_WATERMARK: {
+        "description": "Offsets below it came from the Iceberg table, the rest from the hot tier.",
         "schema": {"type": "integer"},
     },
 }

@@ -14,6 +14,7 @@ from gateway.server.http.models import (
     ERRORS,
     CreateTableRequest,
     ErrorResponse,
+    SnapshotList,
     TableDescription,
     TableList,
 )
@@ -65,6 +66,28 @@ def tables_router(calls: DataCalls) -> APIRouter:
     async def describe_table(namespace: Namespace, name: Name, caller: Caller) -> JSONResponse:
         view = await service.describe_table(caller.tenant, namespace, name)
         return JSONResponse(describe(view, with_partitions=True))
+
+    @router.get(
+        "/{namespace}/{name}/snapshots",
+        response_model=SnapshotList,
+        responses=ERRORS,
+        summary="The table's Iceberg snapshots, oldest first (what as_of can name).",
+    )
+    async def list_snapshots(namespace: Namespace, name: Name, caller: Caller) -> JSONResponse:
+        snaps = await service.list_snapshots(caller.tenant, namespace, name)
+        return JSONResponse(
+            {
+                "snapshots": [
+                    {
+                        "snapshot_id": s.snapshot_id,
+                        "timestamp_ms": s.timestamp_ms,
+                        "operation": s.operation,
+                        "summary": dict(s.summary),
+                    }
+                    for s in snaps
+                ]
+            }
+        )
 
     @router.delete(
         "/{namespace}/{name}",

@@ -55,7 +55,7 @@ class PartitionInfo(_message.Message):
     def __init__(self, partition: _Optional[int] = ..., earliest_offset: _Optional[int] = ..., high_watermark: _Optional[int] = ..., tiered_watermark: _Optional[int] = ..., hot_bytes: _Optional[int] = ..., lag_records: _Optional[int] = ..., lag_bytes: _Optional[int] = ...) -> None: ...
 
 class TableInfo(_message.Message):
-    __slots__ = ("table", "table_id", "fields", "partitions", "key_columns", "partition_info", "created_at_ms")
+    __slots__ = ("table", "table_id", "fields", "partitions", "key_columns", "partition_info", "created_at_ms", "iceberg_table", "iceberg_metadata")
     TABLE_FIELD_NUMBER: _ClassVar[int]
     TABLE_ID_FIELD_NUMBER: _ClassVar[int]
     FIELDS_FIELD_NUMBER: _ClassVar[int]
@@ -63,6 +63,8 @@ class TableInfo(_message.Message):
     KEY_COLUMNS_FIELD_NUMBER: _ClassVar[int]
     PARTITION_INFO_FIELD_NUMBER: _ClassVar[int]
     CREATED_AT_MS_FIELD_NUMBER: _ClassVar[int]
+    ICEBERG_TABLE_FIELD_NUMBER: _ClassVar[int]
+    ICEBERG_METADATA_FIELD_NUMBER: _ClassVar[int]
     table: TableRef
     table_id: str
     fields: _containers.RepeatedCompositeFieldContainer[Field]
@@ -70,7 +72,40 @@ class TableInfo(_message.Message):
     key_columns: _containers.RepeatedScalarFieldContainer[str]
     partition_info: _containers.RepeatedCompositeFieldContainer[PartitionInfo]
     created_at_ms: int
-    def __init__(self, table: _Optional[_Union[TableRef, _Mapping]] = ..., table_id: _Optional[str] = ..., fields: _Optional[_Iterable[_Union[Field, _Mapping]]] = ..., partitions: _Optional[int] = ..., key_columns: _Optional[_Iterable[str]] = ..., partition_info: _Optional[_Iterable[_Union[PartitionInfo, _Mapping]]] = ..., created_at_ms: _Optional[int] = ...) -> None: ...
+    iceberg_table: str
+    iceberg_metadata: str
+    def __init__(self, table: _Optional[_Union[TableRef, _Mapping]] = ..., table_id: _Optional[str] = ..., fields: _Optional[_Iterable[_Union[Field, _Mapping]]] = ..., partitions: _Optional[int] = ..., key_columns: _Optional[_Iterable[str]] = ..., partition_info: _Optional[_Iterable[_Union[PartitionInfo, _Mapping]]] = ..., created_at_ms: _Optional[int] = ..., iceberg_table: _Optional[str] = ..., iceberg_metadata: _Optional[str] = ...) -> None: ...
+
+class ListSnapshotsRequest(_message.Message):
+    __slots__ = ("table",)
+    TABLE_FIELD_NUMBER: _ClassVar[int]
+    table: TableRef
+    def __init__(self, table: _Optional[_Union[TableRef, _Mapping]] = ...) -> None: ...
+
+class Snapshot(_message.Message):
+    __slots__ = ("snapshot_id", "timestamp_ms", "operation", "summary")
+    class SummaryEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    SNAPSHOT_ID_FIELD_NUMBER: _ClassVar[int]
+    TIMESTAMP_MS_FIELD_NUMBER: _ClassVar[int]
+    OPERATION_FIELD_NUMBER: _ClassVar[int]
+    SUMMARY_FIELD_NUMBER: _ClassVar[int]
+    snapshot_id: int
+    timestamp_ms: int
+    operation: str
+    summary: _containers.ScalarMap[str, str]
+    def __init__(self, snapshot_id: _Optional[int] = ..., timestamp_ms: _Optional[int] = ..., operation: _Optional[str] = ..., summary: _Optional[_Mapping[str, str]] = ...) -> None: ...
+
+class ListSnapshotsResponse(_message.Message):
+    __slots__ = ("snapshots",)
+    SNAPSHOTS_FIELD_NUMBER: _ClassVar[int]
+    snapshots: _containers.RepeatedCompositeFieldContainer[Snapshot]
+    def __init__(self, snapshots: _Optional[_Iterable[_Union[Snapshot, _Mapping]]] = ...) -> None: ...
 
 class DescribeTableRequest(_message.Message):
     __slots__ = ("table",)
@@ -188,14 +223,16 @@ class ReadRequest(_message.Message):
     def __init__(self, table: _Optional[_Union[TableRef, _Mapping]] = ..., partition: _Optional[int] = ..., offset: _Optional[int] = ..., max_records: _Optional[int] = ..., max_bytes: _Optional[int] = ..., follow: _Optional[bool] = ...) -> None: ...
 
 class ReadResponse(_message.Message):
-    __slots__ = ("arrow_ipc", "next_offset", "high_watermark")
+    __slots__ = ("arrow_ipc", "next_offset", "high_watermark", "tiered_watermark")
     ARROW_IPC_FIELD_NUMBER: _ClassVar[int]
     NEXT_OFFSET_FIELD_NUMBER: _ClassVar[int]
     HIGH_WATERMARK_FIELD_NUMBER: _ClassVar[int]
+    TIERED_WATERMARK_FIELD_NUMBER: _ClassVar[int]
     arrow_ipc: bytes
     next_offset: int
     high_watermark: int
-    def __init__(self, arrow_ipc: _Optional[bytes] = ..., next_offset: _Optional[int] = ..., high_watermark: _Optional[int] = ...) -> None: ...
+    tiered_watermark: int
+    def __init__(self, arrow_ipc: _Optional[bytes] = ..., next_offset: _Optional[int] = ..., high_watermark: _Optional[int] = ..., tiered_watermark: _Optional[int] = ...) -> None: ...
 
 class PartitionOffset(_message.Message):
     __slots__ = ("partition", "offset")
@@ -250,6 +287,26 @@ class FetchOffsetsResponse(_message.Message):
     OFFSETS_FIELD_NUMBER: _ClassVar[int]
     offsets: _containers.RepeatedCompositeFieldContainer[PartitionOffset]
     def __init__(self, offsets: _Optional[_Iterable[_Union[PartitionOffset, _Mapping]]] = ...) -> None: ...
+
+class ListGroupsRequest(_message.Message):
+    __slots__ = ("table",)
+    TABLE_FIELD_NUMBER: _ClassVar[int]
+    table: TableRef
+    def __init__(self, table: _Optional[_Union[TableRef, _Mapping]] = ...) -> None: ...
+
+class GroupTable(_message.Message):
+    __slots__ = ("group", "table")
+    GROUP_FIELD_NUMBER: _ClassVar[int]
+    TABLE_FIELD_NUMBER: _ClassVar[int]
+    group: str
+    table: TableRef
+    def __init__(self, group: _Optional[str] = ..., table: _Optional[_Union[TableRef, _Mapping]] = ...) -> None: ...
+
+class ListGroupsResponse(_message.Message):
+    __slots__ = ("groups",)
+    GROUPS_FIELD_NUMBER: _ClassVar[int]
+    groups: _containers.RepeatedCompositeFieldContainer[GroupTable]
+    def __init__(self, groups: _Optional[_Iterable[_Union[GroupTable, _Mapping]]] = ...) -> None: ...
 
 class ScanRequest(_message.Message):
     __slots__ = ("table", "columns", "filter", "as_of", "limit")
