@@ -97,5 +97,12 @@ def tier(
     for name, failure in report.failures.items():
         typer.echo(f"failed: {name}: {failure}", err=True)
     typer.echo(f"tiered {report.records} records in {len(report.tables)} tables")
+    if not report.tables:
+        typer.echo(
+            f"warning: no tables found (data folder {settings.data_dir.resolve()}, metadata "
+            f"{settings.metadata_url.split('@')[-1]}): run tier where the gateway keeps its "
+            "data (--data-dir) or with its TIDEGATE_METADATA__URL",
+            err=True,
+        )
     if report.failures:
         raise typer.Exit(1)

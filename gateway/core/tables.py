@@ -153,3 +153,15 @@ class TableOps(CoreBase):
                 cold.drop_table(d)
 
         await self._run(drop_logs)
+
+    def cold_bytes_of(self, tenant: str) -> int:
+        """Bytes of the tenant's Iceberg data files in the current snapshots (blocking: the
+        metering sampler calls it from a worker thread)."""
+        if self.cold is None:
+            return 0
+        total = 0
+        for d in self.meta.list_tables(tenant):
+            snaps = self._cold_table(TableView(d, parse_fields(d.fields))).snapshots()
+            if snaps:
+                total += int(snaps[-1].summary.get("total-files-size", 0))
+        return total

@@ -60,7 +60,8 @@ class Tenancy(Gate):
         #: ``{"hot_bytes": n}`` / ``{"cold_bytes": n}``. The hot tier's is built in; the cold
         #: tier registers its own here (the metering hook for cold bytes).
         self.storage_samplers: list[Callable[[str], dict[str, int]]] = [
-            lambda tenant: {"hot_bytes": self.hot_bytes_of(tenant)}
+            lambda tenant: {"hot_bytes": self.hot_bytes_of(tenant)},
+            lambda tenant: {"cold_bytes": self.service.cold_bytes_of(tenant)},
         ]
 
     # Lifecycle ----------------------------------------------------------------------------

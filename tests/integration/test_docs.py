@@ -7,6 +7,7 @@ import os
 import re
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -117,6 +118,7 @@ def test_readme_tiering_and_direct_iceberg_reads(tmp_path: Path) -> None:
             "TIDEGATE_HOT__TYPE": "disk",
             "TIDEGATE_TIERING__INTERVAL_S": "0.5",
             "TIDEGATE_TIERING__HOT_RETENTION_S": "0",
+            "TIDEGATE_METERING__FLUSH_INTERVAL_S": "0.5",
         },
     )
     gateway.start()
@@ -155,5 +157,11 @@ def test_readme_tiering_and_direct_iceberg_reads(tmp_path: Path) -> None:
         ).stdout
         expected = [line.lstrip("# ") for line in python.splitlines() if line.startswith("# [")]
         assert printed.splitlines() == expected
+        # Usage meters the tiered bytes too (it said cold_bytes 0 after tiering).
+        deadline = time.monotonic() + 30
+        with gateway.admin() as admin:
+            while not any(r["cold_bytes"] > 0 for r in admin.usage(gateway.tenant)):
+                assert time.monotonic() < deadline, admin.usage(gateway.tenant)
+                time.sleep(0.2)
     finally:
         gateway.stop()

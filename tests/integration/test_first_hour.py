@@ -293,3 +293,9 @@ def test_cli_against_a_closed_port() -> None:
     address = f"127.0.0.1:{free_port()}"
     out = cli(None, "table", "list", "--target", address, "--connect-timeout", "1", code=2)
     assert f"cannot reach a Tidegate gateway at {address}" in out.stderr
+
+
+def test_tier_in_an_empty_folder_says_so(tmp_path: Path) -> None:
+    out = cli(None, "tier", "--data-dir", str(tmp_path / "elsewhere"))
+    assert "tiered 0 records in 0 tables" in out.stdout
+    assert f"no tables found (data folder {tmp_path / 'elsewhere'}" in out.stderr
