@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import shutil
+import tempfile
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -35,7 +37,7 @@ def moto_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MotoServer
 
 
 @pytest.fixture(scope="session")
-def postgres_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+def postgres_url() -> Iterator[str]:
     """Base URL of a PostgreSQL server for metadata and catalog tests: a server of our own
     on a free port (``TIDEGATE_TEST_POSTGRES_URL`` points the tests at another one instead).
     Tests create their own scratch databases on it and drop them."""
@@ -43,11 +45,13 @@ def postgres_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     if configured:
         yield configured
         return
-    server = PostgresServer(tmp_path_factory.mktemp("postgres")).start()
+    folder = Path(tempfile.mkdtemp(prefix="tidegate-test-postgres-"))
+    server = PostgresServer(folder)  # the server's user owns it (see PostgresServer)
     try:
-        yield server.url
+        yield server.start().url
     finally:
         server.stop()
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 def hot_settings(kind: str, tmp_path: Path, redis_server: RedisServer | None) -> Settings:

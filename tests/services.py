@@ -43,6 +43,17 @@ def wait_for_port(
     raise TimeoutError(f"nothing listens on port {port} after {timeout}s")
 
 
+def stop_process(proc: subprocess.Popen[bytes] | None, grace: float) -> None:
+    """SIGTERM, then SIGKILL after ``grace`` seconds."""
+    if proc is not None and proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(grace)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(10)
+
+
 def require_binary(name: str, hint: str) -> str:
     path = shutil.which(name)
     if path is None:
@@ -118,13 +129,7 @@ class RedisServer:
             self.proc.wait(10)
 
     def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(10)
+        stop_process(self.proc, 10)
 
     def restart(self) -> None:
         self.kill()
@@ -152,7 +157,10 @@ class PostgresServer:
     authentication on 127.0.0.1 only, no fsync (the tests never crash PostgreSQL itself).
 
     PostgreSQL refuses to run as root: when the tests run as root, the server runs as the
-    unprivileged ``postgres`` (or ``nobody``) user, which owns only this folder.
+    unprivileged ``postgres`` (or ``nobody``) user, which owns only this folder. That user
+    must be able to reach the folder: give one in a world-traversable place such as
+    ``tempfile.mkdtemp()`` (not pytest's private temporary root, which every new pytest
+    session closes again).
     """
 
     def __init__(self, workdir: Path, port: int | None = None) -> None:
@@ -183,13 +191,6 @@ class PostgresServer:
         self.workdir.mkdir(parents=True, exist_ok=True)
         if user:
             os.chown(self.workdir, user["user"], user["group"])
-            # The folder must be reachable by that user: open the path to it for traversal.
-            for parent in self.workdir.parents:
-                if parent == Path("/"):
-                    break
-                mode = parent.stat().st_mode
-                if not mode & 0o001:
-                    os.chmod(parent, mode | 0o001)
         log = self.workdir / "postgres.log"
         init = subprocess.run(
             [
@@ -257,13 +258,7 @@ class PostgresServer:
                 time.sleep(0.1)
 
     def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.terminate()  # SIGTERM: PostgreSQL's "smart" shutdown
-            try:
-                self.proc.wait(20)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(10)
+        stop_process(self.proc, 20)
 
 
 @contextlib.contextmanager
@@ -347,13 +342,7 @@ class MotoServer:
         }
 
     def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(10)
+        stop_process(self.proc, 10)
 
 
 def connect(target: str, **kwargs: Any) -> Client:

@@ -23,6 +23,27 @@ def blocks(heading: str, lang: str) -> list[str]:
     return re.findall(rf"```{lang}\n(.*?)```", section, re.S)
 
 
+def run(argv_or_script: str, env: dict[str, str], cwd: Path, *, python: bool = False) -> str:
+    """Run a snippet as the README's reader would (bash, or the Python interpreter) and
+    return what it printed; a failing snippet fails the test."""
+    argv = (
+        [sys.executable, "-c", argv_or_script]
+        if python
+        else ["bash", "-euo", "pipefail", "-c", argv_or_script]
+    )
+    return subprocess.run(
+        argv, check=True, env=env, timeout=120, cwd=cwd, capture_output=True, text=True
+    ).stdout
+
+
+def user_env(target: str) -> dict[str, str]:
+    """A shell of a user: the venv's commands on PATH, no TIDEGATE_ setting but the target."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TIDEGATE_")}
+    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env['PATH']}"
+    env["TIDEGATE_TARGET"] = target
+    return env
+
+
 def test_readme_examples(gateway: GatewayProcess, tmp_path: Path) -> None:
     (get_key,) = blocks("Get a key", "sh")
     curl, cli = blocks("Use it", "sh")
@@ -30,59 +51,27 @@ def test_readme_examples(gateway: GatewayProcess, tmp_path: Path) -> None:
     # The folder `make run` would have made: the operator key, where the README reads it.
     (tmp_path / "tidegate-data").mkdir()
     (tmp_path / "tidegate-data" / "operator.key").write_text(gateway.operator_key + "\n")
-    env = {k: v for k, v in os.environ.items() if not k.startswith("TIDEGATE_")}
-    env["TIDEGATE_TARGET"] = gateway.grpc_target
-    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env['PATH']}"
-    key = subprocess.run(
-        ["bash", "-euo", "pipefail", "-c", get_key + '\necho "$TIDEGATE_API_KEY"'],
-        check=True,
-        env=env,
-        timeout=60,
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-    ).stdout.splitlines()[-1]
+    env = user_env(gateway.grpc_target)
+    key = run(get_key + '\necho "$TIDEGATE_API_KEY"', env, tmp_path).splitlines()[-1]
     assert key.startswith("tg_")
     env["TIDEGATE_API_KEY"] = key
     curl = curl.replace("localhost:8080", gateway.http_url.removeprefix("http://")).replace(
         "curl -s", "curl -sf"
     )
-    answers = subprocess.run(
-        ["bash", "-euo", "pipefail", "-c", curl],
-        check=True,
-        env=env,
-        timeout=60,
-        capture_output=True,
-        text=True,
-    ).stdout
+    answers = run(curl, env, tmp_path)
     # The append lands where the text says, and the read it shows returns that row.
     assert '"partition":1,"base_offset":0' in answers.replace(" ", "")
     assert '"customer":"ada"' in answers.replace(" ", "")
     code = python.replace("127.0.0.1:50051", gateway.grpc_target)
-    out = subprocess.run(
-        [sys.executable, "-c", code],
-        check=True,
-        env=env,
-        timeout=60,
-        capture_output=True,
-        text=True,
-    )
-    assert "AppendRange(partition=0, base_offset=0, count=2, duplicate=False)" in out.stdout
-    assert "RecordMetadata(partition=0, offset=2)" in out.stdout
-    assert "2 view 3" in out.stdout
-    assert "[{'kind': 'buy'}]" in out.stdout
+    out = run(code, env, tmp_path, python=True)
+    assert "AppendRange(partition=0, base_offset=0, count=2, duplicate=False)" in out
+    assert "RecordMetadata(partition=0, offset=2)" in out
+    assert "2 view 3" in out
+    assert "[{'kind': 'buy'}]" in out
     (tmp_path / "clicks.csv").write_text("user,page\nada,/home\nalan,/buy\n")
-    out = subprocess.run(
-        ["bash", "-euo", "pipefail", "-c", cli],
-        check=True,
-        env=env,
-        timeout=120,
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-    )
-    assert "appended 2 records" in out.stdout
-    read_all = [json.loads(line) for line in out.stdout.splitlines() if line.startswith("{")]
+    out = run(cli, env, tmp_path)
+    assert "appended 2 records" in out
+    read_all = [json.loads(line) for line in out.splitlines() if line.startswith("{")]
     assert sorted(r["user"] for r in read_all[:2]) == ["ada", "alan"]  # both partitions
     with gateway.client(api_key=key) as c:
         orders = c.describe_table("shop.orders")
@@ -123,20 +112,10 @@ def test_readme_tiering_and_direct_iceberg_reads(tmp_path: Path) -> None:
     )
     gateway.start()
     try:
-        env = {k: v for k, v in os.environ.items() if not k.startswith("TIDEGATE_")}
-        env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env['PATH']}"
-        env["TIDEGATE_TARGET"] = gateway.grpc_target
+        env = user_env(gateway.grpc_target)
         env["TIDEGATE_API_KEY"] = str(gateway.api_key)
         assert "sleep 35" in commands
-        out = subprocess.run(
-            ["bash", "-euo", "pipefail", "-c", commands.replace("sleep 35", "sleep 3")],
-            check=True,
-            env=env,
-            timeout=120,
-            cwd=tmp_path,
-            capture_output=True,
-            text=True,
-        ).stdout
+        out = run(commands.replace("sleep 35", "sleep 3"), env, tmp_path)
         lines = out.splitlines()
         # The last partition-0 row is describe's (create printed one before the appends).
         part0 = [line.split() for line in lines if line.strip().startswith("0 ")][-1]
@@ -147,14 +126,7 @@ def test_readme_tiering_and_direct_iceberg_reads(tmp_path: Path) -> None:
         _duckdb_home(tmp_path / "home")
         env["HOME"] = str(tmp_path / "home")
         code = python.replace("127.0.0.1:50051", gateway.grpc_target)
-        printed = subprocess.run(
-            [sys.executable, "-c", code],
-            check=True,
-            env=env,
-            timeout=120,
-            capture_output=True,
-            text=True,
-        ).stdout
+        printed = run(code, env, tmp_path, python=True)
         expected = [line.lstrip("# ") for line in python.splitlines() if line.startswith("# [")]
         assert printed.splitlines() == expected
         # Usage meters the tiered bytes too (it said cold_bytes 0 after tiering).
