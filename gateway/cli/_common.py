@@ -45,6 +45,16 @@ app.add_typer(group_app, name="group")
 tenant_app.add_typer(key_app, name="key")
 tenant_app.add_typer(quota_app, name="quota")
 
+TableArg = Annotated[str, typer.Argument(help="The table, as namespace.name.", show_default=False)]
+JsonFlag = Annotated[bool, typer.Option("--json", help="Print JSON instead of text.")]
+
+
+def columns(rows: list[list[str]]) -> list[str]:
+    """``rows`` as lines of left-aligned columns."""
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    return ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in rows]
+
+
 #: Options that every command takes, before or after the command's name.
 GLOBAL_OPTIONS = {"--target", "-t", "--api-key", "--operator-key", "--connect-timeout"}
 DEFAULT_TARGET = "127.0.0.1:50051"

@@ -1,5 +1,4 @@
-"""``tidegate table ...``, ``append``, ``read``, ``scan`` and ``group ...``: tables, records
-and consumer groups through a gateway."""
+"""``tidegate append``, ``read``, ``scan`` and ``group ...``: records and consumer groups."""
 
 from __future__ import annotations
 
@@ -13,195 +12,9 @@ from typing import IO, Annotated, Any
 import pyarrow as pa
 import typer
 
-from gateway.cli._common import app, client_for, group_app, table_app
+from gateway.cli._common import TableArg, app, client_for, columns, group_app
 from gateway.wire.errors import InvalidRequest
 from gateway.wire.schema import SYSTEM_COLUMNS
-
-TableArg = Annotated[str, typer.Argument(help="The table, as namespace.name.", show_default=False)]
-
-
-def _parse_schema(spec: str) -> list[dict[str, Any]]:
-    """``name:type,name:type`` or a JSON document (inline or ``@file.json``)."""
-    text = Path(spec[1:]).read_text() if spec.startswith("@") else spec
-    if text.lstrip().startswith(("[", "{")):
-        doc = json.loads(text)
-        if isinstance(doc, dict):
-            return [{"name": k, "type": v} for k, v in doc.items()]
-        return list(doc)
-    fields = []
-    depth, start = 0, 0
-    parts = []
-    for i, ch in enumerate(text):
-        if ch in "<([":
-            depth += 1
-        elif ch in ">)]":
-            depth -= 1
-        elif ch == "," and depth == 0:
-            parts.append(text[start:i])
-            start = i + 1
-    parts.append(text[start:])
-    for part in parts:
-        name, sep, type_name = part.strip().partition(":")
-        if not sep:
-            raise typer.BadParameter(
-                f"expected name:type, got {part.strip()!r} (e.g. 'id:int64,name:string')",
-                param_hint="--schema",
-            )
-        fields.append({"name": name.strip(), "type": type_name.strip()})
-    return fields
-
-
-def _describe(info: Any) -> dict[str, Any]:
-    return {
-        "table": str(info.table),
-        "table_id": info.table_id,
-        "schema": [{"name": f.name, "type": f.type, "nullable": f.nullable} for f in info.fields],
-        "partitions": info.partitions,
-        "key_columns": list(info.key_columns),
-        "iceberg_table": info.iceberg_table,
-        "iceberg_metadata": info.iceberg_metadata,
-        "partition_info": [
-            {
-                "partition": p.partition,
-                "earliest_offset": p.earliest_offset,
-                "high_watermark": p.high_watermark,
-                "tiered_watermark": p.tiered_watermark,
-                "hot_bytes": p.hot_bytes,
-                "lag_records": p.lag_records,
-                "lag_bytes": p.lag_bytes,
-            }
-            for p in info.partition_info
-        ],
-    }
-
-
-def _columns(rows: list[list[str]]) -> list[str]:
-    """``rows`` as lines of left-aligned columns."""
-    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
-    return ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in rows]
-
-
-def _describe_text(info: Any) -> str:
-    keys = ", ".join(info.key_columns) or "none (round robin)"
-    lines = [
-        f"table       {info.table}",
-        f"table id    {info.table_id}",
-        f"partitions  {info.partitions}, keyed by {keys}",
-        f"iceberg     {info.iceberg_table or '-'}",
-        f"metadata    {info.iceberg_metadata or '-'}",
-        "",
-        "columns",
-    ]
-    lines += [
-        "  " + line
-        for line in _columns(
-            [[f.name, f.type, "nullable" if f.nullable else "not null"] for f in info.fields]
-        )
-    ]
-    lines += ["", "partitions (offsets below 'tiered' are in Iceberg, the rest in the hot tier)"]
-    head = ["partition", "earliest", "high watermark", "tiered", "lag records", "lag bytes"]
-    body = [
-        [
-            str(p.partition),
-            str(p.earliest_offset),
-            str(p.high_watermark),
-            str(p.tiered_watermark),
-            str(p.lag_records),
-            str(p.lag_bytes),
-        ]
-        for p in info.partition_info
-    ]
-    lines += ["  " + line for line in _columns([head, *body])]
-    return "\n".join(lines)
-
-
-JsonFlag = Annotated[bool, typer.Option("--json", help="Print JSON instead of text.")]
-
-
-@table_app.command("create")
-def table_create(
-    table: TableArg,
-    schema: Annotated[str, typer.Option(help="name:type,... or JSON, or @file.json.")],
-    partitions: Annotated[int, typer.Option(help="Number of partitions.")] = 1,
-    key: Annotated[list[str] | None, typer.Option(help="Key column (repeatable).")] = None,
-    if_not_exists: Annotated[
-        bool, typer.Option("--if-not-exists", help="Succeed if the table already exists.")
-    ] = False,
-    as_json: JsonFlag = False,
-) -> None:
-    """Create a table."""
-    with client_for() as c:
-        info = c.create_table(
-            table,
-            _parse_schema(schema),
-            partitions=partitions,
-            key_columns=key or [],
-            exist_ok=if_not_exists,
-        )
-        typer.echo(json.dumps(_describe(info), indent=2) if as_json else _describe_text(info))
-
-
-@table_app.command("list")
-def table_list(
-    namespace: Annotated[str, typer.Option(help="Only this namespace.")] = "",
-) -> None:
-    """List tables."""
-    with client_for() as c:
-        for info in c.list_tables(namespace):
-            typer.echo(f"{info.table}\t{info.partitions} partitions")
-
-
-@table_app.command("describe")
-def table_describe(table: TableArg, as_json: JsonFlag = False) -> None:
-    """Schema, partitions, offsets and which offsets are tiered to Iceberg."""
-    with client_for() as c:
-        info = c.describe_table(table)
-        typer.echo(json.dumps(_describe(info), indent=2) if as_json else _describe_text(info))
-
-
-@table_app.command("drop")
-def table_drop(
-    table: TableArg,
-    yes: Annotated[
-        bool, typer.Option("--yes", "-y", help="Drop without asking (needed without a terminal).")
-    ] = False,
-) -> None:
-    """Drop a table and its data, hot and tiered (asks first, unless --yes)."""
-    if not yes:
-        if not sys.stdin.isatty():
-            raise typer.BadParameter(
-                f"dropping {table} deletes all its data: add --yes to confirm", param_hint="--yes"
-            )
-        typer.confirm(f"Drop {table} and delete all its data?", abort=True)
-    with client_for() as c:
-        c.drop_table(table)
-    typer.echo(f"dropped {table}")
-
-
-@table_app.command("snapshots")
-def table_snapshots(table: TableArg, as_json: JsonFlag = False) -> None:
-    """The table's Iceberg snapshots, oldest first: what `scan --as-of` can name."""
-    with client_for() as c:
-        snaps = c.list_snapshots(table)
-    if as_json:
-        for s in snaps:
-            typer.echo(json.dumps(
-                {"snapshot_id": s.snapshot_id, "timestamp_ms": s.timestamp_ms,
-                 "operation": s.operation, "summary": dict(s.summary)}
-            ))  # fmt: skip
-        return
-    rows = [["snapshot", "committed at (UTC)", "operation", "added records"]]
-    for s in snaps:
-        when = dt.datetime.fromtimestamp(s.timestamp_ms / 1000, dt.UTC)
-        rows.append(
-            [
-                str(s.snapshot_id),
-                when.isoformat(timespec="milliseconds").replace("+00:00", "Z"),
-                s.operation,
-                s.summary.get("added-records", "0"),
-            ]
-        )
-    typer.echo("\n".join(_columns(rows)) if snaps else f"{table} has no snapshot yet")
 
 
 def _json_lines(stream: IO[str], schema: pa.Schema, batch_rows: int) -> Iterator[pa.RecordBatch]:
@@ -274,7 +87,7 @@ def _file_batches(
         raise InvalidRequest(f"cannot read {where} as {fmt.upper()}: {reason}") from None
     present = [n for n in SYSTEM_COLUMNS if n in data.column_names]
     if present:
-        data = data.drop_columns(present)
+        data = data.dropcolumns(present)
     yield from data.to_batches(max_chunksize=batch_rows)
 
 
@@ -492,7 +305,7 @@ def group_describe(
         rows.append(
             [str(p.partition), "-" if at is None else str(at), str(p.high_watermark), str(lag)]
         )
-    typer.echo("\n".join(_columns(rows)))
+    typer.echo("\n".join(columns(rows)))
 
 
 @group_app.command("reset")
