@@ -16,15 +16,21 @@ import grpc
 import pyarrow as pa
 
 from gateway.client._arrow import decode, ipc
-from gateway.client._channel import (
-    DEFAULT_CONNECT_TIMEOUT,
-    Reach,
-    call_metadata,
-    channel_credentials,
-    channel_options,
-    normalise_target,
-)
+from gateway.client._calls import SyncCalls
 from gateway.client._reading import label_tier, scan_request, scan_table
+from gateway.client._requests import (
+    append_request,
+    commit_offsets_request,
+    create_table_request,
+    fetch_offsets_request,
+    groups_of,
+    list_groups_request,
+    offsets_for_times_request,
+    offsets_of,
+    plan_request,
+    read_request,
+    ref,
+)
 from gateway.client._sync_consumer import Consumer
 from gateway.client._sync_producer import Producer
 from gateway.client._types import (
@@ -33,14 +39,10 @@ from gateway.client._types import (
     TableInfo,
     TableRef,
     ranges_from_pb,
-    table_fields,
-    timestamp_us,
 )
 from gateway.wire._proto.tidegate.v1 import tidegate_pb2 as pb
-from gateway.wire._proto.tidegate.v1 import tidegate_pb2_grpc as pb_grpc
 from gateway.wire.codec import Compression
 from gateway.wire.errors import TableAlreadyExists, TidegateError
-from gateway.wire.retry import Retry
 from gateway.wire.status import error_from_rpc
 
 __all__ = ["Client", "Consumer", "Producer"]
@@ -48,11 +50,8 @@ __all__ = ["Client", "Consumer", "Producer"]
 #: The first client's name for :func:`gateway.client._arrow.ipc` (tests use it).
 _ipc = ipc
 
-#: Retry policy of idempotent unary calls (describe, list, offsets).
-DEFAULT_CALL_RETRY = Retry(timeout=30.0)
 
-
-class Client:
+class Client(SyncCalls):
     """A connection to one gateway over gRPC.
 
     Args:
@@ -76,32 +75,6 @@ class Client:
             print(c.read("shop.orders", partition=0, offset=0).to_pylist())
     """
 
-    def __init__(
-        self,
-        endpoint: str,
-        *,
-        api_key: str | None = None,
-        tls: bool | None = None,
-        root_certificates: bytes | None = None,
-        timeout: float = 30.0,
-        retry: Retry = DEFAULT_CALL_RETRY,
-        connect_timeout: float = DEFAULT_CONNECT_TIMEOUT,
-        options: Sequence[tuple[str, Any]] = (),
-    ) -> None:
-        target, scheme_tls = normalise_target(endpoint)
-        self.timeout = timeout
-        self.retry = retry
-        self.reach = Reach(target, connect_timeout)
-        self.metadata = call_metadata(api_key)
-        creds = channel_credentials(tls if tls is not None else scheme_tls, root_certificates)
-        opts = channel_options(options)
-        self._channel = (
-            grpc.insecure_channel(target, options=opts)
-            if creds is None
-            else grpc.secure_channel(target, creds, options=opts)
-        )
-        self._stub = pb_grpc.TidegateStub(self._channel)
-
     def __enter__(self) -> Client:
         return self
 
@@ -110,34 +83,6 @@ class Client:
 
     def close(self) -> None:
         self._channel.close()
-
-    @property
-    def stub(self) -> pb_grpc.TidegateStub:
-        """The raw gRPC stub (pass ``metadata=client.metadata`` with each call)."""
-        return self._stub
-
-    def _call(self, method: str, request: Any, *, idempotent: bool = False) -> Any:
-        started = time.monotonic()
-        failures = 0
-        while True:
-            try:
-                answer = getattr(self._stub, method)(
-                    request, timeout=self.timeout, metadata=self.metadata
-                )
-            except grpc.RpcError as exc:
-                err = error_from_rpc(exc)
-                failures += 1
-                delay = (
-                    self.reach.next_delay(self.retry, err, failures, started)
-                    if idempotent
-                    else None
-                )
-                if delay is None:
-                    raise self.reach.explain(err) from None
-                time.sleep(delay)
-            else:
-                self.reach.ok()
-                return answer
 
     # Tables ----------------------------------------------------------------------------
     def create_table(
@@ -153,12 +98,7 @@ class Client:
 
         With ``exist_ok``, a table of that name that exists already is described instead
         (its schema is not compared)."""
-        request = pb.CreateTableRequest(
-            table=TableRef.parse(table).pb(),
-            fields=table_fields(schema),
-            partitions=partitions,
-            key_columns=list(key_columns),
-        )
+        request = create_table_request(table, schema, partitions, key_columns)
         try:
             return TableInfo.from_pb(self._call("CreateTable", request))
         except TableAlreadyExists:
@@ -168,7 +108,7 @@ class Client:
 
     def describe_table(self, table: str | TableRef) -> TableInfo:
         """The table: schema, partitions and live per-partition offsets."""
-        request = pb.DescribeTableRequest(table=TableRef.parse(table).pb())
+        request = pb.DescribeTableRequest(table=ref(table))
         return TableInfo.from_pb(self._call("DescribeTable", request, idempotent=True))
 
     def table_info(self, table: str | TableRef) -> TableInfo:
@@ -183,12 +123,12 @@ class Client:
 
     def list_snapshots(self, table: str | TableRef) -> list[Snapshot]:
         """The table's Iceberg snapshots, oldest first (what ``as_of`` can name)."""
-        request = pb.ListSnapshotsRequest(table=TableRef.parse(table).pb())
+        request = pb.ListSnapshotsRequest(table=ref(table))
         response = self._call("ListSnapshots", request, idempotent=True)
         return [Snapshot.from_pb(s) for s in response.snapshots]
 
     def drop_table(self, table: str | TableRef) -> None:
-        self._call("DropTable", pb.DropTableRequest(table=TableRef.parse(table).pb()))
+        self._call("DropTable", pb.DropTableRequest(table=ref(table)))
 
     # Tenants, keys and quotas arrive with the tenancy API: add their calls here, next to
     # the table admin calls, once the gateway serves them.
@@ -204,13 +144,7 @@ class Client:
         sequence: int | None = None,
     ) -> list[AppendRange]:
         """Append an already encoded Arrow IPC stream (one unary call, no retry)."""
-        request = pb.AppendRequest(
-            table=TableRef.parse(table).pb(),
-            arrow_ipc=arrow_ipc,
-            partition=partition,
-            producer_id=producer_id or "",
-            sequence=sequence,
-        )
+        request = append_request(table, arrow_ipc, partition, producer_id, sequence)
         return ranges_from_pb(self._call("Append", request))
 
     def append(
@@ -258,14 +192,7 @@ class Client:
         With ``follow`` the iterator waits for new records until ``max_records`` have
         arrived or ``timeout`` seconds pass (then it ends quietly).
         """
-        request = pb.ReadRequest(
-            table=TableRef.parse(table).pb(),
-            partition=partition,
-            offset=offset,
-            max_records=max_records,
-            max_bytes=max_bytes,
-            follow=follow,
-        )
+        request = read_request(table, partition, offset, max_records, max_bytes, follow)
         call = self._stub.Read(
             request,
             timeout=timeout if follow else (timeout or self.timeout),
@@ -378,11 +305,7 @@ class Client:
     ) -> pb.PlanReadResponse:
         """A read plan: the pinned snapshot's data files (URLs readable without warehouse
         credentials) and the hot ranges per partition."""
-        request = pb.PlanReadRequest(
-            table=TableRef.parse(table).pb(),
-            filter=filter,
-            as_of="" if as_of is None else str(as_of),
-        )
+        request = plan_request(table, filter, as_of)
         return cast(pb.PlanReadResponse, self._call("PlanRead", request, idempotent=True))
 
     # Offsets ---------------------------------------------------------------------------
@@ -394,41 +317,29 @@ class Client:
     ) -> dict[int, int]:
         """Per partition, the first offset appended at or after ``when`` (a datetime, or
         epoch seconds); the high watermark where nothing is that recent."""
-        request = pb.OffsetsForTimesRequest(
-            table=TableRef.parse(table).pb(),
-            timestamp_us=timestamp_us(when),
-            partitions=list(partitions or ()),
-        )
+        request = offsets_for_times_request(table, when, partitions)
         response = self._call("OffsetsForTimes", request, idempotent=True)
-        return {o.partition: o.offset for o in response.offsets}
+        return offsets_of(response)
 
     def commit_offsets(self, group: str, table: str | TableRef, offsets: Mapping[int, int]) -> None:
         """Store ``group``'s committed offsets: partition -> next offset to consume."""
-        request = pb.CommitOffsetsRequest(
-            group=group,
-            table=TableRef.parse(table).pb(),
-            offsets=[pb.PartitionOffset(partition=p, offset=o) for p, o in offsets.items()],
-        )
+        request = commit_offsets_request(group, table, offsets)
         self._call("CommitOffsets", request, idempotent=True)
 
     def list_groups(self, table: str | TableRef | None = None) -> list[tuple[str, TableRef]]:
         """``(group, table)`` for every consumer group with committed offsets (of ``table``
         only when given)."""
-        request = pb.ListGroupsRequest()
-        if table is not None:
-            request.table.CopyFrom(TableRef.parse(table).pb())
+        request = list_groups_request(table)
         response = self._call("ListGroups", request, idempotent=True)
-        return [(g.group, TableRef(g.table.namespace, g.table.name)) for g in response.groups]
+        return groups_of(response)
 
     def fetch_offsets(
         self, group: str, table: str | TableRef, partitions: Sequence[int] | None = None
     ) -> dict[int, int]:
         """``group``'s committed offsets; partitions never committed are absent."""
-        request = pb.FetchOffsetsRequest(
-            group=group, table=TableRef.parse(table).pb(), partitions=list(partitions or ())
-        )
+        request = fetch_offsets_request(group, table, partitions)
         response = self._call("FetchOffsets", request, idempotent=True)
-        return {o.partition: o.offset for o in response.offsets}
+        return offsets_of(response)
 
 
 # --------------------------------------------------------------------------------------

@@ -28,65 +28,39 @@ import pyarrow as pa
 from gateway.client._aio_consumer import AsyncConsumer
 from gateway.client._aio_producer import AsyncProducer
 from gateway.client._arrow import decode, ipc
-from gateway.client._channel import (
-    DEFAULT_CONNECT_TIMEOUT,
-    Reach,
-    call_metadata,
-    channel_credentials,
-    channel_options,
-    normalise_target,
-)
+from gateway.client._calls import AsyncCalls
 from gateway.client._reading import label_tier, scan_request, scan_table
+from gateway.client._requests import (
+    append_request,
+    commit_offsets_request,
+    create_table_request,
+    fetch_offsets_request,
+    groups_of,
+    list_groups_request,
+    offsets_for_times_request,
+    offsets_of,
+    plan_request,
+    read_request,
+    ref,
+)
 from gateway.client._types import (
     AppendRange,
     Snapshot,
     TableInfo,
     TableRef,
     ranges_from_pb,
-    table_fields,
-    timestamp_us,
 )
 from gateway.wire._proto.tidegate.v1 import tidegate_pb2 as pb
-from gateway.wire._proto.tidegate.v1 import tidegate_pb2_grpc as pb_grpc
 from gateway.wire.codec import Compression
 from gateway.wire.errors import TableAlreadyExists, TidegateError
-from gateway.wire.retry import Retry
 from gateway.wire.status import error_from_rpc
 
 __all__ = ["AsyncClient", "AsyncConsumer", "AsyncProducer", "Client", "Consumer", "Producer"]
 
-DEFAULT_CALL_RETRY = Retry(timeout=30.0)
 
-
-class AsyncClient:
+class AsyncClient(AsyncCalls):
     """A connection to one gateway over ``grpc.aio``; see :class:`gateway.client.Client`
     for the arguments. Create it inside the event loop that uses it."""
-
-    def __init__(
-        self,
-        endpoint: str,
-        *,
-        api_key: str | None = None,
-        tls: bool | None = None,
-        root_certificates: bytes | None = None,
-        timeout: float = 30.0,
-        retry: Retry = DEFAULT_CALL_RETRY,
-        connect_timeout: float = DEFAULT_CONNECT_TIMEOUT,
-        options: Sequence[tuple[str, Any]] = (),
-    ) -> None:
-        target, scheme_tls = normalise_target(endpoint)
-        self.timeout = timeout
-        self.retry = retry
-        self.reach = Reach(target, connect_timeout)
-        self.metadata = call_metadata(api_key)
-        creds = channel_credentials(tls if tls is not None else scheme_tls, root_certificates)
-        opts = channel_options(options)
-        self._channel = (
-            grpc.aio.insecure_channel(target, options=opts)
-            if creds is None
-            else grpc.aio.secure_channel(target, creds, options=opts)
-        )
-        self._stub = pb_grpc.TidegateStub(self._channel)
 
     async def __aenter__(self) -> AsyncClient:
         return self
@@ -96,33 +70,6 @@ class AsyncClient:
 
     async def close(self) -> None:
         await self._channel.close()
-
-    @property
-    def stub(self) -> pb_grpc.TidegateStub:
-        return self._stub
-
-    async def _call(self, method: str, request: Any, *, idempotent: bool = False) -> Any:
-        started = time.monotonic()
-        failures = 0
-        while True:
-            try:
-                answer = await getattr(self._stub, method)(
-                    request, timeout=self.timeout, metadata=self.metadata
-                )
-            except grpc.RpcError as exc:
-                err = error_from_rpc(exc)
-                failures += 1
-                delay = (
-                    self.reach.next_delay(self.retry, err, failures, started)
-                    if idempotent
-                    else None
-                )
-                if delay is None:
-                    raise self.reach.explain(err) from None
-                await asyncio.sleep(delay)
-            else:
-                self.reach.ok()
-                return answer
 
     # Tables ----------------------------------------------------------------------------
     async def create_table(
@@ -134,12 +81,7 @@ class AsyncClient:
         key_columns: Sequence[str] = (),
         exist_ok: bool = False,
     ) -> TableInfo:
-        request = pb.CreateTableRequest(
-            table=TableRef.parse(table).pb(),
-            fields=table_fields(schema),
-            partitions=partitions,
-            key_columns=list(key_columns),
-        )
+        request = create_table_request(table, schema, partitions, key_columns)
         try:
             return TableInfo.from_pb(await self._call("CreateTable", request))
         except TableAlreadyExists:
@@ -148,7 +90,7 @@ class AsyncClient:
         return await self.describe_table(table)
 
     async def describe_table(self, table: str | TableRef) -> TableInfo:
-        request = pb.DescribeTableRequest(table=TableRef.parse(table).pb())
+        request = pb.DescribeTableRequest(table=ref(table))
         return TableInfo.from_pb(await self._call("DescribeTable", request, idempotent=True))
 
     async def table_info(self, table: str | TableRef) -> TableInfo:
@@ -162,12 +104,12 @@ class AsyncClient:
 
     async def list_snapshots(self, table: str | TableRef) -> list[Snapshot]:
         """The table's Iceberg snapshots, oldest first (what ``as_of`` can name)."""
-        request = pb.ListSnapshotsRequest(table=TableRef.parse(table).pb())
+        request = pb.ListSnapshotsRequest(table=ref(table))
         response = await self._call("ListSnapshots", request, idempotent=True)
         return [Snapshot.from_pb(s) for s in response.snapshots]
 
     async def drop_table(self, table: str | TableRef) -> None:
-        await self._call("DropTable", pb.DropTableRequest(table=TableRef.parse(table).pb()))
+        await self._call("DropTable", pb.DropTableRequest(table=ref(table)))
 
     # Tenants, keys and quotas arrive with the tenancy API (see the sync client).
 
@@ -181,13 +123,7 @@ class AsyncClient:
         producer_id: str | None = None,
         sequence: int | None = None,
     ) -> list[AppendRange]:
-        request = pb.AppendRequest(
-            table=TableRef.parse(table).pb(),
-            arrow_ipc=arrow_ipc,
-            partition=partition,
-            producer_id=producer_id or "",
-            sequence=sequence,
-        )
+        request = append_request(table, arrow_ipc, partition, producer_id, sequence)
         return ranges_from_pb(await self._call("Append", request))
 
     async def append(
@@ -226,14 +162,7 @@ class AsyncClient:
         timeout: float | None = None,
         with_tier: bool = False,
     ) -> AsyncIterator[tuple[list[pa.RecordBatch], int, int]]:
-        request = pb.ReadRequest(
-            table=TableRef.parse(table).pb(),
-            partition=partition,
-            offset=offset,
-            max_records=max_records,
-            max_bytes=max_bytes,
-            follow=follow,
-        )
+        request = read_request(table, partition, offset, max_records, max_bytes, follow)
         call = self._stub.Read(
             request,
             timeout=timeout if follow else (timeout or self.timeout),
@@ -347,11 +276,7 @@ class AsyncClient:
         self, table: str | TableRef, *, filter: str = "", as_of: int | str | None = None
     ) -> pb.PlanReadResponse:
         """A read plan; see :meth:`gateway.client.Client.plan_read`."""
-        request = pb.PlanReadRequest(
-            table=TableRef.parse(table).pb(),
-            filter=filter,
-            as_of="" if as_of is None else str(as_of),
-        )
+        request = plan_request(table, filter, as_of)
         return cast(pb.PlanReadResponse, await self._call("PlanRead", request, idempotent=True))
 
     async def offsets_for_times(
@@ -360,41 +285,29 @@ class AsyncClient:
         when: dt.datetime | float,
         partitions: Sequence[int] | None = None,
     ) -> dict[int, int]:
-        request = pb.OffsetsForTimesRequest(
-            table=TableRef.parse(table).pb(),
-            timestamp_us=timestamp_us(when),
-            partitions=list(partitions or ()),
-        )
+        request = offsets_for_times_request(table, when, partitions)
         response = await self._call("OffsetsForTimes", request, idempotent=True)
-        return {o.partition: o.offset for o in response.offsets}
+        return offsets_of(response)
 
     async def commit_offsets(
         self, group: str, table: str | TableRef, offsets: Mapping[int, int]
     ) -> None:
-        request = pb.CommitOffsetsRequest(
-            group=group,
-            table=TableRef.parse(table).pb(),
-            offsets=[pb.PartitionOffset(partition=p, offset=o) for p, o in offsets.items()],
-        )
+        request = commit_offsets_request(group, table, offsets)
         await self._call("CommitOffsets", request, idempotent=True)
 
     async def list_groups(self, table: str | TableRef | None = None) -> list[tuple[str, TableRef]]:
         """``(group, table)`` for every consumer group with committed offsets (of ``table``
         only when given)."""
-        request = pb.ListGroupsRequest()
-        if table is not None:
-            request.table.CopyFrom(TableRef.parse(table).pb())
+        request = list_groups_request(table)
         response = await self._call("ListGroups", request, idempotent=True)
-        return [(g.group, TableRef(g.table.namespace, g.table.name)) for g in response.groups]
+        return groups_of(response)
 
     async def fetch_offsets(
         self, group: str, table: str | TableRef, partitions: Sequence[int] | None = None
     ) -> dict[int, int]:
-        request = pb.FetchOffsetsRequest(
-            group=group, table=TableRef.parse(table).pb(), partitions=list(partitions or ())
-        )
+        request = fetch_offsets_request(group, table, partitions)
         response = await self._call("FetchOffsets", request, idempotent=True)
-        return {o.partition: o.offset for o in response.offsets}
+        return offsets_of(response)
 
 
 # --------------------------------------------------------------------------------------

@@ -1,0 +1,124 @@
+"""The requests both client flavours send and what they read from the answers (no I/O):
+one place for the protobuf of every call, so the sync and asyncio clients differ only in
+how they wait."""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from gateway.client._types import TableRef, table_fields, timestamp_us
+from gateway.wire._proto.tidegate.v1 import tidegate_pb2 as pb
+
+__all__ = [
+    "append_request",
+    "commit_offsets_request",
+    "create_table_request",
+    "fetch_offsets_request",
+    "groups_of",
+    "list_groups_request",
+    "offsets_for_times_request",
+    "offsets_of",
+    "plan_request",
+    "read_request",
+    "ref",
+]
+
+
+def ref(table: str | TableRef) -> pb.TableRef:
+    return TableRef.parse(table).pb()
+
+
+def create_table_request(
+    table: str | TableRef,
+    schema: Mapping[str, str] | Sequence[Mapping[str, Any]],
+    partitions: int,
+    key_columns: Sequence[str],
+) -> pb.CreateTableRequest:
+    return pb.CreateTableRequest(
+        table=ref(table),
+        fields=table_fields(schema),
+        partitions=partitions,
+        key_columns=list(key_columns),
+    )
+
+
+def append_request(
+    table: str | TableRef,
+    arrow_ipc: bytes,
+    partition: int | None,
+    producer_id: str | None,
+    sequence: int | None,
+) -> pb.AppendRequest:
+    return pb.AppendRequest(
+        table=ref(table),
+        arrow_ipc=arrow_ipc,
+        partition=partition,
+        producer_id=producer_id or "",
+        sequence=sequence,
+    )
+
+
+def read_request(
+    table: str | TableRef,
+    partition: int,
+    offset: int,
+    max_records: int,
+    max_bytes: int,
+    follow: bool,
+) -> pb.ReadRequest:
+    return pb.ReadRequest(
+        table=ref(table),
+        partition=partition,
+        offset=offset,
+        max_records=max_records,
+        max_bytes=max_bytes,
+        follow=follow,
+    )
+
+
+def plan_request(table: str | TableRef, filter: str, as_of: int | str | None) -> pb.PlanReadRequest:
+    return pb.PlanReadRequest(
+        table=ref(table), filter=filter, as_of="" if as_of is None else str(as_of)
+    )
+
+
+def offsets_for_times_request(
+    table: str | TableRef, when: dt.datetime | float, partitions: Sequence[int] | None
+) -> pb.OffsetsForTimesRequest:
+    return pb.OffsetsForTimesRequest(
+        table=ref(table), timestamp_us=timestamp_us(when), partitions=list(partitions or ())
+    )
+
+
+def commit_offsets_request(
+    group: str, table: str | TableRef, offsets: Mapping[int, int]
+) -> pb.CommitOffsetsRequest:
+    return pb.CommitOffsetsRequest(
+        group=group,
+        table=ref(table),
+        offsets=[pb.PartitionOffset(partition=p, offset=o) for p, o in offsets.items()],
+    )
+
+
+def fetch_offsets_request(
+    group: str, table: str | TableRef, partitions: Sequence[int] | None
+) -> pb.FetchOffsetsRequest:
+    return pb.FetchOffsetsRequest(group=group, table=ref(table), partitions=list(partitions or ()))
+
+
+def list_groups_request(table: str | TableRef | None) -> pb.ListGroupsRequest:
+    request = pb.ListGroupsRequest()
+    if table is not None:
+        request.table.CopyFrom(ref(table))
+    return request
+
+
+def offsets_of(response: Any) -> dict[int, int]:
+    """``{partition: offset}`` of an answer carrying ``PartitionOffset``s."""
+    return {o.partition: o.offset for o in response.offsets}
+
+
+def groups_of(response: pb.ListGroupsResponse) -> list[tuple[str, TableRef]]:
+    return [(g.group, TableRef(g.table.namespace, g.table.name)) for g in response.groups]
