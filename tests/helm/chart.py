@@ -60,7 +60,9 @@ class Rendered:
         return [m for m in self.manifests if m["kind"] == kind]
 
     def one(self, kind: str, suffix: str = "") -> dict[str, Any]:
-        name = f"{RELEASE}-tidegate{suffix}"
+        return self.one_named(kind, f"{RELEASE}-tidegate{suffix}")
+
+    def one_named(self, kind: str, name: str) -> dict[str, Any]:
         found = [m for m in self.all(kind) if m["metadata"]["name"] == name]
         assert len(found) == 1, f"{kind} {name} not rendered: {self.kinds()}"
         return found[0]

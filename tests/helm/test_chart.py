@@ -250,7 +250,7 @@ def test_credentials_live_in_the_secret_never_in_the_configmap() -> None:
     data = rendered.secret_data("tg-tidegate")
     # The password goes into the URL percent-encoded, so any character is safe.
     assert data["redis-url"] == (
-        "redis://:change+me%3A+p%40ss%2Fword@redis-master.data.svc.cluster.local:6379/0"
+        "redis://:change%20me%3A%20p%40ss%2Fword@redis-master.data.svc.cluster.local:6379/0"
     )
     assert urlsplit(data["redis-url"]).hostname == "redis-master.data.svc.cluster.local"
     assert data["catalog-uri"] == data["metadata-url"] == values["metadata"]["url"]

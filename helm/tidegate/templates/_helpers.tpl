@@ -107,7 +107,8 @@ with the chart's Secret an item is present when its value is set (or generated).
 {{- if $r.url -}}
 {{- $u := urlParse $r.url -}}
 {{- $userinfo := $u.userinfo -}}
-{{- if $r.password -}}{{- $userinfo = printf ":%s" (urlquery $r.password) -}}{{- end -}}
+{{- /* Query escaping writes a space as "+", which userinfo would keep literally. */ -}}
+{{- if $r.password -}}{{- $userinfo = printf ":%s" (urlquery $r.password | replace "+" "%20") -}}{{- end -}}
 {{- $query := $u.query -}}
 {{- if $r.tls.caSecret -}}
 {{- $ca := printf "ssl_ca_certs=%s/%s" (include "tidegate.redisCaDir" .) $r.tls.caKey -}}
