@@ -33,12 +33,14 @@ def example(name: str) -> dict[str, Any]:
     return values
 
 
-def render(values: Mapping[str, Any] | None = None) -> list[dict[str, Any]]:
+def render(
+    values: Mapping[str, Any] | None = None, release: str = RELEASE, namespace: str = NAMESPACE
+) -> list[dict[str, Any]]:
     """Every manifest ``helm template`` would print for these values (schema checked)."""
     import helm_python as helm
 
     with helm.Chart.load(CHART) as chart:
-        files = chart.render(dict(values or {}), name=RELEASE, namespace=NAMESPACE, is_install=True)
+        files = chart.render(dict(values or {}), name=release, namespace=namespace, is_install=True)
     manifests = []
     for path, text in sorted(files.items()):
         if path.endswith("NOTES.txt"):
@@ -50,8 +52,14 @@ def render(values: Mapping[str, Any] | None = None) -> list[dict[str, Any]]:
 class Rendered:
     """One rendering, looked up by kind and name."""
 
-    def __init__(self, values: Mapping[str, Any] | None = None) -> None:
-        self.manifests = render(values)
+    def __init__(
+        self,
+        values: Mapping[str, Any] | None = None,
+        release: str = RELEASE,
+        namespace: str = NAMESPACE,
+    ) -> None:
+        self.release = release
+        self.manifests = render(values, release, namespace)
 
     def kinds(self) -> list[str]:
         return sorted(m["kind"] for m in self.manifests)
@@ -60,7 +68,8 @@ class Rendered:
         return [m for m in self.manifests if m["kind"] == kind]
 
     def one(self, kind: str, suffix: str = "") -> dict[str, Any]:
-        return self.one_named(kind, f"{RELEASE}-tidegate{suffix}")
+        base = self.release if "tidegate" in self.release else f"{self.release}-tidegate"
+        return self.one_named(kind, f"{base}{suffix}")
 
     def one_named(self, kind: str, name: str) -> dict[str, Any]:
         found = [m for m in self.all(kind) if m["metadata"]["name"] == name]
