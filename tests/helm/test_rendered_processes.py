@@ -216,7 +216,7 @@ def test_rendered_gateway_and_tiering_job_run(
             # 4. The tiering CronJob's command (Spark in local mode, as rendered).
             job = Pod(rendered, rendered.one("CronJob", "-tiering"), tmp_path / "tiering")
             assert job.argv()[:4] == ["tidegate", "tier", "--runner", "spark"]
-            tiered = job.run(timeout=300)
+            tiered = job.run(timeout=150)
             assert tiered.returncode == 0, tiered.stderr[-3000:]
             assert "tiered 1 records in 1 tables" in tiered.stdout
             # Spark read the rendered spark-defaults.conf (SPARK_CONF_DIR): its local dir.
