@@ -304,3 +304,23 @@ def test_metrics_have_their_own_port_service_and_network_rule() -> None:
         "app.kubernetes.io/component": "metrics",
     }
     assert metrics["metadata"]["labels"]["app.kubernetes.io/component"] == "metrics"
+
+
+def test_every_default_value_is_described_by_the_schema() -> None:
+    """values.yaml and values.schema.json name the same knobs, each with a description."""
+    with helm.Chart.load(CHART) as chart:
+        defaults, schema = chart.values, chart.schema
+    assert schema is not None
+
+    def walk(values: dict[str, Any], node: dict[str, Any], path: str) -> None:
+        properties = node.get("properties")
+        if properties is None:
+            return  # a free-form map (labels, resources, security contexts...)
+        assert set(values) <= set(properties), f"{path}: {set(values) - set(properties)}"
+        for key, value in values.items():
+            child = properties[key]
+            assert child.get("description"), f"{path}{key} has no description"
+            if isinstance(value, dict):
+                walk(value, child, f"{path}{key}.")
+
+    walk(defaults, schema, "")

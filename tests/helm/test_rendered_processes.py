@@ -14,6 +14,7 @@ rewritten only where a pod differs from this machine: the bind address (127.0.0.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import secrets
 import subprocess
@@ -186,7 +187,39 @@ def test_rendered_gateway_and_tiering_job_run(
     assert migrated.returncode == 0, migrated.stderr
     assert "at revision" in migrated.stdout
 
-    # 2. The gateway, probed as its probes say.
+    # 2. The gateway, probed as its probes say; 3. a tenant, a table, a record.
+    with serving_gateway(rendered, tmp_path) as client:
+        assert tiered_watermark(client) == 0
+
+        # 4. The tiering CronJob's command (Spark in local mode, as rendered).
+        job = Pod(rendered, rendered.one("CronJob", "-tiering"), tmp_path / "tiering")
+        assert job.argv()[:4] == ["tidegate", "tier", "--runner", "spark"]
+        tiered = job.run(timeout=150)
+        assert tiered.returncode == 0, tiered.stderr[-3000:]
+        assert "tiered 1 records in 1 tables" in tiered.stdout
+        # Spark read the rendered spark-defaults.conf (SPARK_CONF_DIR): its local dir.
+        assert (job.mounts["/tmp"] / "spark").is_dir()
+        assert tiered_watermark(client) == 1
+        cold = client.read("shop.orders", partition=0, offset=0)  # now from Iceberg
+        assert cold.select(["item", "n"]) == pa.table({"item": ["kite"], "n": [3]})
+
+
+def test_default_values_run_a_gateway_on_its_volume(tmp_path: Path) -> None:
+    """The bare install: the disk hot tier, SQLite and the warehouse on the data volume."""
+    rendered = Rendered()
+    assert not rendered.all("Job")  # the gateway migrates SQLite itself
+    with serving_gateway(rendered, tmp_path) as client:
+        assert client.describe_table("shop.orders").partition_info[0].high_watermark == 1
+    volume = tmp_path / "gateway" / "data"  # where the claim is mounted
+    assert (volume / "metadata.db").exists()
+    assert (volume / "hot" / ".lock").exists()
+
+
+@contextlib.contextmanager
+def serving_gateway(rendered: Rendered, tmp_path: Path) -> Iterator[Client]:
+    """The rendered gateway's command, started, probed as its probes say, its metrics
+    checked, then a tenant made with the operator key from the Secret and one record
+    appended to shop.orders through its client. Stopped with SIGTERM, as a pod is."""
     gateway = Pod(rendered, rendered.gateway(), tmp_path / "gateway")
     assert gateway.argv() == ["tidegate", "serve"]
     log = tmp_path / "gateway.log"
@@ -198,8 +231,6 @@ def test_rendered_gateway_and_tiering_job_run(
         assert grpc_probe(gateway, gateway.container["livenessProbe"]) == serving
         check_metrics_are_private(gateway)
         grpc_target = f"127.0.0.1:{gateway.port(gateway.port_names['grpc'])}"
-
-        # 3. A tenant (with the operator key from the Secret), a table, a record.
         operator_key = gateway.env["TIDEGATE_AUTH__OPERATOR_KEY"]
         tenant = f"t{secrets.token_hex(4)}"
         with AdminClient(grpc_target, operator_key=operator_key) as admin:
@@ -208,22 +239,9 @@ def test_rendered_gateway_and_tiering_job_run(
         with Client(grpc_target, api_key=api_key) as client:
             client.create_table("shop.orders", {"item": "string", "n": "int64"}, partitions=1)
             client.append("shop.orders", [{"item": "kite", "n": 3}])
-            assert client.read("shop.orders", partition=0, offset=0).select(
-                ["item", "n"]
-            ).to_pylist() == [{"item": "kite", "n": 3}]
-            assert tiered_watermark(client) == 0
-
-            # 4. The tiering CronJob's command (Spark in local mode, as rendered).
-            job = Pod(rendered, rendered.one("CronJob", "-tiering"), tmp_path / "tiering")
-            assert job.argv()[:4] == ["tidegate", "tier", "--runner", "spark"]
-            tiered = job.run(timeout=150)
-            assert tiered.returncode == 0, tiered.stderr[-3000:]
-            assert "tiered 1 records in 1 tables" in tiered.stdout
-            # Spark read the rendered spark-defaults.conf (SPARK_CONF_DIR): its local dir.
-            assert (job.mounts["/tmp"] / "spark").is_dir()
-            assert tiered_watermark(client) == 1
-            cold = client.read("shop.orders", partition=0, offset=0)  # now from Iceberg
-            assert cold.select(["item", "n"]) == pa.table({"item": ["kite"], "n": [3]})
+            rows = client.read("shop.orders", partition=0, offset=0).select(["item", "n"])
+            assert rows.to_pylist() == [{"item": "kite", "n": 3}]
+            yield client
     finally:
         proc.terminate()
         proc.wait(60)
