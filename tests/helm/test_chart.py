@@ -5,6 +5,7 @@ credentials, ports and jobs as documented."""
 from __future__ import annotations
 
 import os
+import re
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -20,6 +21,8 @@ VALUE_SETS = ["defaults", *sorted(p.stem for p in EXAMPLES.glob("*.yaml"))]
 
 #: The Kubernetes version manifests are validated against: the newest the package knows.
 KUBE_VERSION = kubernetes_validate.latest_version()
+#: And the oldest the chart supports (Chart.yaml's kubeVersion: gRPC probes are GA in 1.27).
+KUBE_FLOOR = re.findall(r'kubeVersion: ">=(\d+\.\d+)', (CHART / "Chart.yaml").read_text())[0]
 
 #: Secret keys and the TIDEGATE_* variables that read them.
 CREDENTIALS = {
@@ -86,11 +89,13 @@ def test_every_manifest_validates_against_kubernetes(name: str) -> None:
         if manifest["kind"] == "ServiceMonitor":
             check_service_monitor(manifest)
             continue
-        try:
-            kubernetes_validate.validate(manifest, KUBE_VERSION, strict=True)
-        except kubernetes_validate.ValidationError as err:
-            path = ".".join(str(p) for p in err.path)
-            pytest.fail(f"{manifest['kind']} {manifest['metadata']['name']}: {path}: {err.message}")
+        for version in (KUBE_FLOOR, KUBE_VERSION):
+            try:
+                kubernetes_validate.validate(manifest, version, strict=True)
+            except kubernetes_validate.ValidationError as err:
+                path = ".".join(str(p) for p in err.path)
+                name = f"{manifest['kind']} {manifest['metadata']['name']}"
+                pytest.fail(f"{name} on Kubernetes {version}: {path}: {err.message}")
 
 
 @pytest.mark.parametrize("name", VALUE_SETS)
