@@ -1,4 +1,5 @@
-"""``tidegate serve`` and ``tidegate tier``: the gateway process and the lake jobs."""
+"""``tidegate serve``, ``tidegate tier`` and ``tidegate migrate``: the gateway process, the
+lake jobs and the schema migrations."""
 
 from __future__ import annotations
 
@@ -106,3 +107,61 @@ def tier(
         )
     if report.failures:
         raise typer.Exit(1)
+
+
+def _first_line(err: Exception) -> str:
+    """The driver's own message of a SQLAlchemy error, first line only."""
+    return str(getattr(err, "orig", None) or err).splitlines()[0]
+
+
+@app.command()
+def migrate(
+    log_level: Annotated[str, typer.Option(help="Python log level.")] = "WARNING",
+) -> None:
+    """Bring the metadata store to the newest schema and create the Iceberg SQL catalog's
+    tables when they are missing; nothing to do when both are current. Gateways and jobs
+    do the same when they open them: this runs it once, before they start (Helm runs it
+    as a pre-install and pre-upgrade hook)."""
+    from pydantic import ValidationError
+    from sqlalchemy.engine import make_url
+    from sqlalchemy.exc import ArgumentError, SQLAlchemyError
+
+    from gateway.cold import load_cold_store
+    from gateway.config import Settings
+    from gateway.meta import MetadataStore
+
+    logging.basicConfig(
+        level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    try:
+        settings = Settings()
+    except ValidationError as err:
+        first = err.errors()[0]
+        where = ".".join(str(part) for part in first["loc"])
+        fail(ValueError(f"setting {where} (TIDEGATE_* or TIDEGATE_CONFIG): {first['msg']}"))
+    url = settings.metadata_url
+    try:
+        shown = make_url(url).render_as_string(hide_password=True)
+    except ArgumentError:
+        fail(
+            ValueError(
+                f"TIDEGATE_METADATA__URL {url!r} is not a SQLAlchemy URL "
+                "(e.g. postgresql+psycopg://user:password@host:5432/tidegate)"
+            )
+        )
+    try:
+        with MetadataStore(url, echo=settings.metadata.echo) as meta:
+            revision = meta.revision()
+    except SQLAlchemyError as err:
+        fail(ValueError(f"cannot migrate the metadata store at {shown}: {_first_line(err)}"))
+    try:
+        cold = load_cold_store(settings)
+    except SQLAlchemyError as err:
+        fail(ValueError(f"cannot prepare the Iceberg catalog: {_first_line(err)}"))
+    except (TidegateError, BackendError) as err:
+        fail(err)
+    if cold is not None:
+        cold.close()
+    typer.echo(f"metadata store {shown} at revision {revision}")
+    if cold is not None:
+        typer.echo(f"Iceberg catalog {settings.cold.catalog.type!r} ready")

@@ -40,7 +40,14 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, sessionmaker
 from sqlalchemy.pool import ConnectionPoolEntry, StaticPool
 
-from gateway.meta.models import GroupOffset, PartitionRecord, TableRecord, Tenant, utcnow
+from gateway.meta.models import (
+    VERSION_TABLE,
+    GroupOffset,
+    PartitionRecord,
+    TableRecord,
+    Tenant,
+    utcnow,
+)
 from gateway.wire.errors import (
     InvalidRequest,
     TableAlreadyExists,
@@ -247,6 +254,14 @@ class MetadataStore:
     @property
     def engine(self) -> Engine:
         return self._engine
+
+    def revision(self) -> str | None:
+        """The migration revision the database is at (``None`` for an empty database)."""
+        from alembic.runtime.migration import MigrationContext
+
+        with self._engine.connect() as conn:
+            context = MigrationContext.configure(conn, opts={"version_table": VERSION_TABLE})
+            return context.get_current_revision()
 
     def close(self) -> None:
         self._engine.dispose()
