@@ -213,7 +213,8 @@ async def test_table_lifecycle(gw: Gateway) -> None:
     [
         ({"namespace": "ns", "name": "t", "schema": {"a": "int64"}, "partitions": 1, "x": 1},
          400, "INVALID_REQUEST"),
-        ({"namespace": "ns", "name": "t", "schema": {"a": "int64"}}, 400, "INVALID_REQUEST"),
+        # (no "partitions" is one partition, as in the SDK and CLI; no schema is refused)
+        ({"namespace": "ns", "name": "t", "partitions": 1}, 400, "INVALID_REQUEST"),
         ({"namespace": "ns", "name": "t", "schema": {"a": "int64"}, "partitions": "2"},
          400, "INVALID_REQUEST"),
         ({"namespace": "ns", "name": "t", "schema": {"a": "int64"}, "partitions": 0},
@@ -490,7 +491,12 @@ async def test_follow_ends_empty_when_the_wait_ends(gw: Gateway) -> None:
         "/v1/tables/ns/events/partitions/0/records",
         params={"offset": 1, "follow": "true", "wait_ms": 50},
     )
-    assert r.json() == {"records": [], "next_offset": 1, "high_watermark": 1}
+    assert r.json() == {
+        "records": [],
+        "next_offset": 1,
+        "high_watermark": 1,
+        "tiered_watermark": 0,
+    }
     r = await gw.http.get(
         "/v1/tables/ns/events/partitions/0/records",
         params={"offset": 1, "follow": "true", "wait_ms": 0},
