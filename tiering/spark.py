@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 from gateway.cold.base import DataFile
 from gateway.lake.tiering import RangeTask, Runner, write_range
+from gateway.plugins import BackendError
 
 if TYPE_CHECKING:
     from gateway.config import Settings
@@ -44,8 +45,11 @@ def spark_session(master: str | None = "local[2]", app_name: str = "tidegate-tie
     leaves the master to ``spark-submit --master``."""
     try:
         from pyspark.sql import SparkSession
-    except ImportError as exc:  # pragma: no cover - depends on the install
-        raise RuntimeError(f"the Spark runner needs pip install 'tidegate[spark]' ({exc})") from exc
+    except ImportError as exc:  # `make run` installs the server extra alone
+        raise BackendError(
+            f"the Spark runner needs pip install 'tidegate[spark]' and Java 17 ({exc}); "
+            "the local runner needs neither (--runner local, tiering.runner=local)"
+        ) from exc
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     builder = SparkSession.builder
