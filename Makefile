@@ -2,23 +2,42 @@
 PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
-STAMP := $(VENV)/.installed
+# Everything: what `make test` and the other developer targets need.
 # spark: the tiering jobs and their tests (local[2]) need pyspark and a Java runtime.
 EXTRAS ?= server,postgres,spark,bench,dev
+# What `make run` needs: the gateway alone. Its embedded defaults tier with the local
+# runner (threads in the gateway), so neither pyspark nor Java is needed to serve.
+RUN_EXTRAS ?= server
+# One virtualenv, two stamps: `make run` installs RUN_EXTRAS, `make test` adds the rest, in
+# either order. A full install also satisfies `make run`, so it touches both stamps.
+STAMP := $(VENV)/.installed
+RUN_STAMP := $(VENV)/.installed-run
 
 .PHONY: setup run test lint format typecheck proto proto-check pytest bench bench-smoke fuzz prereqs clean
 
-$(STAMP): pyproject.toml scripts/prereqs.sh
+# $(call install,extras,what it is for): create the virtualenv if needed and install tidegate
+# (editable) with those extras, saying what and why first and showing pip's progress (no
+# --quiet: a first install takes a while). No commas in the arguments: make splits on them.
+define install
 	@sh scripts/prereqs.sh python
-	$(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e '.[$(EXTRAS)]'
-	@touch $(STAMP)
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	@$(PY) -m pip install --quiet --upgrade pip
+	@echo "tidegate: installing tidegate[$(1)] into $(VENV) for $(2)."
+	$(PY) -m pip install -e '.[$(1)]'
+endef
+
+$(STAMP): pyproject.toml scripts/prereqs.sh
+	$(call install,$(EXTRAS),the tests and every developer target: about 1.6 GB and a few minutes the first time)
+	@touch $(STAMP) $(RUN_STAMP)
+
+$(RUN_STAMP): pyproject.toml scripts/prereqs.sh
+	$(call install,$(RUN_EXTRAS),serving: about 470 MB and a minute the first time (make test adds the developer tools and Spark))
+	@touch $(RUN_STAMP)
 
 setup: $(STAMP)
 
 ## Run a gateway on embedded defaults (data in ./tidegate-data, disk hot tier, SQLite).
-run: setup
+run: $(RUN_STAMP)
 	$(VENV)/bin/tidegate serve
 
 ## Everything CI checks: lint, types, generated stubs, then the whole test suite.

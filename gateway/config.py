@@ -13,7 +13,7 @@ import os
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Discriminator, Field, Tag
 from pydantic_settings import (
     BaseSettings,
     PydanticBaseSettingsSource,
@@ -26,6 +26,7 @@ __all__ = [
     "ColdConfig",
     "CustomHotConfig",
     "DiskHotConfig",
+    "LogConfig",
     "MetadataConfig",
     "MeteringConfig",
     "QuotaConfig",
@@ -308,6 +309,32 @@ class TieringConfig(_Section):
     commit_attempts: int = Field(6, ge=1, description="Tries of a conflicting commit.")
 
 
+LogLevel = Annotated[
+    Literal["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"],
+    BeforeValidator(lambda v: v.upper() if isinstance(v, str) else v),
+]
+
+
+class LogConfig(_Section):
+    """Logging of the process (``gateway/logs.py``): one stream, stderr."""
+
+    level: LogLevel = Field("INFO", description="Level of Tidegate's own loggers.")
+    format: Literal["text", "json"] = Field(
+        "text",
+        description="'text' (one line per record) or 'json' (one JSON object per line: "
+        "time, level, logger, message, exception).",
+    )
+    library_level: LogLevel = Field(
+        "WARNING",
+        description="Level of the libraries' loggers (pyiceberg, alembic, botocore, urllib3, "
+        "py4j...); INFO brings back their chatter.",
+    )
+    levels: dict[str, LogLevel] = Field(
+        default_factory=dict,
+        description="Level per logger name, over the two above, e.g. {'pyiceberg.io': 'INFO'}.",
+    )
+
+
 class Settings(BaseSettings):
     """Everything a gateway process needs."""
 
@@ -335,6 +362,7 @@ class Settings(BaseSettings):
     metering: MeteringConfig = Field(default_factory=MeteringConfig)
     tiering: TieringConfig = Field(default_factory=TieringConfig)
     cold: ColdConfig = Field(default_factory=ColdConfig, description="Iceberg cold tier.")
+    log: LogConfig = Field(default_factory=LogConfig, description="Log level and format.")
 
     @classmethod
     def settings_customise_sources(

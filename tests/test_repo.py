@@ -43,6 +43,82 @@ def test_readme_quick_start_is_two_commands() -> None:
     assert "make test" in ci
 
 
+def _make_dry_run(venv: Path, target: str) -> list[str]:
+    """The commands `make <target>` would run with the virtualenv at ``venv``."""
+    env = {k: v for k, v in os.environ.items() if k not in _MAKE_VARS}
+    env["LC_ALL"] = "C"  # make's own messages in English
+    out = subprocess.run(
+        ["make", "-n", "--no-print-directory", f"VENV={venv}", target],
+        cwd=REPO_ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert out.returncode == 0, out.stderr
+    return out.stdout.splitlines()
+
+
+_MAKE_VARS = {"MAKEFLAGS", "MFLAGS", "MAKELEVEL", "EXTRAS", "RUN_EXTRAS", "VENV", "PYTHON"}
+
+
+def test_make_run_installs_only_what_serving_needs(tmp_path: Path) -> None:
+    """Issue 16, item 8: `make run` installs the server extra alone and says so; `make test`
+    installs everything, and either may come first in one checkout."""
+    venv = tmp_path / "venv"
+    py = f"{venv}/bin/python"
+    run = _make_dry_run(venv, "run")
+    assert [ln for ln in run if " -e " in ln] == [f"{py} -m pip install -e '.[server]'"]
+    assert any(ln.startswith('echo "tidegate: installing tidegate[server]') for ln in run)
+    assert run[-1] == f"{venv}/bin/tidegate serve"
+    full = _make_dry_run(venv, "setup")
+    assert [ln for ln in full if " -e " in ln] == [
+        f"{py} -m pip install -e '.[server,postgres,spark,bench,dev]'"
+    ]
+    assert not [ln for ln in run + full if "pip install" in ln and " -e " in ln and "-q" in ln]
+
+    # `make run`, then `make test`: the server-only install does not count for the tests.
+    venv.mkdir()
+    (venv / ".installed-run").touch()
+    assert _make_dry_run(venv, "run") == [f"{venv}/bin/tidegate serve"]
+    assert f"{py} -m pip install -e '.[server,postgres,spark,bench,dev]'" in _make_dry_run(
+        venv, "setup"
+    )
+    # `make test` first: its install stamps both, so `make run` installs nothing more.
+    assert full[-1] == f"touch {venv}/.installed {venv}/.installed-run"
+    (venv / ".installed").touch()
+    assert _make_dry_run(venv, "run") == [f"{venv}/bin/tidegate serve"]
+    assert _make_dry_run(venv, "setup") == ["make: Nothing to be done for 'setup'."]
+
+
+def test_without_pyspark_the_spark_runner_says_what_to_install(tmp_path: Path) -> None:
+    """`make run` installs no pyspark: asking for the Spark runner then names the extra
+    (and the runner that needs none) instead of a traceback."""
+    code = (
+        "import sys; sys.modules['pyspark'] = None\n"  # as if not installed
+        "from gateway.cli import main\n"
+        f"sys.argv = ['tidegate', 'tier', '--runner', 'spark', '--data-dir', {str(tmp_path)!r}]\n"
+        "main()\n"
+    )
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TIDEGATE_")}
+    out = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120
+    )
+    assert out.returncode == 2, out.stderr
+    assert "Traceback" not in out.stderr
+    assert "pip install 'tidegate[spark]'" in out.stderr and "--runner local" in out.stderr
+
+
+def test_pyproject_licence_is_an_spdx_expression() -> None:
+    """Issue 16, item 8: the TOML-table licence made setuptools print deprecation warnings
+    on every install (PEP 639: an SPDX string, no licence classifiers)."""
+    import tomllib
+
+    project = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text())["project"]
+    assert project["license"] == "Apache-2.0"
+    assert not [c for c in project.get("classifiers", []) if c.startswith("License ::")]
+
+
 @pytest.mark.integration
 def test_run_command_serves_on_embedded_defaults(tmp_path: Path) -> None:
     """`make run` (the README's first command) starts a working gateway with no services."""

@@ -9,13 +9,13 @@ Configured like the gateway (``TIDEGATE_*`` variables or ``TIDEGATE_CONFIG``).
 from __future__ import annotations
 
 import argparse
-import logging
 import sys
 
 from gateway.config import Settings
 from gateway.lake.components import Components
 from gateway.lake.runners import make_runner
 from gateway.lake.scheduler import run_forever, run_once
+from gateway.logs import configure as configure_logging
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -23,12 +23,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--runner", choices=["spark", "local"], default="spark")
     parser.add_argument("--master", default=None, help="Spark master (default: config).")
     parser.add_argument("--every", type=float, default=None, help="Repeat every N seconds.")
-    parser.add_argument("--log-level", default="INFO")
+    parser.add_argument("--log-level", default=None, help="Default: log.level (INFO).")
+    parser.add_argument("--log-format", choices=["text", "json"], default=None)
     args = parser.parse_args(argv)
-    logging.basicConfig(
-        level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
     settings = Settings()
+    configure_logging(settings.log, level=args.log_level, fmt=args.log_format)
     if args.every:
         run_forever(settings, every_s=args.every, kind=args.runner, master=args.master)
         return 0

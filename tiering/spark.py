@@ -8,23 +8,36 @@ once per table through pyiceberg. Each tenant's jobs run in its own fair-schedul
 Executors reopen the hot tier from the settings. With Redis that is always safe; the disk
 tier belongs to one process, so run Spark over it only while no gateway appends to it
 (the embedded gateway tiers the disk tier with the local runner instead).
+
+Tenants come and go while a Spark application runs (``tidegate tier --every``, the gateway's
+embedded schedule), so their pools cannot be listed in an allocation file read once at
+start: :func:`declare_pool` declares each tenant's pool just before its first job, with the
+settings Spark gives a pool it does not know (FIFO inside, minimum share 0, weight 1). Pools
+that ``spark.scheduler.allocation.file`` declares are left as they are, so an operator can
+still give a tenant a weight of its own there.
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import sys
+import threading
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from gateway.cold.base import DataFile
 from gateway.lake.tiering import RangeTask, Runner, write_range
+from gateway.plugins import BackendError
 
 if TYPE_CHECKING:
     from gateway.config import Settings
     from gateway.lake.components import Components
 
-__all__ = ["SparkRunner", "spark_session"]
+__all__ = ["SparkRunner", "declare_pool", "spark_session"]
+
+log = logging.getLogger("tidegate.tiering")
+_POOLS = threading.Lock()
 
 
 def spark_session(master: str | None = "local[2]", app_name: str = "tidegate-tiering") -> Any:
@@ -32,8 +45,11 @@ def spark_session(master: str | None = "local[2]", app_name: str = "tidegate-tie
     leaves the master to ``spark-submit --master``."""
     try:
         from pyspark.sql import SparkSession
-    except ImportError as exc:  # pragma: no cover - depends on the install
-        raise RuntimeError(f"the Spark runner needs pip install 'tidegate[spark]' ({exc})") from exc
+    except ImportError as exc:  # `make run` installs the server extra alone
+        raise BackendError(
+            f"the Spark runner needs pip install 'tidegate[spark]' and Java 17 ({exc}); "
+            "the local runner needs neither (--runner local, tiering.runner=local)"
+        ) from exc
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     builder = SparkSession.builder
@@ -44,9 +60,33 @@ def spark_session(master: str | None = "local[2]", app_name: str = "tidegate-tie
         .config("spark.scheduler.mode", "FAIR")
         .config("spark.sql.parquet.outputTimestampType", "TIMESTAMP_MICROS")
         .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")  # a job's log says what it did
         .config("spark.sql.shuffle.partitions", "4")
         .getOrCreate()
     )
+
+
+def declare_pool(sc: Any, name: str) -> None:
+    """Declare the fair-scheduler pool ``name`` on ``sc`` (a ``SparkContext``) unless it
+    exists, so a job submitted to it finds it configured.
+
+    Spark reads pools only from its allocation file, at start, and has no public call to
+    add one later; this adds it to the scheduler's root pool through the JVM, as the file
+    would have. Where that fails (another Spark, a scheduler that is not the usual one),
+    the job still runs: Spark creates the same pool itself and logs that it was not
+    configured.
+    """
+    if str(sc.getConf().get("spark.scheduler.mode", "FIFO")).upper() != "FAIR":
+        return
+    with _POOLS:
+        try:
+            root = sc._jsc.sc().taskScheduler().rootPool()
+            if root.getSchedulableByName(name) is not None:
+                return
+            scheduler = sc._jvm.org.apache.spark.scheduler
+            root.addSchedulable(scheduler.Pool(name, scheduler.SchedulingMode.FIFO(), 0, 1))
+        except Exception as exc:  # py4j errors: the pool is then Spark's own default
+            log.debug("could not declare the Spark scheduler pool %r: %s", name, exc)
 
 
 def _run_task(settings_json: Mapping[str, Any], task: RangeTask) -> list[DataFile]:
@@ -99,6 +139,7 @@ class SparkRunner(Runner):
         if not tasks:
             return []
         sc = self.spark.sparkContext
+        declare_pool(sc, tenant)
         sc.setLocalProperty("spark.scheduler.pool", tenant)
         sc.setJobGroup(f"tidegate-tier-{tenant}", f"tier {tasks[0].table}", False)
         try:

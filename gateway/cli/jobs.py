@@ -3,9 +3,8 @@ lake jobs and the schema migrations."""
 
 from __future__ import annotations
 
-import logging
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 import typer
 
@@ -14,6 +13,22 @@ from gateway.hot.disk.log import HotTierBusy
 from gateway.plugins import BackendError
 from gateway.wire.errors import TidegateError
 
+LogLevelOption = Annotated[
+    Literal["DEBUG", "INFO", "WARNING", "ERROR"] | None,
+    typer.Option(
+        help="Level of Tidegate's own logs (default: log.level, INFO).",
+        case_sensitive=False,
+        show_default=False,
+    ),
+]
+LogFormatOption = Annotated[
+    Literal["text", "json"] | None,
+    typer.Option(
+        help="'text', or 'json': one JSON object per line (default: log.format, text).",
+        show_default=False,
+    ),
+]
+
 
 @app.command()
 def serve(
@@ -21,18 +36,18 @@ def serve(
     grpc_port: Annotated[int | None, typer.Option(help="gRPC port (0 disables).")] = None,
     http_port: Annotated[int | None, typer.Option(help="HTTP port (0 disables).")] = None,
     data_dir: Annotated[Path | None, typer.Option(help="Embedded-mode data folder.")] = None,
-    log_level: Annotated[str, typer.Option(help="Python log level.")] = "INFO",
+    log_level: LogLevelOption = None,
+    log_format: LogFormatOption = None,
 ) -> None:
     """Run a gateway: gRPC and HTTP on embedded defaults unless configured otherwise."""
     import asyncio
 
     from gateway.config import Settings
+    from gateway.logs import configure as configure_logging
     from gateway.server.app import serve as serve_async
 
-    logging.basicConfig(
-        level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
     settings = Settings()
+    configure_logging(settings.log, level=log_level, fmt=log_format)
     server = settings.server.model_copy(
         update={
             k: v
@@ -61,7 +76,8 @@ def tier(
         str | None, typer.Option(help="Spark master (default: tiering.master).")
     ] = None,
     data_dir: Annotated[Path | None, typer.Option(help="Embedded-mode data folder.")] = None,
-    log_level: Annotated[str, typer.Option(help="Python log level.")] = "INFO",
+    log_level: LogLevelOption = None,
+    log_format: LogFormatOption = None,
 ) -> None:
     """Move every table's hot records into its Iceberg table (then trim the hot tier
     below what has been tiered for tiering.hot_retention_s)."""
@@ -69,14 +85,13 @@ def tier(
     from gateway.lake.components import Components
     from gateway.lake.runners import make_runner
     from gateway.lake.scheduler import run_forever, run_once
+    from gateway.logs import configure as configure_logging
 
     if runner not in ("local", "spark"):
         raise typer.BadParameter("--runner must be 'local' or 'spark'")
     kind: Any = runner
-    logging.basicConfig(
-        level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
     settings = Settings()
+    configure_logging(settings.log, level=log_level, fmt=log_format)
     if data_dir is not None:
         settings = settings.model_copy(update={"data_dir": data_dir})
     try:
@@ -116,7 +131,8 @@ def _first_line(err: Exception) -> str:
 
 @app.command()
 def migrate(
-    log_level: Annotated[str, typer.Option(help="Python log level.")] = "WARNING",
+    log_level: LogLevelOption = "WARNING",
+    log_format: LogFormatOption = None,
 ) -> None:
     """Bring the metadata store to the newest schema and create the Iceberg SQL catalog's
     tables when they are missing; nothing to do when both are current. Gateways and jobs
@@ -128,17 +144,16 @@ def migrate(
 
     from gateway.cold import load_cold_store
     from gateway.config import Settings
+    from gateway.logs import configure as configure_logging
     from gateway.meta import MetadataStore
 
-    logging.basicConfig(
-        level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
     try:
         settings = Settings()
     except ValidationError as err:
         first = err.errors()[0]
         where = ".".join(str(part) for part in first["loc"])
         fail(ValueError(f"setting {where} (TIDEGATE_* or TIDEGATE_CONFIG): {first['msg']}"))
+    configure_logging(settings.log, level=log_level, fmt=log_format)
     url = settings.metadata_url
     try:
         shown = make_url(url).render_as_string(hide_password=True)

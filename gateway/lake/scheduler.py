@@ -35,7 +35,9 @@ def run_once(c: Components, runner: Runner) -> RunReport:
     report = tier_all(c, runner=runner)
     elapsed = time.monotonic() - started
     metrics.TIERING_RUN_SECONDS.observe(elapsed)
-    log.info(
+    # A run that moved nothing is the idle gateway's every 30 s: not worth a line at INFO.
+    log.log(
+        logging.INFO if report.records or report.failures else logging.DEBUG,
         "tiering run: %d tables, %d records, %d failed, %.2fs",
         len(report.tables),
         report.records,

@@ -154,8 +154,15 @@ async def serve(settings: Settings) -> None:
     http: list[tuple[uvicorn.Server, asyncio.Task[None]]] = []
 
     async def start_http(app: Any, port: int, what: str) -> None:
+        # log_config=None: uvicorn's records go through the process's one handler
+        # (gateway/logs.py), so they share its format (text or JSON lines).
         config = uvicorn.Config(
-            app, host=settings.server.host, port=port, log_level="warning", lifespan="off"
+            app,
+            host=settings.server.host,
+            port=port,
+            log_level="warning",
+            log_config=None,
+            lifespan="off",
         )
         server = _QuietServer(config)
         task = asyncio.create_task(server.serve())

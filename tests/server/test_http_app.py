@@ -772,6 +772,22 @@ async def test_unsupported_content_type(gw: Gateway, content_type: str | None) -
 
 
 # The edge itself ------------------------------------------------------------------------
+async def test_metrics_declare_their_token_only_when_one_is_set(gw: Gateway) -> None:
+    """Issue 16, item 9: /metrics is open unless server.metrics_token is set, and the
+    OpenAPI document says so (the tenant and operator keys: tests/integration)."""
+    r = await gw.http.get("/openapi.json")
+    assert "security" not in r.json()["paths"]["/metrics"]["get"]
+    server = gw.settings.server.model_copy(update={"metrics_token": "m" * 32})
+    app = create_app(gw.service, gw.settings.model_copy(update={"server": server}))
+    async with gw.client_for(app) as http:
+        doc = (await http.get("/openapi.json")).json()
+        assert doc["paths"]["/metrics"]["get"]["security"] == [{"metricsToken": []}]
+        assert doc["components"]["securitySchemes"]["metricsToken"]["scheme"] == "bearer"
+        assert (await http.get("/metrics")).status_code == 401
+        ok = await http.get("/metrics", headers={"authorization": "Bearer " + "m" * 32})
+        assert ok.status_code == 200
+
+
 async def test_health_readiness_and_metrics(gw: Gateway) -> None:
     state = {"ready": False}
     app = create_app(gw.service, gw.settings, ready=lambda: state["ready"])

@@ -4,6 +4,7 @@ pool per tenant, and one tenant's failing table never stopping the others."""
 from __future__ import annotations
 
 import time
+import uuid
 from typing import Any
 
 import pytest
@@ -57,3 +58,64 @@ def test_spark_poisoned_table_does_not_stop_other_tenants(harness: Harness, spar
         assert harness.watermarks(d) == {0: 3, 1: 3}
     # Nothing of the poisoned table was committed: its run failed as a whole.
     assert harness.watermarks(bad) == {}
+
+
+class _SchedulerWarnings:
+    """What Spark's fair scheduler logs at WARN, captured in the JVM (the session's log
+    level is ERROR, and the JVM writes to the stderr pytest had when it started)."""
+
+    LOGGER = "org.apache.spark.scheduler.FairSchedulableBuilder"
+
+    def __init__(self, spark: Any) -> None:
+        jvm = spark.sparkContext._jvm
+        self.log4j = jvm.org.apache.logging.log4j
+        core = self.log4j.core
+        self.writer = jvm.java.io.StringWriter()
+        layout = core.layout.PatternLayout.newBuilder().withPattern("%p %c: %m%n").build()
+        self.appender = core.appender.WriterAppender.createAppender(
+            layout, None, self.writer, "tidegate-test-capture", False, True
+        )
+        self.appender.start()
+        self.context = self.log4j.LogManager.getContext(False)
+        self.config = self.context.getConfiguration()
+        self.config.addLoggerAppender(self.context.getLogger(self.LOGGER), self.appender)
+        core.config.Configurator.setLevel(self.LOGGER, self.log4j.Level.WARN)
+
+    def text(self) -> str:
+        return str(self.writer.toString())
+
+    def close(self) -> None:
+        self.config.getLoggerConfig(self.LOGGER).removeAppender("tidegate-test-capture")
+        self.log4j.core.config.Configurator.setLevel(self.LOGGER, self.log4j.Level.ERROR)
+        self.appender.stop()
+
+
+@pytest.mark.parametrize("hot_kind", ["disk"])  # pools do not depend on the hot tier
+def test_spark_runner_declares_each_tenants_pool(harness: Harness, spark: Any) -> None:
+    """Issue 16, item 7: no "pool ... has not been configured" warning per tenant."""
+    captured = _SchedulerWarnings(spark)
+    try:
+        sc = spark.sparkContext
+        # The control: a job in a pool nobody declared is warned about, and captured.
+        control = f"undeclared-{uuid.uuid4().hex[:8]}"
+        sc.setLocalProperty("spark.scheduler.pool", control)
+        try:
+            assert sc.parallelize([1, 2], 2).count() == 2
+        finally:
+            sc.setLocalProperty("spark.scheduler.pool", None)
+        assert f"scheduler pool {control}, which has not been configured" in captured.text()
+
+        runner = SparkRunner(harness.settings, spark)
+        tables = [harness.create_table(partitions=2) for _ in range(2)]
+        for d in tables:
+            harness.append(d, 0, _rows(0, 3))
+            harness.append(d, 1, _rows(0, 2))
+        report = tier_all(harness.c, runner=runner, tables=tables, trim=False)
+        assert not report.failures and report.records == 10
+        warnings = captured.text().splitlines()
+        assert [w for w in warnings if "has not been configured" in w and control not in w] == []
+        root = sc._jsc.sc().taskScheduler().rootPool()
+        for d in tables:  # each tenant ran in a pool of its own name
+            assert root.getSchedulableByName(d.tenant).name() == d.tenant
+    finally:
+        captured.close()

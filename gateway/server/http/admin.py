@@ -9,10 +9,11 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends, Path, Query, Request
+from fastapi import APIRouter, Depends, Path, Query, Request, Security
 from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel, ConfigDict, Field
 
+from gateway.server.http.deps import OPERATOR_KEY, Credential
 from gateway.tenancy import KeyInfo, Tenancy, TenantInfo
 from gateway.wire.types import QUOTA_FIELDS
 
@@ -60,7 +61,9 @@ TenantName = Annotated[str, Path(description="Tenant name.")]
 
 
 def admin_router(tenancy: Tenancy) -> APIRouter:
-    async def require_operator(request: Request) -> None:
+    async def require_operator(
+        request: Request, _key: Annotated[Credential, Security(OPERATOR_KEY)]
+    ) -> None:
         await tenancy.operator(request.headers.get("authorization"))
 
     router = APIRouter(prefix="/v1/admin", tags=["admin"], dependencies=[Depends(require_operator)])

@@ -16,6 +16,7 @@ from collections.abc import Callable
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
+from fastapi_offline import FastAPIOffline
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -129,11 +130,15 @@ def create_app(
     """
     gate = tenancy or OpenGate(settings.tenant)
     calls = DataCalls(service, gate)
-    app = FastAPI(
+    # /docs (Swagger UI) and /redoc with their scripts and styles served from the
+    # fastapi-offline package (under /static-offline-docs), so they work with no internet;
+    # validatorUrl=None keeps Swagger UI from sending the document to an online validator.
+    app = FastAPIOffline(
         title="Tidegate",
         summary="One stream-table over a hot log tier and cold Iceberg tables.",
         version="1",
         responses={500: {"model": ErrorResponse, "description": "Internal error"}},
+        swagger_ui_parameters={"validatorUrl": None},
     )
     app.state.tenant_of = tenant_of or gate_tenant_of(gate)
     app.state.gate = gate

@@ -5,11 +5,12 @@ from __future__ import annotations
 import hmac
 from collections.abc import Callable
 
-from fastapi import APIRouter, FastAPI, Request
+from fastapi import APIRouter, FastAPI, Request, Security
 from fastapi.responses import JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, generate_latest
 
 from gateway.config import ServerConfig
+from gateway.server.http.deps import METRICS_TOKEN
 from gateway.wire.errors import Unauthenticated
 
 __all__ = ["health_router", "metrics_app", "metrics_router"]
@@ -17,8 +18,11 @@ __all__ = ["health_router", "metrics_app", "metrics_router"]
 
 def metrics_router(server: ServerConfig) -> APIRouter:
     """``GET /metrics``, behind ``server.metrics_token`` when it is set."""
-    router = APIRouter(tags=["health"])
     token = server.metrics_token
+    # Declared in the OpenAPI document only when a token is required.
+    router = APIRouter(
+        tags=["health"], dependencies=[Security(METRICS_TOKEN)] if token is not None else []
+    )
 
     @router.get(
         "/metrics",
