@@ -87,7 +87,7 @@ def _file_batches(
         raise InvalidRequest(f"cannot read {where} as {fmt.upper()}: {reason}") from None
     present = [n for n in SYSTEM_COLUMNS if n in data.column_names]
     if present:
-        data = data.dropcolumns(present)
+        data = data.drop_columns(present)
     yield from data.to_batches(max_chunksize=batch_rows)
 
 
