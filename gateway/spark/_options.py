@@ -28,7 +28,7 @@ BATCH_READ = (
 #: Options of streaming reads.
 STREAM_READ = ("partitions", "columns", "startingoffsets", "maxrecordspertrigger")
 #: Options of writes.
-WRITE = ("write_id", "batch_rows", "batch_bytes")
+WRITE = ("write_id", "batch_rows", "batch_bytes", "test_fail_after_batches")
 ACCEPTED = frozenset(COMMON + BATCH_READ + STREAM_READ + WRITE)
 
 

@@ -66,6 +66,9 @@ class _Target:
     key_columns: tuple[str, ...]
     batch_rows: int
     batch_bytes: int
+    #: Fault injection for tests: the first attempt of each task fails after appending
+    #: this many batches (0: never).
+    fail_after_batches: int = 0
 
 
 def _target(options: Options, schema: StructType) -> _Target:
@@ -86,6 +89,7 @@ def _target(options: Options, schema: StructType) -> _Target:
         info.key_columns,
         options.integer("batch_rows", 10_000),
         options.integer("batch_bytes", 4 << 20),
+        options.integer("test_fail_after_batches", 0, minimum=0),
     )
 
 
@@ -97,8 +101,11 @@ class _Appender:
     """One task's appends: per table partition, batches cut at ``batch_rows`` rows or
     ``batch_bytes`` bytes, each sent with the next sequence of this producer."""
 
-    def __init__(self, target: _Target, client: Client, producer_id: str, spread: int) -> None:
+    def __init__(
+        self, target: _Target, client: Client, producer_id: str, spread: int, attempt: int
+    ) -> None:
         self.target, self.client = target, client
+        self.fail_after = target.fail_after_batches if attempt == 0 else 0
         self.report = WriteReport(producer_id)
         self.spread = spread % target.partitions
         self.pending: dict[int, list[pa.RecordBatch]] = {}
@@ -179,6 +186,11 @@ class _Appender:
             else:
                 self.report.appended += result.count
             self.report.batches[partition] = seq + 1
+            if self.fail_after and sum(self.report.batches.values()) >= self.fail_after:
+                raise RuntimeError(
+                    f"tidegate: injected failure after {self.fail_after} batches "
+                    "(option test_fail_after_batches)"
+                )
             return
 
 
@@ -187,11 +199,12 @@ def _write(target: _Target, write_id: str, batches: Iterator[pa.RecordBatch]) ->
 
     ctx = TaskContext.get()
     spark_partition = ctx.partitionId() if ctx is not None else 0
+    attempt = ctx.attemptNumber() if ctx is not None else 0
     batch_id = ctx.getLocalProperty("streaming.sql.batchId") if ctx is not None else None
     parts = [write_id] if batch_id is None else [write_id, str(batch_id)]
     producer_id = "/".join(["spark", *parts, str(spark_partition)])
     with target.connection.client() as client:
-        appender = _Appender(target, client, producer_id, spark_partition)
+        appender = _Appender(target, client, producer_id, spark_partition, attempt)
         for batch in batches:
             if batch.num_rows:
                 appender.add(batch)
