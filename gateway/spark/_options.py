@@ -29,7 +29,9 @@ BATCH_READ = (
 STREAM_READ = ("partitions", "columns", "startingoffsets", "maxrecordspertrigger")
 #: Options of writes.
 WRITE = ("write_id", "batch_rows", "batch_bytes", "test_fail_after_batches")
-ACCEPTED = frozenset(COMMON + BATCH_READ + STREAM_READ + WRITE)
+#: Spark's own options, which it hands to sources and sinks too.
+SPARKS = ("checkpointlocation",)
+ACCEPTED = frozenset(COMMON + BATCH_READ + STREAM_READ + WRITE + SPARKS)
 
 
 class SparkOptionError(InvalidRequest):
@@ -72,7 +74,7 @@ class Options:
         unknown = sorted(set(self.values) - ACCEPTED)
         if unknown:
             raise SparkOptionError(
-                f"tidegate: unknown option(s) {unknown}; accepted: {sorted(ACCEPTED - {'path'})}"
+                f"tidegate: unknown option(s) {unknown}; accepted: {sorted(ACCEPTED - {'path', *SPARKS})}"
             )
 
     def get(self, name: str, default: str | None = None) -> str | None:

@@ -137,3 +137,26 @@ def test_pushed_filters_prune_files_and_hot_ranges(
     )
     assert narrow.columns == ["n", "_offset"]
     assert sorted(r.n for r in narrow.collect()) == list(range(1000, 1105))
+
+
+def test_bad_reads_say_what_is_wrong(lake: LakeGateway, tg_spark: Any, table_name: str) -> None:
+    with lake.gateway.client() as c:
+        c.create_table(table_name, {"n": "int64"}, partitions=3)
+    ns = table_name.split(".")[0]
+    cases = [
+        ({"api_key": "tg_0000000000000000_wrong"}, f"tidegate: table {table_name} at"),
+        ({"table": f"{ns}.missing"}, f"tidegate: table {ns}.missing at .* not found"),
+        ({"partitions": "1,7"}, "names partition '7'; the table has partitions 0..2"),
+        ({"columns": "n,nope"}, r"unknown column\(s\) \['nope'\]"),
+        ({"table": "nodot"}, "table 'nodot' is not of the form 'namespace.table'"),
+        ({"split_bytes": "lots"}, "option 'split_bytes' is 'lots'; give an integer >= 1"),
+        ({"maxRecordPerTrigger": "5"}, r"unknown option\(s\) \['maxrecordpertrigger'\]"),
+    ]
+    for change, words in cases:
+        options = {**lake.options(table_name), **change}
+        with pytest.raises(Exception, match=words):
+            tg_spark.read.format("tidegate").options(**options).load().collect()
+    options = lake.options(table_name)
+    del options["endpoint"]
+    with pytest.raises(Exception, match="option 'endpoint' is missing"):
+        tg_spark.read.format("tidegate").options(**options).load()
