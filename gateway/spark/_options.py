@@ -73,9 +73,8 @@ class Options:
         self.values = {str(k).lower(): str(v) for k, v in options.items()}
         unknown = sorted(set(self.values) - ACCEPTED)
         if unknown:
-            raise SparkOptionError(
-                f"tidegate: unknown option(s) {unknown}; accepted: {sorted(ACCEPTED - {'path', *SPARKS})}"
-            )
+            accepted = sorted(ACCEPTED - {"path", *SPARKS})
+            raise SparkOptionError(f"tidegate: unknown option(s) {unknown}; accepted: {accepted}")
 
     def get(self, name: str, default: str | None = None) -> str | None:
         value = self.values.get(name.lower())
