@@ -38,9 +38,13 @@ from gateway.spark._source import TidegateDataSource
 __all__ = ["SparkOptionError", "TidegateDataSource", "register"]
 
 
-def register(spark: Any) -> None:
-    """Register the ``tidegate`` format on ``spark`` and turn on Python filter pushdown
-    (``spark.sql.python.filterPushdown.enabled``), which the connector needs to prune
-    files."""
-    spark.conf.set("spark.sql.python.filterPushdown.enabled", "true")
+def register(spark: Any, *, filter_pushdown: bool = True) -> None:
+    """Register the ``tidegate`` format on ``spark``.
+
+    ``filter_pushdown`` sets ``spark.sql.python.filterPushdown.enabled``, which the
+    connector needs to prune files. PySpark 4.3 reuses a DataFrame's first pushed-down plan
+    for its later queries that push no filter (see docs/spark.md): load one DataFrame per
+    query, or pass ``False`` to leave all filtering to Spark.
+    """
+    spark.conf.set("spark.sql.python.filterPushdown.enabled", str(filter_pushdown).lower())
     spark.dataSource.register(TidegateDataSource)

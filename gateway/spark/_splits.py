@@ -72,14 +72,21 @@ class ReadSpec:
     def output(self) -> pa.Schema:
         return pa.schema([self.stored.field(c) for c in self.columns])
 
-    def arrow_filter(self, low: int | None = None, high: int | None = None) -> pc.Expression:
-        expr = pc.scalar(True)
+    def arrow_filter(self, low: int | None = None, high: int | None = None) -> pc.Expression | None:
+        """The rows to keep: the pushed filter and the offsets ``[low, high)``; None when
+        every row is kept."""
+        terms = []
         if self.filter is not None:
-            expr = to_arrow(bind(self.filter, self.stored), self.stored)
+            terms.append(to_arrow(bind(self.filter, self.stored), self.stored))
         if low is not None:
-            expr = expr & (pc.field(OFFSET_COLUMN) >= pa.scalar(low, pa.int64()))
+            terms.append(pc.field(OFFSET_COLUMN) >= pa.scalar(low, pa.int64()))
         if high is not None:
-            expr = expr & (pc.field(OFFSET_COLUMN) < pa.scalar(high, pa.int64()))
+            terms.append(pc.field(OFFSET_COLUMN) < pa.scalar(high, pa.int64()))
+        if not terms:
+            return None
+        expr = terms[0]
+        for t in terms[1:]:
+            expr = expr & t
         return expr
 
     def conform(self, batch: pa.RecordBatch) -> pa.RecordBatch:
