@@ -16,7 +16,7 @@ from typing import Any
 from benchmarks.cold import _local_path, _tier
 from benchmarks.harness import Bench, compare
 from benchmarks.loadgen import Result, Workload
-from benchmarks.scenarios import create_table, drop_table, fill
+from benchmarks.scenarios import create_table, drop_table, fill_workload
 
 
 def _queries(n: int, partitions: int) -> dict[str, tuple[Any, str]]:
@@ -49,15 +49,7 @@ async def run(b: Bench, w: Workload) -> list[dict[str, Any]]:
     async with b.stub(gw) as stub:
         ref = await create_table(stub, "spark", w.partitions, md)
         try:
-            n = await fill(
-                stub,
-                ref,
-                md,
-                records=w.read_records,
-                batch_records=w.batch_records,
-                record_bytes=w.record_bytes,
-                partitions=w.partitions,
-            )
+            n = await fill_workload(stub, ref, md, w, partitions=w.partitions)
             await _tier(b, ref)
             table = await asyncio.to_thread(b.iceberg_table, ref)
             paths = [_local_path(t.file.file_path) for t in table.scan().plan_files()]

@@ -78,22 +78,13 @@ def s3_lake(
 ) -> Iterator[LakeGateway]:
     """A gateway over Redis whose warehouse is on S3 (moto's server)."""
     bucket = moto_server.create_bucket(f"spark-{uuid.uuid4().hex[:10]}")
-    s3 = moto_server.cold_s3_settings()
     warehouse = f"s3://{bucket}/warehouse"
-    env = {
-        "TIDEGATE_COLD__WAREHOUSE": warehouse,
-        "TIDEGATE_COLD__S3__ENDPOINT": s3["endpoint"],
-        "TIDEGATE_COLD__S3__ACCESS_KEY_ID": s3["access_key_id"],
-        "TIDEGATE_COLD__S3__SECRET_ACCESS_KEY": s3["secret_access_key"],
-        "TIDEGATE_COLD__S3__REGION": s3["region"],
-        "TIDEGATE_COLD__S3__PATH_STYLE": "true",
-        "TIDEGATE_COLD__PRESIGN_EXPIRY_S": "600",
-    }
+    env = moto_server.gateway_env(warehouse)
     lg = _start(
         tmp_path_factory.mktemp("spark-gw-s3"),
         redis_server,
         env,
-        {"warehouse": warehouse, "s3": s3},
+        {"warehouse": warehouse, "s3": moto_server.cold_s3_settings()},
     )
     try:
         yield lg
