@@ -62,8 +62,11 @@ class Connection:
 
 def described(err: TidegateError, what: str) -> TidegateError:
     """``err`` (same class, same details) with a message that says what was being done."""
-    out = type(err)(f"tidegate: {what}: {err.message}", **err.details)
-    return out
+    message = f"tidegate: {what}: {err.message}"
+    try:
+        return type(err)(message, **err.details)
+    except TypeError:  # a class whose details are not all keyword arguments
+        return TidegateError(message, reason=err.reason, **err.details)
 
 
 class Options:
