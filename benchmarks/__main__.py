@@ -21,7 +21,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from benchmarks import cold, neighbours, sdk
+from benchmarks import cold, neighbours, sdk, spark_read
 from benchmarks.harness import Bench, compare
 from benchmarks.loadgen import Result, Workload
 from benchmarks.report import write_report
@@ -64,6 +64,7 @@ SCENARIOS: dict[str, Scenario] = {
     "tiering": cold.run_tiering,
     "freshness": cold.run_freshness,
     "noisy-neighbour": neighbours.run,
+    "spark-read": spark_read.run,
 }
 
 

@@ -69,14 +69,18 @@ def unique_tenant() -> str:
 
 @pytest.fixture(scope="session")
 def spark() -> Iterator[Any]:
-    """The test session's one local[2] SparkSession (shared by every Spark test)."""
+    """The test session's one local[2] SparkSession (shared by every Spark test).
+
+    ``local[2,2]``: two threads, and a failed task gets a second attempt (local mode
+    otherwise never retries), so the Spark writer's test can fail an attempt on purpose.
+    """
     import sys
 
     os.environ["PYSPARK_PYTHON"] = sys.executable
     os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
     from tiering.spark import spark_session
 
-    session = spark_session("local[2]", "tidegate-tests")
+    session = spark_session("local[2,2]", "tidegate-tests")
     session.sparkContext.setLogLevel("ERROR")
     try:
         yield session

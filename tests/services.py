@@ -341,6 +341,18 @@ class MotoServer:
             "path_style": True,
         }
 
+    def gateway_env(self, warehouse: str, presign_expiry_s: int = 600) -> dict[str, str]:
+        """A gateway's environment for an ``s3://`` warehouse on this server."""
+        return {
+            "TIDEGATE_COLD__WAREHOUSE": warehouse,
+            "TIDEGATE_COLD__S3__ENDPOINT": self.endpoint,
+            "TIDEGATE_COLD__S3__ACCESS_KEY_ID": self.ACCESS_KEY,
+            "TIDEGATE_COLD__S3__SECRET_ACCESS_KEY": self.SECRET_KEY,
+            "TIDEGATE_COLD__S3__REGION": self.REGION,
+            "TIDEGATE_COLD__S3__PATH_STYLE": "true",
+            "TIDEGATE_COLD__PRESIGN_EXPIRY_S": str(presign_expiry_s),
+        }
+
     def stop(self) -> None:
         stop_process(self.proc, 10)
 

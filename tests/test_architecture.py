@@ -55,6 +55,8 @@ def copy_of_the_tree(tmp_path_factory: pytest.TempPathFactory) -> Path:
         ("gateway/server/grpc_server.py", "import gateway.meta.tenants", "The edges reach"),
         ("gateway/hot/base.py", "import gateway.core", "Layers"),
         ("gateway/cold/base.py", "import gateway.hot.base", "Layers"),
+        ("gateway/spark/_plan.py", "import gateway.core", "The Spark connector"),
+        ("gateway/spark/_splits.py", "import pyiceberg", "The Spark connector"),
     ],
 )
 def test_a_forbidden_import_breaks_the_check(

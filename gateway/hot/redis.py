@@ -382,6 +382,7 @@ class RedisHotLog(HotLog):
                 f"the de-duplication window [{oldest}, {last}]",
                 producer_id=pid,
                 sequence=seq,
+                last_sequence=last,
             )
         if status == _COUNT_MISMATCH:
             stored = _int(reply[2])

@@ -332,8 +332,10 @@ def test_sequences_older_than_the_window_are_rejected(hot_log: HotLog, part: Par
     )
     assert hot_log.append(part, b"x", 1, 0, seq("p", 20)).duplicate
     for old in (0, 4):
-        with pytest.raises(InvalidIdempotentAppend):
+        with pytest.raises(InvalidIdempotentAppend) as exc:
             hot_log.append(part, b"x", 1, 0, seq("p", old))
+        # The producer's last sequence tells a retrying writer that ``old`` was stored.
+        assert exc.value.details["last_sequence"] == 20
     assert hot_log.offsets(part).high == 21
 
 

@@ -146,16 +146,9 @@ def s3_gateway(
     moto_server: MotoServer, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[GatewayProcess]:
     bucket = moto_server.create_bucket(f"gw-{uuid.uuid4().hex[:10]}")
-    s3 = moto_server.cold_s3_settings()
     env = {
         "TIDEGATE_HOT__TYPE": "disk",
-        "TIDEGATE_COLD__WAREHOUSE": f"s3://{bucket}/warehouse",
-        "TIDEGATE_COLD__S3__ENDPOINT": s3["endpoint"],
-        "TIDEGATE_COLD__S3__ACCESS_KEY_ID": s3["access_key_id"],
-        "TIDEGATE_COLD__S3__SECRET_ACCESS_KEY": s3["secret_access_key"],
-        "TIDEGATE_COLD__S3__REGION": s3["region"],
-        "TIDEGATE_COLD__S3__PATH_STYLE": "true",
-        "TIDEGATE_COLD__PRESIGN_EXPIRY_S": "600",
+        **moto_server.gateway_env(f"s3://{bucket}/warehouse"),
         "TIDEGATE_TIERING__INTERVAL_S": "0.5",
     }
     proc = GatewayProcess(tmp_path_factory.mktemp("gw-s3"), env).start()

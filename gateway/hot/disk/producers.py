@@ -102,6 +102,7 @@ class ProducerWindows(dict[str, Window]):
             f"[{window[0][0]}, {last}]",
             producer_id=pid,
             sequence=seq,
+            last_sequence=last,
         )
 
     def remember(self, producer: ProducerSequence, base: int, count: int) -> None:

@@ -1,0 +1,94 @@
+"""``spark.read.format("tidegate")`` against ``spark.read.parquet`` of the same data files,
+in one Spark session (``local[2]``), on one tiered table: ``count()``, ``sum(id)`` over the
+whole table, and a selective filter (one partition's first 1% of offsets).
+
+The table is all cold (tiered in this process, as ``tidegate tier`` would), so both read
+the same Parquet files; the connector adds its plan (one PlanRead) and its own pyarrow
+readers in Python workers. Ratios are records/s of the table against records/s.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+from benchmarks.cold import _local_path, _tier
+from benchmarks.harness import Bench, compare
+from benchmarks.loadgen import Result, Workload
+from benchmarks.scenarios import create_table, drop_table, fill_workload
+
+
+def _queries(n: int, partitions: int) -> dict[str, tuple[Any, str]]:
+    """name -> (query, the connector's ``columns`` option: "" for all). The Python Data
+    Source API passes no projection to the reader, so ``sum`` ships every column to Spark
+    unless the query names its columns; ``sum-columns`` measures that."""
+    per = n // partitions
+    selective = f"_partition = 0 and _offset < {max(1, per // 100)}"
+    return {
+        "count": (lambda df: df.count(), ""),
+        "sum": (lambda df: df.selectExpr("sum(id)").collect()[0][0], ""),
+        "sum-columns": (lambda df: df.selectExpr("sum(id)").collect()[0][0], "id"),
+        "filter": (
+            lambda df: df.filter(selective).selectExpr("sum(id)").collect()[0][0],
+            "",
+        ),
+    }
+
+
+async def run(b: Bench, w: Workload) -> list[dict[str, Any]]:
+    import gateway.spark
+    from tiering.spark import spark_session
+
+    gw = b.tiered
+    md = b.auth(gw)
+    rows: list[dict[str, Any]] = []
+    # Started before any gRPC channel of this process is open: launching the JVM forks.
+    spark = spark_session("local[2]", "tidegate-bench")
+    gateway.spark.register(spark)
+    async with b.stub(gw) as stub:
+        ref = await create_table(stub, "spark", w.partitions, md)
+        try:
+            n = await fill_workload(stub, ref, md, w, partitions=w.partitions)
+            await _tier(b, ref)
+            table = await asyncio.to_thread(b.iceberg_table, ref)
+            paths = [_local_path(t.file.file_path) for t in table.scan().plan_files()]
+            options = {
+                "endpoint": gw.grpc_target,
+                "api_key": gw.api_key or "",
+                "table": f"{ref.namespace}.{ref.name}",
+            }
+            parquet = spark.read.parquet(*paths)
+            reps = max(1, round(w.duration_s / 2))
+            for name, (query, columns) in _queries(n, w.partitions).items():
+                read = spark.read.format("tidegate").options(**options)
+                tidegate = (read.option("columns", columns) if columns else read).load()
+                workload = f"{w.name}-{name}"
+                base = await asyncio.to_thread(
+                    _measure, workload, "spark.read.parquet (baseline)", query, parquet, n, reps
+                )
+                res = await asyncio.to_thread(
+                    _measure, workload, 'spark.read.format("tidegate")', query, tidegate, n, reps
+                )
+                rows += [base.summary(), compare(res.summary(), [base.summary()])]
+        finally:
+            await drop_table(stub, ref, md)
+            spark.stop()
+    return rows
+
+
+def _measure(workload: str, system: str, query: Any, df: Any, n: int, reps: int) -> Result:
+    """One warm-up run of ``query`` (JIT, Python workers), then ``reps`` timed runs, each
+    counted as a pass over the table's ``n`` records (a query takes seconds: the closed
+    loop's window would see too few of them)."""
+    query(df)
+    result = Result(workload, system)
+    for _ in range(reps):
+        t0 = time.monotonic()
+        query(df)
+        elapsed = time.monotonic() - t0
+        result.ack.record_value(max(1, int(elapsed * 1e6)))
+        result.seconds += elapsed
+        result.batches += 1
+        result.records += n
+    return result

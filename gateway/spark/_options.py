@@ -1,0 +1,187 @@
+"""The connector's options: read once on the driver, each refusal one sentence naming the
+option, the value and what would be accepted."""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from gateway.client import Client, TableInfo, TableRef
+from gateway.wire.errors import InvalidRequest, TidegateError
+
+__all__ = ["Connection", "Options", "SparkOptionError"]
+
+#: Options every use takes.
+COMMON = ("endpoint", "api_key", "table", "path")
+#: Options of batch reads.
+BATCH_READ = (
+    "as_of",
+    "partitions",
+    "columns",
+    "split_bytes",
+    "min_partitions",
+    "hot_split_records",
+)
+#: Options of streaming reads.
+STREAM_READ = ("partitions", "columns", "startingoffsets", "maxrecordspertrigger")
+#: Options of writes.
+WRITE = ("write_id", "batch_rows", "batch_bytes", "test_fail_after_batches")
+#: Spark's own options, which it hands to sources and sinks too.
+SPARKS = ("checkpointlocation",)
+ACCEPTED = frozenset(COMMON + BATCH_READ + STREAM_READ + WRITE + SPARKS)
+
+
+class SparkOptionError(InvalidRequest):
+    """An option of ``spark.read/readStream/write.format("tidegate")`` that cannot be used."""
+
+    reason = "INVALID_SPARK_OPTION"
+
+
+@dataclass(frozen=True)
+class Connection:
+    """Where the table lives and who asks: everything a task needs to reach the gateway."""
+
+    endpoint: str
+    api_key: str | None
+    table: TableRef
+
+    def client(self) -> Client:
+        return Client(self.endpoint, api_key=self.api_key)
+
+    def table_info(self) -> TableInfo:
+        """The table as the gateway describes it, or a clear error naming table and cause."""
+        with self.client() as c:
+            try:
+                return c.table_info(self.table)
+            except TidegateError as err:
+                raise described(err, f"table {self.table} at {self.endpoint}") from None
+
+
+def described(err: TidegateError, what: str) -> TidegateError:
+    """``err`` (same class, same details) with a message that says what was being done."""
+    message = f"tidegate: {what}: {err.message}"
+    try:
+        return type(err)(message, **err.details)
+    except TypeError:  # a class whose details are not all keyword arguments
+        return TidegateError(message, reason=err.reason, **err.details)
+
+
+class Options:
+    """Case-insensitive view of the options Spark hands to the data source."""
+
+    def __init__(self, options: Mapping[str, str]) -> None:
+        self.values = {str(k).lower(): str(v) for k, v in options.items()}
+        unknown = sorted(set(self.values) - ACCEPTED)
+        if unknown:
+            accepted = sorted(ACCEPTED - {"path", *SPARKS})
+            raise SparkOptionError(f"tidegate: unknown option(s) {unknown}; accepted: {accepted}")
+
+    def get(self, name: str, default: str | None = None) -> str | None:
+        value = self.values.get(name.lower())
+        return default if value is None or value == "" else value
+
+    def integer(self, name: str, default: int, *, minimum: int = 1) -> int:
+        text = self.get(name)
+        if text is None:
+            return default
+        try:
+            value = int(text)
+        except ValueError:
+            value = minimum - 1
+        if value < minimum:
+            raise SparkOptionError(
+                f"tidegate: option {name!r} is {text!r}; give an integer >= {minimum}"
+            )
+        return value
+
+    def names(self, name: str) -> list[str]:
+        """A comma-separated list option (empty when not given)."""
+        text = self.get(name)
+        return [] if text is None else [n.strip() for n in text.split(",") if n.strip()]
+
+    def connection(self) -> Connection:
+        endpoint = self.get("endpoint")
+        if endpoint is None:
+            raise SparkOptionError(
+                "tidegate: option 'endpoint' is missing; give the gateway's gRPC address, "
+                "e.g. .option('endpoint', 'gateway:50051')"
+            )
+        table = self.get("table") or self.get("path")
+        if table is None:
+            raise SparkOptionError(
+                "tidegate: no table given; name it as .load('namespace.table') "
+                "or .option('table', 'namespace.table')"
+            )
+        try:
+            ref = TableRef.parse(table)
+        except ValueError:
+            raise SparkOptionError(
+                f"tidegate: table {table!r} is not of the form 'namespace.table'"
+            ) from None
+        api_key = self.get("api_key") or os.environ.get("TIDEGATE_API_KEY") or None
+        return Connection(endpoint, api_key, ref)
+
+    def partitions(self, count: int) -> list[int] | None:
+        """The ``partitions`` option checked against the table's ``count`` partitions."""
+        chosen = self.names("partitions")
+        if not chosen:
+            return None
+        out = []
+        for text in chosen:
+            p = int(text) if text.lstrip("-").isdigit() else -1
+            if not 0 <= p < count:
+                raise SparkOptionError(
+                    f"tidegate: option 'partitions' names partition {text!r}; the table has "
+                    f"partitions 0..{count - 1}"
+                )
+            out.append(p)
+        return sorted(set(out))
+
+    def columns(self, available: Sequence[str]) -> list[str]:
+        """The ``columns`` option checked against the table's columns (all when absent)."""
+        chosen = self.names("columns")
+        unknown = [c for c in chosen if c not in available]
+        if unknown:
+            raise SparkOptionError(
+                f"tidegate: option 'columns' names unknown column(s) {unknown}; "
+                f"the table has {list(available)}"
+            )
+        return chosen or list(available)
+
+    def starting_offsets(self, partitions: Sequence[int]) -> dict[int, int | str]:
+        """``startingOffsets``: per partition an offset, ``earliest`` or ``latest``.
+
+        Accepts ``earliest`` (default), ``latest`` or JSON ``{"0": 42, "1": -2}`` where -2
+        means earliest and -1 latest (Kafka's convention); partitions not named start at
+        the earliest offset.
+        """
+        text = (self.get("startingOffsets") or "earliest").strip()
+        if text.lower() in ("earliest", "latest"):
+            return dict.fromkeys(partitions, text.lower())
+        accepted = "'earliest', 'latest' or JSON such as {\"0\": 42, \"1\": -2}"
+        try:
+            raw: Any = json.loads(text)
+        except ValueError:
+            raw = None
+        if not isinstance(raw, dict):
+            raise SparkOptionError(
+                f"tidegate: option 'startingOffsets' is {text!r}; give {accepted}"
+            )
+        out: dict[int, int | str] = dict.fromkeys(partitions, "earliest")
+        for key, value in raw.items():
+            p = int(key) if str(key).isdigit() else -1
+            if p not in out:
+                raise SparkOptionError(
+                    f"tidegate: option 'startingOffsets' names partition {key!r}; the read "
+                    f"covers partitions {list(partitions)}"
+                )
+            if isinstance(value, bool) or not isinstance(value, int) or value < -2:
+                raise SparkOptionError(
+                    f"tidegate: option 'startingOffsets' gives partition {key} the offset "
+                    f"{value!r}; give an offset >= 0, -2 (earliest) or -1 (latest)"
+                )
+            out[p] = {-2: "earliest", -1: "latest"}.get(value, value)
+        return out

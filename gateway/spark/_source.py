@@ -1,0 +1,132 @@
+"""The data source ``tidegate`` and its batch reader."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import replace
+from typing import Any
+
+import pyarrow as pa
+from pyspark.sql.datasource import (
+    DataSource,
+    DataSourceReader,
+    DataSourceStreamReader,
+    DataSourceStreamWriter,
+    DataSourceWriter,
+    InputPartition,
+)
+from pyspark.sql.pandas.types import from_arrow_schema
+from pyspark.sql.types import StructType
+
+from gateway.spark._options import Options, SparkOptionError
+from gateway.spark._plan import fetch_plan
+from gateway.spark._pushdown import bounds_of, translate
+from gateway.spark._splits import ReadSpec, plan_splits, read_split
+from gateway.wire.filters import And, Expr, In
+from gateway.wire.schema import PARTITION_COLUMN, system_schema
+
+__all__ = ["TidegateDataSource", "TidegateReader"]
+
+
+def read_spec(options: Options, schema: StructType | None = None) -> tuple[ReadSpec, int]:
+    """The read's connection, stored schema, columns and partition subset (as a filter),
+    with the table's partition count; every option checked on the driver."""
+    connection = options.connection()
+    info = connection.table_info()
+    stored = system_schema(info.schema)
+    if schema is not None and options.get("columns") is None:
+        wanted = [f.name for f in schema.fields]
+        unknown = [c for c in wanted if c not in stored.names]
+        if unknown:
+            raise SparkOptionError(
+                f"tidegate: the schema given names unknown column(s) {unknown}; "
+                f"{connection.table} has {stored.names}"
+            )
+        columns = wanted
+    else:
+        columns = options.columns(stored.names)
+    subset = options.partitions(info.partitions)
+    row_filter: Expr | None = None
+    if subset is not None:
+        row_filter = In(PARTITION_COLUMN, tuple(subset))
+    return ReadSpec(connection, stored, tuple(columns), row_filter), info.partitions
+
+
+def spark_schema(schema: pa.Schema) -> StructType:
+    """The Spark schema of Arrow columns (naive timestamps as TIMESTAMP_NTZ)."""
+    out: StructType = from_arrow_schema(schema, prefer_timestamp_ntz=True)
+    return out
+
+
+class TidegateReader(DataSourceReader):
+    """Batch reads of one pinned view: one split per data file (or group of small files up
+    to ``split_bytes``) plus one per hot range, filters pushed to the plan and the rows."""
+
+    def __init__(self, options: Options, schema: StructType) -> None:
+        self.spec, _ = read_spec(options, schema)
+        self.as_of = options.get("as_of")
+        self.split_bytes = options.integer("split_bytes", 128 << 20)
+        self.min_partitions = options.integer("min_partitions", 2)
+        self.hot_split_records = options.integer("hot_split_records", 1_000_000)
+
+    def pushFilters(self, filters: list[Any]) -> Iterable[Any]:
+        pushed, rest = translate(filters, self.spec.stored)
+        if pushed is not None:
+            current = self.spec.filter
+            combined = pushed if current is None else And((current, pushed))
+            self.spec = replace(self.spec, filter=combined)
+        return rest
+
+    def partitions(self) -> Sequence[InputPartition]:
+        from gateway.wire.filters import bind
+
+        plan = fetch_plan(self.spec.connection, self.spec.filter, self.as_of)
+        bounds = bounds_of(
+            None if self.spec.filter is None else bind(self.spec.filter, self.spec.stored)
+        )
+        splits = plan_splits(
+            plan.files,
+            plan.hot_splits(bounds),
+            split_bytes=self.split_bytes,
+            min_partitions=self.min_partitions,
+            hot_split_records=self.hot_split_records,
+        )
+        # Spark wants at least one partition; an empty one reads nothing.
+        return splits or [InputPartition(None)]
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        if type(partition) is InputPartition:
+            return iter(())
+        return read_split(self.spec, partition)
+
+
+class TidegateDataSource(DataSource):
+    """``spark.read.format("tidegate")``: see :mod:`gateway.spark`."""
+
+    @classmethod
+    def name(cls) -> str:
+        return "tidegate"
+
+    def schema(self) -> StructType:
+        spec, _ = read_spec(Options(self.options))
+        return spark_schema(spec.output)
+
+    def reader(self, schema: StructType) -> DataSourceReader:
+        return TidegateReader(Options(self.options), schema)
+
+    def streamReader(self, schema: StructType) -> DataSourceStreamReader:
+        from gateway.spark._stream import TidegateStreamReader
+
+        return TidegateStreamReader(Options(self.options), schema)
+
+    def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
+        from gateway.spark._write import TidegateWriter, check_mode
+
+        check_mode(overwrite)
+        return TidegateWriter(Options(self.options), schema)
+
+    def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
+        from gateway.spark._write import TidegateStreamWriter, check_mode
+
+        check_mode(overwrite)
+        return TidegateStreamWriter(Options(self.options), schema)

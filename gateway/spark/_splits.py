@@ -1,0 +1,224 @@
+"""Input partitions and how an executor reads them: data files directly with pyarrow
+(presigned URLs or local paths, never the warehouse's keys) and hot ranges through the
+gateway with the tenant's key."""
+
+from __future__ import annotations
+
+import io
+import urllib.request
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.dataset as ds
+import pyarrow.fs as pafs
+from pyspark.sql.datasource import InputPartition
+
+from gateway.spark._options import Connection
+from gateway.wire.filters import Expr, bind, to_arrow
+from gateway.wire.schema import OFFSET_COLUMN
+
+__all__ = ["FileSlice", "FilesSplit", "HotSplit", "ReadSpec", "read_split"]
+
+#: Rows per batch handed to Spark.
+BATCH_ROWS = 64 * 1024
+
+
+@dataclass(frozen=True)
+class FileSlice:
+    """One data file of the plan, and the offsets ``[low, high)`` to keep from it (None:
+    all of it)."""
+
+    url: str
+    size: int
+    partition: int
+    min_offset: int
+    max_offset: int
+    low: int | None = None
+    high: int | None = None
+
+
+@dataclass(frozen=True)
+class FilesSplit(InputPartition):
+    """Data files read by one task."""
+
+    files: tuple[FileSlice, ...]
+
+
+@dataclass(frozen=True)
+class HotSplit(InputPartition):
+    """Offsets ``[start, end)`` of one partition read through the gateway."""
+
+    partition: int
+    start: int
+    end: int
+
+
+@dataclass(frozen=True)
+class ReadSpec:
+    """What every task of one read needs: where, which columns, which rows."""
+
+    connection: Connection
+    #: The stored schema (user columns, then the system columns).
+    stored: pa.Schema
+    #: The columns Spark receives, in its order.
+    columns: tuple[str, ...]
+    #: The pushed filter, unbound (None: every row).
+    filter: Expr | None = None
+
+    @property
+    def output(self) -> pa.Schema:
+        return pa.schema([self.stored.field(c) for c in self.columns])
+
+    def arrow_filter(self, low: int | None = None, high: int | None = None) -> pc.Expression | None:
+        """The rows to keep: the pushed filter and the offsets ``[low, high)``; None when
+        every row is kept."""
+        terms = []
+        if self.filter is not None:
+            terms.append(to_arrow(bind(self.filter, self.stored), self.stored))
+        if low is not None:
+            terms.append(pc.field(OFFSET_COLUMN) >= pa.scalar(low, pa.int64()))
+        if high is not None:
+            terms.append(pc.field(OFFSET_COLUMN) < pa.scalar(high, pa.int64()))
+        if not terms:
+            return None
+        expr = terms[0]
+        for t in terms[1:]:
+            expr = expr & t
+        return expr
+
+    def conform(self, batch: pa.RecordBatch) -> pa.RecordBatch:
+        """``batch`` with exactly the output columns and types (files store int8/int16 as
+        int32; Spark wants the table's types)."""
+        out = self.output
+        arrays = []
+        for f in out:
+            col = batch.column(batch.schema.get_field_index(f.name))
+            arrays.append(col if col.type.equals(f.type) else col.cast(f.type))
+        return pa.RecordBatch.from_arrays(arrays, schema=out)
+
+
+class _HttpRangeFile(io.RawIOBase):
+    """A read-only file over HTTP range requests of a presigned URL whose size is known
+    from the plan, so a Parquet reader fetches the footer and the column chunks it needs,
+    not the whole object."""
+
+    def __init__(self, url: str, size: int) -> None:
+        self.url, self.size, self.pos = url, size, 0
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def tell(self) -> int:
+        return self.pos
+
+    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
+        base = {io.SEEK_SET: 0, io.SEEK_CUR: self.pos, io.SEEK_END: self.size}[whence]
+        self.pos = base + offset
+        return self.pos
+
+    def read(self, n: int = -1) -> bytes:
+        end = self.size if n is None or n < 0 else min(self.size, self.pos + n)
+        if end <= self.pos:
+            return b""
+        request = urllib.request.Request(self.url, headers={"Range": f"bytes={self.pos}-{end - 1}"})
+        with urllib.request.urlopen(request, timeout=60) as response:
+            data: bytes = response.read()
+        self.pos += len(data)
+        return data
+
+    def readinto(self, buffer: Any) -> int:
+        data = self.read(len(buffer))
+        buffer[: len(data)] = data
+        return len(data)
+
+
+def _fragment(url: str, size: int) -> ds.Fragment:
+    fmt = ds.ParquetFileFormat()
+    if url.startswith(("http://", "https://")):
+        return fmt.make_fragment(pa.PythonFile(_HttpRangeFile(url, size), mode="r"))
+    return fmt.make_fragment(url.removeprefix("file://"), filesystem=pafs.LocalFileSystem())
+
+
+def _read_files(spec: ReadSpec, split: FilesSplit) -> Iterator[pa.RecordBatch]:
+    for f in split.files:
+        fragment = _fragment(f.url, f.size)
+        for batch in fragment.to_batches(
+            columns=list(spec.columns),
+            filter=spec.arrow_filter(f.low, f.high),
+            batch_size=BATCH_ROWS,
+            use_threads=False,
+        ):
+            if batch.num_rows:
+                yield spec.conform(batch)
+
+
+def _read_hot(spec: ReadSpec, split: HotSplit) -> Iterator[pa.RecordBatch]:
+    keep = spec.arrow_filter(split.start, split.end)
+    offset = split.start
+    with spec.connection.client() as client:
+        while offset < split.end:
+            before = offset
+            for chunk, next_offset, _ in client.read_batches(
+                spec.connection.table,
+                partition=split.partition,
+                offset=offset,
+                max_records=split.end - offset,
+            ):
+                rows = pa.Table.from_batches([b for b in chunk if b.num_rows], spec.stored)
+                for batch in rows.filter(keep).select(list(spec.columns)).to_batches():
+                    if batch.num_rows:
+                        yield spec.conform(batch)
+                offset = max(offset, next_offset)
+            if offset == before:
+                raise RuntimeError(
+                    f"tidegate: partition {split.partition} of {spec.connection.table} ended at "
+                    f"offset {offset}, before the planned {split.end}"
+                )
+
+
+def read_split(spec: ReadSpec, split: InputPartition) -> Iterator[pa.RecordBatch]:
+    """The rows of one input partition, as record batches of ``spec.output``."""
+    if isinstance(split, FilesSplit):
+        return _read_files(spec, split)
+    if isinstance(split, HotSplit):
+        return _read_hot(spec, split)
+    raise TypeError(f"not a Tidegate input partition: {split!r}")
+
+
+def plan_splits(
+    files: Sequence[FileSlice],
+    hot: Sequence[HotSplit],
+    *,
+    split_bytes: int,
+    min_partitions: int,
+    hot_split_records: int,
+) -> list[InputPartition]:
+    """Files grouped into splits of about ``split_bytes`` (smaller when that would leave
+    fewer than ``min_partitions`` splits, as Spark's file sources do, but never below
+    4 MiB, Spark's cost of opening a file), then the hot ranges cut into pieces of at
+    most ``hot_split_records``."""
+    total = sum(f.size for f in files)
+    target = max(1, min(split_bytes, max(4 << 20, -(-total // max(1, min_partitions)))))
+    if split_bytes < 4 << 20:
+        target = split_bytes
+    out: list[InputPartition] = []
+    group: list[FileSlice] = []
+    size = 0
+    for f in files:
+        if group and size + f.size > target:
+            out.append(FilesSplit(tuple(group)))
+            group, size = [], 0
+        group.append(f)
+        size += f.size
+    if group:
+        out.append(FilesSplit(tuple(group)))
+    for h in hot:
+        for start in range(h.start, h.end, hot_split_records):
+            out.append(HotSplit(h.partition, start, min(h.end, start + hot_split_records)))
+    return out

@@ -1,0 +1,187 @@
+"""Batch reads through `spark.read.format("tidegate")`: the stitched view of Iceberg files
+and the hot tail, equal to the gateway's own scan; filters pushed down to the plan."""
+
+from __future__ import annotations
+
+import datetime as dt
+import decimal
+import os
+from typing import Any
+
+import pyarrow as pa
+import pytest
+
+from gateway.wire.schema import parse_fields, system_schema
+from tests.spark.conftest import LakeGateway
+
+pytestmark = [pytest.mark.spark, pytest.mark.integration]
+
+SCHEMA = {"k": "string", "n": "int64", "small": "int16", "price": "decimal128(10, 2)"}
+
+
+ARROW = parse_fields([{"name": k, "type": v} for k, v in SCHEMA.items()])
+
+
+def _rows(start: int, count: int) -> pa.Table:
+    rows = [
+        {"k": f"k{i % 7}", "n": i, "small": i % 100, "price": decimal.Decimal(f"{i}.25")}
+        for i in range(start, start + count)
+    ]
+    return pa.Table.from_pylist(rows, schema=ARROW)
+
+
+def _fill(lake: LakeGateway, table: str, partitions: int = 3) -> None:
+    """Per partition, two tiered appends (two data files) and a hot tail."""
+    with lake.gateway.client() as c:
+        c.create_table(table, SCHEMA, partitions=partitions)
+        for p in range(partitions):
+            c.append(table, _rows(p * 1000, 40), partition=p)
+        lake.tier(table)
+        for p in range(partitions):
+            c.append(table, _rows(p * 1000 + 40, 40), partition=p)
+        lake.tier(table)
+        for p in range(partitions):
+            c.append(table, _rows(p * 1000 + 80, 25), partition=p)
+
+
+def _key(row: dict[str, Any]) -> tuple[int, int]:
+    return row["_partition"], row["_offset"]
+
+
+def _instants(row: dict[str, Any]) -> dict[str, Any]:
+    """Timestamps as epoch seconds: Spark hands back naive local times, the SDK aware ones
+    (``timestamp()`` reads a naive time as local, so both give the same instant)."""
+    return {k: v.timestamp() if isinstance(v, dt.datetime) else v for k, v in row.items()}
+
+
+def spark_rows(df: Any) -> list[dict[str, Any]]:
+    return sorted((_instants(r.asDict()) for r in df.collect()), key=_key)
+
+
+def gateway_rows(lake: LakeGateway, table: str, **scan: Any) -> list[dict[str, Any]]:
+    with lake.gateway.client() as c:
+        return sorted((_instants(r) for r in c.scan(table, **scan).to_pylist()), key=_key)
+
+
+@pytest.mark.parametrize("where", ["folder", "s3"])
+def test_a_stitched_read_equals_the_gateways_scan(
+    request: pytest.FixtureRequest, tg_spark: Any, table_name: str, where: str
+) -> None:
+    lake: LakeGateway = request.getfixturevalue("lake" if where == "folder" else "s3_lake")
+    _fill(lake, table_name)
+    with lake.gateway.client() as c:
+        plan = c.plan_read(table_name)
+    assert len(plan.files) == 6 and {r.from_offset for r in plan.hot_ranges} == {80}
+    if where == "s3":
+        assert all(f.url.startswith("http://") for f in plan.files)
+    df = tg_spark.read.format("tidegate").options(**lake.options(table_name)).load()
+    assert df.schema.simpleString() == (
+        "struct<k:string,n:bigint,small:smallint,price:decimal(10,2),"
+        "_partition:int,_offset:bigint,_timestamp:timestamp>"
+    )
+    got = spark_rows(df)
+    want = gateway_rows(lake, table_name)
+    assert len(got) == 3 * 105
+    assert got == want
+    for p in range(3):  # no gap, no duplicate
+        assert [r["_offset"] for r in got if r["_partition"] == p] == list(range(105))
+    if where == "s3":
+        # The executors read the files through the plan's presigned URLs: they hold no keys.
+        keys = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_PROFILE")
+        env = (
+            tg_spark.sparkContext.parallelize([0], 1)
+            .map(lambda _: sorted(k for k in keys if k in os.environ))
+            .collect()
+        )
+        assert env == [[]]
+
+
+def test_pushed_filters_prune_files_and_hot_ranges(
+    lake: LakeGateway, tg_spark: Any, table_name: str
+) -> None:
+    _fill(lake, table_name)
+    # One split per file, so the number of Spark partitions counts the files opened.
+    df = tg_spark.read.format("tidegate").options(**lake.options(table_name, split_bytes=1)).load()
+    assert df.rdd.getNumPartitions() == 6 + 3
+    cases = [
+        # Partition and offset: the second file of partition 1 and its hot range.
+        ("_partition = 1 and _offset >= 50", "_partition = 1 and _offset >= 50", 2),
+        # Offsets only: every partition's second file (40..79), no hot range.
+        ("_offset between 45 and 60", "_offset >= 45 and _offset <= 60", 3),
+        # A user column's statistics prune files; hot ranges are kept (no statistics).
+        ("n >= 1040 and n < 1050", "n >= 1040 and n < 1050", 1 + 3),
+        ("_partition in (0, 2) and k = 'k3'", "_partition in (0, 2) and k = 'k3'", 2 * 2 + 2),
+        # No file holds a null (null counts): only the hot ranges are read.
+        ("small is null", "small is null", 3),
+    ]
+    for spark_filter, gateway_filter, splits in cases:
+        filtered = df.filter(spark_filter)
+        assert filtered.rdd.getNumPartitions() == splits, spark_filter
+        assert spark_rows(filtered) == gateway_rows(lake, table_name, filter=gateway_filter), (
+            spark_filter
+        )
+    # What the filter language cannot say stays with Spark, and the answer is still right.
+    mixed = df.filter("n % 2 = 0 and _partition = 2 and k like '%3'")
+    assert mixed.rdd.getNumPartitions() == 2 + 1
+    want = [
+        r
+        for r in gateway_rows(lake, table_name, filter="_partition = 2")
+        if r["n"] % 2 == 0 and r["k"].endswith("3")
+    ]
+    assert spark_rows(mixed) == want and want
+    # A projection: only the columns asked for.
+    narrow = (
+        tg_spark.read.format("tidegate")
+        .options(**lake.options(table_name, columns="n,_offset", partitions="1"))
+        .load()
+    )
+    assert narrow.columns == ["n", "_offset"]
+    assert sorted(r.n for r in narrow.collect()) == list(range(1000, 1105))
+
+
+def test_bad_reads_say_what_is_wrong(lake: LakeGateway, tg_spark: Any, table_name: str) -> None:
+    with lake.gateway.client() as c:
+        c.create_table(table_name, {"n": "int64"}, partitions=3)
+    ns = table_name.split(".")[0]
+    cases = [
+        ({"api_key": "tg_0000000000000000_wrong"}, f"tidegate: table {table_name} at"),
+        ({"table": f"{ns}.missing"}, f"tidegate: table {ns}.missing at .* not found"),
+        ({"partitions": "1,7"}, "names partition '7'; the table has partitions 0..2"),
+        ({"columns": "n,nope"}, r"unknown column\(s\) \['nope'\]"),
+        ({"table": "nodot"}, "table 'nodot' is not of the form 'namespace.table'"),
+        ({"split_bytes": "lots"}, "option 'split_bytes' is 'lots'; give an integer >= 1"),
+        ({"maxRecordPerTrigger": "5"}, r"unknown option\(s\) \['maxrecordpertrigger'\]"),
+    ]
+    for change, words in cases:
+        options = {**lake.options(table_name), **change}
+        with pytest.raises(Exception, match=words):
+            tg_spark.read.format("tidegate").options(**options).load().collect()
+    options = lake.options(table_name)
+    del options["endpoint"]
+    with pytest.raises(Exception, match="option 'endpoint' is missing"):
+        tg_spark.read.format("tidegate").options(**options).load()
+
+
+def test_a_read_racing_tiering_returns_each_record_once(
+    lake: LakeGateway, tg_spark: Any, table_name: str
+) -> None:
+    """The plan is pinned when Spark plans the query; tiering that commits between the
+    planning and the executors' reads moves the hot ranges into new files, and appends add
+    records above the pinned high watermarks: the read still sees each record of the
+    planned view once (the executors' code, driven here split by split)."""
+    from gateway.spark._options import Options
+    from gateway.spark._source import TidegateReader, spark_schema
+    from gateway.spark._splits import read_split
+
+    _fill(lake, table_name)
+    options = Options(lake.options(table_name))
+    reader = TidegateReader(options, spark_schema(system_schema(ARROW)))
+    splits = reader.partitions()
+    before = gateway_rows(lake, table_name)
+    lake.tier(table_name)  # offsets 80..104 of every partition move to Iceberg
+    with lake.gateway.client() as c:
+        for p in range(3):
+            c.append(table_name, _rows(p * 1000 + 105, 10), partition=p)
+    rows = [r for s in splits for b in read_split(reader.spec, s) for r in b.to_pylist()]
+    got = sorted((_instants(r) for r in rows), key=_key)
+    assert got == before and len(got) == 3 * 105
