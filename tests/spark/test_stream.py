@@ -5,6 +5,7 @@ no record repeated or skipped."""
 from __future__ import annotations
 
 import shutil
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -45,7 +46,9 @@ def test_stream_reads_resume_from_the_checkpoint_exactly_once(
     _append(lake, table_name, 60, 40)  # offsets 60..99 are hot
     out, checkpoint = tmp_path / "out", tmp_path / "checkpoint"
 
-    def run(trigger: dict[str, Any], until: int | None = None) -> None:
+    def run(trigger: dict[str, Any], until: int | None = None, meanwhile: Any = None) -> None:
+        stop = threading.Event()
+        worker = threading.Thread(target=meanwhile, args=(stop,)) if meanwhile else None
         stream = (
             tg_spark.readStream.format("tidegate")
             .options(**lake.options(table_name, maxRecordsPerTrigger=70))
@@ -56,6 +59,8 @@ def test_stream_reads_resume_from_the_checkpoint_exactly_once(
             .trigger(**trigger)
             .start()
         )
+        if worker is not None:
+            worker.start()
         try:
             if until is None:
                 stream.awaitTermination(120)
@@ -71,15 +76,37 @@ def test_stream_reads_resume_from_the_checkpoint_exactly_once(
                     time.sleep(0.5)
         finally:
             stream.stop()
+            stop.set()
+            if worker is not None:
+                worker.join(60)
         assert stream.exception() is None
 
+    def produce_and_tier(stop: threading.Event) -> None:
+        """A producer and tiering passes while the query runs: offsets 100..139 arrive in
+        steps of 10, and each step is tiered at once."""
+        for start in range(100, 140, 10):
+            _append(lake, table_name, start, 10)
+            lake.tier(table_name)
+            stop.wait(0.2)  # all four steps happen, even if the query ends first
+        while not stop.is_set():
+            lake.tier(table_name)
+            stop.wait(0.2)
+
     # Trigger.AvailableNow, limited to 70 records a batch: several batches, one of them
-    # across the tiered watermark (cold 0..59 from files, hot 60.. through the gateway).
-    run({"availableNow": True})
-    assert _sink(tg_spark, out) == _expected(100)
+    # across the tiered watermark (cold 0..59 from files, hot 60.. through the gateway),
+    # while a producer appends and tiering moves hot rows into Iceberg under the query.
+    # AvailableNow reads up to the offsets it saw at its start: each partition's prefix,
+    # of at least the 100 records there before, each record once.
+    run({"availableNow": True}, meanwhile=produce_and_tier)
+    got = _sink(tg_spark, out)
+    for p in range(2):
+        offsets = [o for q, o, _ in got if q == p]
+        assert offsets == list(range(len(offsets))) and 100 <= len(offsets) <= 140
+    assert set(got) <= set(_expected(140))
+    with lake.gateway.client() as c:  # the producer finished: 140 per partition
+        assert c.describe_table(table_name).high_watermarks == (140, 140)
     # Restarted from its checkpoint with ordinary micro-batches while rows arrive and
     # tiering moves them.
-    _append(lake, table_name, 100, 40)
     run({"processingTime": "1 second"}, until=170)
     assert _sink(tg_spark, out) == _expected(170)
     # Once more: nothing new is nothing read.
