@@ -29,8 +29,12 @@ __all__ = ["DEFAULT_CALL_RETRY", "AsyncCalls", "SyncCalls"]
 DEFAULT_CALL_RETRY = Retry(timeout=30.0)
 
 
-class SyncCalls:
-    """The blocking channel and unary-call loop of :class:`~gateway.client.Client`."""
+class _Channel:
+    """What both flavours set up alike: target, credentials, options, metadata, the
+    reachability guard and the stub; only the channel functions differ."""
+
+    _insecure: Any
+    _secure: Any
 
     def __init__(
         self,
@@ -52,11 +56,18 @@ class SyncCalls:
         creds = channel_credentials(tls if tls is not None else scheme_tls, root_certificates)
         opts = channel_options(options)
         self._channel = (
-            grpc.insecure_channel(target, options=opts)
+            self._insecure(target, options=opts)
             if creds is None
-            else grpc.secure_channel(target, creds, options=opts)
+            else self._secure(target, creds, options=opts)
         )
         self._stub = pb_grpc.TidegateStub(self._channel)
+
+
+class SyncCalls(_Channel):
+    """The blocking channel and unary-call loop of :class:`~gateway.client.Client`."""
+
+    _insecure = staticmethod(grpc.insecure_channel)
+    _secure = staticmethod(grpc.secure_channel)
 
     @property
     def stub(self) -> pb_grpc.TidegateStub:
@@ -87,34 +98,11 @@ class SyncCalls:
                 return answer
 
 
-class AsyncCalls:
+class AsyncCalls(_Channel):
     """The asyncio channel and unary-call loop of :class:`~gateway.client.AsyncClient`."""
 
-    def __init__(
-        self,
-        endpoint: str,
-        *,
-        api_key: str | None = None,
-        tls: bool | None = None,
-        root_certificates: bytes | None = None,
-        timeout: float = 30.0,
-        retry: Retry = DEFAULT_CALL_RETRY,
-        connect_timeout: float = DEFAULT_CONNECT_TIMEOUT,
-        options: Sequence[tuple[str, Any]] = (),
-    ) -> None:
-        target, scheme_tls = normalise_target(endpoint)
-        self.timeout = timeout
-        self.retry = retry
-        self.reach = Reach(target, connect_timeout)
-        self.metadata = call_metadata(api_key)
-        creds = channel_credentials(tls if tls is not None else scheme_tls, root_certificates)
-        opts = channel_options(options)
-        self._channel = (
-            grpc.aio.insecure_channel(target, options=opts)
-            if creds is None
-            else grpc.aio.secure_channel(target, creds, options=opts)
-        )
-        self._stub = pb_grpc.TidegateStub(self._channel)
+    _insecure = staticmethod(grpc.aio.insecure_channel)
+    _secure = staticmethod(grpc.aio.secure_channel)
 
     @property
     def stub(self) -> pb_grpc.TidegateStub:
