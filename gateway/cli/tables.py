@@ -11,6 +11,8 @@ from typing import Annotated, Any
 import typer
 
 from gateway.cli._common import JsonFlag, TableArg, client_for, columns, table_app
+from gateway.wire.errors import InvalidSchema
+from gateway.wire.schema import parse_fields_text
 
 
 def _parse_schema(spec: str) -> list[dict[str, Any]]:
@@ -21,27 +23,10 @@ def _parse_schema(spec: str) -> list[dict[str, Any]]:
         if isinstance(doc, dict):
             return [{"name": k, "type": v} for k, v in doc.items()]
         return list(doc)
-    fields = []
-    depth, start = 0, 0
-    parts = []
-    for i, ch in enumerate(text):
-        if ch in "<([":
-            depth += 1
-        elif ch in ">)]":
-            depth -= 1
-        elif ch == "," and depth == 0:
-            parts.append(text[start:i])
-            start = i + 1
-    parts.append(text[start:])
-    for part in parts:
-        name, sep, type_name = part.strip().partition(":")
-        if not sep:
-            raise typer.BadParameter(
-                f"expected name:type, got {part.strip()!r} (e.g. 'id:int64,name:string')",
-                param_hint="--schema",
-            )
-        fields.append({"name": name.strip(), "type": type_name.strip()})
-    return fields
+    try:
+        return parse_fields_text(text)
+    except InvalidSchema as exc:
+        raise typer.BadParameter(exc.message, param_hint="--schema") from None
 
 
 def _describe(info: Any) -> dict[str, Any]:

@@ -30,6 +30,7 @@ __all__ = [
     "fields_to_json",
     "format_type",
     "parse_fields",
+    "parse_fields_text",
     "parse_type",
     "with_system_columns",
 ]
@@ -287,6 +288,35 @@ def parse_fields(spec: Any) -> pa.Schema:
         seen.add(name)
         fields.append(pa.field(name, parse_type(type_name), nullable=nullable))
     return pa.schema(fields)
+
+
+def parse_fields_text(text: str) -> list[dict[str, Any]]:
+    """Fields written ``name:type,name:type`` (the CLI's ``--schema``, the console's form);
+    commas inside a type (``decimal128(10, 2)``, ``struct<a: int32, b: string>``) stay
+    in it.
+
+    Raises:
+        InvalidSchema: a part is not ``name:type``.
+    """
+    parts, depth, start = [], 0, 0
+    for i, ch in enumerate(text):
+        if ch in "<([":
+            depth += 1
+        elif ch in ">)]":
+            depth -= 1
+        elif ch == "," and depth == 0:
+            parts.append(text[start:i])
+            start = i + 1
+    parts.append(text[start:])
+    fields = []
+    for part in parts:
+        name, sep, type_name = part.strip().partition(":")
+        if not sep:
+            raise InvalidSchema(
+                f"expected name:type, got {part.strip()!r} (e.g. 'id:int64,name:string')"
+            )
+        fields.append({"name": name.strip(), "type": type_name.strip()})
+    return fields
 
 
 def fields_to_json(schema: pa.Schema) -> list[dict[str, Any]]:
