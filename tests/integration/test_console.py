@@ -257,6 +257,7 @@ def test_operator_and_tenant_in_the_browser(
     # Usage charts (the operator's view of the tenant), drawn from the metered minutes.
     page = operator.pages[0]
     page.goto(f"{origin}/console/tenants/{names['tenant']}")
+    assert page.locator("[data-usage-url]").count() == 1, page.content()
     page.wait_for_function(
         "() => Number(document.querySelector('[data-usage-url]').dataset.loaded) > 0"
     )
@@ -275,6 +276,28 @@ def test_operator_and_tenant_in_the_browser(
     assert page.url == f"{origin}/console/tenants/{names['tenant']}"
     assert "No table yet." in page.text_content("#tables")
 
+    # The operator's actions, as the tenant's session sees them.
+    tenant_url = f"{origin}/console/tenants/{names['tenant']}"
+    page = operator.pages[0]
+    page.goto(tenant_url)
+    page.fill("#quota [name=max_tables]", "3")
+    page.click("#set-quota")
+    assert page.input_value("#quota [name=max_tables]") == "3"
+    page.click("#toggle-status")
+    assert page.text_content("#tenant-status") == "suspended"
+    seen = tenant_ctx.pages[0]
+    seen.goto(tenant_url)
+    assert "suspended" in seen.text_content("#error")
+    shot(seen, "suspended")
+    page.click("#toggle-status")
+    assert page.text_content("#tenant-status") == "active"
+    seen.goto(tenant_url)
+    assert "max_tables 3" in " ".join(seen.text_content("#quota").split())
+    page.click("#keys tr[data-key-id] button")  # revoke the tenant's key
+    assert page.locator("#keys tr[data-key-id] td").nth(2).text_content() == "revoked"
+    seen.reload()
+    assert seen.url == f"{origin}/console/login"  # that session is over
+
     # Nothing secret in URLs or browser storage; nothing fetched from another host.
     for ctx in (operator, tenant_ctx):
         storage = ctx.pages[0].evaluate("[localStorage.length, sessionStorage.length]")
@@ -285,9 +308,15 @@ def test_operator_and_tenant_in_the_browser(
         assert key not in session["value"] and gw.operator_key not in session["value"]
     assert requested and all(u.startswith(f"{origin}/console") for u in requested), requested
     assert not [u for u in requested if key in u or gw.operator_key in u]
+    page = operator.pages[0]
+    page.goto(f"{origin}/console/tenants")
+    page.click("#sign-out")
+    page.goto(f"{origin}/console/tenants")
+    assert page.url == f"{origin}/console/login"
+    assert "tidegate_console" not in {c["name"] for c in operator.cookies()}
     operator.close()
     tenant_ctx.close()
-    assert len(list(shots.glob("*.png"))) == 7
+    assert len(list(shots.glob("*.png"))) == 8
 
 
 def test_a_cross_site_form_is_refused(gw: GatewayProcess, browser: Any) -> None:

@@ -223,7 +223,13 @@ def console_router(tenancy: Tenancy, calls: DataCalls) -> APIRouter:
         return response
 
     @router.post("/logout")
-    async def logout(viewer: Changer) -> Response:
+    async def logout(request: Request) -> Response:
+        # Not a Changer: a session whose key was revoked meanwhile may still sign out.
+        check_same_site(request)
+        sealed = sessions.open(request.cookies.get(SESSION_COOKIE))
+        form = await request.form()
+        if sealed is not None and not sessions.csrf_ok(sealed.cookie, form.get("csrf")):
+            raise CrossSite("the form's CSRF token is missing or wrong; reload the page")
         response = back(f"{PREFIX}/login")
         response.delete_cookie(SESSION_COOKIE, path=PREFIX, httponly=True, samesite="strict")
         return response
