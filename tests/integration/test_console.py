@@ -225,6 +225,7 @@ def test_operator_and_tenant_in_the_browser(
     assert "tiering" in page.text_content("#snapshots")
     assert "added-records 50" in page.text_content("#last-tiering")
     assert "dashboard" in page.content()
+    shot(page, "table-after-tiering")
 
     # Records on both sides of the tiered watermark, and which tier served each.
     page.fill("#browse [name=offset]", "25")
@@ -316,7 +317,7 @@ def test_operator_and_tenant_in_the_browser(
     assert "tidegate_console" not in {c["name"] for c in operator.cookies()}
     operator.close()
     tenant_ctx.close()
-    assert len(list(shots.glob("*.png"))) == 8
+    assert len(list(shots.glob("*.png"))) == 9
 
 
 def test_a_cross_site_form_is_refused(gw: GatewayProcess, browser: Any) -> None:

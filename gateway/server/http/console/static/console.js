@@ -46,6 +46,10 @@
       width: chartWidth(el),
       height: 200,
       series: series,
+      // One point would otherwise stretch the time axis over years.
+      scales: { x: { time: true, range: function (u, min, max) {
+        return min != null && min === max ? [min - 60, max + 60] : [min, max];
+      } } },
       axes: [{}, { values: function (u, vals) { return vals.map(yFormat); }, size: 70 }],
     };
     const empty = [[]].concat(labels.map(function () { return []; }));
