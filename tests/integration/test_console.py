@@ -491,12 +491,13 @@ def test_every_page_loads_only_what_the_gateway_serves(
 ) -> None:
     tenant, key = new_tenant(gw)
     with connect(gw.grpc_target, api_key=key) as client:
-        client.create_table("web.t", {"page": "string"})
-        client.append("web.t", [{"page": "/"}])
+        client.create_table("web.t", {"page": "string", "tags": "list<string>"})
+        client.append("web.t", [{"page": "/", "tags": ["a", "<b>"]}])
         client.commit_offsets("g", "web.t", {0: 1})
     s = signed_in(gw.operator_key)
     base = f"/console/tenants/{tenant}"
     assets: set[str] = set()
+    pages: dict[str, str] = {}
     for path in (
         "/console/login",
         "/console/tenants",
@@ -507,10 +508,14 @@ def test_every_page_loads_only_what_the_gateway_serves(
         f"{base}/tables/web/nope",  # an error page
     ):
         r = s.http.get(path)
+        pages[path] = r.text
         assert r.status_code in (200, 404), path
         assert r.headers["content-security-policy"].startswith("default-src 'none'")
         offline(r.text)
         assets |= set(re.findall(r'(?:src|href)="(/console/static/[^"]+)"', r.text))
+    # A list is shown as JSON, escaped like every value.
+    records = pages[f"{base}/tables/web/t/records?partition=0&offset=0"]
+    assert "[&#34;a&#34;, &#34;&lt;b&gt;&#34;]" in records
     assert len(assets) == 4, assets  # the script, the styles and uPlot's two files
     for asset in assets:
         got = s.http.get(asset)

@@ -8,6 +8,7 @@ the page's one sentence from the service that refused it.
 
 # No ``from __future__ import annotations``: the routes' parameter types (``Looker``,
 # ``Changer``) are made inside console_router, and FastAPI must see them as objects.
+import json
 from collections.abc import AsyncIterator, Callable, Coroutine
 from pathlib import Path
 from typing import Annotated, Any
@@ -69,8 +70,18 @@ def _environment() -> jinja2.Environment:
         lstrip_blocks=True,
     )
     env.filters["bytes"] = _human_bytes
+    env.filters["cell"] = _cell
     env.globals["prefix"] = PREFIX
     return env
+
+
+def _cell(value: Any) -> str:
+    """A record's value as the record browser shows it: lists and structs as JSON."""
+    if value is None:
+        return ""
+    if isinstance(value, dict | list):
+        return json.dumps(value, ensure_ascii=False, default=str)
+    return str(value)
 
 
 def _human_bytes(n: int | None) -> str:
