@@ -112,3 +112,30 @@ class FlightReads:
             return self._get(command).read_all()
         except fl.FlightError as exc:
             raise error_from_flight(exc) from None
+
+    def read_steps(
+        self, command: dict[str, Any]
+    ) -> Generator[tuple[list[pa.RecordBatch], int, int, int], None, None]:
+        """A stream read as ``(batches, next_offset, high_watermark, tiered_watermark)``
+        per step of the gateway (each step's last batch carries those numbers)."""
+        try:
+            reader = self._get(command)
+            pending: list[pa.RecordBatch] = []
+            while True:
+                try:
+                    chunk = reader.read_chunk()
+                except StopIteration:
+                    return
+                if chunk.data is not None and chunk.data.num_rows:
+                    pending.append(chunk.data)
+                if chunk.app_metadata is not None:
+                    meta = json.loads(chunk.app_metadata.to_pybytes())
+                    yield (
+                        pending,
+                        int(meta["next_offset"]),
+                        int(meta["high_watermark"]),
+                        int(meta["tiered_watermark"]),
+                    )
+                    pending = []
+        except fl.FlightError as exc:
+            raise error_from_flight(exc) from None
