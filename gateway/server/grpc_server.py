@@ -344,6 +344,12 @@ class TidegateServicer(pb_grpc.TidegateServicer):  # type: ignore[misc]
         ):
             yield msg
 
+    async def GetGatewayInfo(
+        self, request: pb.GetGatewayInfoRequest, context: Any
+    ) -> pb.GatewayInfo:
+        s = self.settings.server
+        return pb.GatewayInfo(flight_port=s.flight_port, flight_location=s.flight_advertise)
+
     async def PlanRead(self, request: pb.PlanReadRequest, context: Any) -> pb.PlanReadResponse:
         plan = await self.calls.plan(
             current_call().tenant,

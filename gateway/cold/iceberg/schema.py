@@ -124,8 +124,10 @@ def arrow_to_iceberg(user: pa.Schema) -> Schema:
 def cast_to(batch: pa.RecordBatch | pa.Table, target: pa.Schema) -> pa.RecordBatch:
     """``batch`` as ``target`` (names, order, types, nullability), by name."""
     if isinstance(batch, pa.Table):
-        batch = batch.combine_chunks()
-        arrays = [batch.column(f.name).combine_chunks() for f in target]
+        batch = batch.combine_chunks()  # leaves one-chunk columns as they are
+        # ChunkedArray.combine_chunks copies even a single chunk: take it as it is.
+        columns = (batch.column(f.name) for f in target)
+        arrays = [c.chunk(0) if c.num_chunks == 1 else c.combine_chunks() for c in columns]
     else:
         arrays = [batch.column(f.name) for f in target]
     out = [

@@ -379,3 +379,15 @@ class PlanReadResponse(_message.Message):
     hot_ranges: _containers.RepeatedCompositeFieldContainer[HotRange]
     arrow_schema: bytes
     def __init__(self, snapshot_id: _Optional[int] = ..., files: _Optional[_Iterable[_Union[PlannedDataFile, _Mapping]]] = ..., hot_ranges: _Optional[_Iterable[_Union[HotRange, _Mapping]]] = ..., arrow_schema: _Optional[bytes] = ...) -> None: ...
+
+class GetGatewayInfoRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class GatewayInfo(_message.Message):
+    __slots__ = ("flight_port", "flight_location")
+    FLIGHT_PORT_FIELD_NUMBER: _ClassVar[int]
+    FLIGHT_LOCATION_FIELD_NUMBER: _ClassVar[int]
+    flight_port: int
+    flight_location: str
+    def __init__(self, flight_port: _Optional[int] = ..., flight_location: _Optional[str] = ...) -> None: ...

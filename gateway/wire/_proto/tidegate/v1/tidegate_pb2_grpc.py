@@ -104,6 +104,11 @@ class TidegateStub:
                 request_serializer=gateway_dot_wire_dot___proto_dot_tidegate_dot_v1_dot_tidegate__pb2.PlanReadRequest.SerializeToString,
                 response_deserializer=gateway_dot_wire_dot___proto_dot_tidegate_dot_v1_dot_tidegate__pb2.PlanReadResponse.FromString,
                 _registered_method=True)
+        self.GetGatewayInfo = channel.unary_unary(
+                '/tidegate.v1.Tidegate/GetGatewayInfo',
+                request_serializer=gateway_dot_wire_dot___proto_dot_tidegate_dot_v1_dot_tidegate__pb2.GetGatewayInfoRequest.SerializeToString,
+                response_deserializer=gateway_dot_wire_dot___proto_dot_tidegate_dot_v1_dot_tidegate__pb2.GatewayInfo.FromString,
+                _registered_method=True)
 
 
 class TidegateServicer:
@@ -215,6 +220,14 @@ class TidegateServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def GetGatewayInfo(self, request, context):
+        """The gateway ---------------------------------------------------------------------------
+        What else this gateway serves: its Arrow Flight edge for bulk reads, when enabled.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_TidegateServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -287,6 +300,11 @@ def add_TidegateServicer_to_server(servicer, server):
                     servicer.PlanRead,
                     request_deserializer=gateway_dot_wire_dot___proto_dot_tidegate_dot_v1_dot_tidegate__pb2.PlanReadRequest.FromString,
                     response_serializer=gateway_dot_wire_dot___proto_dot_tidegate_dot_v1_dot_tidegate__pb2.PlanReadResponse.SerializeToString,
+            ),
+            'GetGatewayInfo': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetGatewayInfo,
+                    request_deserializer=gateway_dot_wire_dot___proto_dot_tidegate_dot_v1_dot_tidegate__pb2.GetGatewayInfoRequest.FromString,
+                    response_serializer=gateway_dot_wire_dot___proto_dot_tidegate_dot_v1_dot_tidegate__pb2.GatewayInfo.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -667,6 +685,33 @@ class Tidegate:
             '/tidegate.v1.Tidegate/PlanRead',
             gateway_dot_wire_dot___proto_dot_tidegate_dot_v1_dot_tidegate__pb2.PlanReadRequest.SerializeToString,
             gateway_dot_wire_dot___proto_dot_tidegate_dot_v1_dot_tidegate__pb2.PlanReadResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetGatewayInfo(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tidegate.v1.Tidegate/GetGatewayInfo',
+            gateway_dot_wire_dot___proto_dot_tidegate_dot_v1_dot_tidegate__pb2.GetGatewayInfoRequest.SerializeToString,
+            gateway_dot_wire_dot___proto_dot_tidegate_dot_v1_dot_tidegate__pb2.GatewayInfo.FromString,
             options,
             channel_credentials,
             insecure,
