@@ -50,20 +50,21 @@ def test_every_metric_the_dashboard_queries_is_exported(gw: GatewayProcess) -> N
     dashboard = json.loads(Path(DASHBOARD).read_text())
     wanted = queried_metrics(dashboard)
     assert len(wanted) >= 15, wanted  # the parse found the queries
-    with gw.client() as c:
-        c.create_table("dash.ev", {"n": "int64"})
-        c.append("dash.ev", [{"n": i} for i in range(10)])
-        c.read("dash.ev", partition=0, offset=0)
-    with gw.admin() as admin:
-        admin.set_quota(gw.tenant, append_bytes_per_s=1)
-        with gw.http_client() as h:
-            rows = {"rows": [{"n": 1}]}
-            # The first append is admitted from a full bucket and leaves it in debt (far
-            # more than the 1 byte a second that refills it): the second is refused.
-            assert h.post("/v1/tables/dash/ev/records", json=rows).status_code == 200
-            assert h.post("/v1/tables/dash/ev/records", json=rows).status_code == 429
-            h.get("/v1/tables/dash/ev/partitions/0/records", params={"offset": 0})
-        admin.usage(gw.tenant)  # samples the tenant's storage now
+    # Over HTTP (the metrics count both edges alike), one connection per credential.
+    with gw.http_client() as h, gw.http_client(api_key=gw.operator_key) as op:
+        table = {"namespace": "dash", "name": "ev", "schema": [{"name": "n", "type": "int64"}]}
+        assert h.post("/v1/tables", json=table).status_code == 201
+        rows = {"rows": [{"n": i} for i in range(10)]}
+        assert h.post("/v1/tables/dash/ev/records", json=rows).status_code == 200
+        assert h.get("/v1/tables/dash/ev/partitions/0/records").status_code == 200
+        quota = {"append_bytes_per_s": 1}
+        assert op.put(f"/v1/admin/tenants/{gw.tenant}/quota", json=quota).status_code == 200
+        # The first append is admitted from a full bucket and leaves it in debt (far more
+        # than the 1 byte a second that refills it): the second is refused.
+        assert h.post("/v1/tables/dash/ev/records", json=rows).status_code == 200
+        assert h.post("/v1/tables/dash/ev/records", json=rows).status_code == 429
+        # A usage read samples the tenant's storage now.
+        assert op.get(f"/v1/admin/tenants/{gw.tenant}/usage").status_code == 200
     deadline = time.monotonic() + 60
     while True:  # the tiering schedule's first run with this table sets its counters
         missing = wanted - exported(gw)
