@@ -111,7 +111,7 @@ class ReadOps(CoreBase):
             if remaining > 0 and not full and next_offset < o.high:
                 stored = self.hot.read(part, next_offset, remaining, max_bytes - nbytes)
                 hot, next_offset = slice_batches(
-                    stored, part.partition, next_offset, remaining, max_bytes, nbytes
+                    stored, part.partition, next_offset, remaining, max_bytes, nbytes, table.schema
                 )
                 out.extend(hot)
             return ReadResult(out, next_offset, max(high, next_offset), table.stored_schema, tiered)

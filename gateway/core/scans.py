@@ -14,6 +14,7 @@ from gateway.core.views import HotRange, ReadPlan, ScanResult, TableView
 from gateway.hot import PartitionId
 from gateway.wire.codec import decode_batch
 from gateway.wire.errors import InvalidRequest, SnapshotNotFound
+from gateway.wire.evolution import read_as
 from gateway.wire.filters import Expr, compile_filter, to_arrow
 from gateway.wire.schema import with_system_columns
 
@@ -84,7 +85,10 @@ class ScanOps(CoreBase):
                 raise RuntimeError(f"hot range {r} ended early at {offset}")
             for sb in stored:
                 rows = with_system_columns(
-                    decode_batch(sb.payload), part.partition, sb.base_offset, sb.timestamp_us
+                    read_as(decode_batch(sb.payload), table.schema),
+                    part.partition,
+                    sb.base_offset,
+                    sb.timestamp_us,
                 )
                 start = max(0, offset - sb.base_offset)
                 length = min(rows.num_rows - start, r.to_offset - offset)
