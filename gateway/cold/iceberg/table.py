@@ -27,7 +27,7 @@ from gateway.cold.base import (
 )
 from gateway.cold.iceberg.filters import to_pyiceberg
 from gateway.cold.iceberg.schema import cast_to, iceberg_type, small_offsets
-from gateway.wire.errors import CommitConflict, SnapshotNotFound
+from gateway.wire.errors import CommitConflict, SchemaChangeRefused, SnapshotNotFound
 from gateway.wire.filters import Compare, Expr, columns_of, to_arrow
 from gateway.wire.schema import OFFSET_COLUMN, PARTITION_COLUMN, system_schema
 
@@ -77,6 +77,17 @@ def _file_batches(
             if offsets is not None:
                 table = table.filter(_in_range(table.column(OFFSET_COLUMN), offsets))
             yield from table.to_batches()
+
+
+def _promotes(have: Any, want: Any) -> bool:
+    """Whether Iceberg type ``want`` is a widening of ``have`` (int to long, float to
+    double); the table may already be wider than the gateway's schema after a change
+    that committed here but not in the metadata store: then it is left as it is."""
+    from pyiceberg.types import DoubleType, FloatType, IntegerType, LongType
+
+    return (isinstance(have, IntegerType) and isinstance(want, LongType)) or (
+        isinstance(have, FloatType) and isinstance(want, DoubleType)
+    )
 
 
 def _in_range(column: Any, offsets: tuple[int, int]) -> Any:
@@ -353,7 +364,14 @@ class IcebergColdTable(ColdTable):
                 steps.append((f.name, "add", (want, doc)))
                 continue
             have = ice.find_field(f.name)
-            if have.field_type.is_primitive and have.field_type != want:
+            if f.name not in self.user_schema.names and have.field_type != want:
+                # Left by a change that committed here but lost the metadata store's
+                # compare-and-set (a concurrent change won), never written to since.
+                raise SchemaChangeRefused(
+                    f"cannot add column {f.name!r}: the Iceberg table already has it as "
+                    f"{have.field_type} from an interrupted change; add it with that type"
+                )
+            if have.field_type != want and _promotes(have.field_type, want):
                 steps.append((f.name, "type", want))
             if have.required and f.nullable:
                 steps.append((f.name, "optional", None))
