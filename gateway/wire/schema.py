@@ -309,14 +309,23 @@ def check_column_name(name: Any) -> None:
 
 
 def check_doc(column: Any, doc: Any) -> None:
-    """Refuse a column doc that is not a string of at most ``MAX_DOC_CHARS`` characters.
+    """Refuse a column doc that is not valid text (a lone surrogate from JSON's
+    ``\\ud800``) of at most ``MAX_DOC_CHARS`` characters.
 
     Raises:
         InvalidSchema: naming the column.
     """
-    if doc is not None and (not isinstance(doc, str) or len(doc) > MAX_DOC_CHARS):
+    if doc is None:
+        return
+    valid = isinstance(doc, str) and len(doc) <= MAX_DOC_CHARS
+    if valid:
+        try:
+            doc.encode("utf-8")
+        except UnicodeEncodeError:
+            valid = False
+    if not valid:
         raise InvalidSchema(
-            f"field {column!r:.80}: 'doc' must be a string of at most {MAX_DOC_CHARS} characters"
+            f"field {column!r:.80}: 'doc' must be valid text of at most {MAX_DOC_CHARS} characters"
         )
 
 
