@@ -85,7 +85,9 @@ class ScanOps(CoreBase):
                 raise RuntimeError(f"hot range {r} ended early at {offset}")
             for sb in stored:
                 rows = with_system_columns(
-                    read_as(decode_batch(sb.payload), table.schema),
+                    # The scan's schema is sent already: a batch of a schema newer than
+                    # its view (changed after the scan read the table) is cast to it.
+                    read_as(decode_batch(sb.payload), table.schema, strict=False),
                     part.partition,
                     sb.base_offset,
                     sb.timestamp_us,
@@ -130,7 +132,7 @@ class ScanOps(CoreBase):
             TableNotFound, InvalidRequest (bad columns, filter, as_of or limit),
             SnapshotNotFound.
         """
-        table = await self.table(tenant, namespace, name)
+        table = await self.table(tenant, namespace, name, fresh=True)
         if limit is not None and (
             isinstance(limit, bool) or not isinstance(limit, int) or not 0 <= limit <= INT64_MAX
         ):
@@ -189,7 +191,7 @@ class ScanOps(CoreBase):
         Raises:
             TableNotFound, InvalidRequest, SnapshotNotFound.
         """
-        table = await self.table(tenant, namespace, name)
+        table = await self.table(tenant, namespace, name, fresh=True)
         when = parse_as_of(as_of)
         expr = await self._filter(row_filter, table.stored_schema)
         snap, ranges = await self._run(self._pin, table, when)

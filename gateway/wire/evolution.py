@@ -37,7 +37,7 @@ from gateway.wire.schema import (
     parse_type,
 )
 
-__all__ = ["ACCEPTED", "MAX_CHANGES", "OPS", "apply_changes", "read_as"]
+__all__ = ["ACCEPTED", "MAX_CHANGES", "OPS", "StaleSchema", "apply_changes", "read_as"]
 
 #: The ops, with the aliases a user may reach for first.
 OPS = {
@@ -216,13 +216,33 @@ def _set_doc(item: dict[str, Any], doc: Any, what: str) -> None:
         item.pop("doc", None)
 
 
-def read_as(batch: pa.RecordBatch, schema: pa.Schema) -> pa.RecordBatch:
-    """A stored batch (hot payload or data file rows, written under this schema or an
-    older one) in ``schema``: a column added since reads as nulls, a widened one is cast,
-    a column the batch holds but ``schema`` lacks (written under a newer schema than the
-    reader's view) is left out."""
+class StaleSchema(Exception):
+    """A stored batch was written under a newer schema than the reader's view of the
+    table (a change committed through another gateway since it cached the table): the
+    reader looks at the table again."""
+
+
+def read_as(batch: pa.RecordBatch, schema: pa.Schema, *, strict: bool = True) -> pa.RecordBatch:
+    """A stored batch (a hot payload, written under this schema or an older one) in
+    ``schema``: a column added since reads as nulls, a widened one is cast.
+
+    Raises:
+        StaleSchema: with ``strict``, the batch holds a column ``schema`` lacks or a type
+            wider than ``schema``'s (written under a newer schema than the reader's
+            view). Without ``strict`` such a column is left out or cast back.
+    """
     if batch.schema.equals(schema):
         return batch
+    if strict:
+        names = set(schema.names)
+        newer = [n for n in batch.schema.names if n not in names] or [
+            f.name
+            for f in schema
+            if f.name in batch.schema.names
+            and _WIDENINGS.get(f.type) == batch.schema.field(f.name).type
+        ]
+        if newer:
+            raise StaleSchema(f"columns {newer} are newer than the reader's schema")
     n = batch.num_rows
     arrays = []
     for f in schema:

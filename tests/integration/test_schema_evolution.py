@@ -19,7 +19,7 @@ from gateway.client import Client, SchemaChangeRefused
 from gateway.config import Settings
 from gateway.meta import MetadataStore
 from gateway.wire.codec import decode_stream
-from gateway.wire.errors import CommitConflict
+from gateway.wire.errors import CommitConflict, SchemaMismatch
 from tests.integration.conftest import gateway_env
 from tests.integration.test_cli import tidegate
 from tests.services import GatewayProcess, RedisServer
@@ -326,40 +326,64 @@ def test_refused_changes_leave_the_table_untouched(lake: Lake, table: str) -> No
         assert c.scan(table).to_pylist() == rows
 
 
-def test_a_replica_learns_of_a_change_on_its_next_append(
-    redis_server: RedisServer, tmp_path: Path
+def test_replicas_with_stale_caches_append_across_a_change(
+    redis_server: RedisServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Two gateways over one Redis and one metadata store. The second cached the table
-    before the first changed its schema: its appends under the old schema are read under
-    the new one, and an append with the new column makes it look again rather than be
-    refused."""
-    env = _env("redis", redis_server)
-    first = GatewayProcess(tmp_path, env).start()
-    second: GatewayProcess | None = None
+    """Three gateways (in this process) over one Redis, metadata store and catalog. Two
+    cached the table before the first changed its schema, and keep their cache here for
+    as long as the test runs: the one appending under the old schema is read under the
+    new one; the one appending with the new column looks at the table again and is
+    accepted rather than refused; a stale one reading rows of the new schema looks again
+    too, and answers in the new schema."""
+    import asyncio
+
+    import gateway.core.base
+    from gateway.lake.components import Components
+    from gateway.lake.tiering import tier_table
+    from gateway.server.app import build_service
+
+    monkeypatch.setattr(gateway.core.base, "_TABLE_CACHE_TTL_S", 3600.0)
+    settings = Settings.explicit(data_dir=tmp_path, hot={"type": "redis", "url": redis_server.url})
+    a, b, old = (build_service(settings) for _ in range(3))
+
+    def batch(t: pa.Table) -> list[pa.RecordBatch]:
+        return t.to_batches()
+
+    async def main() -> None:
+        await a.create_table("t", "r", "x", FIELDS, 1)
+        await b.append("t", "r", "x", batch(_v0(range(1))), partition=0)
+        await old.append("t", "r", "x", batch(_v0(range(1, 2))), partition=0)
+        changes = [
+            {"op": "add_column", "column": "region", "type": "string"},
+            {"op": "update_type", "column": "id", "type": "int64"},
+            {"op": "update_type", "column": "score", "type": "float64"},
+            {"op": "make_optional", "column": "id"},
+        ]
+        await a.alter_schema("t", "r", "x", changes)
+        assert (await b.table("t", "r", "x")).schema_version == 0  # stale, as assumed
+        # Validated against the old schema while the new one is committed.
+        await old.append("t", "r", "x", batch(_v0(range(2, 3))), partition=0)
+        await b.append("t", "r", "x", batch(_v1(range(3, 5), "eu")), partition=0)
+        assert (await b.table("t", "r", "x")).schema_version == 1
+        with pytest.raises(SchemaMismatch, match=r"unexpected column\(s\) \['nope'\]"):
+            bad = _v1(range(5, 6), "eu").append_column("nope", pa.array(["?"]))
+            await b.append("t", "r", "x", batch(bad), partition=0)
+        want = _expected(_v0(range(3))) + _expected(_v1(range(3, 5), "eu"))
+        assert (await old.table("t", "r", "x")).schema_version == 0  # stale until it reads
+        c = Components(a.settings, a.meta, a.hot, a.cold)  # type: ignore[arg-type]
+        for step in ("hot", "tiered"):
+            for svc in (a, b, old):
+                got = await svc.read("t", "r", "x", 0, 0, max_records=100)
+                rows = pa.Table.from_batches(got.batches).to_pylist()
+                assert _user(rows) == want, (step, svc is old)
+            if step == "hot":
+                await asyncio.to_thread(tier_table, c, (await a.table("t", "r", "x")).definition)
+
     try:
-        second = GatewayProcess(tmp_path, env, tenant=first.tenant, api_key=first.api_key).start()
-        with first.client() as a, second.client() as b:
-            a.create_table("r.t", FIELDS, partitions=1)
-            b.append("r.t", _v0(range(2)), partition=0)  # the second caches the table
-            a.alter_schema(
-                "r.t",
-                [
-                    {"op": "add_column", "column": "region", "type": "string"},
-                    {"op": "update_type", "column": "id", "type": "int64"},
-                    {"op": "update_type", "column": "score", "type": "float64"},
-                    {"op": "make_optional", "column": "id"},
-                ],
-            )
-            b.append("r.t", _v0(range(2, 3)), partition=0)  # old schema, maybe a stale cache
-            b.append("r.t", _v1(range(3, 5), "eu"), partition=0)  # needs the change
-            want = _expected(_v0(range(3))) + _expected(_v1(range(3, 5), "eu"))
-            for client in (a, b):
-                got = client.read("r.t", partition=0, offset=0, max_records=100)
-                assert _user(got.to_pylist()) == want
+        asyncio.run(main())
     finally:
-        if second is not None:
-            second.stop()
-        first.stop()
+        for svc in (a, b, old):
+            svc.close()
 
 
 def test_schema_versions_are_compare_and_set(tmp_path: Path) -> None:
