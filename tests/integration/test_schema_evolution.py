@@ -153,7 +153,7 @@ def _check_reads(c: Client, http: Any, table: str, want: dict[int, list[dict[str
     return plan
 
 
-def test_each_admitted_change_end_to_end(lake: Lake, table: str) -> None:
+def test_each_admitted_change_end_to_end(lake: Lake, table: str, tmp_path: Path) -> None:
     gw = lake.gateway
     ns, name = table.split(".")
     want: dict[int, list[dict[str, Any]]] = {0: [], 1: []}
@@ -197,6 +197,10 @@ def test_each_admitted_change_end_to_end(lake: Lake, table: str) -> None:
         assert "cannot change the type of column 'note'" in refused.stderr
         out = tidegate(gw, "table", "alter", table, "--doc", "region=where it was sent")
         assert "schema      version 2" in out.stdout and "added  where it was sent" in out.stdout
+        (tmp_path / "old.jsonl").write_text('{"id": 9, "score": 9.5, "note": "n9"}\n')
+        out = tidegate(gw, "append", table, str(tmp_path / "old.jsonl"), "--partition", "0")
+        assert "appended 1 records" in out.stdout
+        want[0] += [{"id": 9, "score": 9.5, "note": "n9", "region": None}]
         # gRPC through the SDK: widen both numbers, make the required column optional.
         info = c.alter_schema(
             table,
