@@ -40,6 +40,7 @@ from gateway.client._types import (
     TableInfo,
     TableRef,
     ranges_from_pb,
+    schema_changes,
 )
 from gateway.wire._proto.tidegate.v1 import tidegate_pb2 as pb
 from gateway.wire.codec import Compression
@@ -119,6 +120,30 @@ class Client(SyncCalls):
     def table_info(self, table: str | TableRef) -> TableInfo:
         """:meth:`describe_table` with the schema parsed into Arrow."""
         return self.describe_table(table)
+
+    def alter_schema(
+        self, table: str | TableRef, changes: Sequence[Mapping[str, Any]]
+    ) -> TableInfo:
+        """Evolve the table's schema by ``changes``, applied in order, all or none:
+
+        - ``{"op": "add_column", "column": c, "type": t, "doc"?: d}``: a nullable column
+          (rows written before read it as null; appends may leave it out);
+        - ``{"op": "update_type", "column": c, "type": t}``: widen int32 to int64 or
+          float32 to float64;
+        - ``{"op": "make_optional", "column": c}``: let a required column hold nulls;
+        - ``{"op": "update_doc", "column": c, "doc": d}``: set (or, with None, clear)
+          the column's doc.
+
+        Returns the table as described after the change (``schema_version`` raised by
+        one).
+
+        Raises:
+            SchemaChangeRefused: any other change (drop, rename, narrowing, another type
+                change); nothing changed.
+            CommitConflict: a concurrent schema change won; describe and retry.
+        """
+        request = pb.AlterSchemaRequest(table=ref(table), changes=schema_changes(changes))
+        return TableInfo.from_pb(self._call("AlterSchema", request))
 
     def list_tables(self, namespace: str = "") -> list[TableInfo]:
         response = self._call(

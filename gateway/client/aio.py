@@ -50,6 +50,7 @@ from gateway.client._types import (
     TableInfo,
     TableRef,
     ranges_from_pb,
+    schema_changes,
 )
 from gateway.wire._proto.tidegate.v1 import tidegate_pb2 as pb
 from gateway.wire.codec import Compression
@@ -97,6 +98,14 @@ class AsyncClient(AsyncCalls):
 
     async def table_info(self, table: str | TableRef) -> TableInfo:
         return await self.describe_table(table)
+
+    async def alter_schema(
+        self, table: str | TableRef, changes: Sequence[Mapping[str, Any]]
+    ) -> TableInfo:
+        """Evolve the table's schema by ``changes``, in order, all or none (see
+        :meth:`gateway.client.Client.alter_schema` for the changes and errors)."""
+        request = pb.AlterSchemaRequest(table=ref(table), changes=schema_changes(changes))
+        return TableInfo.from_pb(await self._call("AlterSchema", request))
 
     async def list_tables(self, namespace: str = "") -> list[TableInfo]:
         response = await self._call(

@@ -145,10 +145,23 @@ def _fragment(url: str, size: int) -> ds.Fragment:
     return fmt.make_fragment(url.removeprefix("file://"), filesystem=pafs.LocalFileSystem())
 
 
+def _scan_schema(spec: ReadSpec, fragment: ds.Fragment) -> pa.Schema:
+    """The schema to scan a data file with: its own types for the columns it holds, the
+    table's for columns added by a schema change after it was written (read as nulls)."""
+    physical = fragment.physical_schema
+    return pa.schema(
+        [
+            physical.field(f.name) if f.name in physical.names else f.with_nullable(True)
+            for f in spec.stored
+        ]
+    )
+
+
 def _read_files(spec: ReadSpec, split: FilesSplit) -> Iterator[pa.RecordBatch]:
     for f in split.files:
         fragment = _fragment(f.url, f.size)
         for batch in fragment.to_batches(
+            schema=_scan_schema(spec, fragment),
             columns=list(spec.columns),
             filter=spec.arrow_filter(f.low, f.high),
             batch_size=BATCH_ROWS,
