@@ -13,7 +13,15 @@ import os
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Discriminator, Field, Tag
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Discriminator,
+    Field,
+    Tag,
+    model_validator,
+)
 from pydantic_settings import (
     BaseSettings,
     PydanticBaseSettingsSource,
@@ -24,6 +32,7 @@ from pydantic_settings import (
 __all__ = [
     "AuthConfig",
     "ColdConfig",
+    "CompactionConfig",
     "CustomHotConfig",
     "DiskHotConfig",
     "LogConfig",
@@ -309,6 +318,38 @@ class TieringConfig(_Section):
     commit_attempts: int = Field(6, ge=1, description="Tries of a conflicting commit.")
 
 
+class CompactionConfig(_Section):
+    """Compaction: rewriting runs of small data files into files near the target size
+    (``tidegate compact``, ``gateway/lake/compaction.py``)."""
+
+    enabled: bool = Field(
+        True, description="Compact on a schedule inside `tidegate serve` (the embedded mode)."
+    )
+    interval_s: float = Field(600.0, gt=0, description="Period of the embedded schedule.")
+    target_file_bytes: int = Field(
+        128 * 1024 * 1024,
+        ge=1024,
+        description="Size on storage a run of small files is rewritten into (one file per run).",
+    )
+    small_file_bytes: int = Field(
+        96 * 1024 * 1024,
+        ge=1,
+        description="A data file below this size on storage is small: a compaction input.",
+    )
+    min_files: int = Field(
+        2, ge=2, description="Fewest adjacent small files worth rewriting into one."
+    )
+
+    @model_validator(mode="after")
+    def _small_below_target(self) -> CompactionConfig:
+        if self.small_file_bytes > self.target_file_bytes:
+            raise ValueError(
+                f"compaction.small_file_bytes ({self.small_file_bytes}) must not exceed "
+                f"compaction.target_file_bytes ({self.target_file_bytes})"
+            )
+        return self
+
+
 LogLevel = Annotated[
     Literal["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"],
     BeforeValidator(lambda v: v.upper() if isinstance(v, str) else v),
@@ -361,6 +402,7 @@ class Settings(BaseSettings):
     quota: QuotaConfig = Field(default_factory=QuotaConfig)
     metering: MeteringConfig = Field(default_factory=MeteringConfig)
     tiering: TieringConfig = Field(default_factory=TieringConfig)
+    compaction: CompactionConfig = Field(default_factory=CompactionConfig)
     cold: ColdConfig = Field(default_factory=ColdConfig, description="Iceberg cold tier.")
     log: LogConfig = Field(default_factory=LogConfig, description="Log level and format.")
 

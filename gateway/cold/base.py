@@ -20,6 +20,8 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
+from gateway.wire.errors import TidegateError
+
 if TYPE_CHECKING:
     from gateway.config import Settings
     from gateway.meta import TableDef
@@ -27,6 +29,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "OFFSET_SORT",
+    "OPERATION_PROPERTY",
     "ROW_GROUP_ROWS",
     "SORTED_KEY",
     "WATERMARKS_PROPERTY",
@@ -35,6 +38,7 @@ __all__ = [
     "ColdTable",
     "DataFile",
     "PlannedFile",
+    "RewriteObsolete",
     "SnapshotInfo",
     "StorageOptions",
     "fs_path",
@@ -42,12 +46,22 @@ __all__ = [
 ]
 
 WATERMARKS_PROPERTY = "tidegate.watermarks"
+#: Snapshot summary property naming the lake job that committed it (``compact``...).
+OPERATION_PROPERTY = "tidegate.operation"
 #: Parquet key-value metadata of data files written sorted by ``_offset`` (by tiering and
 #: compaction): their rows can be streamed in order, a row group at a time.
 SORTED_KEY = b"tidegate.sorted"
 OFFSET_SORT = b"_offset"
 #: Rows per Parquet row group of the files we write (the unit a reader streams and prunes).
 ROW_GROUP_ROWS = 64 * 1024
+
+
+class RewriteObsolete(TidegateError):
+    """A compaction's input files were replaced or removed by another commit since it
+    planned: its rewrite no longer applies and is dropped (nothing was committed). Raised
+    to the lake jobs only, never sent to a client."""
+
+    reason = "REWRITE_OBSOLETE"
 
 
 @dataclass(frozen=True, slots=True)
@@ -263,6 +277,26 @@ class ColdTable(ABC):
         Exactly once: if the current snapshot is no longer ``base`` (a concurrent commit),
         nothing is committed and ``CommitConflict`` (retryable) is raised so the caller
         re-plans from the new snapshot. Watermarks never move backwards.
+        """
+
+    @abstractmethod
+    def commit_rewrite(
+        self,
+        removed: Sequence[DataFile],
+        added: Sequence[DataFile],
+        base: ColdSnapshot,
+    ) -> ColdSnapshot:
+        """Replace the data files ``removed`` by ``added`` (the same records, rewritten by
+        compaction) in one Iceberg commit that keeps the current ``tidegate.watermarks``.
+
+        Snapshot isolation: ``base`` is the snapshot the rewrite was planned from. When
+        the table has moved on (a tiering commit: it only adds files), the rewrite is
+        applied to the new snapshot as long as every removed file is still live in it.
+
+        Raises:
+            CommitConflict: a concurrent commit won the race; retry from the new snapshot.
+            RewriteObsolete: a removed file is no longer live (another compaction or a
+                retention replaced it): give up, nothing was committed.
         """
 
     @abstractmethod

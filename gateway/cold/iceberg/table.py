@@ -16,12 +16,14 @@ import pyarrow.parquet as pq
 
 from gateway.cold.base import (
     OFFSET_SORT,
+    OPERATION_PROPERTY,
     SORTED_KEY,
     WATERMARKS_PROPERTY,
     ColdSnapshot,
     ColdTable,
     DataFile,
     PlannedFile,
+    RewriteObsolete,
     SnapshotInfo,
     fs_path,
 )
@@ -306,8 +308,6 @@ class IcebergColdTable(ColdTable):
         watermarks: Mapping[int, int],
         base: ColdSnapshot,
     ) -> ColdSnapshot:
-        from pyiceberg.exceptions import CommitFailedException
-        from pyiceberg.io.pyarrow import parquet_file_to_data_file
 
         table = self._load()
         current = table.current_snapshot()
@@ -322,18 +322,77 @@ class IcebergColdTable(ColdTable):
         for p, w in watermarks.items():
             merged[int(p)] = max(int(w), merged.get(int(p), 0))
         props = {WATERMARKS_PROPERTY: json.dumps({str(p): merged[p] for p in sorted(merged)})}
+        return self._commit(table, props, files)
+
+    def _commit(
+        self,
+        table: Table,
+        props: dict[str, str],
+        added: Sequence[DataFile],
+        deleted: Sequence[Any] = (),
+    ) -> ColdSnapshot:
+        """One snapshot of ``table`` adding ``added`` and removing ``deleted`` (pyiceberg
+        data files of its current snapshot): a fast append, or an overwrite when it
+        removes files. pyiceberg's commit asserts the branch head it started from.
+
+        Raises:
+            CommitConflict: a concurrent commit moved the table.
+        """
+        from pyiceberg.exceptions import CommitFailedException
+        from pyiceberg.io.pyarrow import parquet_file_to_data_file
+
         try:
-            with (
-                table.transaction() as tx,
-                tx.update_snapshot(snapshot_properties=props).fast_append() as append,
-            ):
-                for f in files:
-                    append.append_data_file(
-                        parquet_file_to_data_file(table.io, tx.table_metadata, f.path)
-                    )
+            with table.transaction() as tx:
+                update = tx.update_snapshot(snapshot_properties=props)
+                with update.overwrite() if deleted else update.fast_append() as producer:
+                    for old in deleted:
+                        producer.delete_data_file(old)
+                    for f in added:
+                        producer.append_data_file(
+                            parquet_file_to_data_file(table.io, tx.table_metadata, f.path)
+                        )
         except CommitFailedException as exc:
             raise CommitConflict(f"a concurrent commit won: {exc}") from exc
         return self.snapshot()
+
+    def commit_rewrite(
+        self,
+        removed: Sequence[DataFile],
+        added: Sequence[DataFile],
+        base: ColdSnapshot,
+    ) -> ColdSnapshot:
+        from pyiceberg.expressions import In
+
+        table = self._load()
+        current = table.current_snapshot()
+        if current is None or base.snapshot_id is None:
+            raise RewriteObsolete("the table has no snapshot to rewrite")
+        # Snapshot isolation: whatever was committed since ``base`` (tiering only adds
+        # files), the rewrite applies while every file it replaces is still live.
+        parts = sorted({f.partition for f in removed})
+        live = {
+            str(t.file.file_path): t.file
+            for t in table.scan(
+                row_filter=In(term=PARTITION_COLUMN, literals=parts),
+                snapshot_id=current.snapshot_id,
+            ).plan_files()
+        }
+        gone = [f.path for f in removed if f.path not in live]
+        if gone:
+            raise RewriteObsolete(
+                f"{len(gone)} of the {len(removed)} files to rewrite are no longer live "
+                f"in snapshot {current.snapshot_id}",
+                snapshot=str(current.snapshot_id),
+            )
+        # The new snapshot carries the current watermarks (not base's: a tiering commit
+        # since base raised them) and says what it is.
+        props = {
+            WATERMARKS_PROPERTY: json.dumps(
+                {str(p): w for p, w in sorted(_watermarks(current.summary).items())}
+            ),
+            OPERATION_PROPERTY: "compact",
+        }
+        return self._commit(table, props, added, [live[f.path] for f in removed])
 
     def data_location(self, partition: int) -> str:
         return f"{self.location}/data/{PARTITION_COLUMN}={int(partition)}"
