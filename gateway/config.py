@@ -35,6 +35,7 @@ __all__ = [
     "CompactionConfig",
     "CustomHotConfig",
     "DiskHotConfig",
+    "ExpiryConfig",
     "LogConfig",
     "MetadataConfig",
     "MeteringConfig",
@@ -350,6 +351,40 @@ class CompactionConfig(_Section):
         return self
 
 
+class ExpiryConfig(_Section):
+    """Snapshot expiry, file deletion and orphan clean-up (``tidegate expire``,
+    ``tidegate clean-orphans``, ``gateway/lake/expiry.py``)."""
+
+    enabled: bool = Field(
+        True,
+        description="Expire snapshots (and delete their files) on a schedule inside "
+        "`tidegate serve`.",
+    )
+    interval_s: float = Field(3600.0, gt=0, description="Period of the embedded schedule.")
+    retention_s: float = Field(
+        24 * 3600.0,
+        ge=60,
+        description="Expire a snapshot once it has not been the current one for this long "
+        "(never below tiering.hot_retention_s).",
+    )
+    keep_last: int = Field(5, ge=1, description="Always keep this many newest snapshots.")
+    scan_lease_s: float = Field(
+        3600.0,
+        gt=0,
+        description="Longest a scan keeps its snapshot from expiry (a finished scan releases "
+        "it at once; a plan keeps it for cold.presign_expiry_s).",
+    )
+    orphans_enabled: bool = Field(
+        False, description="Also remove orphan files on the embedded schedule."
+    )
+    orphan_age_s: float = Field(
+        3 * 24 * 3600.0,
+        ge=0,
+        description="Remove a file no snapshot references only once it is this old (a job "
+        "still writing it may commit it until then).",
+    )
+
+
 LogLevel = Annotated[
     Literal["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"],
     BeforeValidator(lambda v: v.upper() if isinstance(v, str) else v),
@@ -403,6 +438,7 @@ class Settings(BaseSettings):
     metering: MeteringConfig = Field(default_factory=MeteringConfig)
     tiering: TieringConfig = Field(default_factory=TieringConfig)
     compaction: CompactionConfig = Field(default_factory=CompactionConfig)
+    expiry: ExpiryConfig = Field(default_factory=ExpiryConfig)
     cold: ColdConfig = Field(default_factory=ColdConfig, description="Iceberg cold tier.")
     log: LogConfig = Field(default_factory=LogConfig, description="Log level and format.")
 

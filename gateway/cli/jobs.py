@@ -101,6 +101,35 @@ def compact(
     _run_job("compact", every, runner, master, data_dir, log_level, log_format)
 
 
+@app.command()
+def expire(
+    every: EveryOption = None,
+    data_dir: DataDirOption = None,
+    log_level: LogLevelOption = None,
+    log_format: LogFormatOption = None,
+) -> None:
+    """Expire each table's snapshots replaced more than expiry.retention_s ago (keeping the
+    expiry.keep_last newest and those open scans and read plans hold), then delete the
+    files only they referenced."""
+    _run_job("expire", every, "local", None, data_dir, log_level, log_format)
+
+
+@app.command("clean-orphans")
+def clean_orphans(
+    every: EveryOption = None,
+    data_dir: DataDirOption = None,
+    log_level: LogLevelOption = None,
+    log_format: LogFormatOption = None,
+) -> None:
+    """Delete the files under each table's folder that no snapshot references and that
+    are older than expiry.orphan_age_s (3 days): leftovers of jobs that died."""
+    _run_job("orphans", every, "local", None, data_dir, log_level, log_format)
+
+
+_COMMAND = {"orphans": "clean-orphans"}
+_DONE = {"tier": "tiered", "compact": "compacted", "expire": "expired", "orphans": "cleaned"}
+
+
 def _run_job(
     job: str,
     every: float | None,
@@ -141,13 +170,15 @@ def _run_job(
         fail(err)
     for name, failure in report.failures.items():
         typer.echo(f"failed: {name}: {failure}", err=True)
-    done = "tiered" if job == "tier" else "compacted"
-    typer.echo(f"{done} {report.records} records in {len(report.tables)} tables")
+    if job in ("tier", "compact"):
+        typer.echo(f"{_DONE[job]} {report.records} records in {len(report.tables)} tables")
+    else:
+        typer.echo(f"{_DONE[job]} {len(report.tables)} tables")
     if not report.tables:
         typer.echo(
             f"warning: no tables found (data folder {settings.data_dir.resolve()}, metadata "
-            f"{settings.metadata_url.split('@')[-1]}): run {job} where the gateway keeps its "
-            "data (--data-dir) or with its TIDEGATE_METADATA__URL",
+            f"{settings.metadata_url.split('@')[-1]}): run {_COMMAND.get(job, job)} where the "
+            "gateway keeps its data (--data-dir) or with its TIDEGATE_METADATA__URL",
             err=True,
         )
     if report.failures:

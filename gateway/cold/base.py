@@ -300,6 +300,28 @@ class ColdTable(ABC):
         """
 
     @abstractmethod
+    def expire_snapshots(self, snapshot_ids: Sequence[int]) -> list[str]:
+        """Remove the snapshots ``snapshot_ids`` from the table's metadata in one commit
+        (never the current one), and return the paths of the files (data files,
+        manifests, manifest lists) that only they referenced: no retained snapshot reads
+        them any more, so the caller may delete them. Deletes no file itself.
+
+        Raises:
+            CommitConflict: a concurrent commit won; nothing was expired.
+        """
+
+    @abstractmethod
+    def referenced_files(self) -> set[str]:
+        """Paths of every file the table's metadata references: the data files,
+        manifests and manifest lists of every retained snapshot, and the metadata files.
+        A file under :attr:`location` that is not among them is an orphan."""
+
+    @property
+    @abstractmethod
+    def location(self) -> str:
+        """The table's root folder (URI): its data and metadata files live below it."""
+
+    @abstractmethod
     def data_location(self, partition: int) -> str:
         """Folder (URI) where tasks write new data files of ``partition``."""
 

@@ -48,6 +48,7 @@ from gateway.lake.tiering import (
     commit_retry,
     crash_point,
     each_table,
+    record_failure,
 )
 from gateway.wire.errors import CommitConflict
 
@@ -230,6 +231,7 @@ def compact_table(
     base = cold.snapshot()
     tasks = _plan(c, d, cold)
     if not tasks:
+        c.meta.record_run(d.table_id, "compact", "ok", "nothing to compact")
         return CompactionResult(d.qualified_name, d.tenant, snapshot_id=base.snapshot_id)
     crash_point("after_plan", CRASH_POINT_ENV)
     removed = [f for t in tasks for f in t.inputs]
@@ -245,6 +247,7 @@ def compact_table(
         except RewriteObsolete as err:
             log.info("%s: compaction dropped: %s", d.qualified_name, err.message)
             _discard(c, added)
+            c.meta.record_run(d.table_id, "compact", "ok", f"dropped: {err.message}")
             return CompactionResult(
                 d.qualified_name, d.tenant, attempts=attempt, conflicts=conflicts, obsolete=True
             )
@@ -270,6 +273,12 @@ def compact_table(
         attempts=attempt,
         conflicts=conflicts,
         snapshot_id=snap.snapshot_id,
+    )
+    c.meta.record_run(
+        d.table_id,
+        "compact",
+        "ok",
+        f"rewrote {result.removed} files into {result.added} ({result.records} records)",
     )
     log.info(
         "%s: compacted %d files into %d (%d records)",
@@ -299,5 +308,5 @@ def compact_all(
         job="compaction",
         tables=tables,
         max_parallel_tenants=max_parallel_tenants,
-        on_table=on_table,
+        on_table=on_table or record_failure(c, "compact"),
     )

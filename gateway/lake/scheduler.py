@@ -32,7 +32,7 @@ __all__ = ["JOBS", "EmbeddedJobs", "Job", "lag", "run_forever", "run_once"]
 log = logging.getLogger("tidegate.tiering")
 
 #: The lake jobs by name.
-Job = Literal["tier", "compact"]
+Job = Literal["tier", "compact", "expire", "orphans"]
 
 
 def _compact(c: Components, runner: Runner) -> RunReport[Any]:
@@ -41,17 +41,32 @@ def _compact(c: Components, runner: Runner) -> RunReport[Any]:
     return compact_all(c, runner=runner)
 
 
-JOBS: dict[str, tuple[Callable[[Components, Runner], RunReport[Any]], str]] = {
-    # name -> (run over every table, logger name)
-    "tier": (lambda c, runner: tier_all(c, runner=runner), "tidegate.tiering"),
-    "compact": (_compact, "tidegate.compaction"),
+def _expire(c: Components, runner: Runner) -> RunReport[Any]:
+    # Metadata work and deletes: the driver does it all, whatever the runner.
+    from gateway.lake.expiry import expire_all
+
+    return expire_all(c)
+
+
+def _orphans(c: Components, runner: Runner) -> RunReport[Any]:
+    from gateway.lake.expiry import clean_all
+
+    return clean_all(c)
+
+
+#: name -> (run over every table, logger name, what a run's log line calls it).
+JOBS: dict[str, tuple[Callable[[Components, Runner], RunReport[Any]], str, str]] = {
+    "tier": (lambda c, runner: tier_all(c, runner=runner), "tidegate.tiering", "tiering"),
+    "compact": (_compact, "tidegate.compaction", "compaction"),
+    "expire": (_expire, "tidegate.expiry", "expiry"),
+    "orphans": (_orphans, "tidegate.expiry", "orphan clean-up"),
 }
 
 
 def run_once(c: Components, runner: Runner, job: str = "tier") -> RunReport[Any]:
     """Run the lake job ``job`` over every table once; log and return what happened
     (failures included)."""
-    fn, logger = JOBS[job]
+    fn, logger, label = JOBS[job]
     started = time.monotonic()
     report = fn(c, runner)
     elapsed = time.monotonic() - started
@@ -61,7 +76,7 @@ def run_once(c: Components, runner: Runner, job: str = "tier") -> RunReport[Any]
     logging.getLogger(logger).log(
         logging.INFO if report.records or report.failures else logging.DEBUG,
         "%s run: %d tables, %d records, %d failed, %.2fs",
-        "tiering" if job == "tier" else "compaction",
+        label,
         len(report.tables),
         report.records,
         len(report.failures),
@@ -105,7 +120,9 @@ def lag(c: Components) -> tuple[int, int]:
 
 class EmbeddedJobs:
     """A daemon thread that runs each enabled lake job on its own period until stopped:
-    tiering every ``tiering.interval_s``, compaction every ``compaction.interval_s``.
+    tiering every ``tiering.interval_s``, compaction every ``compaction.interval_s``,
+    expiry (and, with ``expiry.orphans_enabled``, the orphan clean-up) every
+    ``expiry.interval_s``.
     One thread, one job at a time: the embedded gateway's lake work never takes more
     than one core, and the jobs never race each other (they are safe if they do)."""
 
@@ -118,14 +135,18 @@ class EmbeddedJobs:
             self.periods["tier"] = s.tiering.interval_s
         if s.compaction.enabled:
             self.periods["compact"] = s.compaction.interval_s
+        if s.expiry.enabled:
+            self.periods["expire"] = s.expiry.interval_s
+        if s.expiry.enabled and s.expiry.orphans_enabled:
+            self.periods["orphans"] = s.expiry.interval_s
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="tg-lake", daemon=True)
 
     @classmethod
     def start_for(cls, components: Components | None) -> EmbeddedJobs | None:
         """Start the schedule of the enabled jobs (``tiering.enabled``,
-        ``compaction.enabled``) when the cold tier is on (``None``: the gateway has no
-        cold tier, or every job is off)."""
+        ``compaction.enabled``, ``expiry.enabled``) when the cold tier is on (``None``: the
+        gateway has no cold tier, or every job is off)."""
         if components is None:
             return None
         job = cls(components)

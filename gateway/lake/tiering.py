@@ -31,6 +31,7 @@ Exactly once, per table:
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import signal
@@ -74,6 +75,7 @@ __all__ = [
     "commit_retry",
     "crash_point",
     "each_table",
+    "record_failure",
     "tier_all",
     "tier_table",
     "trim_hot",
@@ -558,6 +560,19 @@ def each_table(
         with ThreadPoolExecutor(workers, "tg-tenant") as pool:
             list(pool.map(one_tenant, by_tenant.values()))
     return report
+
+
+def record_failure(c: Components, job: str) -> Callable[[TableDef, Any], None]:
+    """An ``on_table`` hook for :func:`~gateway.lake.tiering.each_table` that remembers a
+    table's failed run of ``job`` (what describe shows as its last run)."""
+
+    def on_table(d: TableDef, outcome: Any) -> None:
+        if isinstance(outcome, BaseException):
+            with contextlib.suppress(Exception):
+                first = (str(outcome) or type(outcome).__name__).splitlines()[0]
+                c.meta.record_run(d.table_id, job, "failed", first)
+
+    return on_table
 
 
 def _observe_failure() -> None:
