@@ -37,6 +37,7 @@ __all__ = [
     "ColdStore",
     "ColdTable",
     "DataFile",
+    "FileStats",
     "PlannedFile",
     "RewriteObsolete",
     "SnapshotInfo",
@@ -192,6 +193,22 @@ def write_data_file(
 
 
 @dataclass(frozen=True, slots=True)
+class FileStats:
+    """How healthy a table's storage is: what compaction and expiry act on."""
+
+    data_files: int
+    #: Data files below the small-file threshold (``compaction.small_file_bytes``).
+    small_files: int
+    data_bytes: int
+    #: Snapshots retained in the table's metadata.
+    snapshots: int
+
+    @property
+    def small_file_ratio(self) -> float:
+        return self.small_files / self.data_files if self.data_files else 0.0
+
+
+@dataclass(frozen=True, slots=True)
 class SnapshotInfo:
     """One committed snapshot, as engines list them."""
 
@@ -263,6 +280,23 @@ class ColdTable(ABC):
     def plan(self, snap: ColdSnapshot, row_filter: Expr | None = None) -> list[PlannedFile]:
         """The data files a scan of ``snap`` with ``row_filter`` must read (a superset of
         the files holding matching rows)."""
+
+    def file_stats(self, partitions: int, small_bytes: int) -> FileStats:
+        """Data files of the current snapshot (how many, how many below ``small_bytes``,
+        their bytes) and the snapshot count, from the manifests only."""
+        snaps = self.snapshots()
+        current = self.snapshot()
+        files = (
+            [f for p in range(partitions) for f in self.files(current, p, 0, 2**63 - 1)]
+            if current.snapshot_id is not None
+            else []
+        )
+        return FileStats(
+            data_files=len(files),
+            small_files=sum(1 for f in files if f.file_size_bytes < small_bytes),
+            data_bytes=sum(f.file_size_bytes for f in files),
+            snapshots=len(snaps),
+        )
 
     @abstractmethod
     def commit_tiered(

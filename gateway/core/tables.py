@@ -9,7 +9,7 @@ from typing import Any
 from gateway.cold.base import SnapshotInfo
 from gateway.core.base import CoreBase
 from gateway.core.names import check_ident
-from gateway.core.views import PartitionView, TableView
+from gateway.core.views import MaintenanceView, PartitionView, TableView
 from gateway.hot import PartitionId
 from gateway.wire.errors import InvalidRequest, InvalidSchema
 from gateway.wire.schema import fields_to_json, parse_fields
@@ -115,8 +115,26 @@ class TableOps(CoreBase):
                 )
             return views
 
+        def maintenance() -> MaintenanceView | None:
+            if self.cold is None:
+                return None
+            cold = self._cold_table(table)
+            return MaintenanceView(
+                cold.file_stats(d.partitions, self.settings.compaction.small_file_bytes),
+                tuple(self.meta.leases(d.table_id)),
+                self.meta.last_runs(d.table_id),
+            )
+
         parts = tuple(await self._run(offsets))
-        return TableView(d, table.schema, parts, iceberg_table=where[0], iceberg_metadata=where[1])
+        lake = await self._run(maintenance)
+        return TableView(
+            d,
+            table.schema,
+            parts,
+            iceberg_table=where[0],
+            iceberg_metadata=where[1],
+            maintenance=lake,
+        )
 
     async def list_snapshots(self, tenant: str, namespace: str, name: str) -> list[SnapshotInfo]:
         """The table's Iceberg snapshots, oldest first (none without a cold tier).

@@ -16,9 +16,12 @@ from gateway.wire.schema import system_schema, with_system_columns
 
 if TYPE_CHECKING:
     from gateway.cold import PlannedFile
+    from gateway.cold.base import FileStats
+    from gateway.meta.store import JobRun, Lease
 
 __all__ = [
     "HotRange",
+    "MaintenanceView",
     "PartitionView",
     "ReadPlan",
     "ReadResult",
@@ -45,6 +48,17 @@ class PartitionView:
 
 
 @dataclass(frozen=True, slots=True)
+class MaintenanceView:
+    """The lake side of a table's health (describe only): its files and snapshots, the
+    snapshots open scans and plans hold, the last run of each maintenance job."""
+
+    stats: FileStats
+    leases: tuple[Lease, ...] = ()
+    #: job (``compact``, ``expire``, ``orphans``) -> its last run on this table.
+    last_runs: dict[str, JobRun] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
 class TableView:
     definition: TableDef
     schema: pa.Schema
@@ -52,6 +66,7 @@ class TableView:
     #: The Iceberg table's identifier and current metadata file (describe only).
     iceberg_table: str = ""
     iceberg_metadata: str = ""
+    maintenance: MaintenanceView | None = None
 
     @property
     def stored_schema(self) -> pa.Schema:

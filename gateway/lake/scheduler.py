@@ -25,9 +25,10 @@ from gateway.lake.runners import make_runner
 from gateway.lake.tiering import Runner, RunReport, tier_all
 
 if TYPE_CHECKING:
+    from gateway.cold.base import FileStats
     from gateway.config import Settings
 
-__all__ = ["JOBS", "EmbeddedJobs", "Job", "lag", "run_forever", "run_once"]
+__all__ = ["JOBS", "EmbeddedJobs", "Job", "lag", "lake_stats", "run_forever", "run_once"]
 
 log = logging.getLogger("tidegate.tiering")
 
@@ -72,6 +73,9 @@ def run_once(c: Components, runner: Runner, job: str = "tier") -> RunReport[Any]
     elapsed = time.monotonic() - started
     if job == "tier":
         metrics.TIERING_RUN_SECONDS.observe(elapsed)
+    else:
+        metrics.record_lake_job(job, len(report.tables), len(report.failures), time.time())
+        metrics.set_lake_stats(lake_stats(c))
     # A run that moved nothing is the idle gateway's every 30 s: not worth a line at INFO.
     logging.getLogger(logger).log(
         logging.INFO if report.records or report.failures else logging.DEBUG,
@@ -104,6 +108,18 @@ def run_forever(
             except Exception:
                 log.exception("%s run failed", job)
             stop.wait(every_s)
+
+
+def lake_stats(c: Components) -> list[FileStats]:
+    """Every table's file statistics (tables that fail to answer are left out)."""
+    out = []
+    small = c.settings.compaction.small_file_bytes
+    for d in c.meta.all_tables():
+        try:
+            out.append(c.cold.table(d).file_stats(d.partitions, small))
+        except Exception as exc:  # a dropped table, a catalog hiccup: metrics only
+            log.debug("no file statistics for %s: %s", d.qualified_name, exc)
+    return out
 
 
 def lag(c: Components) -> tuple[int, int]:
