@@ -6,12 +6,14 @@ references is gone (or, for orphans, only once older than the safety window)."""
 from __future__ import annotations
 
 import asyncio
+import datetime as dt
 import signal
 import time
 from pathlib import Path
 from typing import Any
 
 import pyarrow.parquet as pq
+import pytest
 
 from gateway.cold.base import SnapshotInfo, fs_path
 from gateway.config import Settings
@@ -21,6 +23,7 @@ from gateway.lake.expiry import choose_expired, clean_orphans, expire_table
 from gateway.lake.tiering import tier_table
 from gateway.meta import TableDef
 from gateway.server.app import build_service
+from gateway.wire.errors import SnapshotNotFound
 from tests.lake.conftest import Harness, tier_settings
 from tests.lake.test_crash import _tier_in_child
 
@@ -124,10 +127,16 @@ def test_a_plans_lease_keeps_its_files_until_it_ends(tmp_path: Path) -> None:
         compact_table(h.c, d)
         _fill(h, d, 1, start=3)
 
+        compaction = h.c.cold.table(d).snapshots()[-2]
         # Past the retention, but within the plan's 600 s lease: its snapshot is kept.
         held = expire_table(h.c, d, now=time.time() + 300)
         assert plan.snapshot_id in held.pinned and plan.snapshot_id not in held.expired
-        assert held.expired  # the older ones went
+        assert compaction.snapshot_id in held.expired  # the ones around it went
+        # Time travel to when the expired compaction snapshot was current is refused,
+        # not answered with the older snapshot the lease kept.
+        when = dt.datetime.fromtimestamp(compaction.timestamp_ms / 1000, dt.UTC)
+        with pytest.raises(SnapshotNotFound, match="has been expired"):
+            h.c.cold.table(d).snapshot(when)
         for url in planned:  # the plan can still be read, file by file
             assert pq.read_table(url).num_rows == 3
         # Once the lease has ended, the plan's snapshot and its small files go.

@@ -174,6 +174,17 @@ class IcebergColdTable(ColdTable):
                     f"no snapshot was committed at or before {when.isoformat()}",
                     as_of=when.isoformat(),
                 )
+            # Expiry may keep an old snapshot (leased) and remove the ones after it: the
+            # history then jumps from it to a snapshot whose parent is gone, and the
+            # snapshot current at ``when`` may be one of the removed.
+            later = [e for e in table.history() if e.timestamp_ms > ms]
+            if later:
+                successor = table.snapshot_by_id(later[0].snapshot_id)
+                if successor is not None and successor.parent_snapshot_id != snap.snapshot_id:
+                    raise SnapshotNotFound(
+                        f"the snapshot current at {when.isoformat()} has been expired",
+                        as_of=when.isoformat(),
+                    )
             return _cold_snapshot(snap)
         snap = table.snapshot_by_id(int(as_of))
         if snap is None:
