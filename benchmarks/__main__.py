@@ -21,7 +21,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from benchmarks import cold, neighbours, sdk, spark_read
+from benchmarks import cold, maintenance, neighbours, sdk, spark_read
 from benchmarks.harness import Bench, compare
 from benchmarks.loadgen import Result, Workload
 from benchmarks.report import write_report
@@ -65,6 +65,7 @@ SCENARIOS: dict[str, Scenario] = {
     "freshness": cold.run_freshness,
     "noisy-neighbour": neighbours.run,
     "spark-read": spark_read.run,
+    "compaction": maintenance.run_compaction,
 }
 
 
@@ -100,9 +101,13 @@ def machine() -> dict[str, Any]:
 
 async def run_suite(mode: str, workdir: Path, only: str | None) -> list[dict[str, Any]]:
     redis = RedisServer(workdir / "redis").start()
+    # No embedded compaction or expiry: a scenario's table must not change under it (the
+    # compaction scenario compacts its table itself).
+    quiet = {"TIDEGATE_COMPACTION__ENABLED": "false", "TIDEGATE_EXPIRY__ENABLED": "false"}
     gateways = {
         "disk": GatewayProcess(
-            workdir / "gw-disk", {"TIDEGATE_HOT__TYPE": "disk", "TIDEGATE_HOT__FSYNC": "batch"}
+            workdir / "gw-disk",
+            {"TIDEGATE_HOT__TYPE": "disk", "TIDEGATE_HOT__FSYNC": "batch", **quiet},
         ),
         "redis": GatewayProcess(
             workdir / "gw-redis",
@@ -110,6 +115,7 @@ async def run_suite(mode: str, workdir: Path, only: str | None) -> list[dict[str
                 "TIDEGATE_HOT__TYPE": "redis",
                 "TIDEGATE_HOT__URL": redis.url,
                 "TIDEGATE_TIERING__ENABLED": "false",
+                **quiet,
             },
         ),
     }
@@ -124,7 +130,7 @@ async def run_suite(mode: str, workdir: Path, only: str | None) -> list[dict[str
                 continue
             print(f"== {w.name}: {w.description}", flush=True)
             # A hang fails the run instead of stalling it.
-            limit = 3 * (w.warmup_s + w.duration_s) + 240
+            limit = w.timeout_s or 3 * (w.warmup_s + w.duration_s) + 240
             rows = await asyncio.wait_for(SCENARIOS[w.kind](bench, w), limit)
             for row in rows:
                 row.setdefault("workload", row.get("name") or w.name)

@@ -116,6 +116,20 @@ async def _until_tiered(stub: Any, ref: Any, metadata: Any, expected: int) -> No
     raise TimeoutError(f"tiered watermark never reached {expected}")
 
 
+def gateway_scanner(stub: Any, ref: Any, metadata: Any) -> Any:
+    """A closed-loop op: one whole-table ``Scan`` through the gateway."""
+
+    async def op(r: int, call: int) -> tuple[int, int]:
+        records = nbytes = 0
+        async for msg in stub.Scan(pb.ScanRequest(table=ref), metadata=metadata):
+            for batch in pa.ipc.open_stream(pa.py_buffer(msg.arrow_ipc)):
+                records += batch.num_rows
+                nbytes += batch.nbytes
+        return records, nbytes
+
+    return op
+
+
 def _blocking(fn: Any) -> Any:
     """A closed-loop op running the blocking baseline ``fn(worker, call)`` in a thread."""
 
@@ -190,15 +204,7 @@ async def run_reads(b: Bench, w: Workload) -> list[dict[str, Any]]:
             )
             scan = Result(scan_name, "tidegate Scan (all cold)")
 
-            async def scan_op(r: int, call: int) -> tuple[int, int]:
-                records = nbytes = 0
-                async for msg in stub.Scan(pb.ScanRequest(table=ref), metadata=md):
-                    for batch in pa.ipc.open_stream(pa.py_buffer(msg.arrow_ipc)):
-                        records += batch.num_rows
-                        nbytes += batch.nbytes
-                return records, nbytes
-
-            await closed_loop(scan_w, scan, scan_op)
+            await closed_loop(scan_w, scan, gateway_scanner(stub, ref, md))
             flight_scan = Result(scan_name, "tidegate Flight scan (all cold)")
             await closed_loop(scan_w, flight_scan, flight.scan)
             bases = [arrow.summary(), iceberg.summary()]

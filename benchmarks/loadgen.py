@@ -70,6 +70,8 @@ class Workload:
     quiet_fraction: float = 0.5
     duration_s: float = 10.0
     warmup_s: float = 2.0
+    #: Longest the scenario may take (0: three times warm-up and duration, plus 240 s).
+    timeout_s: float = 0.0
     quick: dict[str, Any] = field(default_factory=dict)
 
     @classmethod

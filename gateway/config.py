@@ -13,7 +13,15 @@ import os
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Discriminator, Field, Tag
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Discriminator,
+    Field,
+    Tag,
+    model_validator,
+)
 from pydantic_settings import (
     BaseSettings,
     PydanticBaseSettingsSource,
@@ -24,8 +32,10 @@ from pydantic_settings import (
 __all__ = [
     "AuthConfig",
     "ColdConfig",
+    "CompactionConfig",
     "CustomHotConfig",
     "DiskHotConfig",
+    "ExpiryConfig",
     "LogConfig",
     "MetadataConfig",
     "MeteringConfig",
@@ -321,6 +331,72 @@ class TieringConfig(_Section):
     commit_attempts: int = Field(6, ge=1, description="Tries of a conflicting commit.")
 
 
+class CompactionConfig(_Section):
+    """Compaction: rewriting runs of small data files into files near the target size
+    (``tidegate compact``, ``gateway/lake/compaction.py``)."""
+
+    enabled: bool = Field(
+        True, description="Compact on a schedule inside `tidegate serve` (the embedded mode)."
+    )
+    interval_s: float = Field(600.0, gt=0, description="Period of the embedded schedule.")
+    target_file_bytes: int = Field(
+        128 * 1024 * 1024,
+        ge=1024,
+        description="Size on storage a run of small files is rewritten into (one file per run).",
+    )
+    small_file_bytes: int = Field(
+        96 * 1024 * 1024,
+        ge=1,
+        description="A data file below this size on storage is small: a compaction input.",
+    )
+    min_files: int = Field(
+        2, ge=2, description="Fewest adjacent small files worth rewriting into one."
+    )
+
+    @model_validator(mode="after")
+    def _small_below_target(self) -> CompactionConfig:
+        if self.small_file_bytes > self.target_file_bytes:
+            raise ValueError(
+                f"compaction.small_file_bytes ({self.small_file_bytes}) must not exceed "
+                f"compaction.target_file_bytes ({self.target_file_bytes})"
+            )
+        return self
+
+
+class ExpiryConfig(_Section):
+    """Snapshot expiry, file deletion and orphan clean-up (``tidegate expire``,
+    ``tidegate clean-orphans``, ``gateway/lake/expiry.py``)."""
+
+    enabled: bool = Field(
+        True,
+        description="Expire snapshots (and delete their files) on a schedule inside "
+        "`tidegate serve`.",
+    )
+    interval_s: float = Field(3600.0, gt=0, description="Period of the embedded schedule.")
+    retention_s: float = Field(
+        24 * 3600.0,
+        ge=60,
+        description="Expire a snapshot once it has not been the current one for this long "
+        "(never below tiering.hot_retention_s).",
+    )
+    keep_last: int = Field(5, ge=1, description="Always keep this many newest snapshots.")
+    scan_lease_s: float = Field(
+        3600.0,
+        gt=0,
+        description="Longest a scan keeps its snapshot from expiry (a finished scan releases "
+        "it at once; a plan keeps it for cold.presign_expiry_s).",
+    )
+    orphans_enabled: bool = Field(
+        False, description="Also remove orphan files on the embedded schedule."
+    )
+    orphan_age_s: float = Field(
+        3 * 24 * 3600.0,
+        ge=0,
+        description="Remove a file no snapshot references only once it is this old (a job "
+        "still writing it may commit it until then).",
+    )
+
+
 LogLevel = Annotated[
     Literal["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"],
     BeforeValidator(lambda v: v.upper() if isinstance(v, str) else v),
@@ -373,6 +449,8 @@ class Settings(BaseSettings):
     quota: QuotaConfig = Field(default_factory=QuotaConfig)
     metering: MeteringConfig = Field(default_factory=MeteringConfig)
     tiering: TieringConfig = Field(default_factory=TieringConfig)
+    compaction: CompactionConfig = Field(default_factory=CompactionConfig)
+    expiry: ExpiryConfig = Field(default_factory=ExpiryConfig)
     cold: ColdConfig = Field(default_factory=ColdConfig, description="Iceberg cold tier.")
     log: LogConfig = Field(default_factory=LogConfig, description="Log level and format.")
 

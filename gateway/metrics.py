@@ -27,9 +27,11 @@ __all__ = [
     "UNMATCHED_ROUTE",
     "observe_http_request",
     "record_append",
+    "record_lake_job",
     "record_read",
     "record_tiering",
     "record_tiering_failure",
+    "set_lake_stats",
     "set_tiering_lag",
 ]
 
@@ -135,3 +137,46 @@ def record_tiering_failure() -> None:
 def set_tiering_lag(records: int, nbytes: int) -> None:
     TIERING_LAG_RECORDS.set(records)
     TIERING_LAG_BYTES.set(nbytes)
+
+
+LAKE_JOB_TABLES = Counter(
+    "tidegate_lake_job_tables_total",
+    "Tables handled by maintenance runs (compact, expire, orphans), by job and outcome.",
+    ["job", "outcome"],
+)
+LAKE_JOB_LAST_RUN = Gauge(
+    "tidegate_lake_job_last_run_timestamp_seconds",
+    "When each maintenance job (compact, expire, orphans) last finished a run (Unix time).",
+    ["job"],
+)
+LAKE_DATA_FILES = Gauge(
+    "tidegate_lake_data_files",
+    "Data files of the current snapshots, over every table (per table: describe).",
+)
+LAKE_SMALL_FILES = Gauge(
+    "tidegate_lake_small_files",
+    "Data files below compaction.small_file_bytes, over every table.",
+)
+LAKE_SMALL_FILE_RATIO_MAX = Gauge(
+    "tidegate_lake_small_file_ratio_max",
+    "The highest small-file ratio of any table (small files / data files).",
+)
+LAKE_SNAPSHOTS = Gauge(
+    "tidegate_lake_snapshots",
+    "Snapshots retained in the tables' metadata, over every table.",
+)
+
+
+def record_lake_job(job: str, ok: int, failed: int, finished_at: float) -> None:
+    """Count one run of a maintenance job over ``ok + failed`` tables."""
+    LAKE_JOB_TABLES.labels(job=job, outcome="ok").inc(ok)
+    LAKE_JOB_TABLES.labels(job=job, outcome="failed").inc(failed)
+    LAKE_JOB_LAST_RUN.labels(job=job).set(finished_at)
+
+
+def set_lake_stats(stats: list[Any]) -> None:
+    """Totals of the tables' :class:`gateway.cold.base.FileStats`."""
+    LAKE_DATA_FILES.set(sum(s.data_files for s in stats))
+    LAKE_SMALL_FILES.set(sum(s.small_files for s in stats))
+    LAKE_SNAPSHOTS.set(sum(s.snapshots for s in stats))
+    LAKE_SMALL_FILE_RATIO_MAX.set(max((s.small_file_ratio for s in stats), default=0.0))

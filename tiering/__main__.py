@@ -1,7 +1,10 @@
-"""``python -m tiering`` (and ``spark-submit`` of this module): tier every table.
+"""``python -m tiering`` (and ``spark-submit`` of this module): run a lake job over every table.
 
     spark-submit --master local[2] tiering/__main__.py --every 60
+    spark-submit --master local[2] tiering/__main__.py compact
     python -m tiering --runner local
+
+The job is ``tier`` (the default), ``compact``, ``expire`` or ``orphans``.
 
 Configured like the gateway (``TIDEGATE_*`` variables or ``TIDEGATE_CONFIG``).
 """
@@ -14,12 +17,13 @@ import sys
 from gateway.config import Settings
 from gateway.lake.components import Components
 from gateway.lake.runners import make_runner
-from gateway.lake.scheduler import run_forever, run_once
+from gateway.lake.scheduler import JOBS, run_forever, run_once
 from gateway.logs import configure as configure_logging
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="tiering", description=__doc__.splitlines()[0])
+    parser.add_argument("job", nargs="?", choices=sorted(JOBS), default="tier")
     parser.add_argument("--runner", choices=["spark", "local"], default="spark")
     parser.add_argument("--master", default=None, help="Spark master (default: config).")
     parser.add_argument("--every", type=float, default=None, help="Repeat every N seconds.")
@@ -29,13 +33,19 @@ def main(argv: list[str] | None = None) -> int:
     settings = Settings()
     configure_logging(settings.log, level=args.log_level, fmt=args.log_format)
     if args.every:
-        run_forever(settings, every_s=args.every, kind=args.runner, master=args.master)
+        run_forever(
+            settings, every_s=args.every, kind=args.runner, master=args.master, job=args.job
+        )
         return 0
     with Components.open(settings) as c:
-        report = run_once(c, make_runner(c, args.runner, args.master))
+        report = run_once(c, make_runner(c, args.runner, args.master), args.job)
     for name, err in report.failures.items():
         print(f"failed: {name}: {err}", file=sys.stderr)
-    print(f"tiered {report.records} records in {len(report.tables)} tables")
+    done = {"tier": "tiered", "compact": "compacted"}.get(args.job)
+    if done is not None:
+        print(f"{done} {report.records} records in {len(report.tables)} tables")
+    else:
+        print(f"{args.job}: {len(report.tables)} tables")
     return 1 if report.failures else 0
 
 

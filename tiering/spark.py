@@ -1,9 +1,12 @@
-"""The Spark runner: one Spark task per ``(table, partition)`` hot range.
+"""The Spark runner: one Spark task per ``(table, partition)`` hot range (tiering) or per
+run of small files (compaction).
 
-Tasks run :func:`gateway.lake.tiering.write_range` on the executors (pyarrow writes the Parquet
-files, no Iceberg Spark runtime needed) and return the files' metadata; the driver commits
-once per table through pyiceberg. Each tenant's jobs run in its own fair-scheduler pool
-(``spark.scheduler.mode=FAIR``), so one tenant's volume does not hold up another's.
+Tasks run their :meth:`~gateway.lake.tiering.LakeTask.run` on the executors
+(:func:`gateway.lake.tiering.write_range`, :func:`gateway.lake.compaction.rewrite_files`:
+pyarrow reads and writes the Parquet files, no Iceberg Spark runtime needed) and return the
+files' metadata; the driver commits once per table through pyiceberg. Each tenant's jobs run
+in its own fair-scheduler pool (``spark.scheduler.mode=FAIR``), so one tenant's volume does not
+hold up another's.
 
 Executors reopen the hot tier from the settings. With Redis that is always safe; the disk
 tier belongs to one process, so run Spark over it only while no gateway appends to it
@@ -27,7 +30,7 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from gateway.cold.base import DataFile
-from gateway.lake.tiering import RangeTask, Runner, write_range
+from gateway.lake.tiering import LakeTask, Runner
 from gateway.plugins import BackendError
 
 if TYPE_CHECKING:
@@ -89,16 +92,18 @@ def declare_pool(sc: Any, name: str) -> None:
             log.debug("could not declare the Spark scheduler pool %r: %s", name, exc)
 
 
-def _run_task(settings_json: Mapping[str, Any], task: RangeTask) -> list[DataFile]:
-    """Open the hot log for this one task: a log cached in a reused Python worker would
-    go stale (the disk tier keeps its index in the memory of the process that opened
-    it), and opening Redis is one connection."""
+def _run_task(settings_json: Mapping[str, Any], task: LakeTask) -> list[DataFile]:
+    """Open the hot log for this one task, when it reads one: a log cached in a reused
+    Python worker would go stale (the disk tier keeps its index in the memory of the
+    process that opened it), and opening Redis is one connection."""
     from gateway.config import Settings
     from gateway.hot import load_hot_log
 
+    if not task.needs_hot:
+        return task.run(None)
     hot = load_hot_log(Settings.explicit(**settings_json))
     try:
-        return write_range(task, hot)
+        return task.run(hot)
     finally:
         hot.close()
 
@@ -109,7 +114,7 @@ class _TaskFn:
     def __init__(self, settings_json: Mapping[str, Any]) -> None:
         self.settings_json = dict(settings_json)
 
-    def __call__(self, task: RangeTask) -> list[DataFile]:
+    def __call__(self, task: LakeTask) -> list[DataFile]:
         return _run_task(self.settings_json, task)
 
 
@@ -135,13 +140,14 @@ class SparkRunner(Runner):
             master = c.settings.tiering.master
         return cls(c.settings, spark_session(master))
 
-    def write(self, tenant: str, tasks: Sequence[RangeTask]) -> list[DataFile]:
+    def write(self, tenant: str, tasks: Sequence[LakeTask]) -> list[DataFile]:
         if not tasks:
             return []
         sc = self.spark.sparkContext
         declare_pool(sc, tenant)
         sc.setLocalProperty("spark.scheduler.pool", tenant)
-        sc.setJobGroup(f"tidegate-tier-{tenant}", f"tier {tasks[0].table}", False)
+        job = tasks[0].job
+        sc.setJobGroup(f"tidegate-{job}-{tenant}", f"{job} {tasks[0].table}", False)
         try:
             rdd = sc.parallelize(list(tasks), len(tasks))
             per_task: list[list[DataFile]] = rdd.map(_TaskFn(self.settings_json)).collect()

@@ -1,5 +1,5 @@
-"""``tidegate serve``, ``tidegate tier`` and ``tidegate migrate``: the gateway process, the
-lake jobs and the schema migrations."""
+"""``tidegate serve``, ``tidegate tier``, ``tidegate compact`` and ``tidegate migrate``: the
+gateway process, the lake jobs and the schema migrations."""
 
 from __future__ import annotations
 
@@ -72,23 +72,81 @@ def serve(
         fail(err)
 
 
+RunnerOption = Annotated[str, typer.Option(help="'local' (threads in this process) or 'spark'.")]
+EveryOption = Annotated[
+    float | None, typer.Option(help="Repeat every N seconds (default: run once).")
+]
+MasterOption = Annotated[str | None, typer.Option(help="Spark master (default: tiering.master).")]
+DataDirOption = Annotated[Path | None, typer.Option(help="Embedded-mode data folder.")]
+
+
 @app.command()
 def tier(
-    every: Annotated[
-        float | None, typer.Option(help="Repeat every N seconds (default: run once).")
-    ] = None,
-    runner: Annotated[
-        str, typer.Option(help="'local' (threads in this process) or 'spark'.")
-    ] = "local",
-    master: Annotated[
-        str | None, typer.Option(help="Spark master (default: tiering.master).")
-    ] = None,
-    data_dir: Annotated[Path | None, typer.Option(help="Embedded-mode data folder.")] = None,
+    every: EveryOption = None,
+    runner: RunnerOption = "local",
+    master: MasterOption = None,
+    data_dir: DataDirOption = None,
     log_level: LogLevelOption = None,
     log_format: LogFormatOption = None,
 ) -> None:
     """Move every table's hot records into its Iceberg table (then trim the hot tier
     below what has been tiered for tiering.hot_retention_s)."""
+    _run_job("tier", every, runner, master, data_dir, log_level, log_format)
+
+
+@app.command()
+def compact(
+    every: EveryOption = None,
+    runner: RunnerOption = "local",
+    master: MasterOption = None,
+    data_dir: DataDirOption = None,
+    log_level: LogLevelOption = None,
+    log_format: LogFormatOption = None,
+) -> None:
+    """Rewrite each table's runs of small data files into files near
+    compaction.target_file_bytes, sorted by (_partition, _offset), in one commit per table
+    that leaves concurrent tiering intact."""
+    _run_job("compact", every, runner, master, data_dir, log_level, log_format)
+
+
+@app.command()
+def expire(
+    every: EveryOption = None,
+    data_dir: DataDirOption = None,
+    log_level: LogLevelOption = None,
+    log_format: LogFormatOption = None,
+) -> None:
+    """Expire each table's snapshots replaced more than expiry.retention_s ago (keeping the
+    expiry.keep_last newest and those open scans and read plans hold), then delete the
+    files only they referenced."""
+    _run_job("expire", every, "local", None, data_dir, log_level, log_format)
+
+
+@app.command("clean-orphans")
+def clean_orphans(
+    every: EveryOption = None,
+    data_dir: DataDirOption = None,
+    log_level: LogLevelOption = None,
+    log_format: LogFormatOption = None,
+) -> None:
+    """Delete the files under each table's folder that no snapshot references and that
+    are older than expiry.orphan_age_s (3 days): leftovers of jobs that died."""
+    _run_job("orphans", every, "local", None, data_dir, log_level, log_format)
+
+
+_COMMAND = {"orphans": "clean-orphans"}
+_DONE = {"tier": "tiered", "compact": "compacted", "expire": "expired", "orphans": "cleaned"}
+
+
+def _run_job(
+    job: str,
+    every: float | None,
+    runner: str,
+    master: str | None,
+    data_dir: Path | None,
+    log_level: Any,
+    log_format: Any,
+) -> None:
     from gateway.config import Settings
     from gateway.lake.components import Components
     from gateway.lake.runners import make_runner
@@ -97,22 +155,22 @@ def tier(
 
     if runner not in ("local", "spark"):
         raise typer.BadParameter("--runner must be 'local' or 'spark'")
-    kind: Any = runner
     settings = Settings()
     configure_logging(settings.log, level=log_level, fmt=log_format)
     if data_dir is not None:
         settings = settings.model_copy(update={"data_dir": data_dir})
     try:
         if every:
-            run_forever(settings, every_s=every, kind=kind, master=master)
+            run_forever(settings, every_s=every, kind=runner, master=master, job=job)
             return
         with Components.open(settings) as c:
-            report = run_once(c, make_runner(c, kind, master))
+            report = run_once(c, make_runner(c, runner, master), job)
     except HotTierBusy as err:
         typer.echo(
-            f"error: {err.reason}: {err.message}. A gateway that owns the disk hot tier tiers "
-            "it on its own schedule (tiering.enabled, tiering.interval_s): there is nothing "
-            "to run here while it is up.",
+            f"error: {err.reason}: {err.message}. A gateway that owns the disk hot tier runs "
+            "the lake jobs on its own schedule (tiering.enabled, tiering.interval_s, "
+            "compaction.enabled, compaction.interval_s): there is nothing to run here while "
+            "it is up.",
             err=True,
         )
         raise typer.Exit(2) from None
@@ -120,12 +178,15 @@ def tier(
         fail(err)
     for name, failure in report.failures.items():
         typer.echo(f"failed: {name}: {failure}", err=True)
-    typer.echo(f"tiered {report.records} records in {len(report.tables)} tables")
+    if job in ("tier", "compact"):
+        typer.echo(f"{_DONE[job]} {report.records} records in {len(report.tables)} tables")
+    else:
+        typer.echo(f"{_DONE[job]} {len(report.tables)} tables")
     if not report.tables:
         typer.echo(
             f"warning: no tables found (data folder {settings.data_dir.resolve()}, metadata "
-            f"{settings.metadata_url.split('@')[-1]}): run tier where the gateway keeps its "
-            "data (--data-dir) or with its TIDEGATE_METADATA__URL",
+            f"{settings.metadata_url.split('@')[-1]}): run {_COMMAND.get(job, job)} where the "
+            "gateway keeps its data (--data-dir) or with its TIDEGATE_METADATA__URL",
             err=True,
         )
     if report.failures:

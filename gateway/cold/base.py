@@ -20,6 +20,8 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
+from gateway.wire.errors import TidegateError
+
 if TYPE_CHECKING:
     from gateway.config import Settings
     from gateway.meta import TableDef
@@ -27,6 +29,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "OFFSET_SORT",
+    "OPERATION_PROPERTY",
     "ROW_GROUP_ROWS",
     "SORTED_KEY",
     "WATERMARKS_PROPERTY",
@@ -34,7 +37,9 @@ __all__ = [
     "ColdStore",
     "ColdTable",
     "DataFile",
+    "FileStats",
     "PlannedFile",
+    "RewriteObsolete",
     "SnapshotInfo",
     "StorageOptions",
     "fs_path",
@@ -42,12 +47,22 @@ __all__ = [
 ]
 
 WATERMARKS_PROPERTY = "tidegate.watermarks"
+#: Snapshot summary property naming the lake job that committed it (``compact``...).
+OPERATION_PROPERTY = "tidegate.operation"
 #: Parquet key-value metadata of data files written sorted by ``_offset`` (by tiering and
 #: compaction): their rows can be streamed in order, a row group at a time.
 SORTED_KEY = b"tidegate.sorted"
 OFFSET_SORT = b"_offset"
 #: Rows per Parquet row group of the files we write (the unit a reader streams and prunes).
 ROW_GROUP_ROWS = 64 * 1024
+
+
+class RewriteObsolete(TidegateError):
+    """A compaction's input files were replaced or removed by another commit since it
+    planned: its rewrite no longer applies and is dropped (nothing was committed). Raised
+    to the lake jobs only, never sent to a client."""
+
+    reason = "REWRITE_OBSOLETE"
 
 
 @dataclass(frozen=True, slots=True)
@@ -182,6 +197,22 @@ def write_data_file(
 
 
 @dataclass(frozen=True, slots=True)
+class FileStats:
+    """How healthy a table's storage is: what compaction and expiry act on."""
+
+    data_files: int
+    #: Data files below the small-file threshold (``compaction.small_file_bytes``).
+    small_files: int
+    data_bytes: int
+    #: Snapshots retained in the table's metadata.
+    snapshots: int
+
+    @property
+    def small_file_ratio(self) -> float:
+        return self.small_files / self.data_files if self.data_files else 0.0
+
+
+@dataclass(frozen=True, slots=True)
 class SnapshotInfo:
     """One committed snapshot, as engines list them."""
 
@@ -254,6 +285,23 @@ class ColdTable(ABC):
         """The data files a scan of ``snap`` with ``row_filter`` must read (a superset of
         the files holding matching rows)."""
 
+    def file_stats(self, partitions: int, small_bytes: int) -> FileStats:
+        """Data files of the current snapshot (how many, how many below ``small_bytes``,
+        their bytes) and the snapshot count, from the manifests only."""
+        snaps = self.snapshots()
+        current = self.snapshot()
+        files = (
+            [f for p in range(partitions) for f in self.files(current, p, 0, 2**63 - 1)]
+            if current.snapshot_id is not None
+            else []
+        )
+        return FileStats(
+            data_files=len(files),
+            small_files=sum(1 for f in files if f.file_size_bytes < small_bytes),
+            data_bytes=sum(f.file_size_bytes for f in files),
+            snapshots=len(snaps),
+        )
+
     @abstractmethod
     def commit_tiered(
         self,
@@ -284,6 +332,48 @@ class ColdTable(ABC):
     @abstractmethod
     def schema_id(self) -> int:
         """The id of the table's current schema (what engines reading it see)."""
+
+    @abstractmethod
+    def commit_rewrite(
+        self,
+        removed: Sequence[DataFile],
+        added: Sequence[DataFile],
+        base: ColdSnapshot,
+    ) -> ColdSnapshot:
+        """Replace the data files ``removed`` by ``added`` (the same records, rewritten by
+        compaction) in one Iceberg commit that keeps the current ``tidegate.watermarks``.
+
+        Snapshot isolation: ``base`` is the snapshot the rewrite was planned from. When
+        the table has moved on (a tiering commit: it only adds files), the rewrite is
+        applied to the new snapshot as long as every removed file is still live in it.
+
+        Raises:
+            CommitConflict: a concurrent commit won the race; retry from the new snapshot.
+            RewriteObsolete: a removed file is no longer live (another compaction or a
+                retention replaced it): give up, nothing was committed.
+        """
+
+    @abstractmethod
+    def expire_snapshots(self, snapshot_ids: Sequence[int]) -> list[str]:
+        """Remove the snapshots ``snapshot_ids`` from the table's metadata in one commit
+        (never the current one), and return the paths of the files (data files,
+        manifests, manifest lists) that only they referenced: no retained snapshot reads
+        them any more, so the caller may delete them. Deletes no file itself.
+
+        Raises:
+            CommitConflict: a concurrent commit won; nothing was expired.
+        """
+
+    @abstractmethod
+    def referenced_files(self) -> set[str]:
+        """Paths of every file the table's metadata references: the data files,
+        manifests and manifest lists of every retained snapshot, and the metadata files.
+        A file under :attr:`location` that is not among them is an orphan."""
+
+    @property
+    @abstractmethod
+    def location(self) -> str:
+        """The table's root folder (URI): its data and metadata files live below it."""
 
     @abstractmethod
     def data_location(self, partition: int) -> str:

@@ -70,6 +70,31 @@ class ScanOps(CoreBase):
                 ranges.append(HotRange(p, lo, o.high))
         return snap, ranges
 
+    def _lease(
+        self, table: TableView, snap: ColdSnapshot | None, kind: str, past: bool
+    ) -> str | None:
+        """Hold ``snap`` against snapshot expiry while a scan reads it or a plan's files
+        may be read: a lease in the metadata store, for ``expiry.scan_lease_s`` (scans,
+        released when they end) or ``cold.presign_expiry_s`` (plans: their URLs last that
+        long). A time-travel snapshot (``past``) is checked again once leased: an expiry
+        that committed between the pin and the lease would have removed it (the current
+        snapshot is never expired)."""
+        if snap is None or snap.snapshot_id is None:
+            return None
+        ttl = (
+            self.settings.expiry.scan_lease_s
+            if kind == "scan"
+            else float(self.settings.cold.presign_expiry_s)
+        )
+        lease = self.meta.add_lease(table.definition.table_id, snap.snapshot_id, kind, ttl)
+        if past:
+            try:
+                self._cold_table(table).snapshot(snap.snapshot_id)
+            except SnapshotNotFound:
+                self.meta.release_lease(lease.lease_id)
+                raise
+        return lease.lease_id
+
     def _hot_rows(
         self, table: TableView, r: HotRange, arrow_filter: Any, names: list[str]
     ) -> Iterator[pa.RecordBatch]:
@@ -144,6 +169,7 @@ class ScanOps(CoreBase):
         schema = pa.schema([table.stored_schema.field(n) for n in names])
         snap, ranges = await self._run(self._pin, table, when)
         cold = self._cold_table(table) if self.cold is not None else None
+        lease = await self._run(self._lease, table, snap, "scan", when is not None)
 
         def rows() -> Iterator[pa.RecordBatch]:
             left = limit
@@ -168,11 +194,15 @@ class ScanOps(CoreBase):
 
         async def batches() -> AsyncIterator[pa.RecordBatch]:
             it = rows()
-            while True:
-                b = await self._run(next, it, None)
-                if b is None:
-                    return
-                yield b
+            try:
+                while True:
+                    b = await self._run(next, it, None)
+                    if b is None:
+                        return
+                    yield b
+            finally:
+                if lease is not None:
+                    await self._run(self.meta.release_lease, lease)
 
         return ScanResult(schema, snap.snapshot_id if snap is not None else None, batches())
 
@@ -197,6 +227,7 @@ class ScanOps(CoreBase):
         snap, ranges = await self._run(self._pin, table, when)
         files: list[PlannedFile] = []
         if self.cold is not None and snap is not None:
+            await self._run(self._lease, table, snap, "plan", when is not None)
             files = await self._run(self._cold_table(table).plan, snap, expr)
         return ReadPlan(
             snap.snapshot_id if snap is not None else None, files, ranges, table.stored_schema

@@ -9,7 +9,7 @@ from typing import Any
 from gateway.cold.base import SnapshotInfo
 from gateway.core.base import CoreBase
 from gateway.core.names import check_ident
-from gateway.core.views import PartitionView, TableView
+from gateway.core.views import MaintenanceView, PartitionView, TableView
 from gateway.hot import PartitionId
 from gateway.wire.errors import InvalidRequest, InvalidSchema, SchemaChangeRefused
 from gateway.wire.evolution import ACCEPTED, apply_changes
@@ -148,7 +148,18 @@ class TableOps(CoreBase):
                 )
             return views
 
+        def maintenance() -> MaintenanceView | None:
+            if self.cold is None:
+                return None
+            cold = self._cold_table(table)
+            return MaintenanceView(
+                cold.file_stats(d.partitions, self.settings.compaction.small_file_bytes),
+                tuple(self.meta.leases(d.table_id)),
+                self.meta.last_runs(d.table_id),
+            )
+
         parts = tuple(await self._run(offsets))
+        lake = await self._run(maintenance)
         return TableView(
             d,
             table.schema,
@@ -156,6 +167,7 @@ class TableOps(CoreBase):
             iceberg_table=where[0],
             iceberg_metadata=where[1],
             iceberg_schema_id=schema_id[0],
+            maintenance=lake,
         )
 
     async def list_snapshots(self, tenant: str, namespace: str, name: str) -> list[SnapshotInfo]:

@@ -17,9 +17,12 @@ from gateway.wire.schema import added_columns, fields_to_json, system_schema, wi
 
 if TYPE_CHECKING:
     from gateway.cold import PlannedFile
+    from gateway.cold.base import FileStats
+    from gateway.meta.store import JobRun, Lease
 
 __all__ = [
     "HotRange",
+    "MaintenanceView",
     "PartitionView",
     "ReadPlan",
     "ReadResult",
@@ -46,6 +49,17 @@ class PartitionView:
 
 
 @dataclass(frozen=True, slots=True)
+class MaintenanceView:
+    """The lake side of a table's health (describe only): its files and snapshots, the
+    snapshots open scans and plans hold, the last run of each maintenance job."""
+
+    stats: FileStats
+    leases: tuple[Lease, ...] = ()
+    #: job (``compact``, ``expire``, ``orphans``) -> its last run on this table.
+    last_runs: dict[str, JobRun] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
 class TableView:
     definition: TableDef
     schema: pa.Schema
@@ -55,6 +69,7 @@ class TableView:
     iceberg_metadata: str = ""
     #: The Iceberg table's current schema id (describe only; -1 when unknown).
     iceberg_schema_id: int = -1
+    maintenance: MaintenanceView | None = None
 
     @property
     def stored_schema(self) -> pa.Schema:

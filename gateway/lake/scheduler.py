@@ -1,11 +1,13 @@
-"""Running lake jobs: once, in a loop, or on a schedule inside ``tidegate serve``.
+"""Running lake jobs (tiering, compaction): once, in a loop, or on a schedule inside
+``tidegate serve``.
 
-The embedded gateway tiers with the :class:`~gateway.lake.tiering.LocalRunner` by default:
-plain threads sharing the gateway's own hot log, metadata store and catalog, so the
-embedded mode needs no JVM and stays light (``tiering.runner=spark`` runs the same job on
-Spark instead). A deployment with a Spark cluster turns the schedule off
-(``TIDEGATE_TIERING__ENABLED=false``) and runs ``tidegate tier`` or ``spark-submit`` of the
-``tiering`` package as a CronJob.
+The embedded gateway runs them with the :class:`~gateway.lake.tiering.LocalRunner` by
+default: plain threads sharing the gateway's own hot log, metadata store and catalog, so
+the embedded mode needs no JVM and stays light (``tiering.runner=spark`` runs the same jobs
+on Spark instead). A deployment with a Spark cluster turns the schedules off
+(``TIDEGATE_TIERING__ENABLED=false``, ``TIDEGATE_COMPACTION__ENABLED=false``) and runs
+``tidegate tier`` / ``tidegate compact`` or ``spark-submit`` of the ``tiering`` package as
+CronJobs.
 """
 
 from __future__ import annotations
@@ -13,7 +15,8 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from typing import TYPE_CHECKING
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, Literal
 
 from gateway import metrics
 from gateway.hot import PartitionId
@@ -22,23 +25,62 @@ from gateway.lake.runners import make_runner
 from gateway.lake.tiering import Runner, RunReport, tier_all
 
 if TYPE_CHECKING:
+    from gateway.cold.base import FileStats
     from gateway.config import Settings
 
-__all__ = ["EmbeddedTiering", "lag", "run_forever", "run_once"]
+__all__ = ["JOBS", "EmbeddedJobs", "Job", "lag", "lake_stats", "run_forever", "run_once"]
 
 log = logging.getLogger("tidegate.tiering")
 
+#: The lake jobs by name.
+Job = Literal["tier", "compact", "expire", "orphans"]
 
-def run_once(c: Components, runner: Runner) -> RunReport:
-    """Tier every table once; log and return what happened (failures included)."""
+
+def _compact(c: Components, runner: Runner) -> RunReport[Any]:
+    from gateway.lake.compaction import compact_all
+
+    return compact_all(c, runner=runner)
+
+
+def _expire(c: Components, runner: Runner) -> RunReport[Any]:
+    # Metadata work and deletes: the driver does it all, whatever the runner.
+    from gateway.lake.expiry import expire_all
+
+    return expire_all(c)
+
+
+def _orphans(c: Components, runner: Runner) -> RunReport[Any]:
+    from gateway.lake.expiry import clean_all
+
+    return clean_all(c)
+
+
+#: name -> (run over every table, logger name, what a run's log line calls it).
+JOBS: dict[str, tuple[Callable[[Components, Runner], RunReport[Any]], str, str]] = {
+    "tier": (lambda c, runner: tier_all(c, runner=runner), "tidegate.tiering", "tiering"),
+    "compact": (_compact, "tidegate.compaction", "compaction"),
+    "expire": (_expire, "tidegate.expiry", "expiry"),
+    "orphans": (_orphans, "tidegate.expiry", "orphan clean-up"),
+}
+
+
+def run_once(c: Components, runner: Runner, job: str = "tier") -> RunReport[Any]:
+    """Run the lake job ``job`` over every table once; log and return what happened
+    (failures included)."""
+    fn, logger, label = JOBS[job]
     started = time.monotonic()
-    report = tier_all(c, runner=runner)
+    report = fn(c, runner)
     elapsed = time.monotonic() - started
-    metrics.TIERING_RUN_SECONDS.observe(elapsed)
+    if job == "tier":
+        metrics.TIERING_RUN_SECONDS.observe(elapsed)
+    else:
+        metrics.record_lake_job(job, len(report.tables), len(report.failures), time.time())
+        metrics.set_lake_stats(lake_stats(c))
     # A run that moved nothing is the idle gateway's every 30 s: not worth a line at INFO.
-    log.log(
+    logging.getLogger(logger).log(
         logging.INFO if report.records or report.failures else logging.DEBUG,
-        "tiering run: %d tables, %d records, %d failed, %.2fs",
+        "%s run: %d tables, %d records, %d failed, %.2fs",
+        label,
         len(report.tables),
         report.records,
         len(report.failures),
@@ -54,17 +96,30 @@ def run_forever(
     kind: str = "local",
     master: str | None = None,
     stop: threading.Event | None = None,
+    job: str = "tier",
 ) -> None:
-    """Run every ``every_s`` seconds until ``stop`` is set."""
+    """Run ``job`` every ``every_s`` seconds until ``stop`` is set."""
     stop = stop or threading.Event()
     with Components.open(settings) as c:
         runner = make_runner(c, kind, master)
         while not stop.is_set():
             try:
-                run_once(c, runner)
+                run_once(c, runner, job)
             except Exception:
-                log.exception("tiering run failed")
+                log.exception("%s run failed", job)
             stop.wait(every_s)
+
+
+def lake_stats(c: Components) -> list[FileStats]:
+    """Every table's file statistics (tables that fail to answer are left out)."""
+    out = []
+    small = c.settings.compaction.small_file_bytes
+    for d in c.meta.all_tables():
+        try:
+            out.append(c.cold.table(d).file_stats(d.partitions, small))
+        except Exception as exc:  # a dropped table, a catalog hiccup: metrics only
+            log.debug("no file statistics for %s: %s", d.qualified_name, exc)
+    return out
 
 
 def lag(c: Components) -> tuple[int, int]:
@@ -79,25 +134,45 @@ def lag(c: Components) -> tuple[int, int]:
     return records, nbytes
 
 
-class EmbeddedTiering:
-    """A daemon thread that tiers every ``tiering.interval_s`` until stopped."""
+class EmbeddedJobs:
+    """A daemon thread that runs each enabled lake job on its own period until stopped:
+    tiering every ``tiering.interval_s``, compaction every ``compaction.interval_s``,
+    expiry (and, with ``expiry.orphans_enabled``, the orphan clean-up) every
+    ``expiry.interval_s``.
+    One thread, one job at a time: the embedded gateway's lake work never takes more
+    than one core, and the jobs never race each other (they are safe if they do)."""
 
     def __init__(self, components: Components) -> None:
         self.components = components
-        self.interval_s = components.settings.tiering.interval_s
+        s = components.settings
+        #: job -> period in seconds, for the enabled jobs.
+        self.periods: dict[str, float] = {}
+        if s.tiering.enabled:
+            self.periods["tier"] = s.tiering.interval_s
+        if s.compaction.enabled:
+            self.periods["compact"] = s.compaction.interval_s
+        if s.expiry.enabled:
+            self.periods["expire"] = s.expiry.interval_s
+        if s.expiry.enabled and s.expiry.orphans_enabled:
+            self.periods["orphans"] = s.expiry.interval_s
         self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._loop, name="tg-tiering", daemon=True)
+        self._thread = threading.Thread(target=self._loop, name="tg-lake", daemon=True)
 
     @classmethod
-    def start_for(cls, components: Components | None) -> EmbeddedTiering | None:
-        """Start the schedule when ``tiering.enabled`` and the cold tier is on (``None``:
-        the gateway has no cold tier)."""
-        if components is None or not components.settings.tiering.enabled:
+    def start_for(cls, components: Components | None) -> EmbeddedJobs | None:
+        """Start the schedule of the enabled jobs (``tiering.enabled``,
+        ``compaction.enabled``, ``expiry.enabled``) when the cold tier is on (``None``: the
+        gateway has no cold tier, or every job is off)."""
+        if components is None:
             return None
         job = cls(components)
+        if not job.periods:
+            return None
         job._thread.start()
         log.info(
-            "tiering every %ss (%s runner)", job.interval_s, components.settings.tiering.runner
+            "lake jobs: %s (%s runner)",
+            ", ".join(f"{name} every {p}s" for name, p in job.periods.items()),
+            components.settings.tiering.runner,
         )
         return job
 
@@ -105,14 +180,21 @@ class EmbeddedTiering:
         try:
             runner = make_runner(self.components, self.components.settings.tiering.runner)
         except Exception:
-            log.exception("cannot start the tiering runner")
+            log.exception("cannot start the lake jobs' runner")
             return
-        while not self._stop.wait(self.interval_s):
+        now = time.monotonic()
+        due = {name: now + period for name, period in self.periods.items()}
+        while True:
+            name = min(due, key=lambda n: due[n])
+            if self._stop.wait(max(0.0, due[name] - time.monotonic())):
+                return
             try:
-                run_once(self.components, runner)
-                metrics.set_tiering_lag(*lag(self.components))
+                run_once(self.components, runner, name)
+                if name == "tier":
+                    metrics.set_tiering_lag(*lag(self.components))
             except Exception:
-                log.exception("tiering run failed")
+                log.exception("%s run failed", name)
+            due[name] = time.monotonic() + self.periods[name]
 
     def stop(self, timeout: float = 30.0) -> None:
         """Stop after the current run (waits up to ``timeout`` for it)."""

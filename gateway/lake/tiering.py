@@ -31,6 +31,7 @@ Exactly once, per table:
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import signal
@@ -42,7 +43,7 @@ from collections import defaultdict
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar, Generic, Protocol, TypeVar
 
 import pyarrow as pa
 
@@ -66,11 +67,16 @@ if TYPE_CHECKING:
 
 __all__ = [
     "CRASH_POINT_ENV",
+    "LakeTask",
     "LocalRunner",
     "RangeTask",
     "RunReport",
     "Runner",
     "TableResult",
+    "commit_retry",
+    "crash_point",
+    "each_table",
+    "record_failure",
     "tier_all",
     "tier_table",
     "trim_hot",
@@ -87,15 +93,39 @@ _READ_RECORDS = 50_000
 _READ_BYTES = 16 * 1024 * 1024
 
 
-def _crash_point(name: str) -> None:
-    if os.environ.get(CRASH_POINT_ENV) == name:
+def crash_point(name: str, env: str = CRASH_POINT_ENV) -> None:
+    """Crash-test hook of the lake jobs: SIGKILL this process when ``env`` names ``name``."""
+    if os.environ.get(env) == name:
         log.warning("crash point %s: killing this process", name)
         os.kill(os.getpid(), signal.SIGKILL)
+
+
+class LakeTask(Protocol):
+    """One task of a lake job (a hot range to tier, files to compact): serialisable,
+    shipped to a Spark executor, run there by :meth:`run`, returning the data files it
+    wrote. Nothing a task writes is visible until the driver commits it."""
+
+    @property
+    def tenant(self) -> str: ...
+    @property
+    def table(self) -> str: ...
+    @property
+    def partition(self) -> int: ...
+
+    #: The job's name (``tier``, ``compact``): labels Spark job groups and logs.
+    job: ClassVar[str]
+    #: Whether :meth:`run` reads the hot tier (an executor opens it only then).
+    needs_hot: ClassVar[bool]
+
+    def run(self, hot: HotLog | None) -> list[DataFile]: ...
 
 
 @dataclass(frozen=True, slots=True)
 class RangeTask:
     """One partition's hot range to write: serialisable, shipped to a Spark executor."""
+
+    job: ClassVar[str] = "tier"
+    needs_hot: ClassVar[bool] = True
 
     tenant: str
     table_id: str
@@ -116,6 +146,11 @@ class RangeTask:
     @property
     def part(self) -> PartitionId:
         return PartitionId(self.tenant, self.table_id, self.partition)
+
+    def run(self, hot: HotLog | None) -> list[DataFile]:
+        if hot is None:
+            raise TieringError(f"tiering {self.table} needs the hot tier")
+        return write_range(self, hot)
 
 
 # --------------------------------------------------------------------------------------
@@ -207,8 +242,9 @@ class Runner(ABC):
         runners that have one)."""
 
     @abstractmethod
-    def write(self, tenant: str, tasks: Sequence[RangeTask]) -> list[DataFile]:
-        """Run the tasks (one per partition range) and return every file they wrote.
+    def write(self, tenant: str, tasks: Sequence[LakeTask]) -> list[DataFile]:
+        """Run the tasks (one per partition range, or per run of files to compact) and
+        return every file they wrote.
 
         Raises:
             Exception: any task's failure (the table's run fails; other tables go on).
@@ -228,14 +264,14 @@ class LocalRunner(Runner):
     def create(cls, c: Components, master: str | None = None) -> LocalRunner:
         return cls(c)
 
-    def write(self, tenant: str, tasks: Sequence[RangeTask]) -> list[DataFile]:
+    def write(self, tenant: str, tasks: Sequence[LakeTask]) -> list[DataFile]:
         if not tasks:
             return []
         hot = self.components.hot
         if len(tasks) == 1 or self.threads == 1:
-            return [f for t in tasks for f in write_range(t, hot)]
-        with ThreadPoolExecutor(min(self.threads, len(tasks)), "tg-tier") as pool:
-            results = list(pool.map(lambda t: write_range(t, hot), tasks))
+            return [f for t in tasks for f in t.run(hot)]
+        with ThreadPoolExecutor(min(self.threads, len(tasks)), f"tg-{tasks[0].job}") as pool:
+            results = list(pool.map(lambda t: t.run(hot), tasks))
         return [f for r in results for f in r]
 
 
@@ -257,9 +293,20 @@ class TableResult:
     snapshot_id: int | None = None
 
 
+class _Counted(Protocol):
+    @property
+    def records(self) -> int: ...
+
+
+R = TypeVar("R", bound=_Counted)
+
+
 @dataclass
-class RunReport:
-    tables: list[TableResult] = field(default_factory=list)
+class RunReport(Generic[R]):
+    """What one run of a lake job did: a result per table handled, an error per table
+    that failed."""
+
+    tables: list[R] = field(default_factory=list)
     #: ``tenant/namespace.name`` -> the error that stopped that table.
     failures: dict[str, BaseException] = field(default_factory=dict)
 
@@ -327,6 +374,16 @@ def _current_fields(c: Components, d: TableDef) -> tuple[Mapping[str, Any], ...]
     return tuple(now.fields if now.table_id == d.table_id else d.fields)
 
 
+def commit_retry(c: Components) -> Retry:
+    """How a lake job retries a conflicting commit: ``tiering.commit_attempts`` tries,
+    jittered exponential backoff from 50 ms to 2 s."""
+    return Retry(
+        ExponentialBackoff(base=0.05, cap=2.0),
+        attempts=c.settings.tiering.commit_attempts - 1,
+        timeout=None,
+    )
+
+
 def tier_table(
     c: Components,
     d: TableDef,
@@ -343,11 +400,7 @@ def tier_table(
         TieringError, or the hot or cold tier's error, when the table cannot be tiered.
     """
     runner = runner or LocalRunner(c)
-    retry = retry or Retry(
-        ExponentialBackoff(base=0.05, cap=2.0),
-        attempts=c.settings.tiering.commit_attempts - 1,
-        timeout=None,
-    )
+    retry = retry or commit_retry(c)
     cold = c.cold.table(d)
     run_id = f"tier-{uuid.uuid4().hex[:16]}"
     started = time.monotonic()
@@ -384,7 +437,7 @@ def tier_table(
         files.extend(new_files)
         plan = {t.partition: written[t.partition][0] for t in tasks}
         marks = {p: t.end for p, t in plan.items()}
-        _crash_point("before_commit")
+        crash_point("before_commit")
         try:
             snap = cold.commit_tiered(files, marks, base)
         except CommitConflict as err:
@@ -395,11 +448,11 @@ def tier_table(
             log.info("%s: commit conflict, re-planning (attempt %d)", d.qualified_name, attempt)
             time.sleep(delay)
             continue
-        _crash_point("after_commit")
+        crash_point("after_commit")
         snap_id = snap.snapshot_id
         moved = {p: (t.start, t.end) for p, t in plan.items()}
         c.meta.update_tiered_watermarks(d.table_id, {p: e for p, (_, e) in moved.items()})
-        _crash_point("after_cache")
+        crash_point("after_cache")
         break
     trimmed = trim_hot(c, d, cold) if trim else {}
     result = TableResult(
@@ -472,26 +525,52 @@ def tier_all(
     trim: bool = True,
     max_parallel_tenants: int = 4,
     on_table: Callable[[TableDef, TableResult | BaseException], None] | None = None,
-) -> RunReport:
+) -> RunReport[TableResult]:
     """Tier every table (or ``tables``). Tenants run side by side (one driver thread
     each, so a Spark runner puts each in its own fair-scheduler pool); a table that fails
     is reported and never stops another table or tenant."""
     runner = runner or LocalRunner(c)
+    return each_table(
+        c,
+        lambda d: tier_table(c, d, runner=runner, retry=retry, trim=trim),
+        job="tiering",
+        tables=tables,
+        max_parallel_tenants=max_parallel_tenants,
+        on_table=on_table,
+        on_failure=_observe_failure,
+    )
+
+
+def each_table(
+    c: Components,
+    fn: Callable[[TableDef], R],
+    *,
+    job: str,
+    tables: Iterable[TableDef] | None = None,
+    max_parallel_tenants: int = 4,
+    on_table: Callable[[TableDef, R | BaseException], None] | None = None,
+    on_failure: Callable[[], None] | None = None,
+) -> RunReport[R]:
+    """Run a lake job's ``fn`` on every table (or ``tables``), tenants side by side:
+    one driver thread per tenant (at most ``max_parallel_tenants`` at once), so a Spark
+    runner puts each tenant's tasks in its own fair-scheduler pool; a table that fails
+    is logged and reported and never stops another table or tenant."""
     defs = list(c.meta.all_tables() if tables is None else tables)
     by_tenant: dict[str, list[TableDef]] = defaultdict(list)
     for d in defs:
         by_tenant[d.tenant].append(d)
-    report = RunReport()
+    report: RunReport[R] = RunReport()
     lock = threading.Lock()
 
     def one_tenant(items: list[TableDef]) -> None:
         for d in items:
-            outcome: TableResult | BaseException
+            outcome: R | BaseException
             try:
-                outcome = tier_table(c, d, runner=runner, retry=retry, trim=trim)
+                outcome = fn(d)
             except Exception as exc:
-                log.exception("tiering %s/%s failed", d.tenant, d.qualified_name)
-                _observe_failure()
+                log.exception("%s %s/%s failed", job, d.tenant, d.qualified_name)
+                if on_failure is not None:
+                    on_failure()
                 outcome = exc
             with lock:
                 if isinstance(outcome, BaseException):
@@ -509,6 +588,19 @@ def tier_all(
         with ThreadPoolExecutor(workers, "tg-tenant") as pool:
             list(pool.map(one_tenant, by_tenant.values()))
     return report
+
+
+def record_failure(c: Components, job: str) -> Callable[[TableDef, Any], None]:
+    """An ``on_table`` hook for :func:`~gateway.lake.tiering.each_table` that remembers a
+    table's failed run of ``job`` (what describe shows as its last run)."""
+
+    def on_table(d: TableDef, outcome: Any) -> None:
+        if isinstance(outcome, BaseException):
+            with contextlib.suppress(Exception):
+                first = (str(outcome) or type(outcome).__name__).splitlines()[0]
+                c.meta.record_run(d.table_id, job, "failed", first)
+
+    return on_table
 
 
 def _observe_failure() -> None:

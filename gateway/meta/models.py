@@ -38,8 +38,10 @@ __all__ = [
     "ApiKey",
     "Base",
     "GroupOffset",
+    "MaintenanceRun",
     "PartitionRecord",
     "QuotaRecord",
+    "SnapshotLease",
     "TableRecord",
     "Tenant",
     "UTCDateTime",
@@ -231,3 +233,38 @@ class UsageRecord(Base):
     throttled: Mapped[int] = mapped_column(BigInteger, default=0, server_default=text("0"))
     hot_bytes: Mapped[int] = mapped_column(BigInteger, default=0, server_default=text("0"))
     cold_bytes: Mapped[int] = mapped_column(BigInteger, default=0, server_default=text("0"))
+
+
+class SnapshotLease(Base):
+    """An Iceberg snapshot an open scan or a read plan still reads: snapshot expiry keeps
+    it (and so its files) until ``expires_at``. A scan releases its lease when it ends; a
+    plan's lease lasts as long as its file URLs."""
+
+    __tablename__ = "tg_snapshot_leases"
+
+    id: Mapped[str] = mapped_column(String(32), primary_key=True)
+    table_id: Mapped[str] = mapped_column(
+        String(36), ForeignKey("tg_tables.id", ondelete="CASCADE"), index=True
+    )
+    snapshot_id: Mapped[int] = mapped_column(BigInteger)
+    #: ``scan`` or ``plan``.
+    kind: Mapped[str] = mapped_column(String(16))
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    expires_at: Mapped[datetime] = mapped_column()
+
+
+class MaintenanceRun(Base):
+    """The last run of a maintenance job (``compact``, ``expire``, ``clean``) on a table:
+    what describe and the metrics show."""
+
+    __tablename__ = "tg_maintenance_runs"
+
+    table_id: Mapped[str] = mapped_column(
+        String(36), ForeignKey("tg_tables.id", ondelete="CASCADE"), primary_key=True
+    )
+    job: Mapped[str] = mapped_column(String(16), primary_key=True)
+    finished_at: Mapped[datetime] = mapped_column(default=utcnow)
+    #: ``ok`` or ``failed``.
+    outcome: Mapped[str] = mapped_column(String(16))
+    #: One line: what the run did, or why it failed.
+    detail: Mapped[str] = mapped_column(Text, default="")

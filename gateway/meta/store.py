@@ -16,7 +16,7 @@ import uuid
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Self
@@ -43,7 +43,9 @@ from sqlalchemy.pool import ConnectionPoolEntry, StaticPool
 from gateway.meta.models import (
     VERSION_TABLE,
     GroupOffset,
+    MaintenanceRun,
     PartitionRecord,
+    SnapshotLease,
     TableRecord,
     Tenant,
     utcnow,
@@ -59,7 +61,15 @@ from gateway.wire.errors import (
 if TYPE_CHECKING:
     from gateway.config import Settings
 
-__all__ = ["MIGRATIONS_DIR", "MetadataStore", "PartitionState", "TableDef", "alembic_config"]
+__all__ = [
+    "MIGRATIONS_DIR",
+    "JobRun",
+    "Lease",
+    "MetadataStore",
+    "PartitionState",
+    "TableDef",
+    "alembic_config",
+]
 
 #: The alembic script directory shipped inside the package.
 MIGRATIONS_DIR = Path(__file__).resolve().parent / "migrations"
@@ -92,6 +102,28 @@ class TableDef:
     @property
     def qualified_name(self) -> str:
         return f"{self.namespace}.{self.name}"
+
+
+@dataclass(frozen=True, slots=True)
+class Lease:
+    """A snapshot kept for an open scan or a read plan until ``expires_at``."""
+
+    lease_id: str
+    table_id: str
+    snapshot_id: int
+    kind: str
+    created_at: datetime
+    expires_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class JobRun:
+    """The last run of a maintenance job on a table."""
+
+    job: str
+    finished_at: datetime
+    outcome: str
+    detail: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -560,6 +592,82 @@ class MetadataStore:
         ]
         with self._session(write=True) as session:
             session.connection().execute(stmt, params)
+
+    # Snapshot leases ----------------------------------------------------------------------
+    def add_lease(self, table_id: str, snapshot_id: int, kind: str, ttl_s: float) -> Lease:
+        """Keep ``snapshot_id`` of the table from expiry for ``ttl_s`` seconds (or until
+        :meth:`release_lease`). Expired leases of the table are swept on the way."""
+        now = utcnow()
+        lease = Lease(
+            uuid.uuid4().hex, table_id, int(snapshot_id), kind, now, now + timedelta(seconds=ttl_s)
+        )
+        with self._session(write=True) as session:
+            session.execute(
+                delete(SnapshotLease).where(
+                    SnapshotLease.table_id == table_id, SnapshotLease.expires_at <= now
+                )
+            )
+            session.add(
+                SnapshotLease(
+                    id=lease.lease_id,
+                    table_id=table_id,
+                    snapshot_id=lease.snapshot_id,
+                    kind=kind,
+                    created_at=now,
+                    expires_at=lease.expires_at,
+                )
+            )
+        return lease
+
+    def release_lease(self, lease_id: str) -> None:
+        """End a lease now (a scan that finished); an unknown id is ignored."""
+        with self._session(write=True) as session:
+            session.execute(delete(SnapshotLease).where(SnapshotLease.id == lease_id))
+
+    def leases(self, table_id: str, *, at: datetime | None = None) -> list[Lease]:
+        """The table's leases still running at ``at`` (default: now), oldest first."""
+        at = at or utcnow()
+        stmt = (
+            select(SnapshotLease)
+            .where(SnapshotLease.table_id == table_id, SnapshotLease.expires_at > at)
+            .order_by(SnapshotLease.created_at, SnapshotLease.id)
+        )
+        with self._session(write=False) as session:
+            return [
+                Lease(r.id, r.table_id, int(r.snapshot_id), r.kind, r.created_at, r.expires_at)
+                for r in session.scalars(stmt)
+            ]
+
+    # Maintenance runs ---------------------------------------------------------------------
+    def record_run(self, table_id: str, job: str, outcome: str, detail: str = "") -> None:
+        """Remember the last run of ``job`` on the table (replacing the previous one)."""
+        with self._session(write=True) as session:
+            row = session.get(MaintenanceRun, (table_id, job))
+            if row is None:
+                if session.get(TableRecord, table_id) is None:
+                    return  # dropped meanwhile
+                session.add(
+                    MaintenanceRun(
+                        table_id=table_id,
+                        job=job,
+                        finished_at=utcnow(),
+                        outcome=outcome,
+                        detail=detail[:2000],
+                    )
+                )
+            else:
+                row.finished_at = utcnow()
+                row.outcome = outcome
+                row.detail = detail[:2000]
+
+    def last_runs(self, table_id: str) -> dict[str, JobRun]:
+        """job -> the last run of that maintenance job on the table."""
+        stmt = select(MaintenanceRun).where(MaintenanceRun.table_id == table_id)
+        with self._session(write=False) as session:
+            return {
+                r.job: JobRun(r.job, r.finished_at, r.outcome, r.detail)
+                for r in session.scalars(stmt)
+            }
 
     # Helpers ----------------------------------------------------------------------------
     @staticmethod

@@ -16,7 +16,7 @@ from gateway.config import Settings
 from gateway.core import StreamTables
 from gateway.hot import load_hot_log
 from gateway.lake.components import Components
-from gateway.lake.scheduler import EmbeddedTiering
+from gateway.lake.scheduler import EmbeddedJobs
 from gateway.meta import MetadataStore
 from gateway.server.calls import DataCalls
 from gateway.tenancy import OPERATOR_KEY_FILE, Tenancy, load_operator_key
@@ -45,11 +45,12 @@ def build_service(settings: Settings) -> StreamTables:
     return StreamTables(settings, meta, hot, cold)
 
 
-def _start_tiering(service: StreamTables, settings: Settings) -> EmbeddedTiering | None:
-    """The embedded tiering schedule, or None when disabled (or without a cold tier)."""
+def _start_tiering(service: StreamTables, settings: Settings) -> EmbeddedJobs | None:
+    """The embedded lake jobs' schedule (tiering, compaction), or None when they are all
+    disabled (or without a cold tier)."""
     cold = service.cold
     components = Components(settings, service.meta, service.hot, cold) if cold is not None else None
-    return EmbeddedTiering.start_for(components)
+    return EmbeddedJobs.start_for(components)
 
 
 def _quiet_server_class() -> type[Any]:
@@ -154,7 +155,7 @@ async def serve(settings: Settings) -> None:
 
     grpc_edge: GrpcEdge | None = None
     flight_edge: FlightEdge | None = None
-    tiering: EmbeddedTiering | None = None
+    tiering: EmbeddedJobs | None = None
     http: list[tuple[uvicorn.Server, asyncio.Task[None]]] = []
 
     async def start_http(app: Any, port: int, what: str) -> None:

@@ -15,7 +15,15 @@ import kubernetes_validate
 import pytest
 
 from gateway.config import Settings
-from tests.helm.chart import CHART, EXAMPLES, NAMESPACE, Rendered, example, iter_containers
+from tests.helm.chart import (
+    CHART,
+    EXAMPLES,
+    NAMESPACE,
+    Rendered,
+    example,
+    iter_containers,
+    merge,
+)
 
 #: The values sets every structural test runs on: the defaults and each example file.
 VALUE_SETS = ["defaults", *sorted(p.stem for p in EXAMPLES.glob("*.yaml"))]
@@ -172,9 +180,39 @@ def test_schema_refuses_autoscaling_and_cronjobs_with_the_disk_tier() -> None:
     assert "/jobs/tiering/enabled" in refusal({"jobs": {"tiering": {"enabled": True}}})
 
 
-@pytest.mark.parametrize("job", ["compaction", "expiry", "orphans", "rebalance"])
+@pytest.mark.parametrize("job", ["rebalance"])
 def test_schema_refuses_jobs_whose_command_has_not_landed(job: str) -> None:
     assert f"/jobs/{job}/enabled" in refusal({"jobs": {job: {"enabled": True}}})
+
+
+@pytest.mark.parametrize("job", ["compaction", "expiry", "orphans"])
+def test_schema_refuses_maintenance_cronjobs_with_the_disk_tier(job: str) -> None:
+    assert f"/jobs/{job}/enabled" in refusal({"jobs": {job: {"enabled": True}}})
+
+
+def test_maintenance_cronjobs_run_their_commands_and_turn_the_embedded_ones_off() -> None:
+    base = example("redis-postgres-s3")
+    on = {"jobs": {j: {"enabled": True} for j in ("compaction", "expiry", "orphans")}}
+    rendered = Rendered(merge(base, on))
+    data = rendered.one("ConfigMap")["data"]
+    assert data["TIDEGATE_COMPACTION__ENABLED"] == "false"
+    assert data["TIDEGATE_EXPIRY__ENABLED"] == "false"
+    commands = {}
+    for name in ("tiering", "compaction", "expiry", "orphans"):
+        cron = rendered.one("CronJob", f"-{name}")
+        assert cron["spec"]["concurrencyPolicy"] == "Forbid"
+        pod = cron["spec"]["jobTemplate"]["spec"]["template"]["spec"]
+        commands[name] = pod["containers"][0]["command"]
+    assert commands == {
+        "tiering": ["tidegate", "tier", "--runner", "spark", "--master", "local[2]"],
+        "compaction": ["tidegate", "compact", "--runner", "spark", "--master", "local[2]"],
+        "expiry": ["tidegate", "expire"],
+        "orphans": ["tidegate", "clean-orphans"],
+    }
+    # Off by default: the gateway compacts and expires on its own schedule.
+    default = Rendered(base).one("ConfigMap")["data"]
+    assert default["TIDEGATE_COMPACTION__ENABLED"] == "true"
+    assert default["TIDEGATE_EXPIRY__ENABLED"] == "true"
 
 
 def test_schema_refuses_unknown_keys_and_short_keys() -> None:

@@ -107,3 +107,44 @@ def test_tidegate_tier_beside_a_gateway(tmp_path: Path, redis_server: RedisServe
         _check_reads(gw, "cli.ev", 2, 4)
     finally:
         gw.stop()
+
+
+def test_embedded_gateway_compacts_and_expires_on_a_schedule(tmp_path: Path) -> None:
+    gw = GatewayProcess(
+        tmp_path / "gw",
+        {
+            "TIDEGATE_TIERING__INTERVAL_S": "0.3",
+            "TIDEGATE_TIERING__HOT_RETENTION_S": "0",
+            "TIDEGATE_COMPACTION__INTERVAL_S": "1",
+            "TIDEGATE_EXPIRY__INTERVAL_S": "1",
+            "TIDEGATE_EXPIRY__RETENTION_S": "60",
+        },
+    ).start()
+    try:
+        with gw.client() as c:
+            c.create_table("app.small", {"n": "int64"}, partitions=2)
+        for i in range(4):  # four tiering commits: four small files per partition
+            with gw.client() as c:
+                for p in range(2):
+                    c.append(
+                        "app.small", [{"n": p * 1000 + 2 * i + j} for j in range(2)], partition=p
+                    )
+            _wait_tiered(gw, "app.small", [2 * i + 2] * 2)
+        deadline = time.monotonic() + 60
+        with gw.http_client() as h:
+            while True:
+                lake = h.get("/v1/tables/app/small").json()["maintenance"]
+                runs = lake["last_runs"]
+                if (lake["data_files"] == 2 and "expire" in runs) or time.monotonic() > deadline:
+                    break
+                time.sleep(0.3)
+            assert lake["data_files"] == 2 and lake["small_file_ratio"] == 1.0, (lake, gw.log())
+            assert lake["snapshots"] >= 5 and lake["leases"] == []
+            assert runs["compact"]["outcome"] == "ok" and runs["expire"]["outcome"] == "ok"
+            metrics = h.get("/metrics").text
+        assert 'tidegate_lake_job_last_run_timestamp_seconds{job="compact"}' in metrics
+        assert 'tidegate_lake_job_last_run_timestamp_seconds{job="expire"}' in metrics
+        assert "tidegate_lake_data_files 2.0" in metrics
+        _check_reads(gw, "app.small", 2, 8)
+    finally:
+        gw.stop()

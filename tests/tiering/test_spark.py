@@ -119,3 +119,24 @@ def test_spark_runner_declares_each_tenants_pool(harness: Harness, spark: Any) -
             assert root.getSchedulableByName(d.tenant).name() == d.tenant
     finally:
         captured.close()
+
+
+def test_spark_runner_compacts_each_record_once(harness: Harness, spark: Any) -> None:
+    from gateway.lake.compaction import compact_table
+
+    runner = SparkRunner(harness.settings, spark)
+    d = harness.create_table(partitions=2)
+    for i in range(3):
+        for p in range(2):
+            harness.append(d, p, _rows(4 * i, 4))
+        tier_table(harness.c, d, runner=runner, trim=False)
+    result = compact_table(harness.c, d, runner=runner)
+    assert (result.removed, result.added, result.records) == (6, 2, 24)
+    cold = harness.c.cold.table(d)
+    snap = cold.snapshot()
+    assert [len(cold.files(snap, p, 0, 2**62)) for p in range(2)] == [1, 1]
+    rows = harness.cold_rows(d)
+    assert [(r["_partition"], r["_offset"], r["n"]) for r in rows] == [
+        (p, i, i) for p in range(2) for i in range(12)
+    ]
+    assert harness.watermarks(d) == {0: 12, 1: 12}

@@ -16,12 +16,14 @@ import pyarrow.parquet as pq
 
 from gateway.cold.base import (
     OFFSET_SORT,
+    OPERATION_PROPERTY,
     SORTED_KEY,
     WATERMARKS_PROPERTY,
     ColdSnapshot,
     ColdTable,
     DataFile,
     PlannedFile,
+    RewriteObsolete,
     SnapshotInfo,
     fs_path,
 )
@@ -186,6 +188,17 @@ class IcebergColdTable(ColdTable):
                     f"no snapshot was committed at or before {when.isoformat()}",
                     as_of=when.isoformat(),
                 )
+            # Expiry may keep an old snapshot (leased) and remove the ones after it: the
+            # history then jumps from it to a snapshot whose parent is gone, and the
+            # snapshot current at ``when`` may be one of the removed.
+            later = [e for e in table.history() if e.timestamp_ms > ms]
+            if later:
+                successor = table.snapshot_by_id(later[0].snapshot_id)
+                if successor is not None and successor.parent_snapshot_id != snap.snapshot_id:
+                    raise SnapshotNotFound(
+                        f"the snapshot current at {when.isoformat()} has been expired",
+                        as_of=when.isoformat(),
+                    )
             return _cold_snapshot(snap)
         snap = table.snapshot_by_id(int(as_of))
         if snap is None:
@@ -320,8 +333,6 @@ class IcebergColdTable(ColdTable):
         watermarks: Mapping[int, int],
         base: ColdSnapshot,
     ) -> ColdSnapshot:
-        from pyiceberg.exceptions import CommitFailedException
-        from pyiceberg.io.pyarrow import parquet_file_to_data_file
 
         table = self._load()
         current = table.current_snapshot()
@@ -336,15 +347,35 @@ class IcebergColdTable(ColdTable):
         for p, w in watermarks.items():
             merged[int(p)] = max(int(w), merged.get(int(p), 0))
         props = {WATERMARKS_PROPERTY: json.dumps({str(p): merged[p] for p in sorted(merged)})}
+        return self._commit(table, props, files)
+
+    def _commit(
+        self,
+        table: Table,
+        props: dict[str, str],
+        added: Sequence[DataFile],
+        deleted: Sequence[Any] = (),
+    ) -> ColdSnapshot:
+        """One snapshot of ``table`` adding ``added`` and removing ``deleted`` (pyiceberg
+        data files of its current snapshot): a fast append, or an overwrite when it
+        removes files. pyiceberg's commit asserts the branch head it started from.
+
+        Raises:
+            CommitConflict: a concurrent commit moved the table.
+        """
+        from pyiceberg.exceptions import CommitFailedException
+        from pyiceberg.io.pyarrow import parquet_file_to_data_file
+
         try:
-            with (
-                table.transaction() as tx,
-                tx.update_snapshot(snapshot_properties=props).fast_append() as append,
-            ):
-                for f in files:
-                    append.append_data_file(
-                        parquet_file_to_data_file(table.io, tx.table_metadata, f.path)
-                    )
+            with table.transaction() as tx:
+                update = tx.update_snapshot(snapshot_properties=props)
+                with update.overwrite() if deleted else update.fast_append() as producer:
+                    for old in deleted:
+                        producer.delete_data_file(old)
+                    for f in added:
+                        producer.append_data_file(
+                            parquet_file_to_data_file(table.io, tx.table_metadata, f.path)
+                        )
         except CommitFailedException as exc:
             raise CommitConflict(f"a concurrent commit won: {exc}") from exc
         return self.snapshot()
@@ -401,6 +432,90 @@ class IcebergColdTable(ColdTable):
 
     def schema_id(self) -> int:
         return int(self._load().schema().schema_id)
+
+    def commit_rewrite(
+        self,
+        removed: Sequence[DataFile],
+        added: Sequence[DataFile],
+        base: ColdSnapshot,
+    ) -> ColdSnapshot:
+        from pyiceberg.expressions import In
+
+        table = self._load()
+        current = table.current_snapshot()
+        if current is None or base.snapshot_id is None:
+            raise RewriteObsolete("the table has no snapshot to rewrite")
+        # Snapshot isolation: whatever was committed since ``base`` (tiering only adds
+        # files), the rewrite applies while every file it replaces is still live.
+        parts = sorted({f.partition for f in removed})
+        live = {
+            str(t.file.file_path): t.file
+            for t in table.scan(
+                row_filter=In(term=PARTITION_COLUMN, literals=parts),
+                snapshot_id=current.snapshot_id,
+            ).plan_files()
+        }
+        gone = [f.path for f in removed if f.path not in live]
+        if gone:
+            raise RewriteObsolete(
+                f"{len(gone)} of the {len(removed)} files to rewrite are no longer live "
+                f"in snapshot {current.snapshot_id}",
+                snapshot=str(current.snapshot_id),
+            )
+        # The new snapshot carries the current watermarks (not base's: a tiering commit
+        # since base raised them) and says what it is.
+        props = {
+            WATERMARKS_PROPERTY: json.dumps(
+                {str(p): w for p, w in sorted(_watermarks(current.summary).items())}
+            ),
+            OPERATION_PROPERTY: "compact",
+        }
+        return self._commit(table, props, added, [live[f.path] for f in removed])
+
+    def expire_snapshots(self, snapshot_ids: Sequence[int]) -> list[str]:
+        from pyiceberg.exceptions import CommitFailedException
+
+        table = self._load()
+        current = table.current_snapshot()
+        ids = sorted({int(i) for i in snapshot_ids} - {current.snapshot_id if current else -1})
+        expired = [s for s in (table.snapshot_by_id(i) for i in ids) if s is not None]
+        if not expired:
+            return []
+        candidates = self._files_of(table, expired, live_only=False)
+        try:
+            table.maintenance.expire_snapshots().by_ids([s.snapshot_id for s in expired]).commit()
+        except CommitFailedException as exc:
+            raise CommitConflict(f"a concurrent commit won: {exc}") from exc
+        # What the table references now (a commit racing this one is in it: it can only
+        # reference files of the current snapshot, which is retained, and new files).
+        kept = self.referenced_files()
+        return sorted(candidates - kept)
+
+    def referenced_files(self) -> set[str]:
+        table = self._load()
+        refs = self._files_of(table, table.snapshots(), live_only=True)
+        refs.add(str(table.metadata_location))
+        refs.update(str(m.metadata_file) for m in table.metadata.metadata_log)
+        return refs
+
+    @staticmethod
+    def _files_of(table: Table, snapshots: Sequence[Any], *, live_only: bool) -> set[str]:
+        """Manifest lists, manifests and data files of ``snapshots`` (each manifest read
+        once: snapshots share most of them). ``live_only``: only the data files live in
+        some snapshot (entries a manifest marks deleted are a parent's files)."""
+        out: set[str] = set()
+        seen: set[str] = set()
+        for snap in snapshots:
+            out.add(str(snap.manifest_list))
+            for manifest in snap.manifests(table.io):
+                path = str(manifest.manifest_path)
+                out.add(path)
+                if path in seen:
+                    continue
+                seen.add(path)
+                for entry in manifest.fetch_manifest_entry(table.io, discard_deleted=live_only):
+                    out.add(str(entry.data_file.file_path))
+        return out
 
     def data_location(self, partition: int) -> str:
         return f"{self.location}/data/{PARTITION_COLUMN}={int(partition)}"

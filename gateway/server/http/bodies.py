@@ -89,6 +89,27 @@ def describe(view: TableView, *, with_partitions: bool) -> dict[str, Any]:
         out["iceberg_metadata"] = view.iceberg_metadata
         if view.iceberg_schema_id >= 0:
             out["iceberg_schema_id"] = view.iceberg_schema_id
+    m = view.maintenance
+    if with_partitions and m is not None:
+        out["maintenance"] = {
+            "data_files": m.stats.data_files,
+            "small_files": m.stats.small_files,
+            "small_file_ratio": round(m.stats.small_file_ratio, 4),
+            "data_bytes": m.stats.data_bytes,
+            "snapshots": m.stats.snapshots,
+            "leases": [
+                {
+                    "snapshot_id": lease.snapshot_id,
+                    "kind": lease.kind,
+                    "expires_at": iso(lease.expires_at),
+                }
+                for lease in m.leases
+            ],
+            "last_runs": {
+                job: {"finished_at": iso(r.finished_at), "outcome": r.outcome, "detail": r.detail}
+                for job, r in sorted(m.last_runs.items())
+            },
+        }
     return out
 
 

@@ -155,6 +155,32 @@ class PartitionInfo(BaseModel):
     lag_bytes: int = Field(description="Estimated hot bytes of the records not yet tiered.")
 
 
+class LeaseInfo(BaseModel):
+    snapshot_id: int
+    kind: str = Field(description="'scan' (released when it ends) or 'plan'.")
+    expires_at: str = Field(description="ISO-8601, UTC.")
+
+
+class JobRunInfo(BaseModel):
+    finished_at: str = Field(description="ISO-8601, UTC.")
+    outcome: str = Field(description="'ok' or 'failed'.")
+    detail: str = Field(description="What the run did, or why it failed.")
+
+
+class MaintenanceInfo(BaseModel):
+    data_files: int = Field(description="Data files of the current snapshot.")
+    small_files: int = Field(description="Of which below compaction.small_file_bytes.")
+    small_file_ratio: float = Field(description="small_files / data_files (0 with none).")
+    data_bytes: int = Field(description="Bytes of the current snapshot's data files.")
+    snapshots: int = Field(description="Snapshots retained in the table's metadata.")
+    leases: list[LeaseInfo] = Field(
+        description="Snapshots open scans and read plans hold against expiry."
+    )
+    last_runs: dict[str, JobRunInfo] = Field(
+        description="Last run per maintenance job: compact, expire, orphans."
+    )
+
+
 class TableDescription(BaseModel):
     namespace: str
     name: str
@@ -177,6 +203,9 @@ class TableDescription(BaseModel):
     )
     iceberg_schema_id: int | None = Field(
         None, description="The Iceberg table's current schema id (describe only)."
+    )
+    maintenance: MaintenanceInfo | None = Field(
+        None, description="Files, snapshots, leases and maintenance runs (describe only)."
     )
 
 

@@ -125,7 +125,21 @@ with the chart's Secret an item is present when its value is set (or generated).
 
 {{/* Are the Spark jobs scheduled as CronJobs? "true" or "". */}}
 {{- define "tidegate.tieringJob" -}}
-{{- if and .Values.jobs.tiering.enabled (eq .Values.hot.type "redis") .Values.cold.enabled -}}true{{- end -}}
+{{- include "tidegate.cronJob" (dict "ctx" . "name" "tiering") -}}
+{{- end -}}
+
+{{/* Is the lake job "name" (tiering, compaction, expiry, orphans) a CronJob? "true" or "". */}}
+{{- define "tidegate.cronJob" -}}
+{{- $v := .ctx.Values -}}
+{{- if and (index $v.jobs .name).enabled (eq $v.hot.type "redis") $v.cold.enabled -}}true{{- end -}}
+{{- end -}}
+
+{{/* Does a lake CronJob run Spark (it then mounts the spark-defaults ConfigMap)? "true" or "". */}}
+{{- define "tidegate.sparkJobs" -}}
+{{- $ctx := . -}}
+{{- range $name := list "tiering" "compaction" -}}
+{{- if and (include "tidegate.cronJob" (dict "ctx" $ctx "name" $name)) (eq (index $ctx.Values.jobs $name).runner "spark") -}}true{{- end -}}
+{{- end -}}
 {{- end -}}
 
 {{/*
@@ -195,6 +209,8 @@ Checks values.schema.json cannot express: what several gateway replicas must sha
 {{- $_ = set $s "TIDEGATE_TIERING__INTERVAL_S" (toString $v.tiering.intervalS) -}}
 {{- $_ = set $s "TIDEGATE_TIERING__HOT_RETENTION_S" (toString $v.tiering.hotRetentionS) -}}
 {{- $_ = set $s "TIDEGATE_TIERING__TARGET_FILE_BYTES" (toString (int64 $v.tiering.targetFileBytes)) -}}
+{{- $_ = set $s "TIDEGATE_COMPACTION__ENABLED" (ternary "false" "true" (eq (include "tidegate.cronJob" (dict "ctx" . "name" "compaction")) "true")) -}}
+{{- $_ = set $s "TIDEGATE_EXPIRY__ENABLED" (ternary "false" "true" (eq (include "tidegate.cronJob" (dict "ctx" . "name" "expiry")) "true")) -}}
 {{- $secretNames := list -}}
 {{- range (include "tidegate.secretItems" . | fromJsonArray) -}}{{- $secretNames = append $secretNames (index . 0) -}}{{- end -}}
 {{- range $name, $value := $v.settings -}}
