@@ -1,0 +1,94 @@
+"""``python -m tests.faults``: run seeds of the fault suite (``make faults``).
+
+    make faults                 # a few seeds (FIRST..FIRST+SEEDS-1, default 1..4)
+    make faults SEEDS=200       # the long run
+    make faults SEED=17         # one seed alone (a failing one, to replay it)
+
+Seeds alternate between the hot tiers (even: disk, odd: Redis). Each seed prints one line;
+a failing seed prints its violations and the history excerpt that shows the first one.
+A JSON summary of the run (faults per kind, records checked, lost, duplicated) is written
+to ``--out`` (default ``faults-results/summary.json``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import sys
+import tempfile
+import time
+from collections import Counter
+from pathlib import Path
+
+from tests.faults.runner import run_seed
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m tests.faults",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--seeds", type=int, default=4, help="how many seeds")
+    parser.add_argument("--first", type=int, default=1, help="the first seed")
+    parser.add_argument("--seed", type=int, default=None, help="run this seed alone")
+    parser.add_argument("--duration", type=float, default=12.0, help="seconds of faults per seed")
+    parser.add_argument("--out", type=Path, default=Path("faults-results"))
+    parser.add_argument("--keep", action="store_true", help="keep every seed's folder")
+    args = parser.parse_args(argv)
+    seeds = [args.seed] if args.seed is not None else range(args.first, args.first + args.seeds)
+    args.out.mkdir(parents=True, exist_ok=True)
+    totals: Counter[str] = Counter()
+    faults: Counter[str] = Counter()
+    failed: list[int] = []
+    per_seed = []
+    started = time.monotonic()
+    for seed in seeds:
+        root = Path(tempfile.mkdtemp(prefix=f"tidegate-faults-{seed}-"))
+        result = run_seed(seed, root, duration=args.duration)
+        s = result.summary()
+        per_seed.append(s)
+        faults.update(result.faults)
+        for k in (
+            "records_checked",
+            "acknowledged",
+            "unknown_appends",
+            "refused_appends",
+            "reads_checked",
+            "lost",
+            "duplicated",
+            "violations",
+        ):
+            totals[k] += s[k]
+        totals["seeds_" + result.tier] += 1
+        print(
+            f"seed {seed:4d} {result.tier:5s} {'ok' if result.ok else 'FAILED'}: "
+            f"{s['records_checked']} records, {s['acknowledged']} acknowledged, "
+            f"{s['unknown_appends']} unknown, faults {dict(result.faults)}",
+            flush=True,
+        )
+        if not result.ok:
+            failed.append(seed)
+            kept = args.out / f"seed-{seed}-history.jsonl"
+            shutil.copy(result.history_path, kept)
+            print(result.text.replace(str(result.history_path), str(kept)), flush=True)
+        if result.ok and not args.keep:
+            shutil.rmtree(root, ignore_errors=True)
+    summary = {
+        "seeds": len(per_seed),
+        "failed_seeds": failed,
+        "faults": dict(faults),
+        **totals,
+        "wall_s": round(time.monotonic() - started),
+        "per_seed": per_seed,
+    }
+    (args.out / "summary.json").write_text(json.dumps(summary, indent=1) + "\n")
+    print(json.dumps({k: v for k, v in summary.items() if k != "per_seed"}))
+    if failed:
+        print("failing seeds: " + " ".join(f"make faults SEED={s}" for s in failed))
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

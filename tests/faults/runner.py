@@ -1,0 +1,195 @@
+"""One seed of the fault suite: start a cluster, run the workload under the nemesis, heal,
+read everything back through every path, check the history. ``python -m tests.faults``
+runs seeds from the command line (``make faults``)."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+from tests.cold.helpers import duckdb_rows, pyiceberg_rows
+from tests.faults.checker import TableState, Verdict, check, records_of, report
+from tests.faults.cluster import Cluster
+from tests.faults.faults import Nemesis
+from tests.faults.history import History
+from tests.faults.workload import DEFAULT_MIX, SCHEMA, TABLES, Context, start_operations
+
+TIERS = ("disk", "redis")
+
+
+@dataclass
+class RunResult:
+    seed: int
+    tier: str
+    verdict: Verdict
+    faults: Counter[str]
+    history_path: Path
+    problems: list[str] = field(default_factory=list)
+    text: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return not self.verdict.violations and not self.problems
+
+    def summary(self) -> dict[str, Any]:
+        v = self.verdict
+        return {
+            "seed": self.seed,
+            "tier": self.tier,
+            "ok": self.ok,
+            "faults": dict(self.faults),
+            "records_checked": v.records_checked,
+            "acknowledged": v.acknowledged,
+            "unknown_appends": v.unknown,
+            "refused_appends": v.refused,
+            "reads_checked": v.reads_checked,
+            "per_path": v.per_path,
+            "lost": v.lost,
+            "duplicated": v.duplicated,
+            "violations": len(v.violations),
+            "problems": self.problems,
+        }
+
+
+def tier_of(seed: int) -> str:
+    """Seeds alternate between the hot tiers: even seeds disk, odd seeds Redis."""
+    return TIERS[seed % 2]
+
+
+def rerun_command(seed: int) -> str:
+    return f"make faults SEED={seed}"
+
+
+def run_seed(
+    seed: int,
+    root: Path,
+    *,
+    tier: str | None = None,
+    duration: float = 15.0,
+    mix: list[tuple[str, int]] | None = None,
+    kinds: list[str] | None = None,
+    hot_env: dict[str, str] | None = None,
+) -> RunResult:
+    """Run one seed in ``root`` (its processes' folders and the history): ``duration``
+    seconds of ``mix`` under the nemesis (``kinds`` of faults, all that apply by default),
+    then read back and check."""
+    tier = tier or tier_of(seed)
+    root.mkdir(parents=True, exist_ok=True)
+    cluster = Cluster(tier, root)
+    history = History()
+    problems: list[str] = []
+    nemesis: Nemesis | None = None
+    verdict = Verdict([], 0, 0, 0, 0, 0)
+    try:
+        cluster.start(hot_env)
+        for (table, partitions), (_, key) in zip(TABLES, cluster.tenants, strict=True):
+            with cluster.gateways[0].client(api_key=key) as c:
+                c.create_table(table, SCHEMA, partitions=partitions)
+        ctx = Context(cluster, history, seed)
+        ops = start_operations(ctx, mix or DEFAULT_MIX)
+        nemesis = Nemesis(cluster, seed, history, kinds).start()
+        time.sleep(duration)
+        nemesis.join()
+        cluster.heal()
+        ctx.stop.set()
+        for op in ops:
+            op.finish(90)
+        problems += [f"operation did not finish: {op.name}" for op in ops if op.thread.is_alive()]
+        problems += ctx.errors + [f"fault failed: {e}" for e in nemesis.errors]
+        final = read_back(cluster, history)
+        verdict = check(history, final)
+    finally:
+        cluster.stop()
+    history_path = root / "history.jsonl"
+    history.dump(history_path)
+    counts = nemesis.counts if nemesis is not None else Counter()
+    result = RunResult(seed, tier, verdict, counts, history_path, problems)
+    if not result.ok:
+        text = (
+            report(seed, tier, verdict, history, rerun_command(seed)) if verdict.violations else ""
+        )
+        result.text = "\n".join(
+            [f"seed {seed} ({tier}) rerun: {rerun_command(seed)}", *problems, text]
+        )
+        result.text += f"\nfull history: {history_path}"
+    return result
+
+
+def read_back(cluster: Cluster, history: History) -> dict[str, TableState]:
+    """Every table through every path, after the cluster healed and tiering caught up."""
+    gw = cluster.gateways[0]
+    final: dict[str, TableState] = {}
+    for (table, partitions), (tenant, key) in zip(TABLES, cluster.tenants, strict=True):
+        state = TableState(partitions)
+        with gw.client(api_key=key, timeout=60) as c:
+            wait_tiered(c, table)
+            stream = []
+            for p in range(partitions):
+                offset = 0
+                while True:
+                    t = c.read(table, partition=p, offset=offset, max_records=50_000)
+                    if t.num_rows == 0:
+                        break
+                    stream += records_of(t.select(["_partition", "_offset", "rid"]).to_pylist())
+                    offset = stream[-1][1] + 1
+            state.paths["stream"] = stream
+            scan = c.scan(table, columns=["rid", "_partition", "_offset"])
+            state.paths["scan"] = records_of(scan.to_pylist())
+            for group, _ in c.list_groups(table):
+                offsets = c.fetch_offsets(group, table)
+                history.record(
+                    "fetch_offsets",
+                    "checker",
+                    table=table,
+                    group=group,
+                    offsets={str(k): v for k, v in offsets.items()},
+                )
+        store, iceberg = cold_table(cluster, tenant, table)
+        marks = watermarks(iceberg)
+        handle = SimpleNamespace(metadata_location=iceberg.metadata_location)
+        state.paths["duckdb"] = records_of(duckdb_rows(store, handle)) if marks else []
+        state.paths["pyiceberg"] = records_of(pyiceberg_rows(store, handle)) if marks else []
+        state.prefix = {"duckdb": marks, "pyiceberg": marks}
+        final[table] = state
+    return final
+
+
+def wait_tiered(client: Any, table: str, timeout: float = 20.0) -> None:
+    """Until tiering has caught up with every partition (or ``timeout``: the checker then
+    checks what was tiered)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        info = client.describe_table(table)
+        if all(p.tiered_watermark == p.high_watermark for p in info.partition_info):
+            return
+        time.sleep(0.5)
+
+
+def cold_table(cluster: Cluster, tenant: str, table: str) -> tuple[Any, Any]:
+    from gateway.cold.iceberg import IcebergColdStore
+    from gateway.config import Settings
+
+    env = cluster.settings_env()
+    settings = Settings.explicit(
+        data_dir=cluster.root / "checker",
+        cold={
+            "warehouse": env["TIDEGATE_COLD__WAREHOUSE"],
+            "catalog": {"type": "sql", "uri": env["TIDEGATE_COLD__CATALOG__URI"]},
+        },
+    )
+    store = IcebergColdStore.from_settings(settings)
+    ns, name = table.split(".")
+    return store, store.catalog.load_table((tenant, ns, name))
+
+
+def watermarks(iceberg: Any) -> dict[int, int]:
+    snap = iceberg.current_snapshot()
+    if snap is None or "tidegate.watermarks" not in snap.summary.additional_properties:
+        return {}
+    raw = json.loads(snap.summary.additional_properties["tidegate.watermarks"])
+    return {int(k): int(v) for k, v in raw.items()}
