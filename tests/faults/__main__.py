@@ -62,8 +62,10 @@ def main(argv: list[str] | None = None) -> int:
         ):
             totals[k] += s[k]
         totals["seeds_" + result.tier] += 1
+        tier = result.tier if result.tier == "redis" else f"disk/{result.fsync}"
+        totals["seeds_" + tier.replace("/", "_")] += result.tier == "disk"
         print(
-            f"seed {seed:4d} {result.tier:5s} {'ok' if result.ok else 'FAILED'}: "
+            f"seed {seed:4d} {tier:14s} {'ok' if result.ok else 'FAILED'}: "
             f"{s['records_checked']} records, {s['acknowledged']} acknowledged, "
             f"{s['unknown_appends']} unknown, faults {dict(result.faults)}",
             flush=True,

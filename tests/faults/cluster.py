@@ -3,7 +3,7 @@
 - ``redis``: one redis-server (``appendfsync always``) behind a :class:`ChaosProxy`, two
   gateways sharing it, one metadata store, one Iceberg catalog and warehouse;
 - ``disk``: one gateway (the disk tier is single node) whose hot folder is a small tmpfs
-  of its own, so the disk can fill up.
+  of its own, so the disk can fill up, with the seed's fsync policy.
 
 Every gateway's gRPC and HTTP ports sit behind a proxy too: clients reach the gateways only
 through them. The gateways run the embedded tiering schedule every second and load the
@@ -50,6 +50,8 @@ class Front:
 class Cluster:
     tier: str
     root: Path
+    #: The disk tier's fsync policy (``batch``, ``interval``, ``never``).
+    fsync: str = "batch"
     gateways: list[GatewayProcess] = field(default_factory=list)
     fronts: list[Front] = field(default_factory=list)
     redis: RedisServer | None = None
@@ -91,7 +93,7 @@ class Cluster:
             env.update(
                 {
                     "TIDEGATE_HOT__TYPE": "disk",
-                    "TIDEGATE_HOT__FSYNC": "batch",
+                    "TIDEGATE_HOT__FSYNC": self.fsync,
                     "TIDEGATE_HOT__PATH": str(self.hot_mount / "hot"),
                 }
             )
