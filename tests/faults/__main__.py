@@ -18,6 +18,7 @@ import shutil
 import sys
 import tempfile
 import time
+import traceback
 from collections import Counter
 from pathlib import Path
 
@@ -41,15 +42,22 @@ def main(argv: list[str] | None = None) -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     totals: Counter[str] = Counter()
     faults: Counter[str] = Counter()
+    log_errors: Counter[str] = Counter()
     failed: list[int] = []
     per_seed = []
     started = time.monotonic()
     for seed in seeds:
         root = Path(tempfile.mkdtemp(prefix=f"tidegate-faults-{seed}-"))
-        result = run_seed(seed, root, duration=args.duration)
+        try:
+            result = run_seed(seed, root, duration=args.duration)
+        except Exception:  # the cluster did not come up: a failed seed, not a failed run
+            failed.append(seed)
+            print(f"seed {seed:4d} could not run:\n{traceback.format_exc()}", flush=True)
+            continue
         s = result.summary()
         per_seed.append(s)
         faults.update(result.faults)
+        log_errors.update(result.log_errors)
         for k in (
             "records_checked",
             "acknowledged",
@@ -81,6 +89,7 @@ def main(argv: list[str] | None = None) -> int:
         "seeds": len(per_seed),
         "failed_seeds": failed,
         "faults": dict(faults),
+        "gateway_log_errors": dict(log_errors),
         **totals,
         "wall_s": round(time.monotonic() - started),
         "per_seed": per_seed,

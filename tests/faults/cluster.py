@@ -19,13 +19,17 @@ import shutil
 import signal
 import subprocess
 import sys
+import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
+from gateway.wire.errors import AlreadyExists, Unavailable
 from tests.faults.proxy import ChaosProxy
 from tests.services import REPO_ROOT, GatewayProcess, RedisServer
 
+T = TypeVar("T")
 CLOCK_SHIM = Path(__file__).resolve().parent / "clockshim"
 HOT_DISK_BYTES = 64 * 1024 * 1024
 
@@ -140,11 +144,17 @@ class Cluster:
             )
         assert first.api_key is not None
         self.tenants.append((first.tenant, first.api_key))
+        other = f"{first.tenant}b"
         with first.admin() as admin:
-            other = f"{first.tenant}b"
-            admin.create_tenant(other)
-            self.tenants.append((other, admin.issue_key(other)[1]))
+            settle(lambda: admin.create_tenant(other))
+            self.tenants.append((other, settle(lambda: admin.issue_key(other))[1]))
         return self
+
+    def create_tables(self, tables: list[tuple[str, int]], schema: dict[str, str]) -> None:
+        """One table per tenant, in order."""
+        for (table, partitions), (_, key) in zip(tables, self.tenants, strict=True):
+            with self.gateways[0].client(api_key=key) as c:
+                settle(lambda c=c, t=table, n=partitions: c.create_table(t, schema, partitions=n))
 
     def heal(self) -> None:
         """Undo every fault still in force: proxies forward, stopped processes continue,
@@ -207,6 +217,21 @@ class Cluster:
             self.redis.stop()
         if self.hot_mount is not None:
             unmount(self.hot_mount)
+
+
+def settle(call: Callable[[], T], attempts: int = 10) -> T | None:
+    """``call()`` during setup, retried while the gateway is slow to answer (a loaded
+    machine); an "already exists" means an earlier try went through."""
+    for attempt in range(attempts):
+        try:
+            return call()
+        except AlreadyExists:
+            return None
+        except Unavailable:
+            if attempt == attempts - 1:
+                raise
+            time.sleep(1 + attempt)
+    return None
 
 
 def mount_small_disk(path: Path, size: int) -> Path:

@@ -31,6 +31,9 @@ class RunResult:
     faults: Counter[str]
     history_path: Path
     problems: list[str] = field(default_factory=list)
+    #: ERROR lines in the gateways' logs, by their first words (faults cause many: they
+    #: are counted, not failed on).
+    log_errors: Counter[str] = field(default_factory=Counter)
     text: str = ""
 
     @property
@@ -55,6 +58,7 @@ class RunResult:
             "duplicated": v.duplicated,
             "violations": len(v.violations),
             "problems": self.problems,
+            "log_errors": dict(self.log_errors),
         }
 
 
@@ -96,9 +100,7 @@ def run_seed(
     verdict = Verdict([], 0, 0, 0, 0, 0)
     try:
         cluster.start(hot_env)
-        for (table, partitions), (_, key) in zip(TABLES, cluster.tenants, strict=True):
-            with cluster.gateways[0].client(api_key=key) as c:
-                c.create_table(table, SCHEMA, partitions=partitions)
+        cluster.create_tables(TABLES, SCHEMA)
         ctx = Context(cluster, history, seed)
         ops = start_operations(ctx, mix or DEFAULT_MIX)
         nemesis = Nemesis(cluster, seed, history, kinds).start()
@@ -114,10 +116,11 @@ def run_seed(
         verdict = check(history, final)
     finally:
         cluster.stop()
+    logs = log_errors(root)
     history_path = root / "history.jsonl"
     history.dump(history_path)
     counts = nemesis.counts if nemesis is not None else Counter()
-    result = RunResult(seed, tier, cluster.fsync, verdict, counts, history_path, problems)
+    result = RunResult(seed, tier, cluster.fsync, verdict, counts, history_path, problems, logs)
     if not result.ok:
         text = (
             report(seed, tier, verdict, history, rerun_command(seed)) if verdict.violations else ""
@@ -177,6 +180,21 @@ def wait_tiered(client: Any, table: str, timeout: float = 20.0) -> None:
         if all(p.tiered_watermark == p.high_watermark for p in info.partition_info):
             return
         time.sleep(0.5)
+
+
+def log_errors(root: Path) -> Counter[str]:
+    """ERROR lines of every gateway log under ``root``, by logger and message head; the
+    known race of a tiering pass with table creation ("the Iceberg table ... does not
+    exist") is counted under its own name."""
+    found: Counter[str] = Counter()
+    for log in root.glob("gw*/gateway.log"):
+        for line in log.read_text(errors="replace").splitlines():
+            if "does not exist" in line and "Iceberg table" in line:
+                found["iceberg table does not exist (known race)"] += 1
+            if " ERROR " in line:
+                head = line.split(" ERROR ", 1)[1]
+                found[" ".join(head.split()[:3])] += 1
+    return found
 
 
 def cold_table(cluster: Cluster, tenant: str, table: str) -> tuple[Any, Any]:

@@ -110,9 +110,7 @@ def main(argv: list[str] | None = None) -> int:
     rows: list[dict[str, Any]] = []
     try:
         cluster.start()
-        for (table, partitions), (_, key) in zip(TABLES, cluster.tenants, strict=True):
-            with cluster.gateways[0].client(api_key=key) as c:
-                c.create_table(table, SCHEMA, partitions=partitions)
+        cluster.create_tables(TABLES, SCHEMA)
         ctx = Context(cluster, history, 0, pace=0.05, scan_every=(10, 20), record_scans=False)
         # Every kind of client, paced: a few hundred records/s in all, scans every 10-20 s.
         ops = start_operations(ctx, DEFAULT_MIX)
