@@ -12,7 +12,8 @@ index ``i``, the seconds since the run began ``t``, a ``type`` and a ``client``:
 - ``read``: ``table``, ``partition``, ``from``, ``records`` (``[offset, rid]`` pairs).
 - ``scan``: ``table``, ``records`` (``[partition, offset, rid]``).
 - ``fetch_offsets`` / ``commit``: ``table``, ``group``, ``offsets`` (partition -> offset).
-- ``fault``: ``kind``, ``target``, ``phase`` (``start`` / ``end``), details.
+- ``fault``: ``kind``, ``target``, ``phase`` (``start`` / ``end``), details;
+- ``restart``: a client started over after an error it does not retry, ``error``.
 """
 
 from __future__ import annotations

@@ -83,10 +83,18 @@ class Operation:
         self.ctx.history.record(type, self.name, table=self.table, **fields)
 
     def _main(self) -> None:
-        try:
-            self.run()
-        except Exception as exc:  # an operation's own bug: the run fails on it
-            self.ctx.errors.append(f"{self.name}: {exc!r}")
+        while not self.ctx.stop.is_set():
+            try:
+                self.run()
+                return
+            except TidegateError as err:
+                # The gateway was out of reach where the client does not retry (opening a
+                # producer, a first connection): start over, as a restarted client would.
+                self.ctx.history.record("restart", self.name, error=repr(err)[:200])
+                time.sleep(0.5)
+            except Exception as exc:  # an operation's own bug: the run fails on it
+                self.ctx.errors.append(f"{self.name}: {exc!r}")
+                return
 
     def run(self) -> None:
         raise NotImplementedError
@@ -285,7 +293,9 @@ class AsyncProducer(Operation):
         asyncio.run(self._run())
 
     async def _run(self) -> None:
-        async with connect_async(self.front.grpc_target, api_key=self.api_key, timeout=5) as c:
+        async with connect_async(
+            self.front.grpc_target, api_key=self.api_key, timeout=5, connect_timeout=30
+        ) as c:
             p = c.producer(self.table, **_producer_config())
             async with p:
                 while not self.ctx.stop.is_set():
