@@ -21,8 +21,42 @@ import time
 import traceback
 from collections import Counter
 from pathlib import Path
+from typing import Any
 
 from tests.faults.runner import run_seed
+
+TOTALS = (
+    "records_checked",
+    "acknowledged",
+    "unknown_appends",
+    "refused_appends",
+    "reads_checked",
+    "lost",
+    "duplicated",
+    "violations",
+)
+
+
+def summarise(per_seed: list[dict[str, Any]], failed: list[int], wall_s: float) -> dict[str, Any]:
+    """The figures of a run (or of several runs' ``per_seed`` lists put together)."""
+    totals: Counter[str] = Counter()
+    faults: Counter[str] = Counter()
+    log_errors: Counter[str] = Counter()
+    for s in per_seed:
+        faults.update(s["faults"])
+        log_errors.update(s.get("log_errors", {}))
+        totals.update({k: s[k] for k in TOTALS})
+        totals["seeds_redis" if s["tier"] == "redis" else f"seeds_disk_{s['fsync']}"] += 1
+    return {
+        "seeds": len(per_seed),
+        "failed_seeds": failed,
+        "faults": dict(faults),
+        "faults_injected": sum(faults.values()),
+        "gateway_log_errors": dict(log_errors),
+        **totals,
+        "wall_s": round(wall_s),
+        "per_seed": per_seed,
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -40,12 +74,10 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     seeds = [args.seed] if args.seed is not None else range(args.first, args.first + args.seeds)
     args.out.mkdir(parents=True, exist_ok=True)
-    totals: Counter[str] = Counter()
-    faults: Counter[str] = Counter()
-    log_errors: Counter[str] = Counter()
     failed: list[int] = []
-    per_seed = []
+    per_seed: list[dict[str, Any]] = []
     started = time.monotonic()
+    summary = summarise(per_seed, failed, 0)
     for seed in seeds:
         root = Path(tempfile.mkdtemp(prefix=f"tidegate-faults-{seed}-"))
         try:
@@ -56,22 +88,7 @@ def main(argv: list[str] | None = None) -> int:
             continue
         s = result.summary()
         per_seed.append(s)
-        faults.update(result.faults)
-        log_errors.update(result.log_errors)
-        for k in (
-            "records_checked",
-            "acknowledged",
-            "unknown_appends",
-            "refused_appends",
-            "reads_checked",
-            "lost",
-            "duplicated",
-            "violations",
-        ):
-            totals[k] += s[k]
-        totals["seeds_" + result.tier] += 1
         tier = result.tier if result.tier == "redis" else f"disk/{result.fsync}"
-        totals["seeds_" + tier.replace("/", "_")] += result.tier == "disk"
         print(
             f"seed {seed:4d} {tier:14s} {'ok' if result.ok else 'FAILED'}: "
             f"{s['records_checked']} records, {s['acknowledged']} acknowledged, "
@@ -85,16 +102,9 @@ def main(argv: list[str] | None = None) -> int:
             print(result.text.replace(str(result.history_path), str(kept)), flush=True)
         if result.ok and not args.keep:
             shutil.rmtree(root, ignore_errors=True)
-    summary = {
-        "seeds": len(per_seed),
-        "failed_seeds": failed,
-        "faults": dict(faults),
-        "gateway_log_errors": dict(log_errors),
-        **totals,
-        "wall_s": round(time.monotonic() - started),
-        "per_seed": per_seed,
-    }
-    (args.out / "summary.json").write_text(json.dumps(summary, indent=1) + "\n")
+        # Written after every seed, so a run stopped early still leaves its figures.
+        summary = summarise(per_seed, failed, time.monotonic() - started)
+        (args.out / "summary.json").write_text(json.dumps(summary, indent=1) + "\n")
     print(json.dumps({k: v for k, v in summary.items() if k != "per_seed"}))
     if failed:
         print("failing seeds: " + " ".join(f"make faults SEED={s}" for s in failed))
