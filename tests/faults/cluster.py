@@ -110,6 +110,7 @@ class Cluster:
             "PYTHONPATH": f"{CLOCK_SHIM}{os.pathsep}{REPO_ROOT}",
             "TIDEGATE_FAULTS_CLOCK_FILE": str(self.clock_file),
             "TIDEGATE_LOG__LEVEL": "WARNING",
+            "TIDEGATE_SERVER__SHUTDOWN_GRACE_S": "1",
         }
 
     def start(self, hot_env: dict[str, str] | None = None) -> Cluster:
@@ -131,23 +132,24 @@ class Cluster:
             "TIDEGATE_AUTH__OPERATOR_KEY": f"tgop_faults_{secrets.token_hex(16)}",
             **(hot_env or {}),
         }
-        first = GatewayProcess(self.root / "gw0", env).start()
-        self.gateways.append(first)
-        if self.tier == "redis":
-            second = GatewayProcess(
-                self.root / "gw1", env, tenant=first.tenant, api_key=first.api_key
-            )
-            self.gateways.append(second.start())
+        # The tenants are made here rather than by GatewayProcess, so that a slow answer
+        # is retried (see settle) instead of failing the start.
+        tenant = f"t{secrets.token_hex(6)}"
+        for i in range(2 if self.tier == "redis" else 1):
+            gw = GatewayProcess(self.root / f"gw{i}", env, tenant=tenant, api_key="pending")
+            self.gateways.append(gw.start())
         for gw in self.gateways:
             self.fronts.append(
                 Front(ChaosProxy(gw.grpc_port).start(), ChaosProxy(gw.http_port).start())
             )
-        assert first.api_key is not None
-        self.tenants.append((first.tenant, first.api_key))
-        other = f"{first.tenant}b"
-        with first.admin() as admin:
-            settle(lambda: admin.create_tenant(other))
-            self.tenants.append((other, settle(lambda: admin.issue_key(other))[1]))
+        with self.gateways[0].admin() as admin:
+            for name in (tenant, f"{tenant}b"):
+                settle(lambda n=name: admin.create_tenant(n))
+                key = settle(lambda n=name: admin.issue_key(n))
+                assert key is not None
+                self.tenants.append((name, key[1]))
+        for gw in self.gateways:
+            gw.api_key = self.tenants[0][1]
         return self
 
     def create_tables(self, tables: list[tuple[str, int]], schema: dict[str, str]) -> None:
@@ -202,10 +204,12 @@ class Cluster:
     def stop(self) -> None:
         for proxy in self.proxies:
             proxy.stop()
-        for gw in self.gateways:
+        for gw in self.gateways:  # SIGTERM to all first: they drain at the same time
             if gw.proc is not None and gw.proc.poll() is None:
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(gw.proc.pid, signal.SIGCONT)
+                    gw.proc.terminate()
+        for gw in self.gateways:
             gw.stop()
         for job in self.jobs:
             if job.poll() is None:

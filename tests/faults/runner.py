@@ -34,6 +34,8 @@ class RunResult:
     #: ERROR lines in the gateways' logs, by their first words (faults cause many: they
     #: are counted, not failed on).
     log_errors: Counter[str] = field(default_factory=Counter)
+    #: Seconds spent per phase: start, faults, heal, check, stop.
+    phases: dict[str, float] = field(default_factory=dict)
     text: str = ""
 
     @property
@@ -59,6 +61,7 @@ class RunResult:
             "violations": len(v.violations),
             "problems": self.problems,
             "log_errors": dict(self.log_errors),
+            "phases_s": self.phases,
         }
 
 
@@ -98,29 +101,45 @@ def run_seed(
     problems: list[str] = []
     nemesis: Nemesis | None = None
     verdict = Verdict([], 0, 0, 0, 0, 0)
+    phases: dict[str, float] = {}
+    mark = time.monotonic()
+
+    def phase(name: str) -> None:
+        nonlocal mark
+        now = time.monotonic()
+        phases[name] = round(now - mark, 1)
+        mark = now
+
     try:
         cluster.start(hot_env)
         cluster.create_tables(TABLES, SCHEMA)
+        phase("start")
         ctx = Context(cluster, history, seed)
         ops = start_operations(ctx, mix or DEFAULT_MIX)
         nemesis = Nemesis(cluster, seed, history, kinds).start()
         time.sleep(duration)
         nemesis.join()
+        phase("faults")
         cluster.heal()
         ctx.stop.set()
         for op in ops:
             op.finish(90)
+        phase("heal")
         problems += [f"operation did not finish: {op.name}" for op in ops if op.thread.is_alive()]
         problems += ctx.errors + [f"fault failed: {e}" for e in nemesis.errors]
         final = read_back(cluster, history)
         verdict = check(history, final)
+        phase("check")
     finally:
         cluster.stop()
+        phase("stop")
     logs = log_errors(root)
     history_path = root / "history.jsonl"
     history.dump(history_path)
     counts = nemesis.counts if nemesis is not None else Counter()
-    result = RunResult(seed, tier, cluster.fsync, verdict, counts, history_path, problems, logs)
+    result = RunResult(
+        seed, tier, cluster.fsync, verdict, counts, history_path, problems, logs, phases
+    )
     if not result.ok:
         text = (
             report(seed, tier, verdict, history, rerun_command(seed)) if verdict.violations else ""
