@@ -74,10 +74,11 @@ fuzz: setup
 ## The fault suite (tests/faults, docs/durability.md): SEEDS seeds from FIRST (default 4
 ## from 1; `make faults SEEDS=200` is the long run), or one seed alone (`make faults SEED=17`).
 ## Each seed: a cluster under seeded faults, a recorded history, a checker over both tiers.
+## FAULTS_ARGS=--spark reads every seed back through the Spark connector as well.
 SEEDS ?= 4
 FIRST ?= 1
 faults: setup
-	$(PY) -m tests.faults $(if $(SEED),--seed $(SEED),--seeds $(SEEDS) --first $(FIRST))
+	$(PY) -m tests.faults $(strip $(if $(SEED),--seed $(SEED),--seeds $(SEEDS) --first $(FIRST)) $(FAULTS_ARGS))
 
 ## Ten minutes of a bounded mixed workload: RSS, open files and latency of the gateways
 ## over time, plotted against the memory budget (benchmarks/results/soak/).

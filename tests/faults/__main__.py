@@ -3,6 +3,7 @@
     make faults                 # a few seeds (FIRST..FIRST+SEEDS-1, default 1..4)
     make faults SEEDS=200       # the long run
     make faults SEED=17         # one seed alone (a failing one, to replay it)
+    make faults SEEDS=20 FAULTS_ARGS=--spark   # read back through the Spark connector too
 
 Seeds alternate between the hot tiers (even: disk, odd: Redis). Each seed prints one line;
 a failing seed prints its violations and the history excerpt that shows the first one.
@@ -71,7 +72,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--duration", type=float, default=12.0, help="seconds of faults per seed")
     parser.add_argument("--out", type=Path, default=Path("faults-results"))
     parser.add_argument("--keep", action="store_true", help="keep every seed's folder")
+    parser.add_argument(
+        "--spark", action="store_true", help="read back through the Spark connector too"
+    )
     args = parser.parse_args(argv)
+    spark = None
+    if args.spark:
+        from tiering.spark import spark_session
+
+        spark = spark_session("local[2]", "tidegate-faults")
+        spark.sparkContext.setLogLevel("ERROR")
     seeds = [args.seed] if args.seed is not None else range(args.first, args.first + args.seeds)
     args.out.mkdir(parents=True, exist_ok=True)
     failed: list[int] = []
@@ -81,7 +91,7 @@ def main(argv: list[str] | None = None) -> int:
     for seed in seeds:
         root = Path(tempfile.mkdtemp(prefix=f"tidegate-faults-{seed}-"))
         try:
-            result = run_seed(seed, root, duration=args.duration)
+            result = run_seed(seed, root, duration=args.duration, spark=spark)
         except Exception:  # the cluster did not come up: a failed seed, not a failed run
             failed.append(seed)
             print(f"seed {seed:4d} could not run:\n{traceback.format_exc()}", flush=True)

@@ -90,10 +90,11 @@ def run_seed(
     mix: list[tuple[str, int]] | None = None,
     kinds: list[str] | None = None,
     hot_env: dict[str, str] | None = None,
+    spark: Any = None,
 ) -> RunResult:
     """Run one seed in ``root`` (its processes' folders and the history): ``duration``
     seconds of ``mix`` under the nemesis (``kinds`` of faults, all that apply by default),
-    then read back and check."""
+    then read back and check (through ``spark``, a SparkSession, too when given)."""
     tier = tier or tier_of(seed)
     root.mkdir(parents=True, exist_ok=True)
     cluster = Cluster(tier, root, fsync=fsync_of(seed))
@@ -127,7 +128,7 @@ def run_seed(
         phase("heal")
         problems += [f"operation did not finish: {op.name}" for op in ops if op.thread.is_alive()]
         problems += ctx.errors + [f"fault failed: {e}" for e in nemesis.errors]
-        final = read_back(cluster, history)
+        final = read_back(cluster, history, spark)
         verdict = check(history, final)
         phase("check")
     finally:
@@ -151,8 +152,11 @@ def run_seed(
     return result
 
 
-def read_back(cluster: Cluster, history: History) -> dict[str, TableState]:
-    """Every table through every path, after the cluster healed and tiering caught up."""
+def read_back(cluster: Cluster, history: History, spark: Any = None) -> dict[str, TableState]:
+    """Every table through every path, after the cluster healed and tiering caught up:
+    the stream, a scan, DuckDB and pyiceberg on the Iceberg table, and the Spark connector
+    (``spark.read.format("tidegate")``, a read plan's files plus the hot ranges) when a
+    SparkSession is given."""
     gw = cluster.gateways[0]
     final: dict[str, TableState] = {}
     for (table, partitions), (tenant, key) in zip(TABLES, cluster.tenants, strict=True):
@@ -171,6 +175,8 @@ def read_back(cluster: Cluster, history: History) -> dict[str, TableState]:
             state.paths["stream"] = stream
             scan = c.scan(table, columns=["rid", "_partition", "_offset"])
             state.paths["scan"] = records_of(scan.to_pylist())
+            if spark is not None:
+                state.paths["spark"] = spark_records(spark, gw.grpc_target, key, table)
             for group, _ in c.list_groups(table):
                 offsets = c.fetch_offsets(group, table)
                 history.record(
@@ -188,6 +194,20 @@ def read_back(cluster: Cluster, history: History) -> dict[str, TableState]:
         state.prefix = {"duckdb": marks, "pyiceberg": marks}
         final[table] = state
     return final
+
+
+def spark_records(spark: Any, endpoint: str, key: str, table: str) -> list[Any]:
+    import gateway.spark
+
+    gateway.spark.register(spark)
+    frame = (
+        spark.read.format("tidegate")
+        .option("endpoint", endpoint)
+        .option("api_key", key)
+        .load(table)
+        .select("_partition", "_offset", "rid")
+    )
+    return records_of(r.asDict() for r in frame.collect())
 
 
 def wait_tiered(client: Any, table: str, timeout: float = 20.0) -> None:

@@ -25,6 +25,7 @@ def test_the_documented_make_commands_run_the_suite(tmp_path: Path) -> None:
         "faults SEEDS=200": "-m tests.faults --seeds 200 --first 1",
         "faults SEEDS=50 FIRST=201": "-m tests.faults --seeds 50 --first 201",
         "faults SEED=17": "-m tests.faults --seed 17",
+        "faults SEEDS=20 FAULTS_ARGS=--spark": "-m tests.faults --seeds 20 --first 1 --spark",
         "soak": "-m tests.faults.soak --minutes 10 --out benchmarks/results/soak",
     }
     commands = _doc_commands()
