@@ -8,7 +8,8 @@
 Seeds alternate between the hot tiers (even: disk, odd: Redis). Each seed prints one line;
 a failing seed prints its violations and the history excerpt that shows the first one.
 A JSON summary of the run (faults per kind, records checked, lost, duplicated) is written
-to ``--out`` (default ``faults-results/summary.json``).
+to ``--out`` (default ``faults-results/summary.json``), and the first of each kind of ERROR
+line the gateways logged, with its traceback, to ``log-error-samples.json`` beside it.
 """
 
 from __future__ import annotations
@@ -88,6 +89,7 @@ def main(argv: list[str] | None = None) -> int:
     per_seed: list[dict[str, Any]] = []
     started = time.monotonic()
     summary = summarise(per_seed, failed, 0)
+    samples: dict[str, str] = {}
     for seed in seeds:
         root = Path(tempfile.mkdtemp(prefix=f"tidegate-faults-{seed}-"))
         try:
@@ -112,6 +114,9 @@ def main(argv: list[str] | None = None) -> int:
             print(result.text.replace(str(result.history_path), str(kept)), flush=True)
         if result.ok and not args.keep:
             shutil.rmtree(root, ignore_errors=True)
+        for kind, text in result.log_samples.items():
+            samples.setdefault(kind, f"seed {seed}:\n{text}")
+        (args.out / "log-error-samples.json").write_text(json.dumps(samples, indent=1))
         # Written after every seed, so a run stopped early still leaves its figures.
         summary = summarise(per_seed, failed, time.monotonic() - started)
         (args.out / "summary.json").write_text(json.dumps(summary, indent=1) + "\n")

@@ -5,6 +5,7 @@ runs seeds from the command line (``make faults``)."""
 from __future__ import annotations
 
 import json
+import re
 import time
 from collections import Counter
 from dataclasses import dataclass, field
@@ -34,6 +35,8 @@ class RunResult:
     #: ERROR lines in the gateways' logs, by their first words (faults cause many: they
     #: are counted, not failed on).
     log_errors: Counter[str] = field(default_factory=Counter)
+    #: The first of each kind of ERROR line, with its traceback.
+    log_samples: dict[str, str] = field(default_factory=dict)
     #: Seconds spent per phase: start, faults, heal, check, stop.
     phases: dict[str, float] = field(default_factory=dict)
     text: str = ""
@@ -134,12 +137,13 @@ def run_seed(
     finally:
         cluster.stop()
         phase("stop")
-    logs = log_errors(root)
+    samples: dict[str, str] = {}
+    logs = log_errors(root, samples)
     history_path = root / "history.jsonl"
     history.dump(history_path)
     counts = nemesis.counts if nemesis is not None else Counter()
     result = RunResult(
-        seed, tier, cluster.fsync, verdict, counts, history_path, problems, logs, phases
+        seed, tier, cluster.fsync, verdict, counts, history_path, problems, logs, samples, phases
     )
     if not result.ok:
         text = (
@@ -221,18 +225,28 @@ def wait_tiered(client: Any, table: str, timeout: float = 20.0) -> None:
         time.sleep(0.5)
 
 
-def log_errors(root: Path) -> Counter[str]:
-    """ERROR lines of every gateway log under ``root``, by logger and message head; the
+def error_kind(line: str) -> str:
+    """An ERROR line's logger and message, with tenant and table names taken out."""
+    head = line.split(" ERROR ", 1)[1]
+    return re.sub(r"\bt[0-9a-f]{12}b?(/\S+)?", "<table>", head)[:80]
+
+
+def log_errors(root: Path, samples: dict[str, str] | None = None) -> Counter[str]:
+    """ERROR lines of every gateway log under ``root``, by kind (:func:`error_kind`); the
     known race of a tiering pass with table creation ("the Iceberg table ... does not
-    exist") is counted under its own name."""
+    exist") is counted under its own name. ``samples`` gets each kind's first occurrence
+    with the traceback that follows it."""
     found: Counter[str] = Counter()
-    for log in root.glob("gw*/gateway.log"):
-        for line in log.read_text(errors="replace").splitlines():
+    for log in sorted(root.glob("gw*/gateway.log")):
+        lines = log.read_text(errors="replace").splitlines()
+        for i, line in enumerate(lines):
             if "does not exist" in line and "Iceberg table" in line:
                 found["iceberg table does not exist (known race)"] += 1
             if " ERROR " in line:
-                head = line.split(" ERROR ", 1)[1]
-                found[" ".join(head.split()[:3])] += 1
+                kind = error_kind(line)
+                found[kind] += 1
+                if samples is not None and kind not in samples:
+                    samples[kind] = "\n".join(lines[i : i + 40])[-3000:]
     return found
 
 
