@@ -50,7 +50,7 @@ class RunResult:
         return {
             "seed": self.seed,
             "tier": self.tier,
-            "fsync": self.fsync,
+            "fsync": self.fsync if self.tier == "disk" else None,
             "ok": self.ok,
             "faults": dict(self.faults),
             "records_checked": v.records_checked,
