@@ -235,7 +235,7 @@ def log_errors(root: Path, samples: dict[str, str] | None = None) -> Counter[str
     """ERROR lines of every gateway log under ``root``, by kind (:func:`error_kind`); the
     known race of a tiering pass with table creation ("the Iceberg table ... does not
     exist") is counted under its own name. ``samples`` gets each kind's first occurrence
-    with the traceback that follows it."""
+    with the end of the traceback that follows it (where the cause is)."""
     found: Counter[str] = Counter()
     for log in sorted(root.glob("gw*/gateway.log")):
         lines = log.read_text(errors="replace").splitlines()
@@ -246,7 +246,12 @@ def log_errors(root: Path, samples: dict[str, str] | None = None) -> Counter[str
                 kind = error_kind(line)
                 found[kind] += 1
                 if samples is not None and kind not in samples:
-                    samples[kind] = "\n".join(lines[i : i + 40])[-3000:]
+                    block = [line]
+                    for more in lines[i + 1 : i + 150]:  # its traceback, to the next entry
+                        if re.match(r"\d{4}-\d\d-\d\d ", more):
+                            break
+                        block.append(more)
+                    samples[kind] = block[0] + "\n...\n" + "\n".join(block[1:])[-2500:]
     return found
 
 
