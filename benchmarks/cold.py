@@ -30,7 +30,14 @@ import redis.asyncio as aioredis
 
 from benchmarks.harness import Bench, compare
 from benchmarks.loadgen import BatchFactory, Result, Workload, closed_loop, drive
-from benchmarks.scenarios import create_table, drop_table, fill, fill_workload, gateway_reader
+from benchmarks.scenarios import (
+    FlightReader,
+    create_table,
+    drop_table,
+    fill,
+    fill_workload,
+    gateway_reader,
+)
 from gateway.wire._proto.tidegate.v1 import tidegate_pb2 as pb
 from tests.services import REPO_ROOT
 
@@ -155,7 +162,18 @@ async def run_reads(b: Bench, w: Workload) -> list[dict[str, Any]]:
                 return await read(0, seq(r, call), chunk)  # type: ignore[no-any-return]
 
             await closed_loop(w, res, cold_op)
-            rows += [base.summary(), compare(res.summary(), [base.summary()])]
+            flight = FlightReader(gw.flight_port, ref, md)
+            by_flight = Result(cold_w, "tidegate Flight stream read (cold)")
+
+            async def flight_op(r: int, call: int) -> tuple[int, int]:
+                return await flight.read(0, seq(r, call), chunk)
+
+            await closed_loop(w, by_flight, flight_op)
+            rows += [
+                base.summary(),
+                compare(res.summary(), [base.summary()]),
+                compare(by_flight.summary(), [base.summary()]),
+            ]
 
             # Table scans ------------------------------------------------------------------
             scan_w = replace(w, producers=1)
@@ -181,8 +199,14 @@ async def run_reads(b: Bench, w: Workload) -> list[dict[str, Any]]:
                 return records, nbytes
 
             await closed_loop(scan_w, scan, scan_op)
+            flight_scan = Result(scan_name, "tidegate Flight scan (all cold)")
+            await closed_loop(scan_w, flight_scan, flight.scan)
             bases = [arrow.summary(), iceberg.summary()]
-            rows += [*bases, compare(scan.summary(), bases)]
+            rows += [
+                *bases,
+                compare(scan.summary(), bases),
+                compare(flight_scan.summary(), bases),
+            ]
 
             # Stream reads across the cold/hot boundary -------------------------------------
             hot = await fill(
@@ -193,14 +217,15 @@ async def run_reads(b: Bench, w: Workload) -> list[dict[str, Any]]:
                 batch_records=w.batch_records,
                 record_bytes=w.record_bytes,
             )
-            rows += await _boundary(b, w, n, hot, index, read)
+            rows += await _boundary(b, w, n, hot, index, read, flight.read)
+            flight.close()
         finally:
             await drop_table(stub, ref, md)
     return rows
 
 
 async def _boundary(
-    b: Bench, w: Workload, cold: int, hot: int, index: FileIndex, read: Any
+    b: Bench, w: Workload, cold: int, hot: int, index: FileIndex, read: Any, flight_read: Any
 ) -> list[dict[str, Any]]:
     """Reads of ``read_chunk`` records that start below the tiered watermark and end
     above it. Baseline: pyarrow for the cold part plus XRANGE of the same records kept in
@@ -243,7 +268,17 @@ async def _boundary(
         return await read(0, start_of(r, call), chunk)  # type: ignore[no-any-return]
 
     await closed_loop(w, res, op)
-    return [base.summary(), compare(res.summary(), [base.summary()])]
+    by_flight = Result(name, "tidegate Flight stream read (cold + hot)")
+
+    async def flight_op(r: int, call: int) -> tuple[int, int]:
+        return await flight_read(0, start_of(r, call), chunk)  # type: ignore[no-any-return]
+
+    await closed_loop(w, by_flight, flight_op)
+    return [
+        base.summary(),
+        compare(res.summary(), [base.summary()]),
+        compare(by_flight.summary(), [base.summary()]),
+    ]
 
 
 # --------------------------------------------------------------------------------------

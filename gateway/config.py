@@ -168,6 +168,18 @@ class ServerConfig(_Section):
     host: str = Field("127.0.0.1", description="Bind address of both servers.")
     grpc_port: int = Field(50051, ge=0, le=65535, description="gRPC port; 0 disables gRPC.")
     http_port: int = Field(8080, ge=0, le=65535, description="HTTP port; 0 disables HTTP.")
+    flight_port: int = Field(
+        0,
+        ge=0,
+        le=65535,
+        description="Arrow Flight port for bulk reads (scans and stream reads as DoGet "
+        "streams; the SDK uses it when offered); 0 disables Flight.",
+    )
+    flight_advertise: str = Field(
+        "",
+        description="The Flight location told to clients (e.g. grpc+tls://flight.example:443 "
+        "behind a proxy); empty: the host the client dialled, at flight_port.",
+    )
     max_request_bytes: int = Field(
         64 * 1024 * 1024, ge=1024, description="Largest append body accepted."
     )

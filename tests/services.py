@@ -392,6 +392,11 @@ class GatewayProcess:
         self.grpc_port = free_port()
         self.http_port = free_port()
         self.extra_env = dict(env or {})
+        # The Flight edge is on unless the env says otherwise, so every SDK scan of the
+        # suite goes through it (tests that want gRPC scans pass ``flight=False``).
+        self.flight_port = int(
+            self.extra_env.setdefault("TIDEGATE_SERVER__FLIGHT_PORT", str(free_port()))
+        )
         self.operator_key = self.extra_env.setdefault(
             "TIDEGATE_AUTH__OPERATOR_KEY", f"tgop_test_{secrets.token_hex(16)}"
         )

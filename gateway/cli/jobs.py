@@ -35,6 +35,9 @@ def serve(
     host: Annotated[str | None, typer.Option(help="Bind address of both servers.")] = None,
     grpc_port: Annotated[int | None, typer.Option(help="gRPC port (0 disables).")] = None,
     http_port: Annotated[int | None, typer.Option(help="HTTP port (0 disables).")] = None,
+    flight_port: Annotated[
+        int | None, typer.Option(help="Arrow Flight port for bulk reads (0 disables).")
+    ] = None,
     data_dir: Annotated[Path | None, typer.Option(help="Embedded-mode data folder.")] = None,
     log_level: LogLevelOption = None,
     log_format: LogFormatOption = None,
@@ -51,7 +54,12 @@ def serve(
     server = settings.server.model_copy(
         update={
             k: v
-            for k, v in {"host": host, "grpc_port": grpc_port, "http_port": http_port}.items()
+            for k, v in {
+                "host": host,
+                "grpc_port": grpc_port,
+                "http_port": http_port,
+                "flight_port": flight_port,
+            }.items()
             if v is not None
         }
     )

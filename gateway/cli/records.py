@@ -17,8 +17,11 @@ from gateway.wire.errors import InvalidRequest
 from gateway.wire.schema import SYSTEM_COLUMNS
 
 
-def _json_lines(stream: IO[str], schema: pa.Schema, batch_rows: int) -> Iterator[pa.RecordBatch]:
-    """A file of JSON lines as batches, each line checked as HTTP checks a JSON row."""
+def _json_lines(
+    stream: IO[str], schema: pa.Schema, batch_rows: int, omittable: frozenset[str] = frozenset()
+) -> Iterator[pa.RecordBatch]:
+    """A file of JSON lines as batches, each line checked as HTTP checks a JSON row (a
+    column added by a schema change may be left out)."""
     from gateway.wire.jsonrows import rows_to_batch
 
     rows: list[Any] = []
@@ -34,10 +37,10 @@ def _json_lines(stream: IO[str], schema: pa.Schema, batch_rows: int) -> Iterator
             for name in SYSTEM_COLUMNS:
                 rows[-1].pop(name, None)
         if len(rows) == batch_rows:
-            yield rows_to_batch(rows, schema, first=first, unit="line")
+            yield rows_to_batch(rows, schema, first=first, unit="line", omittable=omittable)
             rows, first = [], number + 1
     if rows:
-        yield rows_to_batch(rows, schema, first=first, unit="line")
+        yield rows_to_batch(rows, schema, first=first, unit="line", omittable=omittable)
 
 
 def _format_of(path: Path | None, fmt: str) -> str:
@@ -60,16 +63,20 @@ def _format_of(path: Path | None, fmt: str) -> str:
 
 
 def _file_batches(
-    path: Path | None, fmt: str, schema: pa.Schema, batch_rows: int
+    path: Path | None,
+    fmt: str,
+    schema: pa.Schema,
+    batch_rows: int,
+    omittable: frozenset[str] = frozenset(),
 ) -> Iterator[pa.RecordBatch]:
     """The rows of ``path`` (stdin when None) as batches, system columns dropped."""
     where = "stdin" if path is None else str(path)
     if fmt == "jsonl":
         if path is None:
-            yield from _json_lines(sys.stdin, schema, batch_rows)
+            yield from _json_lines(sys.stdin, schema, batch_rows, omittable)
         else:
             with path.open(encoding="utf-8") as f:
-                yield from _json_lines(f, schema, batch_rows)
+                yield from _json_lines(f, schema, batch_rows, omittable)
         return
     source: Any = sys.stdin.buffer if path is None else path
     try:
@@ -140,7 +147,7 @@ def append(
             [{"name": f.name, "type": f.type, "nullable": f.nullable} for f in info.fields]
         )
         total = 0
-        for batch in _file_batches(source, fmt, schema, batch_rows):
+        for batch in _file_batches(source, fmt, schema, batch_rows, info.added_columns):
             ranges = c.append(table, batch, partition=partition)
             total += sum(r.count for r in ranges)
     typer.echo(f"appended {total} records to {table}")

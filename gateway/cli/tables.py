@@ -11,6 +11,8 @@ from typing import Annotated, Any
 import typer
 
 from gateway.cli._common import JsonFlag, TableArg, client_for, columns, table_app
+from gateway.wire.errors import InvalidSchema
+from gateway.wire.schema import parse_fields_text
 
 
 def _parse_schema(spec: str) -> list[dict[str, Any]]:
@@ -21,34 +23,28 @@ def _parse_schema(spec: str) -> list[dict[str, Any]]:
         if isinstance(doc, dict):
             return [{"name": k, "type": v} for k, v in doc.items()]
         return list(doc)
-    fields = []
-    depth, start = 0, 0
-    parts = []
-    for i, ch in enumerate(text):
-        if ch in "<([":
-            depth += 1
-        elif ch in ">)]":
-            depth -= 1
-        elif ch == "," and depth == 0:
-            parts.append(text[start:i])
-            start = i + 1
-    parts.append(text[start:])
-    for part in parts:
-        name, sep, type_name = part.strip().partition(":")
-        if not sep:
-            raise typer.BadParameter(
-                f"expected name:type, got {part.strip()!r} (e.g. 'id:int64,name:string')",
-                param_hint="--schema",
-            )
-        fields.append({"name": name.strip(), "type": type_name.strip()})
-    return fields
+    try:
+        return parse_fields_text(text)
+    except InvalidSchema as exc:
+        raise typer.BadParameter(exc.message, param_hint="--schema") from None
 
 
 def _describe(info: Any) -> dict[str, Any]:
     return {
         "table": str(info.table),
         "table_id": info.table_id,
-        "schema": [{"name": f.name, "type": f.type, "nullable": f.nullable} for f in info.fields],
+        "schema": [
+            {
+                "name": f.name,
+                "type": f.type,
+                "nullable": f.nullable,
+                **({"doc": f.doc} if f.doc else {}),
+                **({"added": True} if f.added else {}),
+            }
+            for f in info.fields
+        ],
+        "schema_version": info.schema_version,
+        "iceberg_schema_id": info.iceberg_schema_id,
         "partitions": info.partitions,
         "key_columns": list(info.key_columns),
         "iceberg_table": info.iceberg_table,
@@ -76,13 +72,23 @@ def _describe_text(info: Any) -> str:
         f"partitions  {info.partitions}, keyed by {keys}",
         f"iceberg     {info.iceberg_table or '-'}",
         f"metadata    {info.iceberg_metadata or '-'}",
+        f"schema      version {info.schema_version}, Iceberg schema id "
+        f"{'-' if info.iceberg_schema_id is None else info.iceberg_schema_id}",
         "",
         "columns",
     ]
     lines += [
-        "  " + line
+        "  " + line.rstrip()
         for line in columns(
-            [[f.name, f.type, "nullable" if f.nullable else "not null"] for f in info.fields]
+            [
+                [
+                    f.name,
+                    f.type,
+                    "nullable" if f.nullable else "not null",
+                    ("added  " if f.added else "") + f.doc,
+                ]
+                for f in info.fields
+            ]
         )
     ]
     lines += ["", "partitions (offsets below 'tiered' are in Iceberg, the rest in the hot tier)"]
@@ -123,6 +129,87 @@ def table_create(
             exist_ok=if_not_exists,
         )
         typer.echo(json.dumps(_describe(info), indent=2) if as_json else _describe_text(info))
+
+
+def _name_value(text: str, sep: str, option: str, example: str) -> tuple[str, str]:
+    name, found, value = text.partition(sep)
+    if not found or not name.strip():
+        raise typer.BadParameter(
+            f"expected name{sep}value, got {text!r} (e.g. {example!r})", param_hint=option
+        )
+    return name.strip(), value.strip()
+
+
+@table_app.command("alter")
+def table_alter(
+    table: TableArg,
+    add_column: Annotated[
+        list[str] | None,
+        typer.Option(help="Add a nullable column: name:type (repeatable).", show_default=False),
+    ] = None,
+    widen: Annotated[
+        list[str] | None,
+        typer.Option(
+            help="Widen a column: name:int64 (from int32) or name:float64 (from float32).",
+            show_default=False,
+        ),
+    ] = None,
+    optional: Annotated[
+        list[str] | None,
+        typer.Option(help="Make a required column optional (repeatable).", show_default=False),
+    ] = None,
+    doc: Annotated[
+        list[str] | None,
+        typer.Option(
+            help="Set a column's doc: name=text (empty text clears it).", show_default=False
+        ),
+    ] = None,
+    changes: Annotated[
+        str | None,
+        typer.Option(help="Changes as JSON (the HTTP API's 'changes' list), or @file.json."),
+    ] = None,
+    as_json: JsonFlag = False,
+) -> None:
+    """Evolve a table's schema, in one step for the gateway and the Iceberg table.
+
+    Only changes that keep every stored row readable are accepted: add a nullable
+    column, widen int32 to int64 or float32 to float64, make a column optional, change a
+    doc. Rows written before read an added column as null. Anything else (drop, rename,
+    narrowing, another type change) is refused and nothing changes.
+    """
+    todo: list[dict[str, Any]] = []
+    if changes:
+        text = Path(changes[1:]).read_text() if changes.startswith("@") else changes
+        try:
+            parsed = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise typer.BadParameter(f"not JSON: {exc.msg}", param_hint="--changes") from None
+        if isinstance(parsed, dict):
+            parsed = parsed.get("changes")
+        if not isinstance(parsed, list):
+            raise typer.BadParameter(
+                'expected a list of changes or {"changes": [...]}', param_hint="--changes"
+            )
+        todo.extend(parsed)
+    for item in add_column or []:
+        name, type_name = _name_value(item, ":", "--add-column", "region:string")
+        todo.append({"op": "add_column", "column": name, "type": type_name})
+    for item in widen or []:
+        name, type_name = _name_value(item, ":", "--widen", "count:int64")
+        todo.append({"op": "update_type", "column": name, "type": type_name})
+    for name in optional or []:
+        todo.append({"op": "make_optional", "column": name.strip()})
+    for item in doc or []:
+        name, text = _name_value(item, "=", "--doc", "region=Where the order was placed")
+        todo.append({"op": "update_doc", "column": name, "doc": text or None})
+    if not todo:
+        raise typer.BadParameter(
+            "name a change: --add-column, --widen, --optional, --doc or --changes",
+            param_hint="--add-column",
+        )
+    with client_for() as c:
+        info = c.alter_schema(table, todo)
+    typer.echo(json.dumps(_describe(info), indent=2) if as_json else _describe_text(info))
 
 
 @table_app.command("list")

@@ -197,7 +197,7 @@ class Accumulator:
     def __init__(self, table: TableInfo, config: ProducerConfig) -> None:
         self.table = table
         self.config = config
-        self.plan = RowPlan(table.schema, table.key_columns)
+        self.plan = RowPlan(table.schema, table.key_columns, table.added_columns)
         self.open: dict[int, ProducerBatch] = {}
         self.ready: list[ProducerBatch] = []
         self.buffered = 0
@@ -266,7 +266,7 @@ class Accumulator:
             )
 
     def _add_batch(self, batch: pa.RecordBatch, partition: int | None, single: bool) -> Delivery:
-        batch = conform_batch(batch, self.table.schema)
+        batch = conform_batch(batch, self.table.schema, self.table.added_columns)
         delivery = Delivery(batch.num_rows, single)
         n = batch.num_rows
         if n == 0:

@@ -19,7 +19,10 @@ from gateway.client._channel import (
     channel_options,
     normalise_target,
 )
+from gateway.client._flight import FlightReads, flight_location
+from gateway.wire._proto.tidegate.v1 import tidegate_pb2 as pb
 from gateway.wire._proto.tidegate.v1 import tidegate_pb2_grpc as pb_grpc
+from gateway.wire.errors import TidegateError
 from gateway.wire.retry import Retry
 from gateway.wire.status import error_from_rpc
 
@@ -47,13 +50,24 @@ class _Channel:
         retry: Retry = DEFAULT_CALL_RETRY,
         connect_timeout: float = DEFAULT_CONNECT_TIMEOUT,
         options: Sequence[tuple[str, Any]] = (),
+        flight: bool | str = True,
     ) -> None:
         target, scheme_tls = normalise_target(endpoint)
         self.timeout = timeout
         self.retry = retry
         self.reach = Reach(target, connect_timeout)
         self.metadata = call_metadata(api_key)
-        creds = channel_credentials(tls if tls is not None else scheme_tls, root_certificates)
+        use_tls = tls if tls is not None else scheme_tls
+        creds = channel_credentials(use_tls, root_certificates)
+        self._target = target
+        self._tls = bool(use_tls if use_tls is not None else root_certificates is not None)
+        self._root_certificates = root_certificates
+        self._api_key = api_key
+        #: True: scans use the gateway's Flight edge when it offers one; False: never; a
+        #: location (``grpc+tcp://host:port``): that Flight edge.
+        self._flight_mode = flight
+        self._flight_known = flight is False
+        self._flight_reads: FlightReads | None = None
         opts = channel_options(options)
         self._channel = (
             self._insecure(target, options=opts)
@@ -61,6 +75,34 @@ class _Channel:
             else self._secure(target, creds, options=opts)
         )
         self._stub = pb_grpc.TidegateStub(self._channel)
+
+    def _use_flight(self, info: pb.GatewayInfo | None) -> FlightReads | None:
+        """Remember the Flight edge that ``info`` (or the ``flight`` argument) names."""
+        mode = self._flight_mode
+        location = (
+            mode
+            if isinstance(mode, str)
+            else (flight_location(info, self._target, self._tls) if info is not None else None)
+        )
+        if location:
+            self._flight_reads = FlightReads(
+                location,
+                f"Bearer {self._api_key}" if self._api_key else None,
+                timeout=self.timeout,
+                root_certificates=self._root_certificates,
+            )
+        self._flight_known = True
+        return self._flight_reads
+
+    def _close_flight(self) -> None:
+        if self._flight_reads is not None:
+            self._flight_reads.close()
+            self._flight_reads = None
+
+
+def _no_flight(err: TidegateError) -> bool:
+    """Whether ``err`` says the gateway predates ``GetGatewayInfo`` (so has no Flight)."""
+    return err.details.get("grpc_code") == "UNIMPLEMENTED"
 
 
 class SyncCalls(_Channel):
@@ -97,6 +139,19 @@ class SyncCalls(_Channel):
                 self.reach.ok()
                 return answer
 
+    def _flight(self) -> FlightReads | None:
+        """The gateway's Flight edge, asked once; None when it has none."""
+        if self._flight_known:
+            return self._flight_reads
+        info = None
+        if self._flight_mode is True:
+            try:
+                info = self._call("GetGatewayInfo", pb.GetGatewayInfoRequest(), idempotent=True)
+            except TidegateError as err:
+                if not _no_flight(err):
+                    raise
+        return self._use_flight(info)
+
 
 class AsyncCalls(_Channel):
     """The asyncio channel and unary-call loop of :class:`~gateway.client.AsyncClient`."""
@@ -130,3 +185,18 @@ class AsyncCalls(_Channel):
             else:
                 self.reach.ok()
                 return answer
+
+    async def _flight(self) -> FlightReads | None:
+        """The gateway's Flight edge, asked once; None when it has none."""
+        if self._flight_known:
+            return self._flight_reads
+        info = None
+        if self._flight_mode is True:
+            try:
+                info = await self._call(
+                    "GetGatewayInfo", pb.GetGatewayInfoRequest(), idempotent=True
+                )
+            except TidegateError as err:
+                if not _no_flight(err):
+                    raise
+        return self._use_flight(info)

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import datetime as dt
 import decimal
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any
 
 import pyarrow as pa
@@ -195,11 +195,16 @@ def _routes_as_python(t: pa.DataType) -> bool:
 class RowPlan:
     """Checks dict rows against one table schema and routes them by key, in Python."""
 
-    def __init__(self, schema: pa.Schema, key_columns: Sequence[str] = ()) -> None:
+    def __init__(
+        self, schema: pa.Schema, key_columns: Sequence[str] = (), omittable: Collection[str] = ()
+    ) -> None:
         self.schema = schema
         self.names = tuple(schema.names)
         self._names = frozenset(self.names)
-        self._required = self._names  # a nullable column is given as None, not left out
+        # A nullable column is given as None, not left out; only a column added by a
+        # schema change may be left out (rows written under the older schema).
+        self._omittable = frozenset(omittable)
+        self._required = self._names - self._omittable
         self._fields = [(f.name, value_check(f.type), f.nullable) for f in schema]
         index = {n: i for i, n in enumerate(self.names)}
         self.key_index = tuple(index[c] for c in key_columns)
@@ -221,8 +226,11 @@ class RowPlan:
         for name, check, nullable in self._fields:
             v = row.get(name, _MISSING)
             if v is _MISSING:  # every column needs a value (None for a nullable one)
-                self._refuse_columns(row)
-            found += 1
+                if name not in self._omittable:
+                    self._refuse_columns(row)
+                v = None
+            else:
+                found += 1
             if v is None:
                 if not nullable:
                     raise SchemaMismatch(f"column {name!r} is not nullable but the row holds None")
@@ -243,7 +251,7 @@ class RowPlan:
 
     def _refuse_columns(self, row: Mapping[str, Any]) -> None:
         extra = sorted(str(k) for k in row if k not in self._names)
-        missing = [n for n, _, _ in self._fields if n not in row]
+        missing = [n for n, _, _ in self._fields if n not in row and n not in self._omittable]
         raise columns_mismatch("the row", extra, missing)
 
     def check_columns(self, row: Mapping[str, Any]) -> None:

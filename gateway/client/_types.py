@@ -83,11 +83,14 @@ class Snapshot:
 
 @dataclass(frozen=True, slots=True)
 class Field:
-    """A column: its name, Arrow type name and whether it takes nulls."""
+    """A column: its name, Arrow type name, whether it takes nulls, its doc, and whether
+    a schema change added it (appends may then leave it out: it is null)."""
 
     name: str
     type: str
     nullable: bool
+    doc: str = ""
+    added: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -119,10 +122,19 @@ class TableInfo:
     #: file: what DuckDB, pyiceberg or Spark open to read the tiered rows directly.
     iceberg_table: str = ""
     iceberg_metadata: str = ""
+    #: Raised by one at every schema change (0 at create).
+    schema_version: int = 0
+    #: The Iceberg table's current schema id (describe only).
+    iceberg_schema_id: int | None = None
 
     @property
     def table(self) -> TableRef:
         return self.ref
+
+    @property
+    def added_columns(self) -> frozenset[str]:
+        """Columns added by a schema change: rows may leave them out (null)."""
+        return frozenset(f.name for f in self.fields if f.added)
 
     @property
     def high_watermarks(self) -> tuple[int, ...]:
@@ -134,7 +146,7 @@ class TableInfo:
 
     @classmethod
     def from_pb(cls, info: pb.TableInfo) -> TableInfo:
-        fields = tuple(Field(f.name, f.type, f.nullable) for f in info.fields)
+        fields = tuple(Field(f.name, f.type, f.nullable, f.doc, f.added) for f in info.fields)
         parts = sorted(info.partition_info, key=lambda p: p.partition)
         return cls(
             ref=TableRef(info.table.namespace, info.table.name),
@@ -146,6 +158,10 @@ class TableInfo:
             table_id=info.table_id,
             iceberg_table=info.iceberg_table,
             iceberg_metadata=info.iceberg_metadata,
+            schema_version=info.schema_version,
+            iceberg_schema_id=(
+                info.iceberg_schema_id if info.HasField("iceberg_schema_id") else None
+            ),
             fields=fields,
             partition_info=tuple(
                 PartitionInfo(
@@ -166,8 +182,29 @@ def table_fields(schema: Mapping[str, str] | Sequence[Mapping[str, Any]]) -> lis
     if isinstance(schema, Mapping):
         return [pb.Field(name=k, type=v, nullable=True) for k, v in schema.items()]
     return [
-        pb.Field(name=f["name"], type=f["type"], nullable=f.get("nullable", True)) for f in schema
+        pb.Field(
+            name=f["name"], type=f["type"], nullable=f.get("nullable", True), doc=f.get("doc") or ""
+        )
+        for f in schema
     ]
+
+
+def schema_changes(changes: Sequence[Mapping[str, Any]]) -> list[pb.SchemaChange]:
+    """Schema changes as dicts (``{"op": "add_column", "column": "c", "type": "int64"}``,
+    the form of the HTTP API) as protobuf messages."""
+    out = []
+    for c in changes:
+        unknown = set(c) - {"op", "column", "type", "doc", "nullable"}
+        if unknown:
+            raise InvalidRequest(
+                f"a schema change has unknown keys {sorted(unknown)}; it takes op, column, "
+                "type, doc and nullable"
+            )
+        given = {k: v for k, v in c.items() if v is not None or k == "doc"}
+        if "doc" in given and given["doc"] is None:
+            given["doc"] = ""  # update_doc with no doc: clear it
+        out.append(pb.SchemaChange(**given))
+    return out
 
 
 def ranges_from_pb(response: pb.AppendResponse) -> list[AppendRange]:

@@ -29,6 +29,7 @@ from gateway.client._aio_consumer import AsyncConsumer
 from gateway.client._aio_producer import AsyncProducer
 from gateway.client._arrow import decode, ipc
 from gateway.client._calls import AsyncCalls
+from gateway.client._flight import flight_scan
 from gateway.client._reading import label_tier, scan_request, scan_table
 from gateway.client._requests import (
     append_request,
@@ -49,6 +50,7 @@ from gateway.client._types import (
     TableInfo,
     TableRef,
     ranges_from_pb,
+    schema_changes,
 )
 from gateway.wire._proto.tidegate.v1 import tidegate_pb2 as pb
 from gateway.wire.codec import Compression
@@ -69,6 +71,7 @@ class AsyncClient(AsyncCalls):
         await self.close()
 
     async def close(self) -> None:
+        self._close_flight()
         await self._channel.close()
 
     # Tables ----------------------------------------------------------------------------
@@ -95,6 +98,14 @@ class AsyncClient(AsyncCalls):
 
     async def table_info(self, table: str | TableRef) -> TableInfo:
         return await self.describe_table(table)
+
+    async def alter_schema(
+        self, table: str | TableRef, changes: Sequence[Mapping[str, Any]]
+    ) -> TableInfo:
+        """Evolve the table's schema by ``changes``, in order, all or none (see
+        :meth:`gateway.client.Client.alter_schema` for the changes and errors)."""
+        request = pb.AlterSchemaRequest(table=ref(table), changes=schema_changes(changes))
+        return TableInfo.from_pb(await self._call("AlterSchema", request))
 
     async def list_tables(self, namespace: str = "") -> list[TableInfo]:
         response = await self._call(
@@ -243,6 +254,16 @@ class AsyncClient(AsyncCalls):
     ) -> AsyncIterator[pa.RecordBatch]:
         """Batches of the whole table; see :meth:`gateway.client.Client.scan_batches`."""
         request = scan_request(table, columns, filter, as_of, limit)
+        flight = await self._flight()
+        if flight is not None:
+            # Flight's client blocks: each batch is received on a worker thread.
+            batches = flight.scan_batches(flight_scan(request))
+            try:
+                while (batch := await asyncio.to_thread(next, batches, None)) is not None:
+                    yield batch
+            finally:
+                batches.close()
+            return
         try:
             async for msg in self._stub.Scan(request, timeout=self.timeout, metadata=self.metadata):
                 for batch in pa.ipc.open_stream(msg.arrow_ipc):
@@ -261,6 +282,9 @@ class AsyncClient(AsyncCalls):
     ) -> pa.Table:
         """The whole table as one ``pyarrow.Table``; see :meth:`Client.scan`."""
         request = scan_request(table, columns, filter, as_of, limit)
+        flight = await self._flight()
+        if flight is not None:
+            return await asyncio.to_thread(flight.scan, flight_scan(request))
         try:
             messages = [
                 m
@@ -271,6 +295,11 @@ class AsyncClient(AsyncCalls):
         except grpc.RpcError as exc:
             raise self.reach.explain(error_from_rpc(exc)) from None
         return scan_table(messages)
+
+    async def flight_location(self) -> str | None:
+        """Where scans go; see :meth:`gateway.client.Client.flight_location`."""
+        flight = await self._flight()
+        return flight.location if flight is not None else None
 
     async def plan_read(
         self, table: str | TableRef, *, filter: str = "", as_of: int | str | None = None

@@ -154,6 +154,10 @@ def write_data_file(
     parts = rows.column("_partition").unique()
     if len(parts) != 1:
         raise ValueError(f"a data file holds one partition, got {parts.to_pylist()}")
+    for f in file_schema:
+        if f.name not in rows.column_names:
+            # A column added to the table after the rows' schema was read: null here.
+            rows = rows.append_column(f.name, pa.nulls(rows.num_rows, f.type))
     rows = rows.select(file_schema.names).cast(file_schema)
     filesystem, _ = options.filesystem()
     path = f"{folder.rstrip('/')}/{uuid.uuid4().hex}.parquet"
@@ -264,6 +268,22 @@ class ColdTable(ABC):
         nothing is committed and ``CommitConflict`` (retryable) is raised so the caller
         re-plans from the new snapshot. Watermarks never move backwards.
         """
+
+    @abstractmethod
+    def evolve_schema(self, user: pa.Schema, docs: Mapping[str, str]) -> int:
+        """Bring the table's schema to the user schema ``user`` (with column ``docs``) in
+        one commit, and return the current schema id. ``user`` differs from the table's
+        by admitted changes only (:func:`gateway.wire.evolution.apply_changes`): added
+        nullable columns, widened types, optional columns, docs. What the table already
+        has is left alone, so repeating a change that committed here is a no-op.
+
+        Raises:
+            CommitConflict: a concurrent schema change committed first (retryable).
+        """
+
+    @abstractmethod
+    def schema_id(self) -> int:
+        """The id of the table's current schema (what engines reading it see)."""
 
     @abstractmethod
     def data_location(self, partition: int) -> str:

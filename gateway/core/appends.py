@@ -14,7 +14,7 @@ from gateway.core.names import INT64_MAX, check_text
 from gateway.core.views import TableView
 from gateway.hot import AppendResult, PartitionId, ProducerSequence
 from gateway.wire.codec import encode_batch
-from gateway.wire.errors import InvalidIdempotentAppend, InvalidRequest
+from gateway.wire.errors import InvalidIdempotentAppend, InvalidRequest, SchemaMismatch
 from gateway.wire.routing import partition_for_key, route_by_key
 from gateway.wire.schema import conform_batch
 from gateway.wire.types import AppendRange
@@ -60,7 +60,20 @@ class AppendOps(CoreBase):
             )
         if producer_id is not None:
             check_text("producer_id", producer_id, 128)
-        conformed = [conform_batch(b, table.schema) for b in batches if b.num_rows]
+        try:
+            conformed = [
+                conform_batch(b, table.schema, table.added_columns) for b in batches if b.num_rows
+            ]
+        except SchemaMismatch as exc:
+            if not exc.details.get("unexpected"):
+                raise
+            # Columns this gateway does not know may have been added by a schema change
+            # through another gateway since it cached the table: look again, once.
+            table = await self.table(tenant, namespace, name, fresh=True)
+            d = table.definition
+            conformed = [
+                conform_batch(b, table.schema, table.added_columns) for b in batches if b.num_rows
+            ]
         if not conformed:
             raise InvalidRequest("an append needs at least one row")
         batch = (

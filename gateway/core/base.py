@@ -66,7 +66,8 @@ class CoreBase:
         self.hot = hot
         #: The Iceberg tier; None serves the hot tier alone (``cold.enabled=false``).
         self.cold = cold
-        self._cold_tables: dict[str, ColdTable] = {}
+        #: Table id -> (schema version, handle).
+        self._cold_tables: dict[str, tuple[int, ColdTable]] = {}
         self._snapshots: dict[str, tuple[float, ColdSnapshot]] = {}
         self._pool = ThreadPoolExecutor(settings.server.io_threads, thread_name_prefix="tg-io")
         self._tables: dict[tuple[str, str, str], tuple[float, TableView]] = {}
@@ -98,8 +99,11 @@ class CoreBase:
             self.cold.close()
         self.meta.close()
 
-    async def table(self, tenant: str, namespace: str, name: str) -> TableView:
-        """The table's definition and schema, cached for a moment (no live offsets).
+    async def table(
+        self, tenant: str, namespace: str, name: str, *, fresh: bool = False
+    ) -> TableView:
+        """The table's definition and schema, cached for a moment (no live offsets);
+        ``fresh`` reads the metadata store again.
 
         Raises:
             TableNotFound: no such table in this tenant.
@@ -107,10 +111,10 @@ class CoreBase:
         key = (tenant, namespace, name)
         now = time.monotonic()
         hit = self._tables.get(key)
-        if hit is not None and hit[0] > now:
+        if not fresh and hit is not None and hit[0] > now:
             return hit[1]
         definition = await self._run(self.meta.get_table, tenant, namespace, name)
-        view = TableView(definition, parse_fields(definition.fields))
+        view = TableView(definition, parse_fields(definition.fields, stored=True))
         self._tables[key] = (now + _TABLE_CACHE_TTL_S, view)
         return view
 
@@ -139,11 +143,14 @@ class CoreBase:
         """The table's cold handle, kept per table id (handles cache table metadata)."""
         assert self.cold is not None
         d = table.definition
-        handle = self._cold_tables.get(d.table_id)
-        if handle is None:
-            if len(self._cold_tables) > 4096:
-                self._cold_tables.clear()
-            handle = self._cold_tables[d.table_id] = self.cold.table(d)
+        hit = self._cold_tables.get(d.table_id)
+        if hit is not None and hit[0] == d.schema_version:
+            return hit[1]
+        # A handle reads in the schema it was built with: a new one per schema version.
+        if len(self._cold_tables) > 4096:
+            self._cold_tables.clear()
+        handle = self.cold.table(d)
+        self._cold_tables[d.table_id] = (d.schema_version, handle)
         return handle
 
     def _read_snapshot(

@@ -14,6 +14,7 @@ from gateway.core.budget import READ_COPIES
 from gateway.core.views import ReadResult, TableView, fit_bytes, slice_batches
 from gateway.hot import PartitionId
 from gateway.wire.errors import InvalidRequest, OffsetOutOfRange
+from gateway.wire.evolution import StaleSchema
 from gateway.wire.schema import OFFSET_COLUMN
 
 __all__ = ["ReadOps"]
@@ -51,7 +52,12 @@ class ReadOps(CoreBase):
         table = await self.table(tenant, namespace, name)
         part = self._part(table, partition)
         records, nbytes = self._limits(max_records, max_bytes)
-        return await self._read(table, part, offset, records, nbytes)
+        try:
+            return await self._read(table, part, offset, records, nbytes)
+        except StaleSchema:
+            # Rows appended under a schema changed through another gateway: look again.
+            table = await self.table(tenant, namespace, name, fresh=True)
+            return await self._read(table, part, offset, records, nbytes)
 
     async def _read(
         self, table: TableView, part: PartitionId, offset: int, max_records: int, max_bytes: int
@@ -111,7 +117,7 @@ class ReadOps(CoreBase):
             if remaining > 0 and not full and next_offset < o.high:
                 stored = self.hot.read(part, next_offset, remaining, max_bytes - nbytes)
                 hot, next_offset = slice_batches(
-                    stored, part.partition, next_offset, remaining, max_bytes, nbytes
+                    stored, part.partition, next_offset, remaining, max_bytes, nbytes, table.schema
                 )
                 out.extend(hot)
             return ReadResult(out, next_offset, max(high, next_offset), table.stored_schema, tiered)
@@ -171,7 +177,11 @@ class ReadOps(CoreBase):
                 held.append(size)
                 if len(held) > 2:
                     self.budget.release(tenant, held.pop(0))
-                result = await self._read(table, part, offset, want, nbytes)
+                try:
+                    result = await self._read(table, part, offset, want, nbytes)
+                except StaleSchema:
+                    table = await self.table(tenant, namespace, name, fresh=True)
+                    result = await self._read(table, part, offset, want, nbytes)
                 now = time.monotonic()
                 if result.num_records or (deadline is not None and now >= deadline):
                     if still_allowed is not None:

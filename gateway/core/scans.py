@@ -14,6 +14,7 @@ from gateway.core.views import HotRange, ReadPlan, ScanResult, TableView
 from gateway.hot import PartitionId
 from gateway.wire.codec import decode_batch
 from gateway.wire.errors import InvalidRequest, SnapshotNotFound
+from gateway.wire.evolution import read_as
 from gateway.wire.filters import Expr, compile_filter, to_arrow
 from gateway.wire.schema import with_system_columns
 
@@ -84,7 +85,12 @@ class ScanOps(CoreBase):
                 raise RuntimeError(f"hot range {r} ended early at {offset}")
             for sb in stored:
                 rows = with_system_columns(
-                    decode_batch(sb.payload), part.partition, sb.base_offset, sb.timestamp_us
+                    # The scan's schema is sent already: a batch of a schema newer than
+                    # its view (changed after the scan read the table) is cast to it.
+                    read_as(decode_batch(sb.payload), table.schema, strict=False),
+                    part.partition,
+                    sb.base_offset,
+                    sb.timestamp_us,
                 )
                 start = max(0, offset - sb.base_offset)
                 length = min(rows.num_rows - start, r.to_offset - offset)
@@ -126,7 +132,7 @@ class ScanOps(CoreBase):
             TableNotFound, InvalidRequest (bad columns, filter, as_of or limit),
             SnapshotNotFound.
         """
-        table = await self.table(tenant, namespace, name)
+        table = await self.table(tenant, namespace, name, fresh=True)
         if limit is not None and (
             isinstance(limit, bool) or not isinstance(limit, int) or not 0 <= limit <= INT64_MAX
         ):
@@ -185,7 +191,7 @@ class ScanOps(CoreBase):
         Raises:
             TableNotFound, InvalidRequest, SnapshotNotFound.
         """
-        table = await self.table(tenant, namespace, name)
+        table = await self.table(tenant, namespace, name, fresh=True)
         when = parse_as_of(as_of)
         expr = await self._filter(row_filter, table.stored_schema)
         snap, ranges = await self._run(self._pin, table, when)

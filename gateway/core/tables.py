@@ -11,7 +11,8 @@ from gateway.core.base import CoreBase
 from gateway.core.names import check_ident
 from gateway.core.views import PartitionView, TableView
 from gateway.hot import PartitionId
-from gateway.wire.errors import InvalidRequest, InvalidSchema
+from gateway.wire.errors import InvalidRequest, InvalidSchema, SchemaChangeRefused
+from gateway.wire.evolution import ACCEPTED, apply_changes
 from gateway.wire.schema import fields_to_json, parse_fields
 
 MAX_PARTITIONS = 4096
@@ -61,7 +62,7 @@ class TableOps(CoreBase):
             tenant,
             namespace,
             name,
-            fields_to_json(schema),
+            fields_to_json(schema, fields if isinstance(fields, list) else ()),
             partitions,
             keys,
         )
@@ -72,6 +73,36 @@ class TableOps(CoreBase):
                 with contextlib.suppress(Exception):
                     await self._run(self.meta.drop_table, tenant, namespace, name)
                 raise
+        return await self.describe_table(tenant, namespace, name)
+
+    async def alter_schema(self, tenant: str, namespace: str, name: str, changes: Any) -> TableView:
+        """Evolve the table's schema by ``changes`` (:mod:`gateway.wire.evolution`):
+        the Iceberg schema first, then the metadata store, whose schema version the
+        change was planned from must still be current (compare-and-set).
+
+        Appends are validated against the metadata store's schema, so a column is
+        accepted in appends only once the Iceberg table can hold it; rows appended under
+        the older schema meanwhile read under the new one (added columns as null).
+
+        Raises:
+            TableNotFound: no such table in this tenant.
+            SchemaChangeRefused: a change that is not admitted; nothing is changed.
+            CommitConflict: another schema change committed first (retryable).
+        """
+        table = await self.table(tenant, namespace, name, fresh=True)
+        d = table.definition
+        fields = apply_changes(d.fields, changes, d.key_columns)
+        schema = parse_fields(fields, stored=True)
+        cold = self.cold
+        if cold is not None:
+            try:
+                cold.check_schema(schema)
+            except InvalidSchema as exc:
+                raise SchemaChangeRefused(f"{exc.message}; {ACCEPTED}") from None
+            docs = {f["name"]: f["doc"] for f in fields if f.get("doc")}
+            await self._run(self._cold_table(table).evolve_schema, schema, docs)
+        await self._run(self.meta.set_fields, d.table_id, d.schema_version, fields)
+        self._tables.pop((tenant, namespace, name), None)
         return await self.describe_table(tenant, namespace, name)
 
     async def describe_table(self, tenant: str, namespace: str, name: str) -> TableView:
@@ -85,6 +116,7 @@ class TableOps(CoreBase):
         d = table.definition
 
         where = ["", ""]
+        schema_id = [-1]
 
         def offsets() -> list[PartitionView]:
             views = []
@@ -95,6 +127,7 @@ class TableOps(CoreBase):
                 cold = self._cold_table(table)
                 snap = cold.snapshot()
                 where[:] = [cold.name, cold.metadata_location]
+                schema_id[0] = cold.schema_id()
             for p in range(d.partitions):
                 o = self.hot.offsets(PartitionId(d.tenant, d.table_id, p))
                 if snap is not None:
@@ -116,7 +149,14 @@ class TableOps(CoreBase):
             return views
 
         parts = tuple(await self._run(offsets))
-        return TableView(d, table.schema, parts, iceberg_table=where[0], iceberg_metadata=where[1])
+        return TableView(
+            d,
+            table.schema,
+            parts,
+            iceberg_table=where[0],
+            iceberg_metadata=where[1],
+            iceberg_schema_id=schema_id[0],
+        )
 
     async def list_snapshots(self, tenant: str, namespace: str, name: str) -> list[SnapshotInfo]:
         """The table's Iceberg snapshots, oldest first (none without a cold tier).
@@ -133,7 +173,7 @@ class TableOps(CoreBase):
         if namespace:
             check_ident("namespace", namespace)
         defs = await self._run(self.meta.list_tables, tenant, namespace or None)
-        return [TableView(d, parse_fields(d.fields)) for d in defs]
+        return [TableView(d, parse_fields(d.fields, stored=True)) for d in defs]
 
     async def drop_table(self, tenant: str, namespace: str, name: str) -> None:
         """Drop the table and its hot data.
@@ -161,7 +201,7 @@ class TableOps(CoreBase):
             return 0
         total = 0
         for d in self.meta.list_tables(tenant):
-            snaps = self._cold_table(TableView(d, parse_fields(d.fields))).snapshots()
+            snaps = self._cold_table(TableView(d, parse_fields(d.fields, stored=True))).snapshots()
             if snaps:
                 total += int(snaps[-1].summary.get("total-files-size", 0))
         return total

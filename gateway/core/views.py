@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
@@ -12,7 +12,8 @@ import pyarrow as pa
 from gateway.hot import StoredBatch
 from gateway.meta import TableDef
 from gateway.wire.codec import iter_rows
-from gateway.wire.schema import system_schema, with_system_columns
+from gateway.wire.evolution import read_as
+from gateway.wire.schema import added_columns, fields_to_json, system_schema, with_system_columns
 
 if TYPE_CHECKING:
     from gateway.cold import PlannedFile
@@ -52,10 +53,26 @@ class TableView:
     #: The Iceberg table's identifier and current metadata file (describe only).
     iceberg_table: str = ""
     iceberg_metadata: str = ""
+    #: The Iceberg table's current schema id (describe only; -1 when unknown).
+    iceberg_schema_id: int = -1
 
     @property
     def stored_schema(self) -> pa.Schema:
         return system_schema(self.schema)
+
+    @property
+    def schema_version(self) -> int:
+        return self.definition.schema_version
+
+    @property
+    def added_columns(self) -> frozenset[str]:
+        """Columns added by a schema change: an append may leave them out."""
+        return added_columns(self.definition.fields)
+
+    @property
+    def fields(self) -> list[dict[str, Any]]:
+        """The schema's JSON form, with column docs and ``added`` marks."""
+        return fields_to_json(self.schema, self.definition.fields)
 
 
 @dataclass(frozen=True, slots=True)
@@ -125,11 +142,13 @@ def slice_batches(
     max_records: int,
     max_bytes: int,
     used_bytes: int = 0,
+    schema: pa.Schema | None = None,
 ) -> tuple[list[pa.RecordBatch], int]:
     """Decoded records ``[offset, offset + max_records)`` of hot batches, with system
-    columns, cut where their Arrow size (uncompressed, as they are sent) would pass
-    ``max_bytes`` (``used_bytes`` of which are taken already), and the offset after the
-    last one."""
+    columns and in the user ``schema`` (a batch stored under an older schema reads under
+    the current one: :func:`~gateway.wire.evolution.read_as`), cut where their Arrow size
+    (uncompressed, as they are sent) would pass ``max_bytes`` (``used_bytes`` of which are
+    taken already), and the offset after the last one."""
     out: list[pa.RecordBatch] = []
     remaining = max_records
     next_offset = offset
@@ -144,6 +163,8 @@ def slice_batches(
         # Only the record batches of the payload that hold the rows are decompressed.
         whole = start == 0 and length == sb.count
         for at, chunk in iter_rows(sb.payload, start, None if whole else length):
+            if schema is not None:
+                chunk = read_as(chunk, schema)
             rows = with_system_columns(chunk, partition, sb.base_offset + at, sb.timestamp_us)
             piece = fit_bytes(rows, max_bytes - used_bytes, not used_bytes)
             if piece.num_rows * 2 < chunk.num_rows:

@@ -57,6 +57,7 @@ from gateway.hot import HotLog, PartitionId
 from gateway.lake.components import Components, TieringError
 from gateway.wire.codec import decode_batch
 from gateway.wire.errors import CommitConflict, NotFound
+from gateway.wire.evolution import read_as
 from gateway.wire.retry import ExponentialBackoff, Retry
 from gateway.wire.schema import conform_batch, parse_fields, system_schema, with_system_columns
 
@@ -123,7 +124,7 @@ class RangeTask:
 def _iter_range(hot: HotLog, task: RangeTask, schema: pa.Schema) -> Iterator[pa.RecordBatch]:
     """Records ``[start, end)`` of the partition in the stored schema, in offset order."""
     part = task.part
-    user = parse_fields(list(task.fields))
+    user = parse_fields(list(task.fields), stored=True)
     offset = task.start
     while offset < task.end:
         stored = hot.read(part, offset, min(_READ_RECORDS, task.end - offset), _READ_BYTES)
@@ -140,7 +141,16 @@ def _iter_range(hot: HotLog, task: RangeTask, schema: pa.Schema) -> Iterator[pa.
                     f"gap in the hot tier of {task.table} partition {task.partition}: "
                     f"expected offset {offset}, found {sb.base_offset}"
                 )
-            rows = conform_batch(decode_batch(sb.payload), user)
+            decoded = decode_batch(sb.payload)
+            newer = set(decoded.schema.names) - set(user.names)
+            if newer:  # pragma: no cover - excluded by the order of _tasks' reads
+                raise TieringError(
+                    f"{task.table} partition {task.partition} offset {sb.base_offset} holds "
+                    f"columns {sorted(newer)} unknown to this run's schema; the next run "
+                    "moves them"
+                )
+            # Written under this schema or an older one (added columns read as null).
+            rows = conform_batch(read_as(decoded, user), user)
             rows = with_system_columns(rows, task.partition, sb.base_offset, sb.timestamp_us)
             start = offset - sb.base_offset
             length = min(rows.num_rows - start, task.end - offset)
@@ -161,7 +171,7 @@ def write_range(task: RangeTask, hot: HotLog) -> list[DataFile]:
     Raises:
         TieringError: the hot range has a gap or ends early; or the hot tier's error.
     """
-    schema = system_schema(parse_fields(list(task.fields)))
+    schema = system_schema(parse_fields(list(task.fields), stored=True))
     files: list[DataFile] = []
     pending: list[pa.RecordBatch] = []
     size = 0
@@ -265,10 +275,7 @@ class RunReport:
 def _tasks(
     c: Components, d: TableDef, cold: ColdTable, base: ColdSnapshot, run_id: str
 ) -> list[RangeTask]:
-    tasks = []
-    storage = c.cold.storage_options()
-    target = c.settings.tiering.target_file_bytes
-    file_schema = cold.file_schema()
+    ranges = []
     for p in range(d.partitions):
         part = PartitionId(d.tenant, d.table_id, p)
         t = base.watermark(p)
@@ -280,23 +287,44 @@ def _tasks(
                 f"{d.qualified_name} partition {p}: the hot tier starts at {o.low}, above "
                 f"the tiered watermark {t}; offsets [{t}, {o.low}) are lost"
             )
-        tasks.append(
-            RangeTask(
-                tenant=d.tenant,
-                table_id=d.table_id,
-                table=d.qualified_name,
-                partition=p,
-                start=t,
-                end=o.high,
-                fields=tuple(d.fields),
-                location=cold.data_location(p),
-                storage=storage,
-                file_schema=file_schema,
-                target_file_bytes=target,
-                run_id=run_id,
-            )
+        ranges.append((p, t, o.high))
+    if not ranges:
+        return []
+    # The schema is read after the high watermarks: a batch below them was accepted
+    # against a schema the metadata store held before this read, so these fields know
+    # every column of the rows to move; the Iceberg schema, read after, holds them too
+    # (a schema change commits to Iceberg before the metadata store).
+    fields = _current_fields(c, d)
+    storage = c.cold.storage_options()
+    target = c.settings.tiering.target_file_bytes
+    file_schema = cold.file_schema()
+    return [
+        RangeTask(
+            tenant=d.tenant,
+            table_id=d.table_id,
+            table=d.qualified_name,
+            partition=p,
+            start=start,
+            end=end,
+            fields=fields,
+            location=cold.data_location(p),
+            storage=storage,
+            file_schema=file_schema,
+            target_file_bytes=target,
+            run_id=run_id,
         )
-    return tasks
+        for p, start, end in ranges
+    ]
+
+
+def _current_fields(c: Components, d: TableDef) -> tuple[Mapping[str, Any], ...]:
+    """The table's user schema as the metadata store holds it now (``d`` may have been
+    listed before a schema change)."""
+    try:
+        now = c.meta.get_table(d.tenant, d.namespace, d.name)
+    except NotFound:
+        return tuple(d.fields)
+    return tuple(now.fields if now.table_id == d.table_id else d.fields)
 
 
 def tier_table(

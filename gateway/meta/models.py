@@ -130,6 +130,9 @@ class TableRecord(Base):
     #: JSON list of the key column names (empty: round-robin).
     key_columns_json: Mapped[str] = mapped_column(Text, default="[]")
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    #: Raised by one at every schema change (0 at create); a change commits only over
+    #: the version it was planned from.
+    schema_version: Mapped[int] = mapped_column(Integer, default=0, server_default=text("0"))
 
 
 class PartitionRecord(Base):

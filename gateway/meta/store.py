@@ -49,6 +49,7 @@ from gateway.meta.models import (
     utcnow,
 )
 from gateway.wire.errors import (
+    CommitConflict,
     InvalidRequest,
     TableAlreadyExists,
     TableNotFound,
@@ -85,6 +86,8 @@ class TableDef:
     partitions: int
     key_columns: list[str]
     created_at: datetime
+    #: Raised by one at every schema change (0 at create).
+    schema_version: int = 0
 
     @property
     def qualified_name(self) -> str:
@@ -221,6 +224,7 @@ def _table_def(record: TableRecord) -> TableDef:
         partitions=record.partitions,
         key_columns=json.loads(record.key_columns_json),
         created_at=record.created_at,
+        schema_version=record.schema_version or 0,
     )
 
 
@@ -360,6 +364,38 @@ class MetadataStore:
             record = self._find(session, tenant, namespace, name)
             if record is None:
                 raise _not_found(namespace, name)
+            return _table_def(record)
+
+    def set_fields(
+        self, table_id: str, version: int, fields: Sequence[Mapping[str, Any]]
+    ) -> TableDef:
+        """Replace the table's user schema if its schema version is still ``version``,
+        raising the version by one (compare-and-set: of two racing changes planned from
+        one version, one commits).
+
+        Raises:
+            TableNotFound: the table was dropped.
+            CommitConflict: another change committed since ``version`` (retryable).
+        """
+        stmt = (
+            update(TableRecord)
+            .where(TableRecord.id == table_id, TableRecord.schema_version == version)
+            .values(
+                schema_json=json.dumps([dict(f) for f in fields]),
+                schema_version=version + 1,
+            )
+        )
+        with self._session(write=True) as session:
+            changed = session.execute(stmt).rowcount  # type: ignore[attr-defined]
+            record = session.get(TableRecord, table_id)
+            if record is None:
+                raise TableNotFound(f"table {table_id} not found", table_id=table_id)
+            if not changed:
+                raise CommitConflict(
+                    f"the schema of {record.namespace}.{record.name} changed concurrently "
+                    f"(now version {record.schema_version}); describe the table and retry",
+                    version=str(record.schema_version),
+                )
             return _table_def(record)
 
     def list_tables(self, tenant: str, namespace: str | None = None) -> list[TableDef]:

@@ -18,6 +18,7 @@ from gateway.hot import load_hot_log
 from gateway.lake.components import Components
 from gateway.lake.scheduler import EmbeddedTiering
 from gateway.meta import MetadataStore
+from gateway.server.calls import DataCalls
 from gateway.tenancy import OPERATOR_KEY_FILE, Tenancy, load_operator_key
 from gateway.wire.errors import TidegateError
 
@@ -105,6 +106,7 @@ def check_ports(settings: Settings) -> None:
         (settings.server.grpc_port, "gRPC", "--grpc-port or TIDEGATE_SERVER__GRPC_PORT"),
         (settings.server.http_port, "HTTP", "--http-port or TIDEGATE_SERVER__HTTP_PORT"),
         (settings.server.metrics_port, "metrics", "TIDEGATE_SERVER__METRICS_PORT"),
+        (settings.server.flight_port, "Flight", "--flight-port or TIDEGATE_SERVER__FLIGHT_PORT"),
     ):
         if not port:
             continue
@@ -128,6 +130,7 @@ async def serve(settings: Settings) -> None:
 
     _return_freed_memory()
 
+    from gateway.server.flight import FlightEdge
     from gateway.server.grpc_server import GrpcEdge
     from gateway.server.http import create_app
     from gateway.server.http.health import metrics_app
@@ -150,6 +153,7 @@ async def serve(settings: Settings) -> None:
         loop.add_signal_handler(sig, stopping.set)
 
     grpc_edge: GrpcEdge | None = None
+    flight_edge: FlightEdge | None = None
     tiering: EmbeddedTiering | None = None
     http: list[tuple[uvicorn.Server, asyncio.Task[None]]] = []
 
@@ -179,6 +183,9 @@ async def serve(settings: Settings) -> None:
             grpc_edge = GrpcEdge(service, settings, tenancy)
             await grpc_edge.start()
             log.info("gRPC listening on %s:%s", settings.server.host, grpc_edge.port)
+        if settings.server.flight_port:
+            flight_edge = FlightEdge(DataCalls(service, tenancy), settings)
+            log.info("Flight listening on %s:%s", settings.server.host, flight_edge.port)
         if settings.server.http_port:
             app = create_app(
                 service,
@@ -206,6 +213,8 @@ async def serve(settings: Settings) -> None:
             await asyncio.to_thread(tiering.stop, grace + 30)
         if grpc_edge is not None:
             await grpc_edge.stop(grace)
+        if flight_edge is not None:
+            await flight_edge.stop()
         for server, task in http:
             server.should_exit = True
             with suppress(asyncio.CancelledError):

@@ -52,7 +52,16 @@ def table_info(view: TableView) -> pb.TableInfo:
     return pb.TableInfo(
         table=pb.TableRef(namespace=d.namespace, name=d.name),
         table_id=d.table_id,
-        fields=[pb.Field(name=f["name"], type=f["type"], nullable=f["nullable"]) for f in d.fields],
+        fields=[
+            pb.Field(
+                name=f["name"],
+                type=f["type"],
+                nullable=f["nullable"],
+                doc=f.get("doc", ""),
+                added=f.get("added", False),
+            )
+            for f in view.fields
+        ],
         partitions=d.partitions,
         key_columns=d.key_columns,
         partition_info=[
@@ -70,6 +79,8 @@ def table_info(view: TableView) -> pb.TableInfo:
         created_at_ms=int(d.created_at.timestamp() * 1000),
         iceberg_table=view.iceberg_table,
         iceberg_metadata=view.iceberg_metadata,
+        schema_version=view.schema_version,
+        iceberg_schema_id=view.iceberg_schema_id if view.iceberg_schema_id >= 0 else None,
     )
 
 
@@ -135,7 +146,15 @@ class TidegateServicer(pb_grpc.TidegateServicer):  # type: ignore[misc]
 
     # Tables ------------------------------------------------------------------------------
     async def CreateTable(self, request: pb.CreateTableRequest, context: Any) -> pb.TableInfo:
-        fields = [{"name": f.name, "type": f.type, "nullable": f.nullable} for f in request.fields]
+        fields = [
+            {
+                "name": f.name,
+                "type": f.type,
+                "nullable": f.nullable,
+                **({"doc": f.doc} if f.doc else {}),
+            }
+            for f in request.fields
+        ]
         view = await self.calls.create_table(
             current_call().tenant,
             request.table.namespace,
@@ -149,6 +168,20 @@ class TidegateServicer(pb_grpc.TidegateServicer):  # type: ignore[misc]
     async def DescribeTable(self, request: pb.DescribeTableRequest, context: Any) -> pb.TableInfo:
         view = await self.service.describe_table(
             current_call().tenant, request.table.namespace, request.table.name
+        )
+        return table_info(view)
+
+    async def AlterSchema(self, request: pb.AlterSchemaRequest, context: Any) -> pb.TableInfo:
+        changes = [
+            {
+                k: getattr(c, k)
+                for k in ("op", "column", "type", "doc", "nullable")
+                if k in ("op", "column") or c.HasField(k)
+            }
+            for c in request.changes
+        ]
+        view = await self.service.alter_schema(
+            current_call().tenant, request.table.namespace, request.table.name, changes
         )
         return table_info(view)
 
@@ -343,6 +376,12 @@ class TidegateServicer(pb_grpc.TidegateServicer):  # type: ignore[misc]
             tenant, result, message, _SCAN_CHUNK_BYTES, always_one=True
         ):
             yield msg
+
+    async def GetGatewayInfo(
+        self, request: pb.GetGatewayInfoRequest, context: Any
+    ) -> pb.GatewayInfo:
+        s = self.settings.server
+        return pb.GatewayInfo(flight_port=s.flight_port, flight_location=s.flight_advertise)
 
     async def PlanRead(self, request: pb.PlanReadRequest, context: Any) -> pb.PlanReadResponse:
         plan = await self.calls.plan(

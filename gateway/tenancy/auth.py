@@ -114,6 +114,13 @@ class Authenticator:
         #: Bumped when the cache is dropped, so a lookup that started before cannot refill it.
         self._keys_generation = 0
 
+    def derive_secret(self, purpose: str) -> bytes:
+        """A 32-byte secret for ``purpose`` derived from the operator key (HMAC-SHA256), the
+        same on every replica that holds that key; it changes when the key changes."""
+        return hmac.new(
+            self._operator_key.encode(), f"tidegate/{purpose}".encode(), "sha256"
+        ).digest()
+
     async def authenticate(self, authorization: str | None) -> Principal:
         """Resolve a credential to a tenant or the operator.
 

@@ -8,7 +8,8 @@ in the minute. A flush moves everything pending into ``tg_usage`` in one transac
 ``metering.flush_interval_s`` and once more at shutdown. A failed flush keeps the figures
 for the next one.
 
-The same figures feed Prometheus counters labelled by tenant. To bound the label
+The same figures feed Prometheus counters labelled by tenant, and the storage samples the
+gauges ``tidegate_tenant_hot_bytes`` / ``tidegate_tenant_cold_bytes``. To bound the label
 cardinality, each process labels at most ``metering.metrics_max_tenants`` tenants by name
 (the first it sees); the others share ``tenant="_other"``. The metadata store, not
 ``/metrics``, is the complete per-tenant record.
@@ -16,12 +17,13 @@ cardinality, each process labels at most ``metering.metrics_max_tenants`` tenant
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 from collections.abc import Callable
 from datetime import UTC, datetime
 
-from prometheus_client import Counter
+from prometheus_client import Counter, Gauge
 
 from gateway.meta.tenants import TenantStore
 from gateway.wire.types import USAGE_FIELDS
@@ -51,6 +53,18 @@ TENANT_REQUESTS = Counter(
 TENANT_THROTTLED = Counter(
     "tidegate_tenant_throttled_total", "Requests refused over a quota, per tenant.", ["tenant"]
 )
+TENANT_HOT_BYTES = Gauge(
+    "tidegate_tenant_hot_bytes",
+    "Bytes the tenant holds in the hot tier, as last sampled (at each usage flush of an "
+    "active tenant).",
+    ["tenant"],
+)
+TENANT_COLD_BYTES = Gauge(
+    "tidegate_tenant_cold_bytes",
+    "Bytes of the tenant's Iceberg data files in current snapshots, as last sampled.",
+    ["tenant"],
+)
+_STORAGE_GAUGES = {"hot_bytes": TENANT_HOT_BYTES, "cold_bytes": TENANT_COLD_BYTES}
 _COUNTERS = {
     "append_bytes": TENANT_APPEND_BYTES,
     "append_records": TENANT_APPEND_RECORDS,
@@ -80,6 +94,8 @@ class Meter:
         self._pending: dict[tuple[str, datetime], dict[str, int]] = {}
         self._labelled: set[str] = set()
         self._max_labels = max_label_tenants
+        #: Storage samples of the tenants counted under ``_other``, whose gauge is their sum.
+        self._other_storage: dict[str, dict[str, int]] = {n: {} for n in _STORAGE_GAUGES}
 
     def label(self, tenant: str) -> str:
         """The tenant's metrics label: its name, or ``_other`` past the cap."""
@@ -110,11 +126,18 @@ class Meter:
     ) -> None:
         """Record storage held by the tenant now. ``cold_bytes`` is the cold tier's hook."""
         key = (tenant, minute_of(self._clock()))
+        label = self.label(tenant)
         with self._lock:
             row = self._pending.setdefault(key, {})
             for name, value in (("hot_bytes", hot_bytes), ("cold_bytes", cold_bytes)):
-                if value is not None:
-                    row[name] = max(row.get(name, 0), value)
+                if value is None:
+                    continue
+                row[name] = max(row.get(name, 0), value)
+                if label == OTHER_TENANTS:
+                    others = self._other_storage[name]
+                    others[tenant] = value
+                    value = sum(others.values())
+                _STORAGE_GAUGES[name].labels(tenant=label).set(value)
 
     def active_tenants(self) -> set[str]:
         """Tenants with figures waiting for the next flush."""
@@ -126,6 +149,12 @@ class Meter:
         with self._lock:
             for key in [k for k in self._pending if k[0] == tenant]:
                 del self._pending[key]
+            for name, gauge in _STORAGE_GAUGES.items():
+                if tenant in self._labelled:
+                    with contextlib.suppress(KeyError):
+                        gauge.remove(tenant)
+                elif self._other_storage[name].pop(tenant, None) is not None:
+                    gauge.labels(tenant=OTHER_TENANTS).set(sum(self._other_storage[name].values()))
 
     def flush(self) -> None:
         """Write pending figures to the metadata store; on failure keep them for later."""

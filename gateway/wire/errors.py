@@ -9,6 +9,7 @@ for retryable errors), the FastAPI handler into ``{"error": {"reason", "message"
     ├── InvalidRequest                 INVALID_ARGUMENT / 400
     │   ├── SchemaMismatch             rows do not match the table schema
     │   ├── InvalidSchema              a table schema that cannot be stored
+    │   ├── SchemaChangeRefused        a schema change other than the admitted ones
     │   ├── MalformedPayload           bytes that are not Arrow IPC / JSON
     │   ├── InvalidPartition           partition outside 0..N-1
     │   ├── InvalidIdempotentAppend    producer_id/sequence used inconsistently
@@ -58,6 +59,7 @@ __all__ = [
     "QuotaExceeded",
     "RequestTooLarge",
     "RetryableError",
+    "SchemaChangeRefused",
     "SchemaMismatch",
     "SnapshotNotFound",
     "TableAlreadyExists",
@@ -120,6 +122,13 @@ class SchemaMismatch(InvalidRequest):
 
 class InvalidSchema(InvalidRequest):
     reason = "INVALID_SCHEMA"
+
+
+class SchemaChangeRefused(InvalidRequest):
+    """A schema change that would drop, rename, narrow or retype a column (or is
+    malformed): nothing was changed."""
+
+    reason = "SCHEMA_CHANGE_REFUSED"
 
 
 class MalformedPayload(InvalidRequest):

@@ -12,7 +12,7 @@ import binascii
 import datetime as dt
 import decimal
 import json
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 from typing import Any
 
 import pyarrow as pa
@@ -136,10 +136,16 @@ def _timestamp_from_json(value: Any, t: pa.TimestampType) -> Any:
 
 
 def rows_to_batch(
-    rows: Any, schema: pa.Schema, *, first: int = 0, unit: str = "row"
+    rows: Any,
+    schema: pa.Schema,
+    *,
+    first: int = 0,
+    unit: str = "row",
+    omittable: Collection[str] = (),
 ) -> pa.RecordBatch:
     """JSON rows (a list of objects) as a batch of ``schema``; errors name the faulty
     ``unit`` by its number, counted from ``first`` (``line`` 1 for a file of JSON lines).
+    A column named in ``omittable`` (added by a schema change) may be left out: null.
 
     Raises:
         MalformedPayload: ``rows`` is not a non-empty list of objects.
@@ -154,11 +160,11 @@ def rows_to_batch(
         if not isinstance(row, dict):
             raise MalformedPayload(f"{unit} {i} is not an object")
         extra = set(row) - name_set
-        missing = name_set - set(row)
+        missing = name_set - set(row) - set(omittable)
         if extra or missing:
             raise columns_mismatch(f"{unit} {i}", sorted(extra), sorted(missing))
         for f in schema:
-            columns[f.name].append(_from_json(row[f.name], f.type, f"{unit} {i}.{f.name}"))
+            columns[f.name].append(_from_json(row.get(f.name), f.type, f"{unit} {i}.{f.name}"))
     arrays = []
     for f in schema:
         try:

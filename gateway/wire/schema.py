@@ -10,7 +10,7 @@ admitted; the gateway adds the system columns ``_partition``, ``_offset``, ``_ti
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -20,16 +20,21 @@ import pyarrow.compute as pc
 from gateway.wire.errors import InvalidSchema, SchemaMismatch
 
 __all__ = [
+    "MAX_DOC_CHARS",
     "OFFSET_COLUMN",
     "PARTITION_COLUMN",
     "SYSTEM_COLUMNS",
     "TIMESTAMP_COLUMN",
     "TIMESTAMP_TYPE",
+    "added_columns",
+    "check_column_name",
+    "check_doc",
     "columns_mismatch",
     "conform_batch",
     "fields_to_json",
     "format_type",
     "parse_fields",
+    "parse_fields_text",
     "parse_type",
     "with_system_columns",
 ]
@@ -45,6 +50,9 @@ _NAME_RE = re.compile(r"[A-Za-z][A-Za-z0-9_]{0,127}")
 MAX_TYPE_DEPTH = 16
 MAX_TYPE_CHARS = 16 * 1024
 MAX_COLUMNS = 1000
+#: Length of a column's doc.
+MAX_DOC_CHARS = 1024
+_FIELD_KEYS = frozenset({"name", "type", "nullable", "doc"})
 
 _PRIMITIVES: dict[str, pa.DataType] = {
     "bool": pa.bool_(),
@@ -242,16 +250,18 @@ def format_type(t: pa.DataType) -> str:
     return str(t)
 
 
-def parse_fields(spec: Any) -> pa.Schema:
+def parse_fields(spec: Any, *, stored: bool = False) -> pa.Schema:
     """The user schema from its JSON form.
 
-    Accepts ``[{"name": ..., "type": ..., "nullable": true}, ...]`` or the shorthand
-    ``{"name": "type", ...}``.
+    Accepts ``[{"name": ..., "type": ..., "nullable": true, "doc": ...}, ...]`` or the
+    shorthand ``{"name": "type", ...}``. ``stored``: the form the metadata store keeps,
+    which may also mark columns ``"added": true`` (added by a schema change).
 
     Raises:
         InvalidSchema: a malformed spec, a bad or duplicate name, a reserved system column,
-            an unsupported type.
+            an unsupported type, a doc that is not a short string.
     """
+    allowed = _FIELD_KEYS | {"added"} if stored else _FIELD_KEYS
     items: list[tuple[str, Any, bool]] = []
     if isinstance(spec, Mapping):
         items = [(str(k), v, True) for k, v in spec.items()]
@@ -259,12 +269,13 @@ def parse_fields(spec: Any) -> pa.Schema:
         for i, f in enumerate(spec):
             if not isinstance(f, Mapping) or "name" not in f or "type" not in f:
                 raise InvalidSchema(f"field {i} must be an object with 'name' and 'type'")
-            unknown = set(f) - {"name", "type", "nullable"}
+            unknown = set(f) - allowed
             if unknown:
                 raise InvalidSchema(f"field {f['name']!r} has unknown keys {sorted(unknown)}")
             nullable = f.get("nullable", True)
             if not isinstance(nullable, bool):
                 raise InvalidSchema(f"field {f['name']!r}: 'nullable' must be true or false")
+            check_doc(f["name"], f.get("doc"))
             items.append((f["name"], f["type"], nullable))
     else:
         raise InvalidSchema("schema must be a list of fields or an object of name: type")
@@ -275,13 +286,7 @@ def parse_fields(spec: Any) -> pa.Schema:
     seen: set[str] = set()
     fields = []
     for name, type_name, nullable in items:
-        if not isinstance(name, str) or name in SYSTEM_COLUMNS:
-            raise InvalidSchema(f"column name {name!r} is reserved for system columns")
-        if not _NAME_RE.fullmatch(name):
-            raise InvalidSchema(
-                f"column name {name!r} must start with a letter and hold only letters, "
-                "digits and '_' (at most 128)"
-            )
+        check_column_name(name)
         if name in seen:
             raise InvalidSchema(f"column {name!r} appears twice")
         seen.add(name)
@@ -289,8 +294,93 @@ def parse_fields(spec: Any) -> pa.Schema:
     return pa.schema(fields)
 
 
-def fields_to_json(schema: pa.Schema) -> list[dict[str, Any]]:
-    return [{"name": f.name, "type": format_type(f.type), "nullable": f.nullable} for f in schema]
+def parse_fields_text(text: str) -> list[dict[str, Any]]:
+    """Fields written ``name:type,name:type`` (the CLI's ``--schema``, the console's form);
+    commas inside a type (``decimal128(10, 2)``, ``struct<a: int32, b: string>``) stay
+    in it.
+
+    Raises:
+        InvalidSchema: a part is not ``name:type``.
+    """
+    parts, depth, start = [], 0, 0
+    for i, ch in enumerate(text):
+        if ch in "<([":
+            depth += 1
+        elif ch in ">)]":
+            depth -= 1
+        elif ch == "," and depth == 0:
+            parts.append(text[start:i])
+            start = i + 1
+    parts.append(text[start:])
+    fields = []
+    for part in parts:
+        name, sep, type_name = part.strip().partition(":")
+        if not sep:
+            raise InvalidSchema(
+                f"expected name:type, got {part.strip()!r} (e.g. 'id:int64,name:string')"
+            )
+        fields.append({"name": name.strip(), "type": type_name.strip()})
+    return fields
+
+
+def check_column_name(name: Any) -> None:
+    """Refuse a name that is reserved or not an identifier.
+
+    Raises:
+        InvalidSchema: naming the column.
+    """
+    if not isinstance(name, str) or name in SYSTEM_COLUMNS:
+        raise InvalidSchema(f"column name {name!r:.80} is reserved for system columns")
+    if not _NAME_RE.fullmatch(name):
+        raise InvalidSchema(
+            f"column name {name!r:.80} must start with a letter and hold only letters, "
+            "digits and '_' (at most 128)"
+        )
+
+
+def check_doc(column: Any, doc: Any) -> None:
+    """Refuse a column doc that is not valid text (a lone surrogate from JSON's
+    ``\\ud800``) of at most ``MAX_DOC_CHARS`` characters.
+
+    Raises:
+        InvalidSchema: naming the column.
+    """
+    if doc is None:
+        return
+    valid = isinstance(doc, str) and len(doc) <= MAX_DOC_CHARS
+    if valid:
+        try:
+            doc.encode("utf-8")
+        except UnicodeEncodeError:
+            valid = False
+    if not valid:
+        raise InvalidSchema(
+            f"field {column!r:.80}: 'doc' must be valid text of at most {MAX_DOC_CHARS} characters"
+        )
+
+
+def fields_to_json(
+    schema: pa.Schema, stored: Sequence[Mapping[str, Any]] = ()
+) -> list[dict[str, Any]]:
+    """The JSON form of ``schema``; the ``doc`` and ``added`` marks of its columns come
+    from ``stored`` (the metadata store's fields), when given."""
+    extra = {f["name"]: f for f in stored}
+    out = []
+    for f in schema:
+        item: dict[str, Any] = {"name": f.name, "type": format_type(f.type), "nullable": f.nullable}
+        kept = extra.get(f.name, {})
+        if kept.get("doc"):
+            item["doc"] = kept["doc"]
+        if kept.get("added"):
+            item["added"] = True
+        out.append(item)
+    return out
+
+
+def added_columns(stored: Sequence[Mapping[str, Any]]) -> frozenset[str]:
+    """Columns added by a schema change (``"added": true``): an append may leave them
+    out, and reads show them as null in rows written before."""
+    return frozenset(f["name"] for f in stored if f.get("added"))
 
 
 # --------------------------------------------------------------------------------------
@@ -331,11 +421,15 @@ def _compatible(got: pa.DataType, want: pa.DataType) -> bool:
     return False
 
 
-def conform_batch(batch: pa.RecordBatch, schema: pa.Schema) -> pa.RecordBatch:
+def conform_batch(
+    batch: pa.RecordBatch, schema: pa.Schema, omittable: Collection[str] = ()
+) -> pa.RecordBatch:
     """``batch`` with exactly ``schema``'s columns, order and types.
 
     Columns may come in any order; lossless widenings (int32 into int64, float32 into
-    float64, large_string into string, a coarser timestamp unit) are applied.
+    float64, large_string into string, a coarser timestamp unit) are applied. Columns
+    named in ``omittable`` (nullable columns added by a schema change) may be left out:
+    they are filled with nulls.
 
     Raises:
         SchemaMismatch: an extra, missing or mistyped column, or a null in a non-nullable
@@ -346,7 +440,7 @@ def conform_batch(batch: pa.RecordBatch, schema: pa.Schema) -> pa.RecordBatch:
         raise SchemaMismatch("the rows name a column more than once")
     want_names = schema.names
     extra = [n for n in got_names if n not in want_names]
-    missing = [n for n in want_names if n not in got_names]
+    missing = [n for n in want_names if n not in got_names and n not in omittable]
     problems = []
     if extra:
         problems.append(f"unexpected column(s) {extra}")
@@ -368,7 +462,11 @@ def conform_batch(batch: pa.RecordBatch, schema: pa.Schema) -> pa.RecordBatch:
         )
     columns = []
     for f in schema:
-        col = batch.column(batch.schema.get_field_index(f.name))
+        at = batch.schema.get_field_index(f.name)
+        if at < 0:
+            columns.append(pa.nulls(batch.num_rows, f.type))
+            continue
+        col = batch.column(at)
         if not col.type.equals(f.type):
             try:
                 col = col.cast(f.type, safe=True)

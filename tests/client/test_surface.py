@@ -43,6 +43,7 @@ def test_public_surface_is_pinned() -> None:
         "RequestTooLarge",
         "Retry",
         "RetryableError",
+        "SchemaChangeRefused",
         "SchemaMismatch",
         "Snapshot",
         "SnapshotNotFound",

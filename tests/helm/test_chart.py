@@ -4,6 +4,7 @@ credentials, ports and jobs as documented."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 from typing import Any
@@ -329,3 +330,15 @@ def test_every_default_value_is_described_by_the_schema() -> None:
                 walk(value, child, f"{path}{key}.")
 
     walk(defaults, schema, "")
+
+
+def test_grafana_dashboard_is_off_by_default_and_ships_the_file_when_on() -> None:
+    default = Rendered().all("ConfigMap")
+    assert not [m for m in default if m["metadata"]["name"].endswith("-dashboard")]
+    rendered = Rendered({"grafanaDashboard": {"enabled": True, "namespace": "monitoring"}})
+    dashboard = rendered.one("ConfigMap", "-dashboard")
+    assert dashboard["metadata"]["namespace"] == "monitoring"
+    assert dashboard["metadata"]["labels"]["grafana_dashboard"] == "1"
+    shipped = json.loads(dashboard["data"]["tidegate.json"])
+    assert shipped == json.loads((CHART / "dashboards" / "tidegate.json").read_text())
+    assert shipped["uid"] == "tidegate-gateway" and len(shipped["panels"]) > 10

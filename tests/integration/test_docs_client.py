@@ -32,3 +32,5 @@ def test_client_guide_runs(gateway: GatewayProcess) -> None:
     assert "typed error: TABLE_NOT_FOUND" in lines
     assert "4 ('user',) ['user', 'page', 'ms']" in lines
     assert "0" in lines  # the resumed group consumer found nothing left
+    assert "schema version 1 ['ref']" in lines
+    assert "refused: SCHEMA_CHANGE_REFUSED" in lines

@@ -182,8 +182,13 @@ def test_records_tiered_to_s3_read_the_same_through_every_path(
         r = http.get(f"/v1/tables/{ns}/{name}/partitions/0/records", params={"offset": 90})
         assert [x["v"] for x in r.json()["records"]] == list(range(90, 110))
 
-        scanned = client.scan(f"{ns}.{name}")
+        scanned = client.scan(f"{ns}.{name}")  # over the Flight edge: files on S3
+        assert client.flight_location() is not None
         assert sorted(scanned.to_pylist(), key=lambda x: x["_offset"]) == after
+        with s3_gateway.client(flight=False) as plain:
+            assert (
+                sorted(plain.scan(f"{ns}.{name}").to_pylist(), key=lambda x: x["_offset"]) == after
+            )
 
         plan = http.post(f"/v1/tables/{ns}/{name}/plan", json={}).json()
         assert plan["snapshot_id"] and plan["files"]

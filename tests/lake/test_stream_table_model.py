@@ -1,6 +1,7 @@
 """The stream-table model, checked by hypothesis: random interleavings of appends,
-tiering runs (local runner), hot retention trims (within and past the retention), stream
-reads and scans, on both hot tiers. Every stream read and every scan equals a reference
+tiering runs (local runner), hot retention trims (within and past the retention), added
+columns (appends after one give it a value or leave it out), stream reads and scans, on
+both hot tiers. Every stream read and every scan equals a reference
 model: no gap, no duplicate, no reordering, the same values, wherever the tier boundary
 falls."""
 
@@ -27,6 +28,12 @@ from tests.services import RedisServer
 
 PARTITIONS = 2
 RETENTION_S = 60.0
+#: Columns the program may add (to the first, "v").
+MAX_ADDED = 3
+
+#: A partition's rows in the model: ``{"v": ..., added column: value or None}``; a row
+#: written before a column was added lacks it and reads it as null.
+Model = list[list[dict[str, int | None]]]
 
 Op = tuple[Any, ...]
 
@@ -43,6 +50,7 @@ ops = st.lists(
             st.integers(1, 9),
         ),
         st.tuples(st.just("scan")),
+        st.tuples(st.just("add_column")),
     ),
     min_size=1,
     max_size=14,
@@ -64,33 +72,43 @@ def _settings(kind: str, data_dir: Path, redis: RedisServer) -> Settings:
     )
 
 
+def _user(row: dict[str, Any], columns: list[str]) -> dict[str, Any]:
+    return {c: row.get(c) for c in columns}
+
+
 async def _check_reads(
-    svc: StreamTables, name: str, model: list[list[int]], p: int, offset: int, n: int
+    svc: StreamTables, name: str, model: Model, p: int, offset: int, n: int
 ) -> None:
     if offset > len(model[p]):
         offset = len(model[p])
     res = await svc.read("default", "ns", name, p, offset, max_records=n)
-    got = [(r["_offset"], r["v"]) for b in res.batches for r in b.to_pylist()]
-    want = list(enumerate(model[p]))[offset : offset + n]
+    columns = res.schema.names[:-3]
+    got = [(r["_offset"], _user(r, columns)) for b in res.batches for r in b.to_pylist()]
+    want = [(o, _user(r, columns)) for o, r in enumerate(model[p])][offset : offset + n]
     assert got == want, (p, offset, n)
     # The whole partition, from 0, in as many calls as it takes.
     seen: list[tuple[int, int]] = []
     at = 0
     while at < len(model[p]):
         res = await svc.read("default", "ns", name, p, at, max_records=5)
-        rows = [(r["_offset"], r["v"]) for b in res.batches for r in b.to_pylist()]
+        rows = [(r["_offset"], _user(r, columns)) for b in res.batches for r in b.to_pylist()]
         assert rows, f"empty read at {at} below HW {len(model[p])}"
         seen.extend(rows)
         at = res.next_offset
-    assert seen == list(enumerate(model[p]))
+    assert seen == [(o, _user(r, columns)) for o, r in enumerate(model[p])]
 
 
-async def _check_scan(svc: StreamTables, name: str, model: list[list[int]]) -> None:
+async def _check_scan(svc: StreamTables, name: str, model: Model) -> None:
     result = await svc.scan("default", "ns", name)
+    columns = result.schema.names[:-3]
     rows = [r for b in [b async for b in result.batches] for r in b.to_pylist()]
-    got = sorted((r["_partition"], r["_offset"], r["v"]) for r in rows)
+    got = sorted(
+        ((r["_partition"], r["_offset"], _user(r, columns)) for r in rows), key=lambda t: t[:2]
+    )
     assert len(got) == len(rows) == sum(len(m) for m in model)
-    assert got == [(p, o, v) for p in range(PARTITIONS) for o, v in enumerate(model[p])]
+    assert got == [
+        (p, o, _user(r, columns)) for p in range(PARTITIONS) for o, r in enumerate(model[p])
+    ]
 
 
 def _run(kind: str, redis: RedisServer, program: list[Op]) -> None:
@@ -99,7 +117,8 @@ def _run(kind: str, redis: RedisServer, program: list[Op]) -> None:
         assert svc.cold is not None
         c = Components(svc.settings, svc.meta, svc.hot, svc.cold)
         name = f"t{uuid.uuid4().hex[:10]}"
-        model: list[list[int]] = [[] for _ in range(PARTITIONS)]
+        model: Model = [[] for _ in range(PARTITIONS)]
+        added: list[str] = []
         counter = 0
 
         async def main() -> None:
@@ -111,9 +130,19 @@ def _run(kind: str, redis: RedisServer, program: list[Op]) -> None:
                     _, p, n = op
                     values = list(range(counter, counter + n))
                     counter += n
-                    batch = pa.record_batch({"v": pa.array(values, pa.int64())})
+                    # Odd sizes fill the added columns, even ones leave them out (rows
+                    # of a producer still on the older schema): nulls.
+                    given = added if n % 2 else []
+                    columns = {"v": pa.array(values, pa.int64())}
+                    columns.update({c: pa.array([-v for v in values]) for c in given})
+                    batch = pa.record_batch(columns)
                     await svc.append("default", "ns", name, [batch], partition=p)
-                    model[p].extend(values)
+                    model[p].extend({"v": v, **dict.fromkeys(given, -v)} for v in values)
+                elif op[0] == "add_column":
+                    if len(added) < MAX_ADDED:
+                        added.append(f"c{len(added)}")
+                        change = {"op": "add_column", "column": added[-1], "type": "int64"}
+                        await svc.alter_schema("default", "ns", name, [change])
                 elif op[0] == "tier":
                     await asyncio.to_thread(tier_table, c, d, trim=False)
                 elif op[0] == "trim":

@@ -4,6 +4,7 @@ process and on the session's redis-server), fair admission and the usage meter."
 from __future__ import annotations
 
 import asyncio
+import uuid
 from pathlib import Path
 
 import pytest
@@ -204,5 +205,36 @@ def test_metrics_label_at_most_the_configured_number_of_tenants(tmp_path: Path) 
     try:
         labels = [tenancy.meter.label(t) for t in ("a", "b", "c", "a", "d")]
         assert labels == ["a", "b", "_other", "a", "_other"]
+    finally:
+        service.close()
+
+
+def test_storage_gauges_follow_the_samples_and_sum_the_other_tenants(tmp_path: Path) -> None:
+    from prometheus_client import REGISTRY
+
+    settings = Settings.explicit(
+        data_dir=tmp_path,
+        hot={"type": "disk", "fsync": "never"},
+        metering={"metrics_max_tenants": 1},
+    )
+    service = build_service(settings)
+    meter = Tenancy(settings, service, "o" * 20).meter
+    first, second, third = (f"g{uuid.uuid4().hex[:8]}" for _ in range(3))
+
+    def hot(label: str) -> float | None:
+        return REGISTRY.get_sample_value("tidegate_tenant_hot_bytes", {"tenant": label})
+
+    try:
+        meter.set_storage(first, hot_bytes=100, cold_bytes=7)
+        meter.set_storage(first, hot_bytes=40)  # a gauge: the last sample, not the largest
+        assert hot(first) == 40
+        assert REGISTRY.get_sample_value("tidegate_tenant_cold_bytes", {"tenant": first}) == 7
+        meter.set_storage(second, hot_bytes=5)
+        meter.set_storage(third, hot_bytes=6)
+        assert hot("_other") == 11  # the sum of the tenants past the label cap
+        meter.forget(third)
+        assert hot("_other") == 5
+        meter.forget(first)
+        assert hot(first) is None
     finally:
         service.close()

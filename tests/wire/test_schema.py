@@ -13,7 +13,13 @@ from hypothesis import strategies as st
 from gateway.wire.errors import InvalidSchema, MalformedPayload, SchemaMismatch
 from gateway.wire.jsonrows import batch_to_rows, rows_to_batch
 from gateway.wire.routing import partition_for_key, route_by_key
-from gateway.wire.schema import conform_batch, parse_fields, parse_type, with_system_columns
+from gateway.wire.schema import (
+    conform_batch,
+    parse_fields,
+    parse_fields_text,
+    parse_type,
+    with_system_columns,
+)
 
 ADMITTED = [
     "bool",
@@ -200,3 +206,18 @@ def test_type_aliases() -> None:
     assert parse_type("float64") == pa.float64()
     assert parse_type("float32") == pa.float32()
     assert parse_type("list<int64>") == pa.list_(pa.int64())
+
+
+def test_fields_text_keeps_commas_inside_types() -> None:
+    fields = parse_fields_text("id:int64, price:decimal128(10, 2),tags:struct<a: int32, b: string>")
+    assert fields == [
+        {"name": "id", "type": "int64"},
+        {"name": "price", "type": "decimal128(10, 2)"},
+        {"name": "tags", "type": "struct<a: int32, b: string>"},
+    ]
+    assert parse_fields(fields).names == ["id", "price", "tags"]
+
+
+def test_fields_text_names_the_part_that_is_not_name_colon_type() -> None:
+    with pytest.raises(InvalidSchema, match=r"expected name:type, got 'price'"):
+        parse_fields_text("id:int64,price")

@@ -16,9 +16,10 @@ list<T>, struct<...>        list, struct               same, recursively
 ==========================  =========================  ==============================
 
 Field ids are assigned as a catalog does at create (top-level columns in order, the
-system columns last among them, then nested fields); they never change for a table (no
-schema evolution yet). Data files carry the ids in their Parquet schema, and the table has
-a default name mapping too, so files written without ids (plain pyarrow) resolve by name.
+system columns last among them, then nested fields); a column added by a schema change
+gets the next free id and keeps it. Data files carry the ids in their Parquet schema, and
+the table has a default name mapping too, so files written without ids (plain pyarrow)
+resolve by name.
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ from gateway.wire.schema import OFFSET_COLUMN, PARTITION_COLUMN
 if TYPE_CHECKING:
     from pyiceberg.schema import Schema
 
-__all__ = ["arrow_to_iceberg", "cast_to", "small_offsets"]
+__all__ = ["arrow_to_iceberg", "cast_to", "iceberg_type", "small_offsets"]
 
 
 class _Ids:
@@ -121,13 +122,39 @@ def arrow_to_iceberg(user: pa.Schema) -> Schema:
     return assign_fresh_schema_ids(Schema(*fields))
 
 
+def iceberg_type(t: pa.DataType, where: str) -> Any:
+    """The Iceberg type of one column (nested ids are placeholders: a schema update
+    assigns fresh ones).
+
+    Raises:
+        InvalidSchema: a type that would not round-trip value for value.
+    """
+    return _iceberg_type(t, _Ids(), where)
+
+
+def _one_array(column: pa.ChunkedArray) -> pa.Array:
+    return column.chunk(0) if column.num_chunks == 1 else column.combine_chunks()
+
+
 def cast_to(batch: pa.RecordBatch | pa.Table, target: pa.Schema) -> pa.RecordBatch:
-    """``batch`` as ``target`` (names, order, types, nullability), by name."""
+    """``batch`` as ``target`` (names, order, types, nullability), by name. A column the
+    batch lacks (added by a schema change after its file was written) is all nulls."""
     if isinstance(batch, pa.Table):
-        batch = batch.combine_chunks()
-        arrays = [batch.column(f.name).combine_chunks() for f in target]
+        batch = batch.combine_chunks()  # leaves one-chunk columns as they are
+        # ChunkedArray.combine_chunks copies even a single chunk: take it as it is.
+        arrays = [
+            _one_array(batch.column(f.name))
+            if f.name in batch.column_names
+            else pa.nulls(batch.num_rows, f.type)
+            for f in target
+        ]
     else:
-        arrays = [batch.column(f.name) for f in target]
+        arrays = [
+            batch.column(f.name)
+            if f.name in batch.schema.names
+            else pa.nulls(batch.num_rows, f.type)
+            for f in target
+        ]
     out = [
         a if a.type.equals(f.type) else a.cast(f.type) for a, f in zip(arrays, target, strict=True)
     ]

@@ -147,7 +147,9 @@ class IcebergColdStore(ColdStore):
         arrow_to_iceberg(schema)
 
     def table(self, table: TableDef) -> IcebergColdTable:
-        return IcebergColdTable(self, self._identifier(table), parse_fields(table.fields))
+        return IcebergColdTable(
+            self, self._identifier(table), parse_fields(table.fields, stored=True)
+        )
 
     def drop_table(self, table: TableDef) -> None:
         from pyiceberg.exceptions import NoSuchTableError

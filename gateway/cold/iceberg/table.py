@@ -26,8 +26,8 @@ from gateway.cold.base import (
     fs_path,
 )
 from gateway.cold.iceberg.filters import to_pyiceberg
-from gateway.cold.iceberg.schema import cast_to, small_offsets
-from gateway.wire.errors import CommitConflict, SnapshotNotFound
+from gateway.cold.iceberg.schema import cast_to, iceberg_type, small_offsets
+from gateway.wire.errors import CommitConflict, SchemaChangeRefused, SnapshotNotFound
 from gateway.wire.filters import Compare, Expr, columns_of, to_arrow
 from gateway.wire.schema import OFFSET_COLUMN, PARTITION_COLUMN, system_schema
 
@@ -54,6 +54,9 @@ def _file_batches(
     """
     with filesystem.open_input_file(fs_path(path)) as source:
         parquet = pq.ParquetFile(source)
+        # A file written before a column was added lacks it: cast_to fills it with nulls.
+        present = set(parquet.schema_arrow.names)
+        columns = [c for c in columns if c in present]
         if (parquet.schema_arrow.metadata or {}).get(SORTED_KEY) != OFFSET_SORT:
             table = parquet.read(columns=list(columns))
             if offsets is not None:
@@ -74,6 +77,17 @@ def _file_batches(
             if offsets is not None:
                 table = table.filter(_in_range(table.column(OFFSET_COLUMN), offsets))
             yield from table.to_batches()
+
+
+def _promotes(have: Any, want: Any) -> bool:
+    """Whether Iceberg type ``want`` is a widening of ``have`` (int to long, float to
+    double); the table may already be wider than the gateway's schema after a change
+    that committed here but not in the metadata store: then it is left as it is."""
+    from pyiceberg.types import DoubleType, FloatType, IntegerType, LongType
+
+    return (isinstance(have, IntegerType) and isinstance(want, LongType)) or (
+        isinstance(have, FloatType) and isinstance(want, DoubleType)
+    )
 
 
 def _in_range(column: Any, offsets: tuple[int, int]) -> Any:
@@ -335,14 +349,68 @@ class IcebergColdTable(ColdTable):
             raise CommitConflict(f"a concurrent commit won: {exc}") from exc
         return self.snapshot()
 
+    def evolve_schema(self, user: pa.Schema, docs: Mapping[str, str]) -> int:
+        from pyiceberg.exceptions import CommitFailedException
+
+        table = self._load()
+        ice = table.schema()
+        # (column, add | type | optional | doc, Iceberg type or doc): only what the table
+        # lacks, so a change already committed here by an earlier attempt is a no-op.
+        steps: list[tuple[str, str, Any]] = []
+        for f in user:
+            doc = docs.get(f.name) or None
+            want = iceberg_type(f.type, f.name)
+            if f.name not in ice.column_names:
+                steps.append((f.name, "add", (want, doc)))
+                continue
+            have = ice.find_field(f.name)
+            if f.name not in self.user_schema.names and have.field_type != want:
+                # Left by a change that committed here but lost the metadata store's
+                # compare-and-set (a concurrent change won), never written to since.
+                raise SchemaChangeRefused(
+                    f"cannot add column {f.name!r}: the Iceberg table already has it as "
+                    f"{have.field_type} from an interrupted change; add it with that type"
+                )
+            if have.field_type != want and _promotes(have.field_type, want):
+                steps.append((f.name, "type", want))
+            if have.required and f.nullable:
+                steps.append((f.name, "optional", None))
+            if (have.doc or None) != doc:
+                steps.append((f.name, "doc", doc or ""))
+        if steps:
+            try:
+                with table.update_schema() as update:
+                    for name, kind, arg in steps:
+                        if kind == "add":
+                            update.add_column(name, arg[0], doc=arg[1], required=False)
+                            # User columns stay ahead of the system columns, as at create.
+                            update.move_before(name, PARTITION_COLUMN)
+                        elif kind == "type":
+                            update.update_column(name, field_type=arg)
+                        elif kind == "optional":
+                            update.make_column_optional(name)
+                        else:
+                            update.update_column(name, doc=arg)
+            except CommitFailedException as exc:
+                raise CommitConflict(
+                    f"a concurrent change of the Iceberg table won: {exc}"
+                ) from exc
+        self.user_schema = user
+        self.stored_schema = system_schema(user)
+        return self.schema_id()
+
+    def schema_id(self) -> int:
+        return int(self._load().schema().schema_id)
+
     def data_location(self, partition: int) -> str:
         return f"{self.location}/data/{PARTITION_COLUMN}={int(partition)}"
 
     def file_schema(self) -> pa.Schema:
         from pyiceberg.io.pyarrow import schema_to_pyarrow
 
-        # No schema evolution yet: the schema never changes.
-        arrow = schema_to_pyarrow((self._cached or self._load()).schema(), include_field_ids=True)
+        # Loaded afresh: the schema evolves, and a tiering run must write files in the
+        # schema current when it plans (a superset of the columns of the rows it moves).
+        arrow = schema_to_pyarrow(self._load().schema(), include_field_ids=True)
         # Plain (not large) offsets: what Spark and DuckDB write too.
         return pa.schema(
             [pa.field(f.name, small_offsets(f.type), f.nullable, f.metadata) for f in arrow]

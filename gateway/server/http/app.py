@@ -168,8 +168,10 @@ def create_app(
         app.include_router(metrics_router(settings.server))
     if isinstance(gate, Tenancy):
         from gateway.server.http.admin import admin_router
+        from gateway.server.http.console import add_console
 
         app.include_router(admin_router(gate))
+        add_console(app, gate, calls)
     for router in (tables_router, records_router, groups_router, scans_router):
         app.include_router(router(calls))
     return app

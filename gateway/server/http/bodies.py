@@ -4,7 +4,7 @@ the one JSON form of errors."""
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from datetime import UTC, datetime
 from typing import Any, TypeVar
 
@@ -29,7 +29,6 @@ from gateway.wire.errors import (
     TidegateError,
 )
 from gateway.wire.jsonrows import batch_to_rows, parse_json, rows_to_batch
-from gateway.wire.schema import fields_to_json
 from gateway.wire.types import AppendRange
 
 __all__ = [
@@ -67,7 +66,8 @@ def describe(view: TableView, *, with_partitions: bool) -> dict[str, Any]:
         "namespace": d.namespace,
         "name": d.name,
         "table_id": d.table_id,
-        "schema": fields_to_json(view.schema),
+        "schema": view.fields,
+        "schema_version": view.schema_version,
         "partitions": d.partitions,
         "key_columns": list(d.key_columns),
         "created_at": iso(d.created_at),
@@ -87,6 +87,8 @@ def describe(view: TableView, *, with_partitions: bool) -> dict[str, Any]:
         ]
         out["iceberg_table"] = view.iceberg_table
         out["iceberg_metadata"] = view.iceberg_metadata
+        if view.iceberg_schema_id >= 0:
+            out["iceberg_schema_id"] = view.iceberg_schema_id
     return out
 
 
@@ -182,7 +184,9 @@ def pick(name: str, in_body: T | None, in_query: T | None) -> T | None:
     return in_body if in_body is not None else in_query
 
 
-def json_rows(body: bytes, table_schema: pa.Schema) -> tuple[pa.RecordBatch, AppendRequest]:
+def json_rows(
+    body: bytes, table_schema: pa.Schema, omittable: Collection[str] = ()
+) -> tuple[pa.RecordBatch, AppendRequest]:
     parsed = parse_json(body)
     if not isinstance(parsed, dict):
         raise MalformedPayload("the JSON body must be an object with 'rows'")
@@ -190,7 +194,7 @@ def json_rows(body: bytes, table_schema: pa.Schema) -> tuple[pa.RecordBatch, App
         req = AppendRequest.model_validate(parsed)
     except ValidationError as exc:
         raise invalid(exc.errors(include_url=False, include_input=False)) from None
-    return rows_to_batch(req.rows, table_schema), req
+    return rows_to_batch(req.rows, table_schema, omittable=omittable), req
 
 
 def read_response(result: ReadResult, arrow: bool) -> Response:

@@ -51,6 +51,7 @@ class FieldSpec(_Request):
         "decimal128(10, 2), list<int32>, struct<a: int32, b: string>..."
     )
     nullable: bool = Field(True, description="Whether the column admits nulls.")
+    doc: str | None = Field(None, description="What the column holds (Iceberg's column doc).")
 
 
 class CreateTableRequest(_Request):
@@ -72,6 +73,32 @@ class CreateTableRequest(_Request):
         description="Columns whose stable hash routes a row to a partition; empty: "
         "round-robin per batch.",
     )
+
+
+class SchemaChange(_Request):
+    """One change of ``POST /v1/tables/{namespace}/{name}/schema``."""
+
+    op: str = Field(
+        description="add_column (nullable), update_type (int32 to int64, float32 to "
+        "float64), make_optional, or update_doc."
+    )
+    column: str = Field(description="The column changed (or added).")
+    type: str | None = Field(
+        None, description="add_column: the new column's type; update_type: the wider type."
+    )
+    doc: str | None = Field(
+        None, description="add_column, update_doc: the column's doc (null clears it)."
+    )
+    nullable: bool | None = Field(
+        None, description="add_column: must be true (or left out): a new column is nullable."
+    )
+
+
+class AlterSchemaRequest(_Request):
+    """``POST /v1/tables/{namespace}/{name}/schema``: changes applied in order, all or
+    none."""
+
+    changes: list[SchemaChange] = Field(description="The changes, applied in order.")
 
 
 class AppendRequest(_Request):
@@ -144,6 +171,12 @@ class TableDescription(BaseModel):
     )
     iceberg_metadata: str | None = Field(
         None, description="Its current metadata file, for engines that read it directly."
+    )
+    schema_version: int = Field(
+        0, description="Raised by one at every schema change (0 at create)."
+    )
+    iceberg_schema_id: int | None = Field(
+        None, description="The Iceberg table's current schema id (describe only)."
     )
 
 

@@ -32,7 +32,7 @@ from gateway.server.http.models import (
     ReadResponse,
 )
 from gateway.wire.codec import check_request, decode_valid
-from gateway.wire.errors import UnsupportedMediaType
+from gateway.wire.errors import SchemaMismatch, UnsupportedMediaType
 
 __all__ = ["records_router"]
 
@@ -108,7 +108,18 @@ def records_router(calls: DataCalls) -> APIRouter:
                 return AppendBody(batches, partition, producer_id, sequence)
             # The cached definition (no live offsets): JSON rows are typed by its schema.
             table = await service.table(caller.tenant, namespace, name)
-            batch, req = await calls.offload(big, json_rows, body, table.schema)
+            try:
+                batch, req = await calls.offload(
+                    big, json_rows, body, table.schema, table.added_columns
+                )
+            except SchemaMismatch as exc:
+                if not exc.details.get("unexpected"):
+                    raise
+                # A column added through another gateway since this one cached the table.
+                table = await service.table(caller.tenant, namespace, name, fresh=True)
+                batch, req = await calls.offload(
+                    big, json_rows, body, table.schema, table.added_columns
+                )
             return AppendBody(
                 [batch],
                 pick("partition", req.partition, partition),

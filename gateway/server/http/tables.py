@@ -12,6 +12,7 @@ from gateway.server.http.bodies import describe
 from gateway.server.http.deps import Caller, Name, Namespace
 from gateway.server.http.models import (
     ERRORS,
+    AlterSchemaRequest,
     CreateTableRequest,
     ErrorResponse,
     SnapshotList,
@@ -65,6 +66,24 @@ def tables_router(calls: DataCalls) -> APIRouter:
     )
     async def describe_table(namespace: Namespace, name: Name, caller: Caller) -> JSONResponse:
         view = await service.describe_table(caller.tenant, namespace, name)
+        return JSONResponse(describe(view, with_partitions=True))
+
+    @router.post(
+        "/{namespace}/{name}/schema",
+        response_model=TableDescription,
+        responses={**ERRORS, 409: {"model": ErrorResponse, "description": "A concurrent change"}},
+        summary="Evolve the table's schema: add nullable columns, widen int32 to int64 or "
+        "float32 to float64, make columns optional, change column docs.",
+    )
+    async def alter_schema(
+        body: AlterSchemaRequest, namespace: Namespace, name: Name, caller: Caller
+    ) -> JSONResponse:
+        """Apply the changes in order, to the Iceberg table and the gateway's metadata in
+        one step; rows written before read under the new schema (an added column as
+        null). Any other change (drop, rename, narrowing, another type change) is
+        refused with ``SCHEMA_CHANGE_REFUSED`` and nothing changes."""
+        changes = [c.model_dump(exclude_unset=True) for c in body.changes]
+        view = await service.alter_schema(caller.tenant, namespace, name, changes)
         return JSONResponse(describe(view, with_partitions=True))
 
     @router.get(

@@ -7,14 +7,18 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class Field(_message.Message):
-    __slots__ = ("name", "type", "nullable")
+    __slots__ = ("name", "type", "nullable", "doc", "added")
     NAME_FIELD_NUMBER: _ClassVar[int]
     TYPE_FIELD_NUMBER: _ClassVar[int]
     NULLABLE_FIELD_NUMBER: _ClassVar[int]
+    DOC_FIELD_NUMBER: _ClassVar[int]
+    ADDED_FIELD_NUMBER: _ClassVar[int]
     name: str
     type: str
     nullable: bool
-    def __init__(self, name: _Optional[str] = ..., type: _Optional[str] = ..., nullable: _Optional[bool] = ...) -> None: ...
+    doc: str
+    added: bool
+    def __init__(self, name: _Optional[str] = ..., type: _Optional[str] = ..., nullable: _Optional[bool] = ..., doc: _Optional[str] = ..., added: _Optional[bool] = ...) -> None: ...
 
 class TableRef(_message.Message):
     __slots__ = ("namespace", "name")
@@ -55,7 +59,7 @@ class PartitionInfo(_message.Message):
     def __init__(self, partition: _Optional[int] = ..., earliest_offset: _Optional[int] = ..., high_watermark: _Optional[int] = ..., tiered_watermark: _Optional[int] = ..., hot_bytes: _Optional[int] = ..., lag_records: _Optional[int] = ..., lag_bytes: _Optional[int] = ...) -> None: ...
 
 class TableInfo(_message.Message):
-    __slots__ = ("table", "table_id", "fields", "partitions", "key_columns", "partition_info", "created_at_ms", "iceberg_table", "iceberg_metadata")
+    __slots__ = ("table", "table_id", "fields", "partitions", "key_columns", "partition_info", "created_at_ms", "iceberg_table", "iceberg_metadata", "schema_version", "iceberg_schema_id")
     TABLE_FIELD_NUMBER: _ClassVar[int]
     TABLE_ID_FIELD_NUMBER: _ClassVar[int]
     FIELDS_FIELD_NUMBER: _ClassVar[int]
@@ -65,6 +69,8 @@ class TableInfo(_message.Message):
     CREATED_AT_MS_FIELD_NUMBER: _ClassVar[int]
     ICEBERG_TABLE_FIELD_NUMBER: _ClassVar[int]
     ICEBERG_METADATA_FIELD_NUMBER: _ClassVar[int]
+    SCHEMA_VERSION_FIELD_NUMBER: _ClassVar[int]
+    ICEBERG_SCHEMA_ID_FIELD_NUMBER: _ClassVar[int]
     table: TableRef
     table_id: str
     fields: _containers.RepeatedCompositeFieldContainer[Field]
@@ -74,7 +80,31 @@ class TableInfo(_message.Message):
     created_at_ms: int
     iceberg_table: str
     iceberg_metadata: str
-    def __init__(self, table: _Optional[_Union[TableRef, _Mapping]] = ..., table_id: _Optional[str] = ..., fields: _Optional[_Iterable[_Union[Field, _Mapping]]] = ..., partitions: _Optional[int] = ..., key_columns: _Optional[_Iterable[str]] = ..., partition_info: _Optional[_Iterable[_Union[PartitionInfo, _Mapping]]] = ..., created_at_ms: _Optional[int] = ..., iceberg_table: _Optional[str] = ..., iceberg_metadata: _Optional[str] = ...) -> None: ...
+    schema_version: int
+    iceberg_schema_id: int
+    def __init__(self, table: _Optional[_Union[TableRef, _Mapping]] = ..., table_id: _Optional[str] = ..., fields: _Optional[_Iterable[_Union[Field, _Mapping]]] = ..., partitions: _Optional[int] = ..., key_columns: _Optional[_Iterable[str]] = ..., partition_info: _Optional[_Iterable[_Union[PartitionInfo, _Mapping]]] = ..., created_at_ms: _Optional[int] = ..., iceberg_table: _Optional[str] = ..., iceberg_metadata: _Optional[str] = ..., schema_version: _Optional[int] = ..., iceberg_schema_id: _Optional[int] = ...) -> None: ...
+
+class SchemaChange(_message.Message):
+    __slots__ = ("op", "column", "type", "doc", "nullable")
+    OP_FIELD_NUMBER: _ClassVar[int]
+    COLUMN_FIELD_NUMBER: _ClassVar[int]
+    TYPE_FIELD_NUMBER: _ClassVar[int]
+    DOC_FIELD_NUMBER: _ClassVar[int]
+    NULLABLE_FIELD_NUMBER: _ClassVar[int]
+    op: str
+    column: str
+    type: str
+    doc: str
+    nullable: bool
+    def __init__(self, op: _Optional[str] = ..., column: _Optional[str] = ..., type: _Optional[str] = ..., doc: _Optional[str] = ..., nullable: _Optional[bool] = ...) -> None: ...
+
+class AlterSchemaRequest(_message.Message):
+    __slots__ = ("table", "changes")
+    TABLE_FIELD_NUMBER: _ClassVar[int]
+    CHANGES_FIELD_NUMBER: _ClassVar[int]
+    table: TableRef
+    changes: _containers.RepeatedCompositeFieldContainer[SchemaChange]
+    def __init__(self, table: _Optional[_Union[TableRef, _Mapping]] = ..., changes: _Optional[_Iterable[_Union[SchemaChange, _Mapping]]] = ...) -> None: ...
 
 class ListSnapshotsRequest(_message.Message):
     __slots__ = ("table",)
@@ -379,3 +409,15 @@ class PlanReadResponse(_message.Message):
     hot_ranges: _containers.RepeatedCompositeFieldContainer[HotRange]
     arrow_schema: bytes
     def __init__(self, snapshot_id: _Optional[int] = ..., files: _Optional[_Iterable[_Union[PlannedDataFile, _Mapping]]] = ..., hot_ranges: _Optional[_Iterable[_Union[HotRange, _Mapping]]] = ..., arrow_schema: _Optional[bytes] = ...) -> None: ...
+
+class GetGatewayInfoRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class GatewayInfo(_message.Message):
+    __slots__ = ("flight_port", "flight_location")
+    FLIGHT_PORT_FIELD_NUMBER: _ClassVar[int]
+    FLIGHT_LOCATION_FIELD_NUMBER: _ClassVar[int]
+    flight_port: int
+    flight_location: str
+    def __init__(self, flight_port: _Optional[int] = ..., flight_location: _Optional[str] = ...) -> None: ...

@@ -59,6 +59,11 @@ class TidegateStub:
                 request_serializer=gateway_dot_wire_dot___proto_dot_tidegate_dot_v1_dot_tidegate__pb2.ListSnapshotsRequest.SerializeToString,
                 response_deserializer=gateway_dot_wire_dot___proto_dot_tidegate_dot_v1_dot_tidegate__pb2.ListSnapshotsResponse.FromString,
                 _registered_method=True)
+        self.AlterSchema = channel.unary_unary(
+                '/tidegate.v1.Tidegate/AlterSchema',
+                request_serializer=gateway_dot_wire_dot___proto_dot_tidegate_dot_v1_dot_tidegate__pb2.AlterSchemaRequest.SerializeToString,
+                response_deserializer=gateway_dot_wire_dot___proto_dot_tidegate_dot_v1_dot_tidegate__pb2.TableInfo.FromString,
+                _registered_method=True)
         self.Append = channel.unary_unary(
                 '/tidegate.v1.Tidegate/Append',
                 request_serializer=gateway_dot_wire_dot___proto_dot_tidegate_dot_v1_dot_tidegate__pb2.AppendRequest.SerializeToString,
@@ -104,6 +109,11 @@ class TidegateStub:
                 request_serializer=gateway_dot_wire_dot___proto_dot_tidegate_dot_v1_dot_tidegate__pb2.PlanReadRequest.SerializeToString,
                 response_deserializer=gateway_dot_wire_dot___proto_dot_tidegate_dot_v1_dot_tidegate__pb2.PlanReadResponse.FromString,
                 _registered_method=True)
+        self.GetGatewayInfo = channel.unary_unary(
+                '/tidegate.v1.Tidegate/GetGatewayInfo',
+                request_serializer=gateway_dot_wire_dot___proto_dot_tidegate_dot_v1_dot_tidegate__pb2.GetGatewayInfoRequest.SerializeToString,
+                response_deserializer=gateway_dot_wire_dot___proto_dot_tidegate_dot_v1_dot_tidegate__pb2.GatewayInfo.FromString,
+                _registered_method=True)
 
 
 class TidegateServicer:
@@ -136,6 +146,17 @@ class TidegateServicer:
 
     def ListSnapshots(self, request, context):
         """The table's Iceberg snapshots, oldest first (what `as_of` can name).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def AlterSchema(self, request, context):
+        """Evolve the schema: add nullable columns, widen int32 to int64 or float32 to float64,
+        make columns optional, change docs. The changes apply in order, all or none, to the
+        Iceberg table and the gateway's metadata; rows written before read under the new
+        schema (an added column as null). Any other change is INVALID_ARGUMENT with the
+        reason SCHEMA_CHANGE_REFUSED and changes nothing; a concurrent change is ABORTED.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -215,6 +236,14 @@ class TidegateServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def GetGatewayInfo(self, request, context):
+        """The gateway ---------------------------------------------------------------------------
+        What else this gateway serves: its Arrow Flight edge for bulk reads, when enabled.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_TidegateServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -242,6 +271,11 @@ def add_TidegateServicer_to_server(servicer, server):
                     servicer.ListSnapshots,
                     request_deserializer=gateway_dot_wire_dot___proto_dot_tidegate_dot_v1_dot_tidegate__pb2.ListSnapshotsRequest.FromString,
                     response_serializer=gateway_dot_wire_dot___proto_dot_tidegate_dot_v1_dot_tidegate__pb2.ListSnapshotsResponse.SerializeToString,
+            ),
+            'AlterSchema': grpc.unary_unary_rpc_method_handler(
+                    servicer.AlterSchema,
+                    request_deserializer=gateway_dot_wire_dot___proto_dot_tidegate_dot_v1_dot_tidegate__pb2.AlterSchemaRequest.FromString,
+                    response_serializer=gateway_dot_wire_dot___proto_dot_tidegate_dot_v1_dot_tidegate__pb2.TableInfo.SerializeToString,
             ),
             'Append': grpc.unary_unary_rpc_method_handler(
                     servicer.Append,
@@ -287,6 +321,11 @@ def add_TidegateServicer_to_server(servicer, server):
                     servicer.PlanRead,
                     request_deserializer=gateway_dot_wire_dot___proto_dot_tidegate_dot_v1_dot_tidegate__pb2.PlanReadRequest.FromString,
                     response_serializer=gateway_dot_wire_dot___proto_dot_tidegate_dot_v1_dot_tidegate__pb2.PlanReadResponse.SerializeToString,
+            ),
+            'GetGatewayInfo': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetGatewayInfo,
+                    request_deserializer=gateway_dot_wire_dot___proto_dot_tidegate_dot_v1_dot_tidegate__pb2.GetGatewayInfoRequest.FromString,
+                    response_serializer=gateway_dot_wire_dot___proto_dot_tidegate_dot_v1_dot_tidegate__pb2.GatewayInfo.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -424,6 +463,33 @@ class Tidegate:
             '/tidegate.v1.Tidegate/ListSnapshots',
             gateway_dot_wire_dot___proto_dot_tidegate_dot_v1_dot_tidegate__pb2.ListSnapshotsRequest.SerializeToString,
             gateway_dot_wire_dot___proto_dot_tidegate_dot_v1_dot_tidegate__pb2.ListSnapshotsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def AlterSchema(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tidegate.v1.Tidegate/AlterSchema',
+            gateway_dot_wire_dot___proto_dot_tidegate_dot_v1_dot_tidegate__pb2.AlterSchemaRequest.SerializeToString,
+            gateway_dot_wire_dot___proto_dot_tidegate_dot_v1_dot_tidegate__pb2.TableInfo.FromString,
             options,
             channel_credentials,
             insecure,
@@ -667,6 +733,33 @@ class Tidegate:
             '/tidegate.v1.Tidegate/PlanRead',
             gateway_dot_wire_dot___proto_dot_tidegate_dot_v1_dot_tidegate__pb2.PlanReadRequest.SerializeToString,
             gateway_dot_wire_dot___proto_dot_tidegate_dot_v1_dot_tidegate__pb2.PlanReadResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetGatewayInfo(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tidegate.v1.Tidegate/GetGatewayInfo',
+            gateway_dot_wire_dot___proto_dot_tidegate_dot_v1_dot_tidegate__pb2.GetGatewayInfoRequest.SerializeToString,
+            gateway_dot_wire_dot___proto_dot_tidegate_dot_v1_dot_tidegate__pb2.GatewayInfo.FromString,
             options,
             channel_credentials,
             insecure,
