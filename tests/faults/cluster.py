@@ -5,8 +5,8 @@
 - ``disk``: one gateway (the disk tier is single node) whose hot folder is a small tmpfs
   of its own, so the disk can fill up, with the seed's fsync policy.
 
-Every gateway's gRPC and HTTP ports sit behind a proxy too: clients reach the gateways only
-through them. The gateways run the embedded tiering schedule every second and load the
+Every gateway's gRPC, HTTP and Arrow Flight ports sit behind a proxy too: clients reach the
+gateways only through them. The gateways run the embedded tiering schedule every second and load the
 clock shim (``clockshim/sitecustomize.py``) so the suite can jump their wall clock.
 """
 
@@ -40,6 +40,13 @@ class Front:
 
     grpc: ChaosProxy
     http: ChaosProxy
+    #: In front of the gateway's Arrow Flight edge, when it has one.
+    flight: ChaosProxy | None = None
+
+    @property
+    def flight_location(self) -> str | bool:
+        """The SDK's ``flight`` argument: this proxy, or no Flight at all."""
+        return f"grpc+tcp://127.0.0.1:{self.flight.port}" if self.flight else False
 
     @property
     def grpc_target(self) -> str:
@@ -68,7 +75,7 @@ class Cluster:
 
     @property
     def proxies(self) -> list[ChaosProxy]:
-        found = [p for f in self.fronts for p in (f.grpc, f.http)]
+        found = [p for f in self.fronts for p in (f.grpc, f.http, f.flight) if p is not None]
         return found + ([self.redis_proxy] if self.redis_proxy else [])
 
     def settings_env(self) -> dict[str, str]:
@@ -139,8 +146,9 @@ class Cluster:
             gw = GatewayProcess(self.root / f"gw{i}", env, tenant=tenant, api_key="pending")
             self.gateways.append(gw.start())
         for gw in self.gateways:
+            flight = ChaosProxy(gw.flight_port).start() if gw.flight_port else None
             self.fronts.append(
-                Front(ChaosProxy(gw.grpc_port).start(), ChaosProxy(gw.http_port).start())
+                Front(ChaosProxy(gw.grpc_port).start(), ChaosProxy(gw.http_port).start(), flight)
             )
         with self.gateways[0].admin() as admin:
             for name in (tenant, f"{tenant}b"):

@@ -97,6 +97,7 @@ def pause(c: Cluster, rng: random.Random) -> dict[str, Any]:
 def _proxy(c: Cluster, rng: random.Random) -> tuple[str, Any]:
     named = [(f"client->gateway{i}.grpc", f.grpc) for i, f in enumerate(c.fronts)]
     named += [(f"client->gateway{i}.http", f.http) for i, f in enumerate(c.fronts)]
+    named += [(f"client->gateway{i}.flight", f.flight) for i, f in enumerate(c.fronts) if f.flight]
     if c.redis_proxy is not None:
         named += [("gateways->redis", c.redis_proxy)] * 2
     return named[rng.randrange(len(named))]

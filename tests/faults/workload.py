@@ -20,7 +20,7 @@ from typing import Any, ClassVar
 
 import httpx
 
-from gateway.client import ExponentialBackoff, Retry
+from gateway.client import Client, ExponentialBackoff, Retry
 from gateway.wire.errors import (
     InvalidRequest,
     OutOfOrderSequence,
@@ -71,6 +71,7 @@ class Operation:
 
     def __init__(self, ctx: Context, index: int) -> None:
         self.ctx = ctx
+        self.index = index
         self.name = f"{self.kind}{index}"
         self.rng = random.Random(f"{ctx.seed}-{self.name}")
         self.tenant_index = index % len(TABLES)
@@ -78,6 +79,20 @@ class Operation:
         self.api_key = ctx.cluster.tenants[self.tenant_index][1]
         self.front = ctx.cluster.fronts[index % len(ctx.cluster.fronts)]
         self.thread = threading.Thread(target=self._main, name=self.name, daemon=True)
+
+    def client(self, timeout: float = 5) -> Client:
+        """A gRPC client through this operation's proxies. Every other operation scans and
+        reads over the gateway's Flight edge (through its proxy), the rest over gRPC."""
+        return connect(self.front.grpc_target, **self.client_options(timeout))
+
+    def client_options(self, timeout: float = 5) -> dict[str, Any]:
+        flight = self.front.flight_location if self.index % 2 == 0 else False
+        return {
+            "api_key": self.api_key,
+            "timeout": timeout,
+            "connect_timeout": 30,
+            "flight": flight,
+        }
 
     def record(self, type: str, **fields: Any) -> None:
         self.ctx.history.record(type, self.name, table=self.table, **fields)
@@ -179,15 +194,13 @@ class GrpcAppender(_KeyedAppender):
     kind = "grpc"
 
     def run(self) -> None:
-        with connect(
-            self.front.grpc_target, api_key=self.api_key, timeout=5, connect_timeout=30
-        ) as self.client:
+        with self.client() as self.grpc:
             super().run()
 
     def send(
         self, rows: list[dict[str, Any]], partition: int, pid: str, seq: int
     ) -> list[list[int]]:
-        ranges = self.client.append(
+        ranges = self.grpc.append(
             self.table,
             rows,
             partition=partition,
@@ -254,9 +267,7 @@ class SdkProducer(Operation):
 
     def run(self) -> None:
         with (
-            connect(
-                self.front.grpc_target, api_key=self.api_key, timeout=5, connect_timeout=30
-            ) as c,
+            self.client() as c,
             c.producer(self.table, **_producer_config()) as p,
         ):
             while not self.ctx.stop.is_set():
@@ -293,9 +304,7 @@ class AsyncProducer(Operation):
         asyncio.run(self._run())
 
     async def _run(self) -> None:
-        async with connect_async(
-            self.front.grpc_target, api_key=self.api_key, timeout=5, connect_timeout=30
-        ) as c:
+        async with connect_async(self.front.grpc_target, **self.client_options()) as c:
             p = c.producer(self.table, **_producer_config())
             async with p:
                 while not self.ctx.stop.is_set():
@@ -319,9 +328,7 @@ class Follower(Operation):
 
     def run(self) -> None:
         nxt = [0] * self.partitions
-        with connect(
-            self.front.grpc_target, api_key=self.api_key, timeout=5, connect_timeout=30
-        ) as c:
+        with self.client() as c:
             while not self.ctx.stop.is_set():
                 p = self.rng.randrange(self.partitions)
                 try:
@@ -350,9 +357,7 @@ class Scanner(Operation):
     kind = "scanner"
 
     def run(self) -> None:
-        with connect(
-            self.front.grpc_target, api_key=self.api_key, timeout=10, connect_timeout=30
-        ) as c:
+        with self.client(timeout=10) as c:
             while not self.ctx.stop.wait(self.rng.uniform(*self.ctx.scan_every)):
                 try:
                     t = c.scan(self.table, columns=["rid", "_partition", "_offset"])
@@ -374,9 +379,7 @@ class GroupConsumer(Operation):
 
     def run(self) -> None:
         group = f"g-{self.name}"
-        with connect(
-            self.front.grpc_target, api_key=self.api_key, timeout=5, connect_timeout=30
-        ) as c:
+        with self.client() as c:
             while not self.ctx.stop.wait(self.rng.uniform(0.05, 0.3)):
                 p = self.rng.randrange(self.partitions)
                 try:
