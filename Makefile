@@ -13,7 +13,7 @@ RUN_EXTRAS ?= server
 STAMP := $(VENV)/.installed
 RUN_STAMP := $(VENV)/.installed-run
 
-.PHONY: setup run test lint format typecheck proto proto-check pytest bench bench-smoke fuzz prereqs clean
+.PHONY: setup run test lint format typecheck proto proto-check pytest bench bench-smoke fuzz faults soak prereqs clean
 
 # $(call install,extras,what it is for): create the virtualenv if needed and install tidegate
 # (editable) with those extras, saying what and why first and showing pip's progress (no
@@ -70,6 +70,21 @@ proto-check: setup
 ## tests/hostile/test_fuzz.py. Prints the requests sent per edge.
 fuzz: setup
 	TIDEGATE_FUZZ_EXAMPLES=$${TIDEGATE_FUZZ_EXAMPLES:-10000} $(PY) -m pytest -p no:cacheprovider -q -s --timeout 0 tests/hostile/test_fuzz.py
+
+## The fault suite (tests/faults, docs/durability.md): SEEDS seeds from FIRST (default 4
+## from 1; `make faults SEEDS=200` is the long run), or one seed alone (`make faults SEED=17`).
+## Each seed: a cluster under seeded faults, a recorded history, a checker over both tiers.
+## FAULTS_ARGS=--spark reads every seed back through the Spark connector as well.
+SEEDS ?= 4
+FIRST ?= 1
+faults: setup
+	$(PY) -m tests.faults $(strip $(if $(SEED),--seed $(SEED),--seeds $(SEEDS) --first $(FIRST)) $(FAULTS_ARGS))
+
+## Ten minutes of a bounded mixed workload: RSS, open files and latency of the gateways
+## over time, plotted against the memory budget (benchmarks/results/soak/).
+SOAK_MINUTES ?= 10
+soak: setup
+	$(PY) -m tests.faults.soak --minutes $(SOAK_MINUTES) --out benchmarks/results/soak
 
 ## The quick benchmark suite (< 5 min): results in benchmarks/results/.
 bench: setup

@@ -43,12 +43,12 @@ def test_readme_quick_start_is_two_commands() -> None:
     assert "make test" in ci
 
 
-def _make_dry_run(venv: Path, target: str) -> list[str]:
-    """The commands `make <target>` would run with the virtualenv at ``venv``."""
+def _make_dry_run(venv: Path, target: str, *variables: str) -> list[str]:
+    """The commands `make <target> [NAME=value...]` would run with the virtualenv at ``venv``."""
     env = {k: v for k, v in os.environ.items() if k not in _MAKE_VARS}
     env["LC_ALL"] = "C"  # make's own messages in English
     out = subprocess.run(
-        ["make", "-n", "--no-print-directory", f"VENV={venv}", target],
+        ["make", "-n", "--no-print-directory", f"VENV={venv}", target, *variables],
         cwd=REPO_ROOT,
         env=env,
         capture_output=True,

@@ -2,116 +2,31 @@
 
 from __future__ import annotations
 
-import itertools
-import threading
-import time
-from collections import Counter
 from pathlib import Path
 
-import pyarrow as pa
 import pytest
 
-from gateway.wire.errors import TidegateError
+from tests.faults.runner import run_seed
 from tests.integration.conftest import gateway_env
-from tests.services import GatewayProcess, RedisServer
+from tests.services import GatewayProcess
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
-PARTITIONS = 3
 
-
-def _hammer(
-    gw: GatewayProcess,
-    table: str,
-    acks: list[tuple[int, int, int, int]],
-    stop: threading.Event,
-    ids: itertools.count[int],
+@pytest.mark.parametrize(
+    ("tier", "kinds"), [("disk", ["gateway_kill"]), ("redis", ["gateway_kill", "redis_kill"])]
+)
+def test_kill_9_during_appends_loses_and_duplicates_nothing(
+    tier: str, kinds: list[str], tmp_path: Path
 ) -> None:
-    """Append batches with unique ids until the gateway dies; record what was acknowledged."""
-    try:
-        with gw.client(timeout=10) as c:
-            while not stop.is_set():
-                batch_id = next(ids)
-                n = 1 + batch_id % 7
-                rows = pa.table(
-                    {
-                        "batch": pa.array([batch_id] * n, pa.int64()),
-                        "i": pa.array(range(n), pa.int64()),
-                    }
-                )
-                (r,) = c.append(table, rows, partition=batch_id % PARTITIONS)
-                acks.append((r.partition, r.base_offset, r.count, batch_id))
-    except TidegateError:
-        return  # the gateway is gone: stop writing
-
-
-def _crash_and_verify(tmp_path: Path, env: dict[str, str], kill_extra: RedisServer | None) -> None:
-    gw = GatewayProcess(tmp_path / "gw", env).start()
-    table = "crash.events"
-    with gw.client() as c:
-        c.create_table(table, {"batch": "int64", "i": "int64"}, partitions=PARTITIONS)
-    acks: list[tuple[int, int, int, int]] = []
-    stop = threading.Event()
-    ids = itertools.count()
-    writers = [
-        threading.Thread(target=_hammer, args=(gw, table, acks, stop, ids)) for _ in range(6)
-    ]
-    for w in writers:
-        w.start()
-    deadline = time.monotonic() + 30
-    while len(acks) < 300 and time.monotonic() < deadline:
-        time.sleep(0.01)
-    assert len(acks) >= 300, f"writers made no progress: {gw.log()}"
-    gw.kill()  # SIGKILL while appends are in flight
-    if kill_extra is not None:
-        kill_extra.kill()
-        kill_extra.start()
-    stop.set()
-    for w in writers:
-        w.join(30)
-    attempted = next(ids)
-    acknowledged = list(acks)
-
-    gw2 = GatewayProcess(tmp_path / "gw", env, tenant=gw.tenant, api_key=gw.api_key)
-    gw2.start()
-    try:
-        with gw2.client() as c:
-            stored: dict[int, list[tuple[int, int, int]]] = {}
-            for p in range(PARTITIONS):
-                rows = c.read(table, partition=p, offset=0, max_records=1_000_000).to_pylist()
-                assert [r["_offset"] for r in rows] == list(range(len(rows))), (
-                    "offsets must stay dense"
-                )
-                stored[p] = [(r["_offset"], r["batch"], r["i"]) for r in rows]
-            by_batch = Counter(b for rows in stored.values() for _, b, _ in rows)
-            # Every acknowledged batch is there, at its acknowledged offsets, whole.
-            for p, base, count, batch_id in acknowledged:
-                got = stored[p][base : base + count]
-                assert [(o, b, i) for o, b, i in got] == [
-                    (base + i, batch_id, i) for i in range(count)
-                ]
-            # Every stored batch is whole and stored once: n rows, i = 0..n-1 in order.
-            for batch_id, n in by_batch.items():
-                assert n == 1 + batch_id % 7, f"batch {batch_id} is torn or duplicated"
-            assert len(by_batch) >= len(acknowledged)
-            assert len(by_batch) <= attempted
-            # The log keeps working after recovery.
-            (r,) = c.append(table, [{"batch": -1, "i": 0}], partition=0)
-            assert r.base_offset == len(stored[0])
-    finally:
-        gw2.stop()
-
-
-def test_kill_gateway_disk_tier(tmp_path: Path) -> None:
-    _crash_and_verify(tmp_path, gateway_env("disk", None), None)
-
-
-def test_kill_gateway_and_redis(tmp_path: Path) -> None:
-    redis = RedisServer(tmp_path / "redis").start()
-    try:
-        _crash_and_verify(tmp_path, gateway_env("redis", redis), redis)
-    finally:
-        redis.stop()
+    """SIGKILL of the gateway (and of redis-server) while many writers append: the fault
+    suite (tests/faults) with only those faults, so its checker judges the history."""
+    result = run_seed(
+        7, tmp_path, tier=tier, duration=8.0, mix=[("grpc", 4), ("producer", 2)], kinds=kinds
+    )
+    assert result.ok, result.text
+    assert result.faults["gateway_kill"] >= 1, result.faults
+    assert result.verdict.acknowledged > 300
 
 
 @pytest.mark.parametrize("kind", ["disk", "redis"])

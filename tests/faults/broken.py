@@ -1,0 +1,56 @@
+"""A deliberately broken hot tier for the checker's own test (never used by the product):
+it acknowledges a batch before the hot tier has it, and writes it half a second later.
+
+``TIDEGATE_HOT__TYPE=tests.faults.broken:AckFirstLog`` loads it in a gateway process. A
+SIGKILL in that half second loses acknowledged batches; the checker must say so.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+import time
+from typing import Any
+
+from gateway.hot import PartitionId
+from gateway.hot.base import AppendResult, ProducerSequence
+from gateway.hot.disk import DiskHotLog
+
+
+class AckFirstLog(DiskHotLog):
+    name = "ack-first"
+
+    @classmethod
+    def from_settings(cls, settings: Any) -> AckFirstLog:
+        return cls(settings.data_dir / "hot", fsync="batch")
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._next: dict[PartitionId, int] = {}
+        self._guard = threading.Lock()
+        self._queue: queue.SimpleQueue[tuple[float, PartitionId, bytes, int, int]] = (
+            queue.SimpleQueue()
+        )
+        threading.Thread(target=self._write_later, daemon=True).start()
+
+    def append(
+        self,
+        part: PartitionId,
+        payload: bytes,
+        count: int,
+        timestamp_us: int,
+        producer: ProducerSequence | None = None,
+    ) -> AppendResult:
+        with self._guard:
+            base = self._next.get(part)
+            if base is None:
+                base = self.offsets(part).high
+            self._next[part] = base + count
+            self._queue.put((time.monotonic() + 0.5, part, bytes(payload), count, timestamp_us))
+        return AppendResult(base, count)  # the bug: answered before it is stored
+
+    def _write_later(self) -> None:
+        while True:
+            due, part, payload, count, ts = self._queue.get()
+            time.sleep(max(0.0, due - time.monotonic()))
+            super().append(part, payload, count, ts)

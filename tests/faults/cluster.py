@@ -1,0 +1,269 @@
+"""The processes a fault run works against, per hot tier, built from tests/services.
+
+- ``redis``: one redis-server (``appendfsync always``) behind a :class:`ChaosProxy`, two
+  gateways sharing it, one metadata store, one Iceberg catalog and warehouse;
+- ``disk``: one gateway (the disk tier is single node) whose hot folder is a small tmpfs
+  of its own, so the disk can fill up, with the seed's fsync policy.
+
+Every gateway's gRPC, HTTP and Arrow Flight ports sit behind a proxy too: clients reach the
+gateways only through them. The gateways run the embedded tiering schedule every second and load the
+clock shim (``clockshim/sitecustomize.py``) so the suite can jump their wall clock.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import secrets
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TypeVar
+
+from gateway.wire.errors import AlreadyExists, Unavailable
+from tests.faults.proxy import ChaosProxy
+from tests.services import REPO_ROOT, GatewayProcess, RedisServer
+
+T = TypeVar("T")
+CLOCK_SHIM = Path(__file__).resolve().parent / "clockshim"
+HOT_DISK_BYTES = 64 * 1024 * 1024
+
+
+@dataclass
+class Front:
+    """The proxies clients reach one gateway through."""
+
+    grpc: ChaosProxy
+    http: ChaosProxy
+    #: In front of the gateway's Arrow Flight edge, when it has one.
+    flight: ChaosProxy | None = None
+
+    @property
+    def flight_location(self) -> str | bool:
+        """The SDK's ``flight`` argument: this proxy, or no Flight at all."""
+        return f"grpc+tcp://127.0.0.1:{self.flight.port}" if self.flight else False
+
+    @property
+    def grpc_target(self) -> str:
+        return f"127.0.0.1:{self.grpc.port}"
+
+    @property
+    def http_url(self) -> str:
+        return f"http://127.0.0.1:{self.http.port}"
+
+
+@dataclass
+class Cluster:
+    tier: str
+    root: Path
+    #: The disk tier's fsync policy (``batch``, ``interval``, ``never``).
+    fsync: str = "batch"
+    gateways: list[GatewayProcess] = field(default_factory=list)
+    fronts: list[Front] = field(default_factory=list)
+    redis: RedisServer | None = None
+    redis_proxy: ChaosProxy | None = None
+    hot_mount: Path | None = None
+    clock_file: Path | None = None
+    #: (tenant, api key) per tenant of the run.
+    tenants: list[tuple[str, str]] = field(default_factory=list)
+    jobs: list[subprocess.Popen[bytes]] = field(default_factory=list)
+
+    @property
+    def proxies(self) -> list[ChaosProxy]:
+        found = [p for f in self.fronts for p in (f.grpc, f.http, f.flight) if p is not None]
+        return found + ([self.redis_proxy] if self.redis_proxy else [])
+
+    def settings_env(self) -> dict[str, str]:
+        """What every process of the cluster (gateways, tiering jobs) is configured with."""
+        shared = self.root / "shared"
+        env = {
+            "TIDEGATE_METADATA__URL": f"sqlite:///{shared / 'metadata.db'}",
+            "TIDEGATE_COLD__WAREHOUSE": str(shared / "warehouse"),
+            "TIDEGATE_COLD__CATALOG__TYPE": "sql",
+            "TIDEGATE_COLD__CATALOG__URI": f"sqlite:///{shared / 'catalog.db'}",
+            "TIDEGATE_TIERING__INTERVAL_S": "1",
+            "TIDEGATE_TIERING__HOT_RETENTION_S": "2",
+            "TIDEGATE_SERVER__MAX_REQUEST_BYTES": str(1024 * 1024),
+        }
+        if self.tier == "redis":
+            assert self.redis_proxy is not None
+            env.update(
+                {
+                    "TIDEGATE_HOT__TYPE": "redis",
+                    "TIDEGATE_HOT__URL": f"redis://127.0.0.1:{self.redis_proxy.port}/0",
+                    "TIDEGATE_HOT__SOCKET_TIMEOUT_S": "2",
+                }
+            )
+        else:
+            assert self.hot_mount is not None
+            env.update(
+                {
+                    "TIDEGATE_HOT__TYPE": "disk",
+                    "TIDEGATE_HOT__FSYNC": self.fsync,
+                    "TIDEGATE_HOT__PATH": str(self.hot_mount / "hot"),
+                }
+            )
+        return env
+
+    def gateway_env(self) -> dict[str, str]:
+        assert self.clock_file is not None
+        return {
+            **self.settings_env(),
+            "PYTHONPATH": f"{CLOCK_SHIM}{os.pathsep}{REPO_ROOT}",
+            "TIDEGATE_FAULTS_CLOCK_FILE": str(self.clock_file),
+            "TIDEGATE_LOG__LEVEL": "WARNING",
+            "TIDEGATE_SERVER__SHUTDOWN_GRACE_S": "1",
+        }
+
+    def start(self, hot_env: dict[str, str] | None = None) -> Cluster:
+        """Start everything; ``hot_env`` overrides the hot tier settings (a test's own,
+        deliberately broken backend)."""
+        (self.root / "shared").mkdir(parents=True, exist_ok=True)
+        self.clock_file = self.root / "clock-offset"
+        self.clock_file.write_text("0")
+        if self.tier == "redis":
+            self.redis = RedisServer(self.root / "redis").start()
+            self.redis_proxy = ChaosProxy(self.redis.port).start()
+        else:
+            self.hot_mount = mount_small_disk(self.root / "hotdisk", HOT_DISK_BYTES)
+        env = self.gateway_env()
+        if hot_env:
+            env = {k: v for k, v in env.items() if not k.startswith("TIDEGATE_HOT__")}
+        env = {
+            **env,
+            "TIDEGATE_AUTH__OPERATOR_KEY": f"tgop_faults_{secrets.token_hex(16)}",
+            **(hot_env or {}),
+        }
+        # The tenants are made here rather than by GatewayProcess, so that a slow answer
+        # is retried (see settle) instead of failing the start.
+        tenant = f"t{secrets.token_hex(6)}"
+        for i in range(2 if self.tier == "redis" else 1):
+            gw = GatewayProcess(self.root / f"gw{i}", env, tenant=tenant, api_key="pending")
+            self.gateways.append(gw.start())
+        for gw in self.gateways:
+            flight = ChaosProxy(gw.flight_port).start() if gw.flight_port else None
+            self.fronts.append(
+                Front(ChaosProxy(gw.grpc_port).start(), ChaosProxy(gw.http_port).start(), flight)
+            )
+        with self.gateways[0].admin() as admin:
+            for name in (tenant, f"{tenant}b"):
+                settle(lambda n=name: admin.create_tenant(n))
+                key = settle(lambda n=name: admin.issue_key(n))
+                assert key is not None
+                self.tenants.append((name, key[1]))
+        for gw in self.gateways:
+            gw.api_key = self.tenants[0][1]
+        return self
+
+    def create_tables(self, tables: list[tuple[str, int]], schema: dict[str, str]) -> None:
+        """One table per tenant, in order."""
+        for (table, partitions), (_, key) in zip(tables, self.tenants, strict=True):
+            with self.gateways[0].client(api_key=key) as c:
+                settle(lambda c=c, t=table, n=partitions: c.create_table(t, schema, partitions=n))
+
+    def heal(self) -> None:
+        """Undo every fault still in force: proxies forward, stopped processes continue,
+        dead ones start again, the disk has room."""
+        for proxy in self.proxies:
+            proxy.set("pass")
+        procs: list[Any] = [gw.proc for gw in self.gateways]
+        if self.redis is not None:
+            procs.append(self.redis.proc)
+        for proc in procs:
+            if proc is not None and proc.poll() is None:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(proc.pid, signal.SIGCONT)
+        if self.redis is not None and (
+            self.redis.proc is None or self.redis.proc.poll() is not None
+        ):
+            self.redis.start()
+        for gw in self.gateways:
+            if gw.proc is None or gw.proc.poll() is not None:
+                gw.start()
+        if self.hot_mount is not None:
+            for balloon in self.hot_mount.glob("balloon*"):
+                balloon.unlink()
+        for job in self.jobs:
+            if job.poll() is None:
+                job.kill()
+            job.wait(10)
+        self.jobs.clear()
+
+    def tier_job(self) -> subprocess.Popen[bytes]:
+        """``tidegate tier`` beside the gateways (the Spark-free runner), as the CronJob runs it."""
+        env = {k: v for k, v in os.environ.items() if not k.startswith("TIDEGATE_")}
+        env.update(self.settings_env())
+        env["TIDEGATE_DATA_DIR"] = str(self.root / "tierjob")
+        job = subprocess.Popen(
+            [sys.executable, "-m", "gateway", "tier"],
+            env=env,
+            cwd=str(REPO_ROOT),
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        self.jobs.append(job)
+        return job
+
+    def stop(self) -> None:
+        for proxy in self.proxies:
+            proxy.stop()
+        for gw in self.gateways:  # SIGTERM to all first: they drain at the same time
+            if gw.proc is not None and gw.proc.poll() is None:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(gw.proc.pid, signal.SIGCONT)
+                    gw.proc.terminate()
+        for gw in self.gateways:
+            gw.stop()
+        for job in self.jobs:
+            if job.poll() is None:
+                job.kill()
+        if self.redis is not None:
+            if self.redis.proc is not None and self.redis.proc.poll() is None:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(self.redis.proc.pid, signal.SIGCONT)
+            self.redis.stop()
+        if self.hot_mount is not None:
+            unmount(self.hot_mount)
+
+
+def settle(call: Callable[[], T], attempts: int = 10) -> T | None:
+    """``call()`` during setup, retried while the gateway is slow to answer (a loaded
+    machine); an "already exists" means an earlier try went through."""
+    for attempt in range(attempts):
+        try:
+            return call()
+        except AlreadyExists:
+            return None
+        except Unavailable:
+            if attempt == attempts - 1:
+                raise
+            time.sleep(1 + attempt)
+    return None
+
+
+def mount_small_disk(path: Path, size: int) -> Path:
+    """A tmpfs of ``size`` bytes at ``path`` (the machine must let us mount: root, or a
+    container with CAP_SYS_ADMIN). The fault suite fills it to run the disk out of space."""
+    path.mkdir(parents=True, exist_ok=True)
+    done = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(path)],
+        capture_output=True,
+        text=True,
+    )
+    if done.returncode != 0:
+        raise RuntimeError(
+            f"the fault suite needs a small filesystem of its own for the disk hot tier and "
+            f"could not mount a tmpfs at {path} (run as root or with CAP_SYS_ADMIN): "
+            f"{done.stderr.strip()}"
+        )
+    return path
+
+
+def unmount(path: Path) -> None:
+    subprocess.run(["umount", "-l", str(path)], capture_output=True)
+    shutil.rmtree(path, ignore_errors=True)

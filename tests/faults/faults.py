@@ -1,0 +1,226 @@
+"""Fault kinds, and the nemesis that injects them on a schedule drawn from the seed.
+
+A fault kind is a function registered with :func:`fault`: it gets the cluster and the
+nemesis's random generator, injects its fault, holds it, undoes it (or leaves the cluster
+to :meth:`Cluster.heal`) and returns what it did, which goes into the history. New
+subsystems add their kinds here (compaction killed mid-rewrite, a shard move cut at its
+seal, the Spark writer killed between tasks and commit): one function each, with
+``applies`` saying on which clusters it makes sense.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import subprocess
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from tests.faults.cluster import Cluster
+from tests.faults.history import History
+
+Inject = Callable[[Cluster, random.Random], dict[str, Any]]
+
+
+@dataclass(frozen=True)
+class FaultKind:
+    name: str
+    inject: Inject
+    applies: Callable[[Cluster], bool]
+    weight: float
+
+
+FAULTS: dict[str, FaultKind] = {}
+
+
+def fault(
+    name: str, *, weight: float = 1.0, applies: Callable[[Cluster], bool] = lambda c: True
+) -> Callable[[Inject], Inject]:
+    def register(fn: Inject) -> Inject:
+        FAULTS[name] = FaultKind(name, fn, applies, weight)
+        return fn
+
+    return register
+
+
+def _redis(c: Cluster) -> bool:
+    return c.tier == "redis"
+
+
+def _disk(c: Cluster) -> bool:
+    return c.tier == "disk"
+
+
+@fault("gateway_kill", weight=1.5)
+def gateway_kill(c: Cluster, rng: random.Random) -> dict[str, Any]:
+    """SIGKILL one of the gateways mid-traffic, then start it again on its ports."""
+    i = rng.randrange(len(c.gateways))
+    down = rng.uniform(0.0, 1.0)
+    c.gateways[i].kill()
+    time.sleep(down)
+    c.gateways[i].start()
+    return {"target": f"gateway{i}", "down_s": round(down, 2)}
+
+
+@fault("redis_kill", applies=_redis)
+def redis_kill(c: Cluster, rng: random.Random) -> dict[str, Any]:
+    """SIGKILL redis-server (AOF ``always``) and start it on the same folder and port."""
+    assert c.redis is not None
+    down = rng.uniform(0.0, 1.0)
+    c.redis.kill()
+    time.sleep(down)
+    c.redis.start()
+    return {"target": "redis", "down_s": round(down, 2)}
+
+
+@fault("pause", weight=1.5)
+def pause(c: Cluster, rng: random.Random) -> dict[str, Any]:
+    """SIGSTOP a gateway or redis-server for a while, then SIGCONT (a long GC, a VM stall)."""
+    targets: list[tuple[str, Any]] = [(f"gateway{i}", g.proc) for i, g in enumerate(c.gateways)]
+    if c.redis is not None:
+        targets.append(("redis", c.redis.proc))
+    name, proc = targets[rng.randrange(len(targets))]
+    held = rng.uniform(0.3, 3.0)
+    os.kill(proc.pid, signal.SIGSTOP)
+    try:
+        time.sleep(held)
+    finally:
+        os.kill(proc.pid, signal.SIGCONT)
+    return {"target": name, "held_s": round(held, 2)}
+
+
+def _proxy(c: Cluster, rng: random.Random) -> tuple[str, Any]:
+    named = [(f"client->gateway{i}.grpc", f.grpc) for i, f in enumerate(c.fronts)]
+    named += [(f"client->gateway{i}.http", f.http) for i, f in enumerate(c.fronts)]
+    named += [(f"client->gateway{i}.flight", f.flight) for i, f in enumerate(c.fronts) if f.flight]
+    if c.redis_proxy is not None:
+        named += [("gateways->redis", c.redis_proxy)] * 2
+    return named[rng.randrange(len(named))]
+
+
+@fault("net_cut", weight=1.5)
+def net_cut(c: Cluster, rng: random.Random) -> dict[str, Any]:
+    """Reset every connection through one proxy (clients or gateways must reconnect)."""
+    name, proxy = _proxy(c, rng)
+    return {"target": name, "connections": proxy.cut()}
+
+
+@fault("net_delay")
+def net_delay(c: Cluster, rng: random.Random) -> dict[str, Any]:
+    """Slow one link: every chunk through the proxy waits, for a few seconds."""
+    name, proxy = _proxy(c, rng)
+    delay, held = rng.uniform(0.02, 0.3), rng.uniform(0.5, 3.0)
+    proxy.set("delay", delay)
+    try:
+        time.sleep(held)
+    finally:
+        proxy.set("pass")
+    return {"target": name, "delay_s": round(delay, 3), "held_s": round(held, 2)}
+
+
+@fault("net_blackhole")
+def net_blackhole(c: Cluster, rng: random.Random) -> dict[str, Any]:
+    """Swallow everything through one link for a while (packets dropped, no reset), then
+    reset what hung on it."""
+    name, proxy = _proxy(c, rng)
+    held = rng.uniform(0.5, 4.0)
+    proxy.set("blackhole")
+    try:
+        time.sleep(held)
+    finally:
+        proxy.set("pass")
+        proxy.cut()
+    return {"target": name, "held_s": round(held, 2)}
+
+
+@fault("tier_job_kill", applies=_redis)
+def tier_job_kill(c: Cluster, rng: random.Random) -> dict[str, Any]:
+    """Start ``tidegate tier`` beside the gateways and SIGKILL it at a random point (before
+    it reads, while it writes Parquet, around its commit, or after it finished)."""
+    job = c.tier_job()
+    after = rng.uniform(0.2, 5.0)
+    try:
+        job.wait(after)
+        return {"target": "tier-job", "after_s": round(after, 2), "finished": job.returncode}
+    except subprocess.TimeoutExpired:
+        job.kill()
+        job.wait(10)
+        return {"target": "tier-job", "after_s": round(after, 2), "killed": True}
+
+
+@fault("disk_full", applies=_disk)
+def disk_full(c: Cluster, rng: random.Random) -> dict[str, Any]:
+    """Fill the disk hot tier's filesystem to the last byte for a while, then free it."""
+    assert c.hot_mount is not None
+    held = rng.uniform(0.5, 3.0)
+    balloon = c.hot_mount / "balloon"
+    written = 0
+    with balloon.open("wb", buffering=0) as f:
+        chunk = b"\0" * (1024 * 1024)
+        while len(chunk) >= 512:
+            try:
+                written += f.write(chunk) or 0
+            except OSError:  # ENOSPC: halve the chunk until not even 512 bytes fit
+                chunk = chunk[: len(chunk) // 2]
+    try:
+        time.sleep(held)
+    finally:
+        balloon.unlink()
+    return {"target": "hot-disk", "filled_bytes": written, "held_s": round(held, 2)}
+
+
+@fault("clock_jump", weight=0.7)
+def clock_jump(c: Cluster, rng: random.Random) -> dict[str, Any]:
+    """Step the gateways' wall clock forward (past the hot retention) or back (a few
+    seconds), and leave it there, as an NTP step does."""
+    assert c.clock_file is not None
+    now = float(c.clock_file.read_text() or 0)
+    step = rng.choice([rng.uniform(5, 600), -rng.uniform(0.5, 30)])
+    c.clock_file.write_text(str(now + step))
+    return {"target": "gateways", "step_s": round(step, 2), "offset_s": round(now + step, 2)}
+
+
+class Nemesis:
+    """Injects faults one at a time, with pauses between them, until stopped. The seed fixes
+    the sequence of kinds, targets and durations."""
+
+    def __init__(
+        self, cluster: Cluster, seed: int, history: History, kinds: list[str] | None = None
+    ) -> None:
+        self.cluster = cluster
+        self.rng = random.Random(f"nemesis-{seed}")
+        self.history = history
+        names = kinds if kinds is not None else list(FAULTS)
+        self.kinds = [FAULTS[n] for n in names if FAULTS[n].applies(cluster)]
+        self.counts: Counter[str] = Counter()
+        self.stop = threading.Event()
+        self.errors: list[str] = []
+        self._thread = threading.Thread(target=self._run, name="nemesis", daemon=True)
+
+    def start(self) -> Nemesis:
+        self._thread.start()
+        return self
+
+    def join(self) -> None:
+        self.stop.set()
+        self._thread.join(120)
+
+    def _run(self) -> None:
+        if not self.kinds:
+            return
+        weights = [k.weight for k in self.kinds]
+        while not self.stop.wait(self.rng.uniform(0.3, 1.5)):
+            kind = self.rng.choices(self.kinds, weights)[0]
+            self.history.record("fault", "nemesis", kind=kind.name, phase="start")
+            try:
+                details = kind.inject(self.cluster, self.rng)
+            except Exception as exc:  # the fault itself failed: say so, keep going
+                self.errors.append(f"{kind.name}: {exc!r}")
+                details = {"error": repr(exc)[:300]}
+            self.counts[kind.name] += 1
+            self.history.record("fault", "nemesis", kind=kind.name, phase="end", **details)
