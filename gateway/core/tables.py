@@ -64,6 +64,7 @@ class TableOps(CoreBase):
             fields_to_json(schema),
             partitions,
             keys,
+            self.hot.shard_names(),
         )
         if cold is not None:
             try:

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from gateway.config import Settings
+    from gateway.hot.placement import PlacementStore
 
 
 @dataclass(frozen=True, slots=True)
@@ -176,3 +177,12 @@ class HotLog(ABC):
     @abstractmethod
     def close(self) -> None:
         """Release connections and file handles."""
+
+    def shard_names(self) -> list[str]:
+        """The hot tier's shards, where new partitions may be placed. A backend without
+        shards is the one shard ``default``."""
+        return ["default"]
+
+    def bind_placements(self, store: PlacementStore) -> None:  # noqa: B027 - optional hook
+        """Let a sharded backend read and change partition placements (see
+        :mod:`gateway.hot.placement`); a backend without shards ignores it."""
