@@ -576,7 +576,7 @@ class RedisHotLog(HotLog):
                 f"segment {seq} of partition {part.path} on {shard!r} starts at {got}, not {start}"
             )
 
-    def finish_move(self, part: PartitionId) -> Chain:
+    def finish_move(self, part: PartitionId) -> Chain:  # type: ignore[override]
         """Finish the move under way, whoever started it: seal, open, record the chain
         (step 4, a compare-and-set on the epoch). Every step is idempotent, so a gateway
         that finds a sealed segment, or the next mover after a crash, completes it."""
@@ -596,7 +596,7 @@ class RedisHotLog(HotLog):
                 return self.chain(part, refresh=True)
         raise Unavailable(f"the placement of {part.path} keeps changing", backend="redis")
 
-    def move(self, part: PartitionId, target: str) -> Chain:
+    def move(self, part: PartitionId, target: str) -> Chain:  # type: ignore[override]
         """Move the partition's appends to ``target`` without copying: seal the active
         segment at its high watermark and continue the log in a new segment there.
 
@@ -847,6 +847,13 @@ class RedisHotLog(HotLog):
             size = sum(0 if m[2] is None else _int(m[2]) for m in metas)
             return LogOffsets(low=low, high=high, size_bytes=size)
         raise Unavailable(f"the placement of {part.path} keeps changing", backend="redis")
+
+    def needs_trim(self, part: PartitionId, below_offset: int) -> bool:
+        # A sealed segment emptied by trims before its seal still waits to be dropped.
+        chain = self.chain(part, refresh=self._placements is not None)
+        if any(s.end is not None and s.end <= below_offset for s in chain.segments[:-1]):
+            return True
+        return super().needs_trim(part, below_offset)
 
     def trim(self, part: PartitionId, below_offset: int) -> int:
         for _ in range(20):
