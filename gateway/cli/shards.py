@@ -156,3 +156,42 @@ def shard_unpin(
     """Release reserved shards."""
     _run(lambda c: c.meta.unpin_shards(shards))
     typer.echo(f"released {', '.join(shards)}")
+
+
+@app.command()
+def rebalance(
+    dry_run: Annotated[
+        bool, typer.Option("--dry-run", help="Print the plan, move nothing.")
+    ] = False,
+    band: Annotated[float, typer.Option(help="Target max/mean shard load.", min=1.0)] = 1.25,
+    window: Annotated[float, typer.Option(help="Seconds of heat to measure.", min=1.0)] = 300.0,
+    runner: Annotated[
+        str, typer.Option(help="'spark' (heat measured by Spark tasks) or 'local'.")
+    ] = "spark",
+    master: Annotated[
+        str | None, typer.Option(help="Spark master (default: tiering.master).")
+    ] = None,
+    parallel: Annotated[int, typer.Option(help="Tenants moved at once.", min=1)] = 2,
+    as_json: JsonFlag = False,
+) -> None:
+    """Plan moves that bring every shard within the load band (max/mean), and run them:
+    a few at a time, each tenant's in its own lane."""
+    from gateway.lake.rebalance import Plan, make_heat_meter, measure_heat, plan_moves, run_plan
+
+    with components() as c:
+        heat = measure_heat(c, window, make_heat_meter(c, runner, master))
+        pins = c.meta.shard_pins()
+        plan = plan_moves(heat, c.hot.shard_names(), pins, band=band)
+        results = [] if dry_run else run_plan(c, plan, parallel=parallel)
+    if as_json:
+        typer.echo(json.dumps({**plan.to_dict(), "moved": len(results), "dry_run": dry_run}))
+        return
+    shared = [s for s in plan.before if s not in pins] or list(plan.before)
+    typer.echo(
+        f"max/mean load {Plan.ratio(plan.before, shared):.2f} -> "
+        f"{Plan.ratio(plan.after, shared):.2f} (band {band})"
+    )
+    for m in plan.moves:
+        typer.echo(f"move {m.tenant} {m.table}/{m.partition} {m.source} -> {m.target}")
+    if not dry_run:
+        typer.echo(f"moved {len(results)} of {len(plan.moves)} partitions")
