@@ -21,7 +21,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from benchmarks import cold, neighbours, sdk, spark_read
+from benchmarks import cold, neighbours, sdk, shards, spark_read
 from benchmarks.harness import Bench, compare
 from benchmarks.loadgen import Result, Workload
 from benchmarks.report import write_report
@@ -65,6 +65,7 @@ SCENARIOS: dict[str, Scenario] = {
     "freshness": cold.run_freshness,
     "noisy-neighbour": neighbours.run,
     "spark-read": spark_read.run,
+    "shards": shards.run,
 }
 
 
