@@ -160,6 +160,9 @@ class RedisClusterServer:
                 str(node.workdir / "nodes.conf"),
                 "--cluster-node-timeout",
                 "2000",
+                # The bus port defaults to port + 10000, past 65535 for a high free port.
+                "--cluster-port",
+                str(free_port()),
             ]
             node.start()
         subprocess.run(

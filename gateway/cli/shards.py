@@ -61,21 +61,7 @@ def shard_list(
         rows = c.meta.placements(tenant=tenant)
         pins = c.meta.shard_pins()
     if as_json:
-        out = {
-            "pins": pins,
-            "placements": [
-                {
-                    "tenant": p.tenant,
-                    "table": f"{p.namespace}.{p.name}",
-                    "partition": p.partition,
-                    "shard": p.shard,
-                    "epoch": p.epoch,
-                    "move_target": p.move_target,
-                    "segments": [{"shard": s, "start": a, "end": b} for _, s, a, b in p.segments],
-                }
-                for p in rows
-            ],
-        }
+        out = {"pins": pins, "placements": [p.to_dict() for p in rows]}
         typer.echo(json.dumps(out))
         return
     table = [["TENANT", "TABLE", "PART", "SHARD", "EPOCH", "SEGMENTS", "MOVING TO"]]

@@ -134,6 +134,18 @@ class Placement:
         """The shard of the active segment (the one taking appends)."""
         return self.segments[-1][1]
 
+    def to_dict(self) -> dict[str, Any]:
+        """The placement as JSON (the admin API's and ``tidegate shard list --json``'s)."""
+        return {
+            "tenant": self.tenant,
+            "table": f"{self.namespace}.{self.name}",
+            "partition": self.partition,
+            "shard": self.shard,
+            "epoch": self.epoch,
+            "move_target": self.move_target,
+            "segments": [{"shard": s, "start": a, "end": b} for _, s, a, b in self.segments],
+        }
+
 
 def choose_shards(
     count: int,

@@ -344,3 +344,50 @@ def test_shard_restarts_during_moves(shards: dict[str, RedisServer], tmp_path: P
     finally:
         mover.close()
         gw.stop()
+
+
+def test_admin_api_lists_placements_and_moves_a_partition(
+    shards: dict[str, RedisServer], tmp_path: Path
+) -> None:
+    gw = GatewayProcess(tmp_path / "gw", shard_env(shards, tmp_path, tiering=False)).start()
+    mover = Mover(shards, tmp_path)
+    try:
+        with gw.client() as c:
+            c.create_table("adm.ev", {"w": "int64", "i": "int64"}, partitions=1)
+            c.append("adm.ev", [{"w": 0, "i": i} for i in range(3)], partition=0)
+        auth = {"authorization": f"Bearer {gw.operator_key}"}
+        with gw.http_client(api_key=None, headers=auth) as h:
+            listed = h.get("/v1/admin/placements", params={"tenant": gw.tenant}).json()
+            assert listed["shards"] == list(SHARDS)
+            (p,) = listed["placements"]
+            source = p["shard"]
+            target = next(s for s in SHARDS if s != source)
+            moved = h.post(
+                "/v1/admin/placements/move",
+                json={"tenant": gw.tenant, "table": "adm.ev", "partition": 0, "target": target},
+            )
+            assert moved.status_code == 200, moved.text
+            assert moved.json()["segments"] == [
+                {"shard": source, "start": 0, "end": 3},
+                {"shard": target, "start": 3, "end": None},
+            ]
+            # a shard reserved for another tenant is refused
+            mover.meta.ensure_tenant("someone")
+            mover.meta.pin_shards("someone", [source])
+            refused = h.post(
+                "/v1/admin/placements/move",
+                json={"tenant": gw.tenant, "table": "adm.ev", "partition": 0, "target": source},
+            )
+            assert refused.status_code == 400
+            assert "reserved for another tenant" in refused.text
+            # a tenant key may not use the admin API
+            with gw.http_client() as tenant_http:
+                assert tenant_http.get("/v1/admin/placements").status_code == 403
+        with gw.client() as c:
+            (r,) = c.append("adm.ev", [{"w": 0, "i": 3}], partition=0)
+            assert r.base_offset == 3
+            rows = c.read("adm.ev", partition=0, offset=0).to_pylist()
+            assert [x["i"] for x in rows] == [0, 1, 2, 3]
+    finally:
+        mover.close()
+        gw.stop()
