@@ -406,8 +406,9 @@ class _Shard:
             retry=True,
         )
 
-    def delete(self, keys: Sequence[str], what: str) -> None:
-        self.call(what, lambda: self.client.delete(*keys), retry=True)
+    def delete(self, keys: Sequence[str], what: str) -> int:
+        """Delete ``keys``; returns how many existed."""
+        return int(self.call(what, lambda: self.client.delete(*keys), retry=True))
 
     def sweep(self, pattern: str, what: str) -> None:
         def go() -> None:
@@ -896,13 +897,17 @@ class RedisHotLog(HotLog):
 
     def drop(self, part: PartitionId) -> None:
         self._chains.pop(part, None)
-        base = _escape(part.path)
-        keys = partition_keys(part)
-        for shard in self._shards.values():
-            # One DEL: the keys share a slot, and a reader never sees half a partition.
-            shard.delete(keys, f"drop of {part.path}")
-            if len(self._shards) > 1 or self._placements is not None:
-                shard.sweep(_pattern(f"tg:{{{base}@"), f"drop of {part.path}")
+        # Segments are numbered 0, 1, 2... and each leaves at least its meta hash (a
+        # tombstone once dropped) until now, so deleting them in order until a number no
+        # shard holds finds them all, without the placement (gone first) or a SCAN.
+        seq = 0
+        while True:
+            keys = partition_keys(part, seq)
+            # One DEL per shard: a segment's keys share a slot.
+            found = [shard.delete(keys, f"drop of {part.path}") for shard in self._shards.values()]
+            if seq > 0 and not any(found):
+                return
+            seq += 1
 
     def drop_tenant(self, tenant: str) -> None:
         pattern = _pattern(f"tg:{{{_escape(f'{tenant}/')}")
