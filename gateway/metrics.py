@@ -27,7 +27,10 @@ __all__ = [
     "UNMATCHED_ROUTE",
     "observe_http_request",
     "record_append",
+    "record_move",
     "record_read",
+    "record_sealed_retry",
+    "record_shard_append",
     "record_tiering",
     "record_tiering_failure",
     "set_tiering_lag",
@@ -135,3 +138,44 @@ def record_tiering_failure() -> None:
 def set_tiering_lag(records: int, nbytes: int) -> None:
     TIERING_LAG_RECORDS.set(records)
     TIERING_LAG_BYTES.set(nbytes)
+
+
+SHARD_APPEND_RECORDS = Counter(
+    "tidegate_hot_shard_append_records_total",
+    "Records stored by this process in each Redis hot-tier shard (retried duplicates not).",
+    ["shard"],
+)
+SHARD_APPEND_BYTES = Counter(
+    "tidegate_hot_shard_append_bytes_total",
+    "Payload bytes stored by this process in each Redis hot-tier shard.",
+    ["shard"],
+)
+SHARD_SEALED_RETRIES = Counter(
+    "tidegate_hot_shard_sealed_retries_total",
+    "Appends a shard refused because a move had sealed the segment (sent again elsewhere).",
+    ["shard"],
+)
+MOVES = Counter(
+    "tidegate_hot_moves_total",
+    "Partition moves between hot-tier shards run or finished by this process.",
+    ["source", "target"],
+)
+MOVE_SECONDS = Histogram(
+    "tidegate_hot_move_duration_seconds",
+    "Duration of partition moves (intent, seal, open, record), whatever the backlog.",
+    buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0),
+)
+
+
+def record_shard_append(shard: str, records: int, nbytes: int) -> None:
+    SHARD_APPEND_RECORDS.labels(shard=shard).inc(records)
+    SHARD_APPEND_BYTES.labels(shard=shard).inc(nbytes)
+
+
+def record_sealed_retry(shard: str) -> None:
+    SHARD_SEALED_RETRIES.labels(shard=shard).inc()
+
+
+def record_move(source: str, target: str, seconds: float) -> None:
+    MOVES.labels(source=source, target=target).inc()
+    MOVE_SECONDS.observe(seconds)

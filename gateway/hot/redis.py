@@ -42,6 +42,7 @@ from redis.cluster import RedisCluster
 from redis.commands.core import Script
 from redis.retry import Retry
 
+from gateway import metrics
 from gateway.config import RedisHotConfig, RedisShardConfig, Settings
 from gateway.hot.base import (
     AppendResult,
@@ -606,12 +607,15 @@ class RedisHotLog(HotLog):
             Unavailable: a shard cannot be reached (the move is left under way: run it
                 again, or let the gateways finish it).
         """
+        started = time.monotonic()
+        source = self.chain(part, refresh=True).active.shard
         for _ in range(3):
             pending = self.begin_move(part, target)
             if pending is None:
                 return self.chain(part)
             chain = self.finish_move(part)
             if pending == target:
+                metrics.record_move(source, target, time.monotonic() - started)
                 return chain
         return self.chain(part, refresh=True)
 
@@ -658,8 +662,12 @@ class RedisHotLog(HotLog):
             )
             status = _int(reply[0])
             if status != _APPEND_SEALED:
-                return self._append_result(part, status, reply, count, producer)
+                result = self._append_result(part, status, reply, count, producer)
+                if not result.duplicate:
+                    metrics.record_shard_append(seg.shard, count, len(payload))
+                return result
             # Refused, so not applied: safe to send again to the new active segment.
+            metrics.record_sealed_retry(seg.shard)
             chain = self._settle(part, chain)
             if chain.active == seg:
                 time.sleep(min(0.002 * (attempt + 1), 0.05))

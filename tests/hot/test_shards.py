@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 import redis
+from prometheus_client import REGISTRY
 
 from gateway.config import RedisShardConfig
 from gateway.hot import PartitionId, ProducerSequence, StoredBatch
@@ -127,6 +128,18 @@ def read_all(log: RedisHotLog, part: PartitionId, offset: int = 0) -> list[Store
     return out
 
 
+def shard_metrics(source: str, target: str) -> list[tuple[str, tuple[tuple[str, str], ...]]]:
+    return [
+        ("tidegate_hot_moves_total", (("source", source), ("target", target))),
+        ("tidegate_hot_shard_sealed_retries_total", (("shard", source),)),
+        ("tidegate_hot_shard_append_records_total", (("shard", target),)),
+    ]
+
+
+def sample(name: str, labels: tuple[tuple[str, str], ...]) -> float:
+    return REGISTRY.get_sample_value(name, dict(labels)) or 0.0
+
+
 def raw(server: RedisServer) -> redis.Redis:
     return redis.Redis(port=server.port)
 
@@ -235,11 +248,18 @@ def test_a_gateway_with_an_old_placement_is_fenced_and_follows(
     assert read_all(other, part) == written  # `other` caches the chain now
     source = other.chain(part).active.shard
     target = "b" if source != "b" else "c"
+    before = {k: sample(*k) for k in shard_metrics(source, target)}
     hot.move(part, target)
     # `other` still names the source segment: the shard refuses, it reloads and retries
     assert other.chain(part).active.shard == source
     written += append(other, part, 2, start=2)
     assert other.chain(part).active.shard == target
+    grew = {k[0]: sample(*k) - before[k] for k in shard_metrics(source, target)}
+    assert grew == {
+        "tidegate_hot_moves_total": 1,
+        "tidegate_hot_shard_sealed_retries_total": 1,
+        "tidegate_hot_shard_append_records_total": 4,
+    }
     assert raw(servers[target]).xlen(partition_keys(part, 1)[0]) == 2
     assert raw(servers[source]).xlen(partition_keys(part, 0)[0]) == 2
     assert read_all(hot, part) == written
