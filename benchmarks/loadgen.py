@@ -68,6 +68,10 @@ class Workload:
     quota_bytes_per_s: int = 4_000_000
     noisy_factor: float = 5.0
     quiet_fraction: float = 0.5
+    #: Shards: un-tiered backlogs (MB) of the moved partitions, and the period of moves
+    #: during the append-latency run.
+    backlog_mb: tuple[int, ...] = (10, 500)
+    move_every_s: float = 0.25
     duration_s: float = 10.0
     warmup_s: float = 2.0
     #: Longest the scenario may take (0: three times warm-up and duration, plus 240 s).
@@ -81,8 +85,9 @@ class Workload:
         doc.pop("quick", None)
         doc.pop("smoke", None)
         doc.update(overrides)
-        if "files" in doc:
-            doc["files"] = tuple(doc["files"])
+        for key in ("files", "backlog_mb"):
+            if key in doc:
+                doc[key] = tuple(doc[key])
         return cls(**doc)
 
     @property

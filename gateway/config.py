@@ -71,13 +71,41 @@ class DiskHotConfig(_Section):
     )
 
 
+class RedisShardConfig(_Section):
+    """One named shard of the Redis hot tier: a Redis server or a whole Redis Cluster."""
+
+    name: str = Field(
+        pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$",
+        description="Stable name recorded in partition placements; never reuse one.",
+    )
+    url: str = Field(description="redis:// or rediss:// URL (any node, for a cluster).")
+    cluster: bool = Field(False, description="The URL names a Redis Cluster node.")
+
+
 class RedisHotConfig(_Section):
-    """Redis hot tier: one stream per partition; several gateways may share it."""
+    """Redis hot tier: one stream per partition segment; several gateways may share it.
+
+    With ``shards`` empty, ``url`` is the one implicit shard named ``default`` (a single
+    Redis, as before sharding). Otherwise ``url`` is ignored; name the shard that holds data
+    written before sharding ``default``.
+    """
 
     type: Literal["redis"] = "redis"
     url: str = Field("redis://127.0.0.1:6379/0", description="redis:// or rediss:// URL.")
+    shards: list[RedisShardConfig] = Field(
+        default_factory=list, description="Named shards; empty: one shard 'default' at url."
+    )
     socket_timeout_s: float = Field(5.0, gt=0, description="Per-command socket timeout.")
     producer_window: int = Field(16, ge=1, description="Batches remembered per producer.")
+
+    def shard_list(self) -> list[RedisShardConfig]:
+        """The configured shards, or the implicit ``default`` one at ``url``."""
+        if self.shards:
+            names = [s.name for s in self.shards]
+            if len(set(names)) != len(names):
+                raise ValueError(f"hot.shards names must be unique, got {names}")
+            return list(self.shards)
+        return [RedisShardConfig(name="default", url=self.url)]
 
 
 class CustomHotConfig(_Section):
@@ -504,7 +532,8 @@ class Settings(BaseSettings):
         if self.quota.redis_url:
             return self.quota.redis_url
         if isinstance(self.hot, RedisHotConfig):
-            return self.hot.url
+            first = self.hot.shard_list()[0]
+            return None if first.cluster else first.url
         return None
 
     @classmethod

@@ -28,7 +28,10 @@ __all__ = [
     "observe_http_request",
     "record_append",
     "record_lake_job",
+    "record_move",
     "record_read",
+    "record_sealed_retry",
+    "record_shard_append",
     "record_tiering",
     "record_tiering_failure",
     "set_lake_stats",
@@ -180,3 +183,44 @@ def set_lake_stats(stats: list[Any]) -> None:
     LAKE_SMALL_FILES.set(sum(s.small_files for s in stats))
     LAKE_SNAPSHOTS.set(sum(s.snapshots for s in stats))
     LAKE_SMALL_FILE_RATIO_MAX.set(max((s.small_file_ratio for s in stats), default=0.0))
+
+
+SHARD_APPEND_RECORDS = Counter(
+    "tidegate_hot_shard_append_records_total",
+    "Records stored by this process in each Redis hot-tier shard (retried duplicates not).",
+    ["shard"],
+)
+SHARD_APPEND_BYTES = Counter(
+    "tidegate_hot_shard_append_bytes_total",
+    "Payload bytes stored by this process in each Redis hot-tier shard.",
+    ["shard"],
+)
+SHARD_SEALED_RETRIES = Counter(
+    "tidegate_hot_shard_sealed_retries_total",
+    "Appends a shard refused because a move had sealed the segment (sent again elsewhere).",
+    ["shard"],
+)
+MOVES = Counter(
+    "tidegate_hot_moves_total",
+    "Partition moves between hot-tier shards run or finished by this process.",
+    ["source", "target"],
+)
+MOVE_SECONDS = Histogram(
+    "tidegate_hot_move_duration_seconds",
+    "Duration of partition moves (intent, seal, open, record), whatever the backlog.",
+    buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0),
+)
+
+
+def record_shard_append(shard: str, records: int, nbytes: int) -> None:
+    SHARD_APPEND_RECORDS.labels(shard=shard).inc(records)
+    SHARD_APPEND_BYTES.labels(shard=shard).inc(nbytes)
+
+
+def record_sealed_retry(shard: str) -> None:
+    SHARD_SEALED_RETRIES.labels(shard=shard).inc()
+
+
+def record_move(source: str, target: str, seconds: float) -> None:
+    MOVES.labels(source=source, target=target).inc()
+    MOVE_SECONDS.observe(seconds)

@@ -71,6 +71,8 @@ class RedisServer:
         self.workdir = workdir
         self.port = port or free_port()
         self.proc: subprocess.Popen[bytes] | None = None
+        #: More redis-server arguments (a cluster node's).
+        self.extra_args: list[str] = []
 
     @property
     def url(self) -> str:
@@ -98,6 +100,7 @@ class RedisServer:
                 "no",
                 "--logfile",
                 str(self.workdir / "redis.log"),
+                *self.extra_args,
             ],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
@@ -134,6 +137,66 @@ class RedisServer:
     def restart(self) -> None:
         self.kill()
         self.start()
+
+
+class RedisClusterServer:
+    """A Redis Cluster of three masters (no replicas), each a :class:`RedisServer` process
+    of our own, joined with ``redis-cli --cluster create``."""
+
+    def __init__(self, workdir: Path, masters: int = 3) -> None:
+        self.nodes = [RedisServer(workdir / f"node{i}") for i in range(masters)]
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.nodes[0].port}"
+
+    def start(self) -> RedisClusterServer:
+        cli = require_binary("redis-cli", "apt-get install redis-tools")
+        for node in self.nodes:
+            node.extra_args = [
+                "--cluster-enabled",
+                "yes",
+                "--cluster-config-file",
+                str(node.workdir / "nodes.conf"),
+                "--cluster-node-timeout",
+                "2000",
+                # The bus port defaults to port + 10000, past 65535 for a high free port.
+                "--cluster-port",
+                str(free_port()),
+            ]
+            node.start()
+        subprocess.run(
+            [
+                cli,
+                "--cluster",
+                "create",
+                *(f"127.0.0.1:{n.port}" for n in self.nodes),
+                "--cluster-replicas",
+                "0",
+                "--cluster-yes",
+            ],
+            check=True,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            timeout=60,
+        )
+        import redis
+
+        deadline = time.monotonic() + 30
+        for node in self.nodes:
+            client = redis.Redis(port=node.port)
+            try:
+                while client.cluster("info").get("cluster_state") != "ok":
+                    if time.monotonic() > deadline:
+                        raise TimeoutError("the Redis Cluster never reached state ok")
+                    time.sleep(0.1)
+            finally:
+                client.close()
+        return self
+
+    def stop(self) -> None:
+        for node in self.nodes:
+            node.stop()
 
 
 def postgres_bindir() -> Path:

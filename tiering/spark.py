@@ -26,7 +26,8 @@ import logging
 import os
 import sys
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
 from gateway.cold.base import DataFile
@@ -35,9 +36,10 @@ from gateway.plugins import BackendError
 
 if TYPE_CHECKING:
     from gateway.config import Settings
+    from gateway.hot import HotLog
     from gateway.lake.components import Components
 
-__all__ = ["SparkRunner", "declare_pool", "spark_session"]
+__all__ = ["SparkRunner", "declare_pool", "executor_hot_log", "spark_session"]
 
 log = logging.getLogger("tidegate.tiering")
 _POOLS = threading.Lock()
@@ -96,16 +98,33 @@ def _run_task(settings_json: Mapping[str, Any], task: LakeTask) -> list[DataFile
     """Open the hot log for this one task, when it reads one: a log cached in a reused
     Python worker would go stale (the disk tier keeps its index in the memory of the
     process that opened it), and opening Redis is one connection."""
+    if not task.needs_hot:
+        return task.run(None)
+    with executor_hot_log(settings_json) as hot:
+        return task.run(hot)
+
+
+@contextmanager
+def executor_hot_log(settings_json: Mapping[str, Any]) -> Iterator[HotLog]:
+    """The hot log for one task, with the metadata store's placements bound when the
+    hot tier has shards (a partition's segments may live on several)."""
     from gateway.config import Settings
     from gateway.hot import load_hot_log
 
-    if not task.needs_hot:
-        return task.run(None)
-    hot = load_hot_log(Settings.explicit(**settings_json))
+    settings = Settings.explicit(**settings_json)
+    hot = load_hot_log(settings)
+    meta = None
     try:
-        return task.run(hot)
+        if settings_json["hot"]["type"] == "redis":
+            from gateway.meta import MetadataStore
+
+            meta = MetadataStore.from_settings(settings)
+            hot.bind_placements(meta)
+        yield hot
     finally:
         hot.close()
+        if meta is not None:
+            meta.close()
 
 
 class _TaskFn:

@@ -64,6 +64,7 @@ class CoreBase:
         self.settings = settings
         self.meta = meta
         self.hot = hot
+        hot.bind_placements(meta)
         #: The Iceberg tier; None serves the hot tier alone (``cold.enabled=false``).
         self.cold = cold
         #: Table id -> (schema version, handle).

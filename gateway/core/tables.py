@@ -65,6 +65,7 @@ class TableOps(CoreBase):
             fields_to_json(schema, fields if isinstance(fields, list) else ()),
             partitions,
             keys,
+            self.hot.shard_names(),
         )
         if cold is not None:
             try:

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from gateway.config import Settings
+    from gateway.hot.placement import PlacementStore
 
 
 @dataclass(frozen=True, slots=True)
@@ -176,3 +177,29 @@ class HotLog(ABC):
     @abstractmethod
     def close(self) -> None:
         """Release connections and file handles."""
+
+    def needs_trim(self, part: PartitionId, below_offset: int) -> bool:
+        """Whether :meth:`trim` below ``below_offset`` would free anything."""
+        return self.offsets(part).low < below_offset
+
+    def shard_names(self) -> list[str]:
+        """The hot tier's shards, where new partitions may be placed. A backend without
+        shards is the one shard ``default``."""
+        return ["default"]
+
+    def bind_placements(self, store: PlacementStore) -> None:  # noqa: B027 - optional hook
+        """Let a sharded backend read and change partition placements (see
+        :mod:`gateway.hot.placement`); a backend without shards ignores it."""
+
+    def move(self, part: PartitionId, target: str) -> None:
+        """Move the partition's appends to shard ``target`` (see :mod:`gateway.hot.placement`).
+
+        Raises:
+            InvalidRequest: the backend has no shards, or no such shard.
+        """
+        from gateway.wire.errors import InvalidRequest
+
+        raise InvalidRequest(f"the {self.name} hot tier has no shards to move partitions to")
+
+    def finish_move(self, part: PartitionId) -> None:  # noqa: B027 - optional hook
+        """Finish a move that a crash left under way (nothing to do without shards)."""

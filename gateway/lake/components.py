@@ -60,6 +60,7 @@ class Components:
         hot: HotLog | None = None
         try:
             hot = load_hot_log(settings)
+            hot.bind_placements(meta)
             cold = load_cold_store(settings)
         except BaseException:
             if hot is not None:

@@ -500,7 +500,7 @@ def trim_hot(
         if below <= 0:
             continue
         part = PartitionId(d.tenant, d.table_id, p)
-        if c.hot.offsets(part).low >= below:
+        if not c.hot.needs_trim(part, below):
             continue
         out[p] = c.hot.trim(part, below)
     return out

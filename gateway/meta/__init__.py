@@ -5,6 +5,6 @@ PostgreSQL (production), migrated by the alembic scripts shipped in
 ``gateway/meta/migrations``, which run automatically when a store opens.
 """
 
-from gateway.meta.store import MetadataStore, PartitionState, TableDef
+from gateway.meta.store import MetadataStore, PartitionState, Placement, TableDef
 
-__all__ = ["MetadataStore", "PartitionState", "TableDef"]
+__all__ = ["MetadataStore", "PartitionState", "Placement", "TableDef"]

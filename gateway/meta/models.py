@@ -41,6 +41,8 @@ __all__ = [
     "MaintenanceRun",
     "PartitionRecord",
     "QuotaRecord",
+    "SegmentRecord",
+    "ShardPin",
     "SnapshotLease",
     "TableRecord",
     "Tenant",
@@ -157,6 +159,36 @@ class PartitionRecord(Base):
         String(255), default="default", server_default=text("'default'")
     )
     epoch: Mapped[int] = mapped_column(Integer, default=0, server_default=text("0"))
+    #: The shard an unfinished move is taking the partition to (NULL: no move under way).
+    #: Recorded before the source segment is sealed, so whoever finds the seal can finish.
+    move_target: Mapped[str | None] = mapped_column(String(255), nullable=True)
+
+
+class SegmentRecord(Base):
+    """One segment of a partition's hot log (a virtual log, as in Delos): the offsets
+    ``[start_offset, end_offset)`` live on ``shard``; ``end_offset`` is NULL for the last,
+    active segment, the only one that takes appends. A partition without rows here has one
+    implicit segment ``0`` on its ``shard`` from offset 0 (its layout before sharding)."""
+
+    __tablename__ = "tg_segments"
+
+    table_id: Mapped[str] = mapped_column(String(36), primary_key=True)
+    partition: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=False)
+    seq: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=False)
+    shard: Mapped[str] = mapped_column(String(255))
+    start_offset: Mapped[int] = mapped_column(BigInteger)
+    end_offset: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
+
+
+class ShardPin(Base):
+    """A hot-tier shard reserved for one tenant: only that tenant's partitions go there."""
+
+    __tablename__ = "tg_shard_pins"
+
+    shard: Mapped[str] = mapped_column(String(255), primary_key=True)
+    tenant_id: Mapped[str] = mapped_column(
+        String(255), ForeignKey("tg_tenants.id", ondelete="CASCADE")
+    )
 
 
 class GroupOffset(Base):

@@ -6,10 +6,12 @@ import asyncio
 import contextlib
 import logging
 import re
+import time
 from collections.abc import Callable
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, ParamSpec, TypeVar
+from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 
+from gateway.hot import PartitionId
 from gateway.meta.tenants import KeyInfo, TenantInfo, UsageRow
 from gateway.tenancy import keys
 from gateway.tenancy.auth import run_blocking
@@ -141,6 +143,54 @@ class TenantAdmin:
     async def get_quota(self, tenant: str) -> dict[str, int | None]:
         await self.get_tenant(tenant)
         return await run_blocking(self.tenants.get_quota, tenant)
+
+    # Hot-tier placement --------------------------------------------------------------------
+    async def placements(self, tenant: str | None = None) -> dict[str, Any]:
+        """Every partition's placement (of one tenant) and the reserved shards."""
+        meta = self.service.meta
+        rows = await run_blocking(meta.placements, tenant=tenant)
+        return {
+            "shards": self.service.hot.shard_names(),
+            "pins": await run_blocking(meta.shard_pins),
+            "placements": [p.to_dict() for p in rows],
+        }
+
+    async def move_partition(
+        self, tenant: str, table: str, partition: int, target: str
+    ) -> dict[str, Any]:
+        """Move one partition's appends to shard ``target`` without copying (see
+        :mod:`gateway.hot.placement`); returns its placement afterwards.
+
+        Raises:
+            TableNotFound: no such table. InvalidRequest: no such partition or shard, or a
+            shard reserved for another tenant, or a hot tier without shards.
+        """
+        self._check_name(tenant)
+        meta, hot = self.service.meta, self.service.hot
+
+        def move() -> dict[str, Any]:
+            namespace, _, name = table.partition(".")
+            d = meta.get_table(tenant, namespace, name)
+            if not 0 <= partition < d.partitions:
+                raise InvalidRequest(f"table {table} has no partition {partition}")
+            if target not in hot.shard_names():
+                raise InvalidRequest(f"no hot-tier shard {target!r}", shard=target)
+            owner = meta.shard_pins().get(target)
+            if owner is not None and owner != tenant:
+                raise InvalidRequest(
+                    f"shard {target!r} is reserved for another tenant", shard=target
+                )
+            started = time.monotonic()
+            hot.move(PartitionId(tenant, d.table_id, partition), target)
+            seconds = time.monotonic() - started
+            (after,) = [
+                p
+                for p in meta.placements(tenant=tenant)
+                if p.table_id == d.table_id and p.partition == partition
+            ]
+            return {**after.to_dict(), "seconds": seconds}
+
+        return await run_blocking(move)
 
     async def set_quota(self, tenant: str, values: dict[str, int | None]) -> dict[str, int | None]:
         unknown = set(values) - set(QUOTA_FIELDS)

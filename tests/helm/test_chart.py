@@ -14,7 +14,7 @@ import helm_python as helm
 import kubernetes_validate
 import pytest
 
-from gateway.config import Settings
+from gateway.config import RedisHotConfig, Settings
 from tests.helm.chart import (
     CHART,
     EXAMPLES,
@@ -41,6 +41,7 @@ CREDENTIALS = {
     "TIDEGATE_COLD__CATALOG__URI",
     "TIDEGATE_COLD__CATALOG__CREDENTIAL",
     "TIDEGATE_HOT__URL",
+    "TIDEGATE_HOT__SHARDS",
     "TIDEGATE_COLD__S3__ACCESS_KEY_ID",
     "TIDEGATE_COLD__S3__SECRET_ACCESS_KEY",
 }
@@ -299,6 +300,31 @@ def test_credentials_live_in_the_secret_never_in_the_configmap() -> None:
     assert urlsplit(data["redis-url"]).hostname == "redis-master.data.svc.cluster.local"
     assert data["catalog-uri"] == data["metadata-url"] == values["metadata"]["url"]
     assert len(data["operator-key"]) >= 16 and len(data["metrics-token"]) >= 16
+
+
+def test_redis_shards_are_a_list_in_the_secret_that_the_gateway_reads() -> None:
+    values = example("redis-postgres-s3")
+    shards = [
+        {"name": "default", "url": "redis://:pw@redis-a:6379/0"},
+        {"name": "b", "url": "redis://redis-b:6379/0"},
+        {"name": "rc", "url": "redis://redis-cluster:6379", "cluster": True},
+    ]
+    values["hot"]["redis"] = {"shards": shards}
+    rendered = Rendered(values)
+    assert "pw@" not in repr(rendered.one("ConfigMap")["data"])
+    data = rendered.secret_data("tg-tidegate")
+    assert "redis-url" not in data
+    hot = Settings.explicit(hot={"type": "redis", "shards": json.loads(data["redis-shards"])}).hot
+    assert isinstance(hot, RedisHotConfig)
+    assert [(s.name, s.url, s.cluster) for s in hot.shard_list()] == [
+        ("default", "redis://:pw@redis-a:6379/0", False),
+        ("b", "redis://redis-b:6379/0", False),
+        ("rc", "redis://redis-cluster:6379", True),
+    ]
+    # One URL keeps working as before: no shards item at all.
+    assert "redis-shards" not in Rendered(example("redis-postgres-s3")).secret_data("tg-tidegate")
+    bad = {**values, "hot": {"type": "redis", "redis": {"shards": [{"name": "x y", "url": "r"}]}}}
+    assert "shards" in refusal(bad)
 
 
 def test_existing_secret_is_referenced_and_no_secret_is_made() -> None:

@@ -1,7 +1,9 @@
-"""``/v1/admin``: tenants, API keys, quotas and usage over HTTP (operator key only).
+"""``/v1/admin``: tenants, API keys, quotas, usage and hot-tier placements over HTTP
+(operator key only).
 
-Mirrors the ``tidegate.v1.Admin`` gRPC service. A tenant key is refused with 403
-``PERMISSION_DENIED``, a missing or wrong key with 401 ``UNAUTHENTICATED``.
+Mirrors the ``tidegate.v1.Admin`` gRPC service (placements: HTTP only for now). A tenant
+key is refused with 403 ``PERMISSION_DENIED``, a missing or wrong key with 401
+``UNAUTHENTICATED``.
 """
 
 from __future__ import annotations
@@ -26,6 +28,13 @@ class _Request(BaseModel):
 
 class CreateTenantRequest(_Request):
     name: str = Field(description="Tenant name: a letter, then letters, digits, '_' or '-'.")
+
+
+class MoveRequest(_Request):
+    tenant: str = Field(description="The tenant owning the table.")
+    table: str = Field(description="The table, as namespace.name.")
+    partition: int = Field(ge=0, description="The partition to move.")
+    target: str = Field(description="The hot-tier shard to take its appends from now on.")
 
 
 class QuotaBody(_Request):
@@ -126,6 +135,18 @@ def admin_router(tenancy: Tenancy) -> APIRouter:
     async def set_quota(tenant: TenantName, body: QuotaBody) -> JSONResponse:
         values = {f: getattr(body, f) for f in QUOTA_FIELDS if f in body.model_fields_set}
         return JSONResponse(await tenancy.admin.set_quota(tenant, values))
+
+    @router.get("/placements", summary="Partitions' hot-tier placements and reserved shards.")
+    async def placements(
+        tenant: Annotated[str | None, Query(description="Only this tenant's.")] = None,
+    ) -> JSONResponse:
+        return JSONResponse(await tenancy.admin.placements(tenant))
+
+    @router.post("/placements/move", summary="Move a partition to another shard, without copying.")
+    async def move(body: MoveRequest) -> JSONResponse:
+        return JSONResponse(
+            await tenancy.admin.move_partition(body.tenant, body.table, body.partition, body.target)
+        )
 
     @router.get("/tenants/{tenant}/usage", summary="The tenant's usage per minute.")
     async def usage(

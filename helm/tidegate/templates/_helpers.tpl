@@ -87,6 +87,7 @@ with the chart's Secret an item is present when its value is set (or generated).
 {{- end -}}
 {{- if eq $v.hot.type "redis" -}}
 {{- $items = append $items (list "TIDEGATE_HOT__URL" "redis-url" $k.redisUrl (include "tidegate.redisUrl" .)) -}}
+{{- $items = append $items (list "TIDEGATE_HOT__SHARDS" "redis-shards" $k.redisShards (ternary (toJson $v.hot.redis.shards) "" (not (empty $v.hot.redis.shards)))) -}}
 {{- end -}}
 {{- $items = append $items (list "TIDEGATE_COLD__S3__ACCESS_KEY_ID" "s3-access-key-id" $k.s3AccessKeyId $v.cold.s3.accessKeyId) -}}
 {{- $items = append $items (list "TIDEGATE_COLD__S3__SECRET_ACCESS_KEY" "s3-secret-access-key" $k.s3SecretAccessKey $v.cold.s3.secretAccessKey) -}}
@@ -148,10 +149,10 @@ Checks values.schema.json cannot express: what several gateway replicas must sha
 {{- define "tidegate.validate" -}}
 {{- $v := .Values -}}
 {{- if eq $v.hot.type "redis" -}}
-{{- if and (not $v.existingSecret) (not $v.hot.redis.url) -}}
-{{- fail "hot.redis.url is required with hot.type=redis (e.g. redis://redis-master:6379/0)" -}}
+{{- if and (not $v.existingSecret) (not $v.hot.redis.url) (empty $v.hot.redis.shards) -}}
+{{- fail "hot.redis.url is required with hot.type=redis (e.g. redis://redis-master:6379/0), or hot.redis.shards" -}}
 {{- end -}}
-{{- if and $v.existingSecret (not $v.existingSecretKeys.redisUrl) -}}
+{{- if and $v.existingSecret (not $v.existingSecretKeys.redisUrl) (not $v.existingSecretKeys.redisShards) -}}
 {{- fail (printf "existingSecretKeys.redisUrl must name the key of Secret %s that holds the Redis URL (hot.type=redis)" $v.existingSecret) -}}
 {{- end -}}
 {{- if not (include "tidegate.externalMetadata" .) -}}
