@@ -21,10 +21,13 @@ from prometheus_client import Counter, Gauge, Histogram
 __all__ = [
     "APPEND_BYTES",
     "APPEND_RECORDS",
+    "GRPC_DURATION",
+    "GRPC_REQUESTS",
     "HTTP_DURATION",
     "HTTP_REQUESTS",
     "READ_RECORDS",
     "UNMATCHED_ROUTE",
+    "observe_grpc_request",
     "observe_http_request",
     "record_append",
     "record_lake_job",
@@ -58,16 +61,18 @@ HTTP_REQUESTS = Counter(
     "HTTP requests answered, by route template, method and status code.",
     ["route", "method", "status"],
 )
+#: Latency buckets of both edges (long polls and follow streams reach the upper ones).
+_LATENCY_BUCKETS = (
+    0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5,
+    1.0, 2.5, 5.0, 10.0, 30.0, 60.0,
+)  # fmt: skip
 HTTP_DURATION = Histogram(
     "tidegate_http_request_duration_seconds",
     "HTTP request latency by route template and method; long polls wait up to "
     "server.http_follow_wait_ms, hence the upper buckets.",
     ["route", "method"],
-    buckets=(
-        0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5,
-        1.0, 2.5, 5.0, 10.0, 30.0, 60.0,
-    ),
-)  # fmt: skip
+    buckets=_LATENCY_BUCKETS,
+)
 
 
 def record_append(records: int, nbytes: int) -> None:
@@ -79,6 +84,25 @@ def record_append(records: int, nbytes: int) -> None:
 def record_read(records: int) -> None:
     """Count ``records`` records returned by a read."""
     READ_RECORDS.inc(records)
+
+
+GRPC_REQUESTS = Counter(
+    "tidegate_grpc_requests_total",
+    "gRPC calls answered, by method and status code.",
+    ["method", "code"],
+)
+GRPC_DURATION = Histogram(
+    "tidegate_grpc_request_duration_seconds",
+    "gRPC call latency by method, to the end of the answer (a follow stream: its life).",
+    ["method"],
+    buckets=_LATENCY_BUCKETS,
+)
+
+
+def observe_grpc_request(method: str, code: str, seconds: float) -> None:
+    """Count one answered gRPC call (``method``: its short name, e.g. ``Append``)."""
+    GRPC_REQUESTS.labels(method=method, code=code).inc()
+    GRPC_DURATION.labels(method=method).observe(seconds)
 
 
 def observe_http_request(route: str, method: str, status: int, seconds: float) -> None:

@@ -15,11 +15,47 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.flight as fl
 
+from gateway.client._types import TableRef
 from gateway.wire._proto.tidegate.v1 import tidegate_pb2 as pb
-from gateway.wire.errors import TidegateError, Unavailable
+from gateway.wire.errors import OffsetOutOfRange, TidegateError, Unavailable
 from gateway.wire.status import build_error
 
-__all__ = ["FlightReads", "error_from_flight", "flight_location", "flight_scan"]
+__all__ = [
+    "FlightReads",
+    "error_from_flight",
+    "flight_location",
+    "flight_read",
+    "flight_scan",
+    "range_ended_early",
+]
+
+
+def flight_read(
+    table: str | TableRef, partition: int, offset: int, max_records: int
+) -> dict[str, Any]:
+    """The Flight command of a stream read of ``max_records`` from ``offset``."""
+    t = TableRef.parse(table)
+    return {
+        "read": {
+            "namespace": t.namespace,
+            "name": t.name,
+            "partition": partition,
+            "offset": offset,
+            "max_records": max_records,
+        }
+    }
+
+
+def range_ended_early(
+    table: str | TableRef, partition: int, offset: int, start: int, end: int
+) -> OffsetOutOfRange:
+    """The error of a range read that found no record at ``offset`` before ``end``."""
+    return OffsetOutOfRange(
+        f"partition {partition} of {table} ended at offset {offset}, before {end}",
+        offset=offset,
+        earliest=start,
+        latest=offset,
+    )
 
 
 def flight_scan(request: pb.ScanRequest) -> dict[str, Any]:

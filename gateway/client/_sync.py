@@ -17,7 +17,7 @@ import pyarrow as pa
 
 from gateway.client._arrow import decode, ipc
 from gateway.client._calls import SyncCalls
-from gateway.client._flight import flight_scan
+from gateway.client._flight import flight_read, flight_scan, range_ended_early
 from gateway.client._reading import label_tier, scan_request, scan_table
 from gateway.client._requests import (
     append_request,
@@ -44,7 +44,7 @@ from gateway.client._types import (
 )
 from gateway.wire._proto.tidegate.v1 import tidegate_pb2 as pb
 from gateway.wire.codec import Compression
-from gateway.wire.errors import OffsetOutOfRange, TableAlreadyExists, TidegateError
+from gateway.wire.errors import TableAlreadyExists, TidegateError
 from gateway.wire.status import error_from_rpc
 
 __all__ = ["Client", "Consumer", "Producer"]
@@ -251,38 +251,27 @@ class Client(SyncCalls):
         offset = start
         while offset < end:
             before = offset
-            if flight is not None:
-                t = TableRef.parse(table)
-                command = {
-                    "read": {
-                        "namespace": t.namespace,
-                        "name": t.name,
-                        "partition": partition,
-                        "offset": offset,
-                        "max_records": end - offset,
-                    }
-                }
-                steps: Iterator[tuple[list[pa.RecordBatch], int, Any, Any]] = flight.read_steps(
-                    command
+            steps = (
+                (
+                    (b, n)
+                    for b, n, _, _ in flight.read_steps(
+                        flight_read(table, partition, offset, end - offset)
+                    )
                 )
-            else:
-                steps = (
-                    (b, n, hw, None)
-                    for b, n, hw in self.read_batches(
+                if flight is not None
+                else (
+                    (b, n)
+                    for b, n, _ in self.read_batches(
                         table, partition=partition, offset=offset, max_records=end - offset
                     )
                 )
-            for batches, next_offset, _, _ in steps:
+            )
+            for batches, next_offset in steps:
                 if batches:
                     yield batches
                 offset = max(offset, next_offset)
             if offset == before:
-                raise OffsetOutOfRange(
-                    f"partition {partition} of {table} ended at offset {offset}, before {end}",
-                    offset=offset,
-                    earliest=start,
-                    latest=offset,
-                )
+                raise range_ended_early(table, partition, offset, start, end)
 
     def read(
         self,

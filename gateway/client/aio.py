@@ -29,7 +29,7 @@ from gateway.client._aio_consumer import AsyncConsumer
 from gateway.client._aio_producer import AsyncProducer
 from gateway.client._arrow import decode, ipc
 from gateway.client._calls import AsyncCalls
-from gateway.client._flight import flight_scan
+from gateway.client._flight import flight_read, flight_scan, range_ended_early
 from gateway.client._reading import label_tier, scan_request, scan_table
 from gateway.client._requests import (
     append_request,
@@ -191,6 +191,35 @@ class AsyncClient(AsyncCalls):
             raise self.reach.explain(error_from_rpc(exc)) from None
         finally:
             call.cancel()
+
+    async def read_range(
+        self, table: str | TableRef, *, partition: int, start: int, end: int
+    ) -> AsyncIterator[list[pa.RecordBatch]]:
+        """Records ``[start, end)`` in a few large reads; see
+        :meth:`gateway.client.Client.read_range`."""
+        flight = await self._flight()
+        offset = start
+        while offset < end:
+            before = offset
+            if flight is not None:
+                # Flight's client blocks: each step is received on a worker thread.
+                steps = flight.read_steps(flight_read(table, partition, offset, end - offset))
+                try:
+                    while (step := await asyncio.to_thread(next, steps, None)) is not None:
+                        if step[0]:
+                            yield step[0]
+                        offset = max(offset, step[1])
+                finally:
+                    steps.close()
+            else:
+                async for batches, next_offset, _ in self.read_batches(
+                    table, partition=partition, offset=offset, max_records=end - offset
+                ):
+                    if batches:
+                        yield batches
+                    offset = max(offset, next_offset)
+            if offset == before:
+                raise range_ended_early(table, partition, offset, start, end)
 
     async def read(
         self,

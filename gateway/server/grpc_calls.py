@@ -18,6 +18,7 @@ errors); anything unexpected is logged and answered INTERNAL
 from __future__ import annotations
 
 import contextlib
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextvars import ContextVar
 from dataclasses import dataclass
@@ -25,6 +26,7 @@ from typing import Any
 
 import grpc
 
+from gateway import metrics
 from gateway.server.calls import wire_error
 from gateway.tenancy import Gate, Tenancy
 from gateway.wire._proto.tidegate.v1 import admin_pb2
@@ -72,6 +74,15 @@ async def _abort(context: grpc.aio.ServicerContext[Any, Any], err: TidegateError
     )
 
 
+def _code_of(context: Any) -> str:
+    """The status an aborted call ended with (``UNKNOWN`` when the context cannot say)."""
+    try:
+        code = context.code()
+    except Exception:  # an aborted context that no longer answers
+        return "UNKNOWN"
+    return code.name if isinstance(code, grpc.StatusCode) else "UNKNOWN"
+
+
 class CallInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
     def __init__(self, gate: Gate) -> None:
         self.gate = gate
@@ -102,6 +113,7 @@ class CallInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
         handler = await continuation(details)
         method = details.method
         admin = method.startswith(f"/{ADMIN_SERVICE_NAME}/")
+        name = method.rsplit("/", 1)[-1]
         if handler is None or not (admin or method.startswith(f"/{SERVICE_NAME}/")):
             return handler
 
@@ -109,14 +121,20 @@ class CallInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
             inner_uu = handler.unary_unary
 
             async def unary_unary(request: Any, context: Any) -> Any:
+                started, code = time.perf_counter(), "OK"
                 try:
                     caller = await self._enter(context, admin)
                     async with self._slot(caller, follow=False):
                         return await inner_uu(request, context)
                 except (grpc.aio.AbortError, grpc.aio.UsageError):
+                    code = _code_of(context)
                     raise
                 except Exception as exc:
-                    await _abort(context, wire_error(exc, method))
+                    err = wire_error(exc, method)
+                    code = err.grpc_code.name
+                    await _abort(context, err)
+                finally:
+                    metrics.observe_grpc_request(name, code, time.perf_counter() - started)
 
             return grpc.unary_unary_rpc_method_handler(
                 unary_unary, handler.request_deserializer, handler.response_serializer
@@ -126,6 +144,7 @@ class CallInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
         takes_slot = handler.unary_stream is not None
 
         async def streaming(request: Any, context: Any) -> AsyncIterator[Any]:
+            started, code = time.perf_counter(), "OK"
             try:
                 caller = await self._enter(context, admin)
                 slot = (
@@ -137,9 +156,14 @@ class CallInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
                     async for item in inner_stream(request, context):
                         yield item
             except (grpc.aio.AbortError, grpc.aio.UsageError):
+                code = _code_of(context)
                 raise
             except Exception as exc:
-                await _abort(context, wire_error(exc, method))
+                err = wire_error(exc, method)
+                code = err.grpc_code.name
+                await _abort(context, err)
+            finally:
+                metrics.observe_grpc_request(name, code, time.perf_counter() - started)
 
         make = (
             grpc.unary_stream_rpc_method_handler

@@ -376,6 +376,7 @@ def test_no_page_or_action_without_a_key(
     base = f"/console/tenants/{tenant}"
     pages = [
         "/console/tenants",
+        "/console/shards",
         base,
         f"{base}/groups",
         f"{base}/tables/web/clicks",
@@ -456,6 +457,30 @@ def test_a_tenant_sees_only_itself(
         assert [t["name"] for t in h.get("/v1/tables").json()["tables"]] == ["secret"]
     assert admin_get(gw, f"/tenants/{mine}")["status"] == "active"
     assert len(admin_get(gw, f"/tenants/{mine}/keys")["keys"]) == 1
+
+
+def test_shards_and_placements_show_each_viewer_its_own(
+    gw: GatewayProcess, signed_in: Callable[[str | None], Session]
+) -> None:
+    mine, my_key = new_tenant(gw)
+    other, other_key = new_tenant(gw)
+    page = [{"name": "page", "type": "string"}]
+    table_with_rows(gw, my_key, "mine", page, [{"page": "/a"}])
+    table_with_rows(gw, other_key, "theirs", page, [{"page": "/b"}])
+    placed = {
+        (p["tenant"], p["table"]): p["shard"]
+        for p in admin_get(gw, f"/placements?tenant={mine}")["placements"]
+    }
+    assert placed == {(mine, "web.mine"): "default"}  # one Redis URL: the shard "default"
+    operator = signed_in(gw.operator_key).http.get("/console/shards")
+    assert operator.status_code == 200, operator.text
+    assert 'data-shard="default"' in operator.text
+    assert 'data-table="web.mine"' in operator.text and 'data-table="web.theirs"' in operator.text
+    tenant = signed_in(my_key).http.get("/console/shards")
+    assert tenant.status_code == 200, tenant.text
+    assert 'data-table="web.mine"' in tenant.text
+    assert "web.theirs" not in tenant.text and other not in tenant.text
+    offline(tenant.text)
 
 
 def test_forged_posts_are_refused(

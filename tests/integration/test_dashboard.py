@@ -57,6 +57,9 @@ def test_every_metric_the_dashboard_queries_is_exported(gw: GatewayProcess) -> N
         rows = {"rows": [{"n": i} for i in range(10)]}
         assert h.post("/v1/tables/dash/ev/records", json=rows).status_code == 200
         assert h.get("/v1/tables/dash/ev/partitions/0/records").status_code == 200
+        with gw.client() as c:  # the gRPC edge's latency panels
+            c.append("dash.ev", [{"n": 10}])
+            assert c.read("dash.ev", partition=0, offset=0).num_rows == 11
         quota = {"append_bytes_per_s": 1}
         assert op.put(f"/v1/admin/tenants/{gw.tenant}/quota", json=quota).status_code == 200
         # The first append is admitted from a full bucket and leaves it in debt (far more
@@ -76,3 +79,4 @@ def test_every_metric_the_dashboard_queries_is_exported(gw: GatewayProcess) -> N
     assert "tidegate_tenant_throttled_total" in wanted
     assert "tidegate_tiering_lag_records" in wanted
     assert "tidegate_tenant_hot_bytes" in wanted
+    assert "tidegate_grpc_request_duration_seconds_bucket" in wanted

@@ -131,6 +131,33 @@ def test_a_generic_flight_client_scans_and_reads_with_the_documented_tickets(
     flight.close()
 
 
+def test_read_range_reads_a_range_over_flight_and_over_grpc(
+    gateway: GatewayProcess, client: Client, http: httpx.Client, namespace: str
+) -> None:
+    name = make_table(http, namespace, partitions=1)
+    for i in range(4):
+        append(http, namespace, name, i * 30, 30, 0)
+    table = f"{namespace}.{name}"
+
+    def offsets(chunks: list[list[pa.RecordBatch]]) -> list[int]:
+        return [o for chunk in chunks for b in chunk for o in b.column("_offset").to_pylist()]
+
+    over_flight = list(client.read_range(table, partition=0, start=10, end=95))
+    with gateway.client(flight=False) as plain:
+        over_grpc = list(plain.read_range(table, partition=0, start=10, end=95))
+        with pytest.raises(OffsetOutOfRange, match="before 200"):
+            list(plain.read_range(table, partition=0, start=100, end=200))
+    assert offsets(over_flight) == offsets(over_grpc) == list(range(10, 95))
+    with pytest.raises(OffsetOutOfRange, match="before 200"):
+        list(client.read_range(table, partition=0, start=100, end=200))
+
+    async def by_async() -> list[list[pa.RecordBatch]]:
+        async with gateway.async_client() as ac:
+            return [c async for c in ac.read_range(table, partition=0, start=0, end=120)]
+
+    assert offsets(asyncio.run(by_async())) == list(range(120))
+
+
 def test_flight_errors_are_the_gateways_errors(
     gateway: GatewayProcess, http: httpx.Client, namespace: str
 ) -> None:

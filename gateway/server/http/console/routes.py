@@ -253,6 +253,26 @@ def console_router(tenancy: Tenancy, calls: DataCalls) -> APIRouter:
         tenants = await tenancy.admin.list_tenants()
         return render(request, "tenants.html", viewer=viewer, tenants=tenants, iso=iso)
 
+    # Shards ----------------------------------------------------------------------------
+    @router.get("/shards")
+    async def shards_page(request: Request, viewer: Looker) -> Response:
+        """The hot tier's shards, who reserved them and where each partition's segments
+        live: all of it for the operator, a tenant's own partitions and shards for it."""
+        found = await tenancy.admin.placements(viewer.tenant)
+        pins = {
+            shard: owner
+            for shard, owner in found["pins"].items()
+            if viewer.is_operator or owner == viewer.tenant
+        }
+        return render(
+            request,
+            "shards.html",
+            viewer=viewer,
+            shards=found["shards"],
+            pins=pins,
+            placements=found["placements"],
+        )
+
     @router.post("/tenants")
     async def create_tenant(request: Request, viewer: Changer) -> Response:
         viewer.operate("create tenants")
