@@ -72,6 +72,8 @@ class Cluster:
     #: (tenant, api key) per tenant of the run.
     tenants: list[tuple[str, str]] = field(default_factory=list)
     jobs: list[subprocess.Popen[bytes]] = field(default_factory=list)
+    #: More settings of every process (the soak runs the lake maintenance jobs so).
+    extra_env: dict[str, str] = field(default_factory=dict)
 
     @property
     def proxies(self) -> list[ChaosProxy]:
@@ -89,6 +91,7 @@ class Cluster:
             "TIDEGATE_TIERING__INTERVAL_S": "1",
             "TIDEGATE_TIERING__HOT_RETENTION_S": "2",
             "TIDEGATE_SERVER__MAX_REQUEST_BYTES": str(1024 * 1024),
+            **self.extra_env,
         }
         if self.tier == "redis":
             assert self.redis_proxy is not None

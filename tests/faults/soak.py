@@ -28,6 +28,12 @@ from tests.faults.workload import DEFAULT_MIX, SCHEMA, TABLES, Context, start_op
 
 MiB = 1024 * 1024
 BUDGET_BYTES = 1024 * MiB
+#: Compaction every 30 s, expiry every 30 s of snapshots replaced over a minute ago.
+MAINTENANCE_ENV = {
+    "TIDEGATE_COMPACTION__INTERVAL_S": "30",
+    "TIDEGATE_EXPIRY__INTERVAL_S": "30",
+    "TIDEGATE_EXPIRY__RETENTION_S": "60",
+}
 
 
 def rss_bytes(pid: int) -> int:
@@ -102,10 +108,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--minutes", type=float, default=10.0)
     parser.add_argument("--sample", type=float, default=5.0, help="seconds between samples")
     parser.add_argument("--out", type=Path, default=Path("benchmarks/results/soak"))
+    parser.add_argument(
+        "--no-maintenance",
+        action="store_true",
+        help="leave compaction and snapshot expiry at their hourly defaults",
+    )
     args = parser.parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)
     root = Path(tempfile.mkdtemp(prefix="tidegate-soak-"))
-    cluster = Cluster("redis", root)
+    # Tiering commits every second: without compaction and expiry each table would hold
+    # 600 snapshots and files after ten minutes, and the metadata every reader loads
+    # grows with them. A deployment runs both; so does the soak, often.
+    cluster = Cluster("redis", root, extra_env={} if args.no_maintenance else MAINTENANCE_ENV)
     history = History()
     rows: list[dict[str, Any]] = []
     try:
@@ -134,6 +148,7 @@ def main(argv: list[str] | None = None) -> int:
     half = len(warm) // 2
     summary = {
         "minutes": args.minutes,
+        "maintenance": {} if args.no_maintenance else MAINTENANCE_ENV,
         "tier": "redis",
         "gateways": n,
         "memory_budget_mib": BUDGET_BYTES // MiB,
