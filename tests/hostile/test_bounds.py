@@ -126,6 +126,7 @@ def test_the_disk_hot_tier_has_one_owner(tmp_path: Path) -> None:
             **gw.env(),
             "TIDEGATE_SERVER__GRPC_PORT": str(free_port()),
             "TIDEGATE_SERVER__HTTP_PORT": str(free_port()),
+            "TIDEGATE_SERVER__FLIGHT_PORT": str(free_port()),
         }
         second = run_cli(gw, "serve", env=env)
         assert second.returncode == 2, second.stderr
