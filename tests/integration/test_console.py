@@ -558,6 +558,8 @@ def test_every_page_loads_only_what_the_gateway_serves(
         assert r.headers["content-security-policy"].startswith("default-src 'none'")
         offline(r.text)
         assets |= set(re.findall(r'(?:src|href)="(/console/static/[^"]+)"', r.text))
+    # The table's lake health (files, small files, snapshots, leases) is on its page.
+    assert 'id="lake-health"' in pages[f"{base}/tables/web/t"]
     # A list is shown as JSON, escaped like every value.
     records = pages[f"{base}/tables/web/t/records?partition=0&offset=0"]
     assert "[&#34;a&#34;, &#34;&lt;b&gt;&#34;]" in records
