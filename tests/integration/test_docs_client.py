@@ -34,3 +34,4 @@ def test_client_guide_runs(gateway: GatewayProcess) -> None:
     assert "0" in lines  # the resumed group consumer found nothing left
     assert "schema version 1 ['ref']" in lines
     assert "refused: SCHEMA_CHANGE_REFUSED" in lines
+    assert "over Flight: True" in lines  # the test gateways have a Flight edge
