@@ -53,8 +53,10 @@ OPERATION_PROPERTY = "tidegate.operation"
 #: compaction): their rows can be streamed in order, a row group at a time.
 SORTED_KEY = b"tidegate.sorted"
 OFFSET_SORT = b"_offset"
-#: Rows per Parquet row group of the files we write (the unit a reader streams and prunes).
-ROW_GROUP_ROWS = 64 * 1024
+#: Rows per Parquet row group of the files we write: the unit a stream read decodes and
+#: prunes by offset bounds. 16k rows keep a short read at a random offset of a large
+#: (compacted) file cheap (it decodes one group) at no cost to whole-file reads.
+ROW_GROUP_ROWS = 16 * 1024
 
 
 class RewriteObsolete(TidegateError):

@@ -61,7 +61,7 @@ class Harness:
         return d
 
     def append(self, d: TableDef, partition: int, rows: list[dict[str, Any]]) -> int:
-        batch = rows_to_batch(rows, parse_fields(d.fields))
+        batch = rows_to_batch(rows, parse_fields(d.fields, stored=True))
         res = self.c.hot.append(
             PartitionId(d.tenant, d.table_id, partition),
             encode_batch(batch),

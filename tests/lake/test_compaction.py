@@ -9,6 +9,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 
 from gateway.cold.base import OPERATION_PROPERTY, WATERMARKS_PROPERTY, DataFile, fs_path
@@ -16,6 +18,8 @@ from gateway.config import Settings
 from gateway.lake.compaction import compact_all, compact_table, plan_bins
 from gateway.lake.tiering import LakeTask, LocalRunner, tier_table
 from gateway.meta import TableDef
+from gateway.wire.evolution import apply_changes
+from gateway.wire.schema import parse_fields
 from tests.cold.helpers import duckdb_rows
 from tests.lake.conftest import Harness, tier_settings
 
@@ -196,3 +200,42 @@ def test_one_tenants_broken_table_does_not_stop_others(h: Harness) -> None:
         assert [len(fs) for fs in _live(h, d).values()] == [1]
         assert _keys(h, d) == _expected(d, [6])
     assert [len(fs) for fs in _live(h, bad).values()] == [2]  # untouched
+
+
+def _evolve(h: Harness, d: TableDef, changes: list[dict[str, Any]]) -> TableDef:
+    """Apply schema ``changes`` the way the gateway does: Iceberg first, then the store."""
+    fields = apply_changes(d.fields, changes, d.key_columns)
+    h.c.cold.table(d).evolve_schema(parse_fields(fields, stored=True), {})
+    return h.c.meta.set_fields(d.table_id, d.schema_version, fields)
+
+
+def test_compaction_merges_files_written_under_older_schemas(h: Harness) -> None:
+    # Files of three schema versions in one run: int32 `n`, then `n` widened to int64,
+    # then a nullable `tag` added. The compacted file is in the current schema, with the
+    # old rows' `tag` null and every `n` kept, and DuckDB reads it so.
+    fields = [
+        {"name": "k", "type": "string", "nullable": True},
+        {"name": "n", "type": "int32", "nullable": False},
+    ]
+    d = h.create_table(partitions=1, fields=fields)
+    _fill(h, d, commits=2)
+    d = _evolve(h, d, [{"op": "update_type", "column": "n", "type": "int64"}])
+    h.append(d, 0, [{"k": "big", "n": 2**40}])
+    tier_table(h.c, d, trim=False)
+    d = _evolve(h, d, [{"op": "add_column", "column": "tag", "type": "string"}])
+    h.append(d, 0, [{"k": "tagged", "n": 7, "tag": "x"}])
+    tier_table(h.c, d, trim=False)
+    assert len(_live(h, d)[0]) == 4
+
+    result = compact_table(h.c, d)
+
+    assert (result.removed, result.added, result.records) == (4, 1, 8)
+    (merged,) = _live(h, d)[0]
+    schema = pq.read_schema(fs_path(merged.path), filesystem=h.c.cold.filesystem())
+    assert schema.field("n").type == pa.int64() and schema.field("tag").type == pa.string()
+    want = [(0, o, o, None) for o in range(6)] + [(0, 6, 2**40, None), (0, 7, 7, "x")]
+    assert [(r["_partition"], r["_offset"], r["n"], r["tag"]) for r in h.cold_rows(d)] == want
+    cold = h.c.cold.table(d)
+    assert [
+        (r["_partition"], r["_offset"], r["n"], r["tag"]) for r in duckdb_rows(h.c.cold, cold)
+    ] == want
