@@ -11,9 +11,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import settings as hypothesis_settings
 
 from gateway.config import Settings
 from tests.services import MotoServer, PostgresServer, RedisServer
+
+# No per-example deadline anywhere: the suite asserts no timings, and on a loaded 2-core
+# machine the first example of a property test can take longer than Hypothesis's 200 ms.
+hypothesis_settings.register_profile("tidegate", deadline=None)
+hypothesis_settings.load_profile("tidegate")
 
 
 @pytest.fixture(scope="session")

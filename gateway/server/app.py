@@ -147,6 +147,8 @@ async def serve(settings: Settings) -> None:
         )
     tenancy = Tenancy(settings, service, operator_key)
     tenancy.start()
+    # One DataCalls (stateless) serves both edges that speak Arrow to SDK clients.
+    calls = DataCalls(service, tenancy)
     ready = asyncio.Event()
     stopping = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -181,11 +183,11 @@ async def serve(settings: Settings) -> None:
 
     try:
         if settings.server.grpc_port:
-            grpc_edge = GrpcEdge(service, settings, tenancy)
+            grpc_edge = GrpcEdge(service, settings, tenancy, calls)
             await grpc_edge.start()
             log.info("gRPC listening on %s:%s", settings.server.host, grpc_edge.port)
         if settings.server.flight_port:
-            flight_edge = FlightEdge(DataCalls(service, tenancy), settings)
+            flight_edge = FlightEdge(calls, settings)
             log.info("Flight listening on %s:%s", settings.server.host, flight_edge.port)
         if settings.server.http_port:
             app = create_app(

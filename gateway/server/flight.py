@@ -312,7 +312,9 @@ class FlightEdge:
                 limit=cmd.limit,
             )
             yield result.schema
-            async for batches in self.calls.scan_chunks(tenant, result, _as_is, _SCAN_CHUNK_BYTES):
+            async for batches in self.calls.scan_chunks(
+                tenant, result, _as_is, _SCAN_CHUNK_BYTES, in_place=True
+            ):
                 yield batches
 
     async def _read(self, tenant: str, cmd: ReadCommand) -> AsyncIterator[Any]:

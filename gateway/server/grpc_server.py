@@ -417,9 +417,16 @@ class GrpcEdge:
     """The grpc.aio server with the Tidegate service, health and reflection (and the admin
     service when the gate is a :class:`Tenancy`)."""
 
-    def __init__(self, service: StreamTables, settings: Settings, gate: Gate | None = None) -> None:
+    def __init__(
+        self,
+        service: StreamTables,
+        settings: Settings,
+        gate: Gate | None = None,
+        calls: DataCalls | None = None,
+    ) -> None:
         self.settings = settings
         gate = gate or OpenGate(settings.tenant)
+        calls = calls or DataCalls(service, gate)
         max_message = settings.server.max_request_bytes + 1024 * 1024
         self.server = grpc.aio.server(
             interceptors=[CallInterceptor(gate)],
@@ -429,9 +436,7 @@ class GrpcEdge:
                 ("grpc.so_reuseport", 0),
             ],
         )
-        pb_grpc.add_TidegateServicer_to_server(
-            TidegateServicer(DataCalls(service, gate), settings), self.server
-        )
+        pb_grpc.add_TidegateServicer_to_server(TidegateServicer(calls, settings), self.server)
         services = [SERVICE_NAME]
         if isinstance(gate, Tenancy):
             from gateway.server.grpc_admin import AdminServicer
