@@ -35,6 +35,10 @@ TABLE_PROPERTIES = {
     "write.metadata.metrics.column._partition": "full",
     "write.metadata.metrics.column._offset": "full",
     "tidegate.layout": "1",
+    # Tiering commits merge small manifests (Iceberg's default for appends; pyiceberg's is
+    # off): without it every commit adds one manifest to the list, and planning a table
+    # of a day of tiering commits decodes thousands of them until compaction runs.
+    "commit.manifest-merge.enabled": "true",
     # No silent re-apply of a conflicting commit by pyiceberg: commit_tiered must raise
     # CommitConflict so the tiering job re-plans (else a racing run commits twice).
     "commit.retry.num-retries": "0",

@@ -357,8 +357,9 @@ class IcebergColdTable(ColdTable):
         deleted: Sequence[Any] = (),
     ) -> ColdSnapshot:
         """One snapshot of ``table`` adding ``added`` and removing ``deleted`` (pyiceberg
-        data files of its current snapshot): a fast append, or an overwrite when it
-        removes files. pyiceberg's commit asserts the branch head it started from.
+        data files of its current snapshot): an append (merging small manifests where the
+        table's ``commit.manifest-merge.enabled`` says so), or an overwrite when it removes
+        files. pyiceberg's commit asserts the branch head it started from.
 
         Raises:
             CommitConflict: a concurrent commit moved the table.
@@ -369,7 +370,7 @@ class IcebergColdTable(ColdTable):
         try:
             with table.transaction() as tx:
                 update = tx.update_snapshot(snapshot_properties=props)
-                with update.overwrite() if deleted else update.fast_append() as producer:
+                with update.overwrite() if deleted else update.merge_append() as producer:
                     for old in deleted:
                         producer.delete_data_file(old)
                     for f in added:
@@ -378,7 +379,10 @@ class IcebergColdTable(ColdTable):
                         )
         except CommitFailedException as exc:
             raise CommitConflict(f"a concurrent commit won: {exc}") from exc
-        return self.snapshot()
+        # The transaction left ``table`` at the metadata it committed: that snapshot is
+        # ours (a reload would cost a catalog round trip and could return a later one).
+        self._cached = table
+        return _cold_snapshot(table.current_snapshot())
 
     def evolve_schema(self, user: pa.Schema, docs: Mapping[str, str]) -> int:
         from pyiceberg.exceptions import CommitFailedException
