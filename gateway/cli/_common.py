@@ -99,8 +99,8 @@ def _main(
         typer.Option(
             "--operator-key",
             envvar="TIDEGATE_OPERATOR_KEY",
-            help="The operator key, for 'tenant' commands (printed at first start, kept in "
-            "<data_dir>/operator.key).",
+            help="The operator key, for 'tenant', 'shard moves' and 'rebalance' (printed at "
+            "first start, kept in <data_dir>/operator.key).",
             show_default=False,
         ),
     ] = None,
@@ -161,7 +161,7 @@ def admin_for() -> Any:
 
     if not Globals.operator_key:
         raise typer.BadParameter(
-            "tenant commands need the operator key: pass --operator-key or set "
+            "this command needs the operator key: pass --operator-key or set "
             "TIDEGATE_OPERATOR_KEY (the gateway prints it at first start and keeps it in "
             "<data_dir>/operator.key)",
             param_hint="--operator-key",

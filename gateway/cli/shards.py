@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Annotated, TypeVar
 
 import typer
 
-from gateway.cli._common import JsonFlag, app, columns, fail
+from gateway.cli._common import JsonFlag, admin_for, app, columns, fail
 from gateway.plugins import BackendError
 from gateway.wire.errors import TidegateError
 
@@ -125,23 +125,32 @@ def shard_drain(
     typer.echo(f"{shard} is empty: remove it from hot.shards")
 
 
-@shard_app.command("pin")
-def shard_pin(
-    tenant: TenantArg,
-    shards: Annotated[list[str], typer.Argument(help="Shards to reserve.", show_default=False)],
-) -> None:
-    """Reserve shards for one tenant: its new partitions go only there, nobody else's do."""
-    _run(lambda c: c.meta.pin_shards(tenant, shards))
-    typer.echo(f"reserved {', '.join(shards)} for {tenant}")
-
-
-@shard_app.command("unpin")
-def shard_unpin(
-    shards: Annotated[list[str], typer.Argument(help="Shards to release.", show_default=False)],
-) -> None:
-    """Release reserved shards."""
-    _run(lambda c: c.meta.unpin_shards(shards))
-    typer.echo(f"released {', '.join(shards)}")
+@shard_app.command("moves")
+def shard_moves(as_json: JsonFlag = False) -> None:
+    """Moves under way and the gateway's recent moves with their outcome (admin API,
+    needs the operator key)."""
+    with admin_for() as a:
+        rows = a.moves()
+    if as_json:
+        typer.echo(json.dumps({"moves": rows}))
+        return
+    table = [["STATE", "TENANT", "TABLE", "PART", "FROM", "TO", "AT", "SECONDS", "ERROR"]]
+    for m in rows:
+        table.append(
+            [
+                m["state"],
+                m["tenant"],
+                m["table"],
+                str(m["partition"]),
+                m["source"],
+                m["target"],
+                str(m["start"]) if m["state"] == "done" else "",
+                f"{m['seconds']:.3f}" if m["state"] in ("done", "failed") else "",
+                m["error"],
+            ]
+        )
+    for line in columns(table):
+        typer.echo(line)
 
 
 @app.command()
@@ -160,24 +169,53 @@ def rebalance(
     parallel: Annotated[int, typer.Option(help="Tenants moved at once.", min=1)] = 2,
     as_json: JsonFlag = False,
 ) -> None:
-    """Plan moves that bring every shard within the load band (max/mean), and run them:
-    a few at a time, each tenant's in its own lane."""
-    from gateway.lake.rebalance import Plan, make_heat_meter, measure_heat, plan_moves, run_plan
-
-    with components() as c:
-        heat = measure_heat(c, window, make_heat_meter(c, runner, master))
-        pins = c.meta.shard_pins()
-        plan = plan_moves(heat, c.hot.shard_names(), pins, band=band)
-        results = [] if dry_run else run_plan(c, plan, parallel=parallel)
-    if as_json:
-        typer.echo(json.dumps({**plan.to_dict(), "moved": len(results), "dry_run": dry_run}))
-        return
-    shared = [s for s in plan.before if s not in pins] or list(plan.before)
-    typer.echo(
-        f"max/mean load {Plan.ratio(plan.before, shared):.2f} -> "
-        f"{Plan.ratio(plan.after, shared):.2f} (band {band})"
+    """Plan moves that bring every shard within the load band (max/mean), and run them
+    through the gateway's admin API (--target, --operator-key): a few at a time, each
+    tenant's in its own lane. The heat is measured here, on the same configuration as
+    the gateways (TIDEGATE_*: metadata store and shards)."""
+    from gateway.lake.rebalance import (
+        Move,
+        Outcome,
+        Plan,
+        make_heat_meter,
+        measure_heat,
+        plan_moves,
+        run_plan,
     )
-    for m in plan.moves:
-        typer.echo(f"move {m.tenant} {m.table}/{m.partition} {m.source} -> {m.target}")
-    if not dry_run:
-        typer.echo(f"moved {len(results)} of {len(plan.moves)} partitions")
+
+    admin = None if dry_run else admin_for()  # refuse a missing operator key before measuring
+    try:
+        with components() as c:
+            heat = measure_heat(c, window, make_heat_meter(c, runner, master))
+            pins = c.meta.shard_pins()
+            plan = plan_moves(heat, c.hot.shard_names(), pins, band=band)
+        outcomes: list[Outcome] = []
+        if admin is not None:
+
+            def move(m: Move) -> object:
+                return admin.move_partition(m.tenant, m.table, m.partition, m.target)
+
+            outcomes = run_plan(plan, move, parallel=parallel)
+    finally:
+        if admin is not None:
+            admin.close()
+    moved = sum(1 for o in outcomes if o.state == "done")
+    if as_json:
+        out = {**plan.to_dict(), "moved": moved, "dry_run": dry_run}
+        if not dry_run:
+            out["outcomes"] = [o.to_dict() for o in outcomes]
+        typer.echo(json.dumps(out))
+    else:
+        shared = [s for s in plan.before if s not in pins] or list(plan.before)
+        typer.echo(
+            f"max/mean load {Plan.ratio(plan.before, shared):.2f} -> "
+            f"{Plan.ratio(plan.after, shared):.2f} (band {band})"
+        )
+        for i, m in enumerate(plan.moves):
+            o = outcomes[i] if outcomes else None
+            tail = "" if o is None else f": {o.state}" + (f" ({o.error})" if o.error else "")
+            typer.echo(f"move {m.tenant} {m.table}/{m.partition} {m.source} -> {m.target}{tail}")
+        if not dry_run:
+            typer.echo(f"moved {moved} of {len(plan.moves)} partitions")
+    if moved < len(outcomes):
+        raise typer.Exit(1)

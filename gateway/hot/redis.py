@@ -619,6 +619,26 @@ class RedisHotLog(HotLog):
                 return chain
         return self.chain(part, refresh=True)
 
+    def held_bytes(self, segments: Sequence[tuple[PartitionId, int, str]]) -> list[int]:
+        out = [0] * len(segments)
+        by_shard: dict[str, list[int]] = {}
+        for i, (_, _, shard) in enumerate(segments):
+            by_shard.setdefault(shard, []).append(i)
+        for name, indexes in by_shard.items():
+            node = self._shard(name)
+
+            def sizes(node: _Shard = node, indexes: list[int] = indexes) -> list[Any]:
+                pipe = node.client.pipeline(transaction=False)
+                for i in indexes:
+                    part, seq, _ = segments[i]
+                    pipe.hget(partition_keys(part, seq)[1], "bytes")
+                return cast("list[Any]", pipe.execute())
+
+            values = node.call("segment sizes", sizes, retry=True)
+            for i, value in zip(indexes, values, strict=True):
+                out[i] = 0 if value is None else _int(value)
+        return out
+
     def _settle(self, part: PartitionId, seen: Chain) -> Chain:
         """Reload a chain after a shard said its active segment is sealed; when the store
         still names that segment active, a move stopped half way: finish it."""

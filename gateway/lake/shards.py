@@ -7,18 +7,39 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Protocol
 
 from gateway.hot import PartitionId
 from gateway.wire.errors import InvalidRequest, TableNotFound
 
 if TYPE_CHECKING:
+    from gateway.hot import HotLog
     from gateway.lake.components import Components
-    from gateway.meta import Placement
+    from gateway.meta import MetadataStore, Placement
 
-__all__ = ["MoveResult", "drain_shard", "find_partition", "move_partition", "recover_moves"]
+__all__ = [
+    "MoveResult",
+    "Placed",
+    "check_target",
+    "drain_shard",
+    "find_partition",
+    "move_partition",
+    "recover_moves",
+    "shard_stats",
+]
 
 log = logging.getLogger(__name__)
+
+
+class Placed(Protocol):
+    """What the shard jobs need: the metadata store and the hot tier bound to it (a job's
+    :class:`~gateway.lake.components.Components` or a gateway's stream-tables)."""
+
+    @property
+    def meta(self) -> MetadataStore: ...
+
+    @property
+    def hot(self) -> HotLog: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -32,8 +53,19 @@ class MoveResult:
     start: int
     seconds: float
 
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "tenant": self.tenant,
+            "table": self.table,
+            "partition": self.partition,
+            "source": self.source,
+            "target": self.target,
+            "start": self.start,
+            "seconds": self.seconds,
+        }
 
-def find_partition(c: Components, tenant: str, table: str, partition: int) -> PartitionId:
+
+def find_partition(c: Placed, tenant: str, table: str, partition: int) -> PartitionId:
     """The partition of ``tenant``'s ``namespace.name``.
 
     Raises:
@@ -48,7 +80,7 @@ def find_partition(c: Components, tenant: str, table: str, partition: int) -> Pa
     return PartitionId(d.tenant, d.table_id, partition)
 
 
-def check_target(c: Components, tenant: str, target: str) -> None:
+def check_target(c: Placed, tenant: str, target: str) -> None:
     """A tenant's partition may go to a shard nobody reserved, or one reserved for it.
 
     Raises:
@@ -61,9 +93,7 @@ def check_target(c: Components, tenant: str, target: str) -> None:
         raise InvalidRequest(f"shard {target!r} is reserved for another tenant", shard=target)
 
 
-def move_partition(
-    c: Components, tenant: str, table: str, partition: int, target: str
-) -> MoveResult:
+def move_partition(c: Placed, tenant: str, table: str, partition: int, target: str) -> MoveResult:
     """Move one partition's appends to ``target`` without copying (seal, open, record).
 
     Raises:
@@ -94,14 +124,14 @@ def move_partition(
     )
 
 
-def _placement(c: Components, part: PartitionId) -> Placement:
+def _placement(c: Placed, part: PartitionId) -> Placement:
     for p in c.meta.placements(tenant=part.tenant):
         if p.table_id == part.table_id and p.partition == part.partition:
             return p
     raise TableNotFound(f"partition {part.path} is gone")
 
 
-def recover_moves(c: Components) -> int:
+def recover_moves(c: Placed) -> int:
     """Finish every move that a crash left under way; returns how many."""
     done = 0
     for p in c.meta.placements(moving=True):
@@ -147,3 +177,21 @@ def drain_shard(
         if not left or time.monotonic() >= deadline:
             return moves, left
         time.sleep(poll_s)
+
+
+def shard_stats(c: Placed) -> dict[str, tuple[int, int, int]]:
+    """``shard -> (partitions, segments, bytes)``: partitions whose active segment is on
+    the shard, segments (active or sealed) it holds and their stored payload bytes."""
+    configured = c.hot.shard_names()
+    stats = {s: [0, 0, 0] for s in configured}
+    segments: list[tuple[PartitionId, int, str]] = []
+    for p in c.meta.placements():
+        stats.setdefault(p.shard, [0, 0, 0])[0] += 1
+        part = PartitionId(p.tenant, p.table_id, p.partition)
+        for seq, on, _, _ in p.segments:
+            stats.setdefault(on, [0, 0, 0])[1] += 1
+            if on in configured:
+                segments.append((part, seq, on))
+    for (_, _, on), nbytes in zip(segments, c.hot.held_bytes(segments), strict=True):
+        stats[on][2] += nbytes
+    return {s: (a, b, n) for s, (a, b, n) in stats.items()}

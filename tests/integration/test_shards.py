@@ -294,13 +294,14 @@ def produce_to(
     acks: list[Any],
     pause: float,
     stop: threading.Event | None = None,
+    first: int = 0,
 ) -> None:
-    """At least ``n`` records to each partition, a few at a time; with ``stop``, go on
-    until it is set, then send one more round."""
+    """At least ``n`` records to each partition, a few at a time, numbered from ``first``;
+    with ``stop``, go on until it is set, then send one more round."""
     with gw.client() as c, c.producer(table, batch_records=10, linger=0.002) as producer:
         futures = []
-        i = 0
-        while i < n or (stop is not None and not stop.is_set()):
+        i = first
+        while i < first + n or (stop is not None and not stop.is_set()):
             for p in range(partitions):
                 futures.append((p, i, producer.send({"w": p, "i": i}, partition=p)))
             i += 1
