@@ -113,11 +113,19 @@ def shard_drain(
     wait: Annotated[
         float, typer.Option(help="Seconds to wait for tiering to empty its sealed segments.")
     ] = 0.0,
+    force: Annotated[
+        bool,
+        typer.Option(
+            "--force",
+            help="Copy the sealed segments' un-tiered ranges to other shards instead of "
+            "waiting for tiering (a failing shard).",
+        ),
+    ] = False,
 ) -> None:
     """Move every partition off a shard; it can be removed once nothing is left on it."""
     from gateway.lake.shards import drain_shard
 
-    moves, left = _run(lambda c: drain_shard(c, shard, wait_s=wait))
+    moves, left = _run(lambda c: drain_shard(c, shard, wait_s=wait, force=force))
     typer.echo(f"moved {len(moves)} partitions off {shard}")
     if left:
         typer.echo(f"{len(left)} partitions still hold sealed segments on {shard}")

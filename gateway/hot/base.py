@@ -208,5 +208,16 @@ class HotLog(ABC):
         shards has one segment per partition, its whole hot log."""
         return [self.offsets(part).size_bytes for part, _, _ in segments]
 
+    def copy_segment(self, part: PartitionId, seq: int, target: str) -> bool:
+        """Copy sealed segment ``seq`` to shard ``target`` and put the copy in its place in
+        the chain (the forced drain of a failing shard).
+
+        Raises:
+            InvalidRequest: the backend has no shards.
+        """
+        from gateway.wire.errors import InvalidRequest
+
+        raise InvalidRequest(f"the {self.name} hot tier has no shards to copy segments to")
+
     def finish_move(self, part: PartitionId) -> None:  # noqa: B027 - optional hook
         """Finish a move that a crash left under way (nothing to do without shards)."""

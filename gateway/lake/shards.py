@@ -21,6 +21,7 @@ __all__ = [
     "MoveResult",
     "Placed",
     "check_target",
+    "copy_sealed",
     "drain_shard",
     "find_partition",
     "move_partition",
@@ -146,9 +147,12 @@ def drain_shard(
     *,
     wait_s: float = 0.0,
     poll_s: float = 1.0,
+    force: bool = False,
 ) -> tuple[list[MoveResult], list[Placement]]:
     """Empty ``shard``: move every active segment on it to the least loaded other shard a
-    tenant may use, then wait up to ``wait_s`` for tiering to drop its sealed segments.
+    tenant may use, then wait up to ``wait_s`` for tiering to drop its sealed segments;
+    with ``force``, copy each sealed segment's un-tiered range to the shard its partition
+    now appends to instead of waiting (see :meth:`HotLog.copy_segment`).
 
     Returns the moves made and the placements still holding a segment on the shard (empty
     once the shard can be removed from the configuration).
@@ -171,12 +175,32 @@ def drain_shard(
         target = min(choices, key=lambda s: (load[s], s))
         moves.append(move_partition(c, p.tenant, f"{p.namespace}.{p.name}", p.partition, target))
         load[target] += 1
+    if force:
+        copied = copy_sealed(c, shard)
+        log.info("copied %d sealed segments off %s", copied, shard)
     deadline = time.monotonic() + wait_s
     while True:
         left = c.meta.placements(shard=shard)
         if not left or time.monotonic() >= deadline:
             return moves, left
         time.sleep(poll_s)
+
+
+def copy_sealed(c: Placed, shard: str) -> int:
+    """Copy every sealed segment still on ``shard`` to the shard its partition appends to
+    now, each replacing the original in its chain; returns how many were copied."""
+    copied = 0
+    for p in c.meta.placements(shard=shard):
+        if p.shard == shard:
+            raise InvalidRequest(
+                f"partition {p.partition} of {p.tenant}'s {p.namespace}.{p.name} still takes "
+                f"appends on {shard}: move it off first"
+            )
+        part = PartitionId(p.tenant, p.table_id, p.partition)
+        for seq, on, _, end in p.segments:
+            if on == shard and end is not None and c.hot.copy_segment(part, seq, p.shard):
+                copied += 1
+    return copied
 
 
 def shard_stats(c: Placed) -> dict[str, tuple[int, int, int]]:
