@@ -1,6 +1,8 @@
 """``tidegate shard ...`` and ``tidegate rebalance``: hot-tier placement (the operator's
 jobs). Like ``tidegate tier`` they run beside the gateways on the same configuration
-(``TIDEGATE_*``): the metadata store and the Redis shards."""
+(``TIDEGATE_*``): the metadata store and the Redis shards. ``shard moves`` and the moves of
+``rebalance`` go through a gateway's admin API (``--target``, ``--operator-key``); reserved
+shards are ``tidegate tenant pin|unpin``."""
 
 from __future__ import annotations
 
@@ -21,7 +23,7 @@ if TYPE_CHECKING:
 T = TypeVar("T")
 
 shard_app = typer.Typer(
-    help="Hot-tier shards: placements, moves, reserved shards, draining.",
+    help="Hot-tier shards: placements, moves and their status, draining.",
     no_args_is_help=True,
     rich_markup_mode=None,
 )
