@@ -169,17 +169,22 @@ class TenantAdmin:
         """
         self._check_name(tenant)
         record = self._moves.begin(tenant, table, partition, target)
-        try:
-            result = await run_blocking(
-                shards.move_partition, self.service, tenant, table, partition, target
-            )
-        except TidegateError as err:
-            self._moves.fail(record, err)
-            raise
-        except Exception as exc:
-            self._moves.fail(record, TidegateError(f"{type(exc).__name__}: {exc}"))
-            raise
-        self._moves.done(record, result)
+
+        def move() -> shards.MoveResult:
+            # Recorded in the thread, so a request cancelled meanwhile still leaves the
+            # move's outcome (the move itself goes on to its end).
+            try:
+                result = shards.move_partition(self.service, tenant, table, partition, target)
+            except TidegateError as err:
+                self._moves.fail(record, err)
+                raise
+            except Exception as exc:
+                self._moves.fail(record, TidegateError(f"{type(exc).__name__}: {exc}"))
+                raise
+            self._moves.done(record, result)
+            return result
+
+        result = await run_blocking(move)
         rows = await run_blocking(self.service.meta.placements, tenant=tenant)
         (after,) = [
             p.to_dict()
