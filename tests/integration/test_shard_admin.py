@@ -228,6 +228,9 @@ def test_rebalance_and_tenant_pin_through_the_admin_api(
         assert released.returncode == 0, released.stderr
         assert released.stdout.strip() == "quiet reserves no shard"
         assert mover.meta.shard_pins() == {}
+    except BaseException:
+        print(gw.log())  # shown with the failure
+        raise
     finally:
         mover.close()
         gw.stop()
