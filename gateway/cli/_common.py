@@ -27,7 +27,8 @@ table_app = typer.Typer(
 app.add_typer(table_app, name="table")
 
 tenant_app = typer.Typer(
-    help="Tenants, API keys, quotas and usage (needs the operator key).", no_args_is_help=True
+    help="Tenants, API keys, quotas, usage and reserved shards (needs the operator key).",
+    no_args_is_help=True,
 )
 key_app = typer.Typer(
     help="Issue, list and revoke a tenant's API keys.", no_args_is_help=True, rich_markup_mode=None
