@@ -7,7 +7,7 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from gateway.hot import PartitionId
 from gateway.wire.errors import InvalidRequest, TableNotFound
@@ -53,17 +53,6 @@ class MoveResult:
     #: The offset the new segment starts at (the sealed high watermark).
     start: int
     seconds: float
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "tenant": self.tenant,
-            "table": self.table,
-            "partition": self.partition,
-            "source": self.source,
-            "target": self.target,
-            "start": self.start,
-            "seconds": self.seconds,
-        }
 
 
 def find_partition(c: Placed, tenant: str, table: str, partition: int) -> PartitionId:

@@ -106,20 +106,9 @@ class MoveLog:
             table = f"{p.namespace}.{p.name}"
             if (p.tenant, table, p.partition) in mine:
                 continue
-            out.append(
-                {
-                    "id": "",
-                    "tenant": p.tenant,
-                    "table": table,
-                    "partition": p.partition,
-                    "source": p.shard,
-                    "target": p.move_target or "",
-                    "state": "pending",
-                    "start": 0,
-                    "started_at_ms": 0,
-                    "seconds": 0.0,
-                    "error": "",
-                }
+            pending_move = MoveRecord(
+                "", p.tenant, table, p.partition, p.move_target or "", 0.0, p.shard, "pending"
             )
+            out.append(pending_move.to_dict())
         out.extend(r.to_dict() for r in finished)
         return out
