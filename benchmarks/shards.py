@@ -7,7 +7,8 @@ request:
 - **move time against the un-tiered backlog**: a partition holding ``backlog_mb`` MB is
   moved (seal, open, record; nothing copied). The baseline, in the same run, copies the
   same bytes to another Redis with redis-py (XRANGE then pipelined XADD), which is what a
-  move that copies would at least cost.
+  move that copies would at least cost; the forced drain's copy of the sealed segment
+  (``shard drain --force``) is timed beside it.
 - **append latency during moves**: one writer appending 64 KiB batches, steady, then while
   the partition moves back and forth every ``move_every_s``.
 - **skewed workload**: one tenant's partitions all hot on one shard; the max/mean shard load
@@ -93,9 +94,14 @@ def _moves(w: Workload, hot: RedisHotLog, meta: MetadataStore, servers: dict[str
         hot.move(part, "b")
         took = time.perf_counter() - started
         copy = _copy(servers["a"], servers["c"], part)
+        # The forced drain's fallback: the sealed segment copied off 'a' (to 'b').
+        started = time.perf_counter()
+        hot.copy_segment(part, 0, "b")
+        forced = time.perf_counter() - started
         for system, secs in (
             (f"move, no copy, {mb} MB un-tiered", took),
             (f"copy with redis-py, {mb} MB (baseline)", copy),
+            (f"forced copy of the sealed segment, {mb} MB (drain --force)", forced),
         ):
             r = Result(f"{w.name}-move", system, batches=1, records=mb * 1024, bytes=mb * CHUNK)
             r.seconds = secs

@@ -14,6 +14,10 @@ exposes.
 
 from __future__ import annotations
 
+import logging
+import threading
+import time
+from collections.abc import Callable
 from typing import Any
 
 from prometheus_client import Counter, Gauge, Histogram
@@ -29,15 +33,19 @@ __all__ = [
     "UNMATCHED_ROUTE",
     "observe_grpc_request",
     "observe_http_request",
+    "on_scrape",
     "record_append",
     "record_lake_job",
     "record_move",
+    "record_move_outcome",
     "record_read",
     "record_sealed_retry",
     "record_shard_append",
     "record_tiering",
     "record_tiering_failure",
+    "refresh",
     "set_lake_stats",
+    "set_shard_stats",
     "set_tiering_lag",
 ]
 
@@ -248,3 +256,66 @@ def record_sealed_retry(shard: str) -> None:
 def record_move(source: str, target: str, seconds: float) -> None:
     MOVES.labels(source=source, target=target).inc()
     MOVE_SECONDS.observe(seconds)
+
+
+MOVE_REQUESTS = Counter(
+    "tidegate_hot_move_requests_total",
+    "Partition moves asked of this gateway's admin API, by outcome (done, failed).",
+    ["outcome"],
+)
+SHARD_PARTITIONS = Gauge(
+    "tidegate_hot_shard_partitions",
+    "Partitions whose active segment (the one taking appends) is on each hot-tier shard.",
+    ["shard"],
+)
+SHARD_SEGMENTS = Gauge(
+    "tidegate_hot_shard_segments",
+    "Segments, active and sealed, held by each hot-tier shard.",
+    ["shard"],
+)
+SHARD_HOT_BYTES = Gauge(
+    "tidegate_hot_shard_bytes",
+    "Payload bytes each hot-tier shard holds (every segment on it, not yet trimmed).",
+    ["shard"],
+)
+
+
+def record_move_outcome(outcome: str) -> None:
+    MOVE_REQUESTS.labels(outcome=outcome).inc()
+
+
+def set_shard_stats(stats: dict[str, tuple[int, int, int]]) -> None:
+    """``shard -> (partitions, segments, bytes)`` of every configured shard."""
+    for shard, (partitions, segments, nbytes) in stats.items():
+        SHARD_PARTITIONS.labels(shard=shard).set(partitions)
+        SHARD_SEGMENTS.labels(shard=shard).set(segments)
+        SHARD_HOT_BYTES.labels(shard=shard).set(nbytes)
+
+
+#: Refreshers of gauges that are read from the backends when /metrics is scraped.
+_SCRAPE_HOOKS: list[Callable[[], None]] = []
+_SCRAPE_LOCK = threading.Lock()
+_SCRAPED_AT = [0.0]
+#: A scrape within this many seconds of the last refresh shows the same gauges.
+SCRAPE_REFRESH_S = 5.0
+
+
+def on_scrape(hook: Callable[[], None]) -> None:
+    """Run ``hook`` (which sets gauges) before a /metrics answer, at most every
+    :data:`SCRAPE_REFRESH_S` seconds."""
+    _SCRAPE_HOOKS.append(hook)
+
+
+def refresh() -> None:
+    """Run the scrape hooks (blocking: call it off the event loop). A failing hook is
+    logged and leaves its gauges as they were."""
+    with _SCRAPE_LOCK:
+        now = time.monotonic()
+        if now - _SCRAPED_AT[0] < SCRAPE_REFRESH_S:
+            return
+        _SCRAPED_AT[0] = now
+        for hook in _SCRAPE_HOOKS:
+            try:
+                hook()
+            except Exception:
+                logging.getLogger(__name__).exception("refreshing metrics failed")

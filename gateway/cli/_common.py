@@ -27,7 +27,8 @@ table_app = typer.Typer(
 app.add_typer(table_app, name="table")
 
 tenant_app = typer.Typer(
-    help="Tenants, API keys, quotas and usage (needs the operator key).", no_args_is_help=True
+    help="Tenants, API keys, quotas, usage and reserved shards (needs the operator key).",
+    no_args_is_help=True,
 )
 key_app = typer.Typer(
     help="Issue, list and revoke a tenant's API keys.", no_args_is_help=True, rich_markup_mode=None
@@ -99,8 +100,8 @@ def _main(
         typer.Option(
             "--operator-key",
             envvar="TIDEGATE_OPERATOR_KEY",
-            help="The operator key, for 'tenant' commands (printed at first start, kept in "
-            "<data_dir>/operator.key).",
+            help="The operator key, for 'tenant', 'shard moves' and 'rebalance' (printed at "
+            "first start, kept in <data_dir>/operator.key).",
             show_default=False,
         ),
     ] = None,
@@ -161,7 +162,7 @@ def admin_for() -> Any:
 
     if not Globals.operator_key:
         raise typer.BadParameter(
-            "tenant commands need the operator key: pass --operator-key or set "
+            "this command needs the operator key: pass --operator-key or set "
             "TIDEGATE_OPERATOR_KEY (the gateway prints it at first start and keeps it in "
             "<data_dir>/operator.key)",
             param_hint="--operator-key",

@@ -1,6 +1,8 @@
 """``tidegate shard ...`` and ``tidegate rebalance``: hot-tier placement (the operator's
 jobs). Like ``tidegate tier`` they run beside the gateways on the same configuration
-(``TIDEGATE_*``): the metadata store and the Redis shards."""
+(``TIDEGATE_*``): the metadata store and the Redis shards. ``shard moves`` and the moves of
+``rebalance`` go through a gateway's admin API (``--target``, ``--operator-key``); reserved
+shards are ``tidegate tenant pin|unpin``."""
 
 from __future__ import annotations
 
@@ -11,7 +13,7 @@ from typing import TYPE_CHECKING, Annotated, TypeVar
 
 import typer
 
-from gateway.cli._common import JsonFlag, app, columns, fail
+from gateway.cli._common import JsonFlag, admin_for, app, columns, fail
 from gateway.plugins import BackendError
 from gateway.wire.errors import TidegateError
 
@@ -21,7 +23,7 @@ if TYPE_CHECKING:
 T = TypeVar("T")
 
 shard_app = typer.Typer(
-    help="Hot-tier shards: placements, moves, reserved shards, draining.",
+    help="Hot-tier shards: placements, moves and their status, draining.",
     no_args_is_help=True,
     rich_markup_mode=None,
 )
@@ -113,11 +115,19 @@ def shard_drain(
     wait: Annotated[
         float, typer.Option(help="Seconds to wait for tiering to empty its sealed segments.")
     ] = 0.0,
+    force: Annotated[
+        bool,
+        typer.Option(
+            "--force",
+            help="Copy the sealed segments' un-tiered ranges to other shards instead of "
+            "waiting for tiering (a failing shard).",
+        ),
+    ] = False,
 ) -> None:
     """Move every partition off a shard; it can be removed once nothing is left on it."""
     from gateway.lake.shards import drain_shard
 
-    moves, left = _run(lambda c: drain_shard(c, shard, wait_s=wait))
+    moves, left = _run(lambda c: drain_shard(c, shard, wait_s=wait, force=force))
     typer.echo(f"moved {len(moves)} partitions off {shard}")
     if left:
         typer.echo(f"{len(left)} partitions still hold sealed segments on {shard}")
@@ -125,23 +135,32 @@ def shard_drain(
     typer.echo(f"{shard} is empty: remove it from hot.shards")
 
 
-@shard_app.command("pin")
-def shard_pin(
-    tenant: TenantArg,
-    shards: Annotated[list[str], typer.Argument(help="Shards to reserve.", show_default=False)],
-) -> None:
-    """Reserve shards for one tenant: its new partitions go only there, nobody else's do."""
-    _run(lambda c: c.meta.pin_shards(tenant, shards))
-    typer.echo(f"reserved {', '.join(shards)} for {tenant}")
-
-
-@shard_app.command("unpin")
-def shard_unpin(
-    shards: Annotated[list[str], typer.Argument(help="Shards to release.", show_default=False)],
-) -> None:
-    """Release reserved shards."""
-    _run(lambda c: c.meta.unpin_shards(shards))
-    typer.echo(f"released {', '.join(shards)}")
+@shard_app.command("moves")
+def shard_moves(as_json: JsonFlag = False) -> None:
+    """Moves under way and the gateway's recent moves with their outcome (admin API,
+    needs the operator key)."""
+    with admin_for() as a:
+        rows = a.moves()
+    if as_json:
+        typer.echo(json.dumps({"moves": rows}))
+        return
+    table = [["STATE", "TENANT", "TABLE", "PART", "FROM", "TO", "AT", "SECONDS", "ERROR"]]
+    for m in rows:
+        table.append(
+            [
+                m["state"],
+                m["tenant"],
+                m["table"],
+                str(m["partition"]),
+                m["source"],
+                m["target"],
+                str(m["start"]) if m["state"] == "done" else "",
+                f"{m['seconds']:.3f}" if m["state"] in ("done", "failed") else "",
+                m["error"],
+            ]
+        )
+    for line in columns(table):
+        typer.echo(line)
 
 
 @app.command()
@@ -160,24 +179,53 @@ def rebalance(
     parallel: Annotated[int, typer.Option(help="Tenants moved at once.", min=1)] = 2,
     as_json: JsonFlag = False,
 ) -> None:
-    """Plan moves that bring every shard within the load band (max/mean), and run them:
-    a few at a time, each tenant's in its own lane."""
-    from gateway.lake.rebalance import Plan, make_heat_meter, measure_heat, plan_moves, run_plan
-
-    with components() as c:
-        heat = measure_heat(c, window, make_heat_meter(c, runner, master))
-        pins = c.meta.shard_pins()
-        plan = plan_moves(heat, c.hot.shard_names(), pins, band=band)
-        results = [] if dry_run else run_plan(c, plan, parallel=parallel)
-    if as_json:
-        typer.echo(json.dumps({**plan.to_dict(), "moved": len(results), "dry_run": dry_run}))
-        return
-    shared = [s for s in plan.before if s not in pins] or list(plan.before)
-    typer.echo(
-        f"max/mean load {Plan.ratio(plan.before, shared):.2f} -> "
-        f"{Plan.ratio(plan.after, shared):.2f} (band {band})"
+    """Plan moves that bring every shard within the load band (max/mean), and run them
+    through the gateway's admin API (--target, --operator-key): a few at a time, each
+    tenant's in its own lane. The heat is measured here, on the same configuration as
+    the gateways (TIDEGATE_*: metadata store and shards)."""
+    from gateway.lake.rebalance import (
+        Move,
+        Outcome,
+        Plan,
+        make_heat_meter,
+        measure_heat,
+        plan_moves,
+        run_plan,
     )
-    for m in plan.moves:
-        typer.echo(f"move {m.tenant} {m.table}/{m.partition} {m.source} -> {m.target}")
-    if not dry_run:
-        typer.echo(f"moved {len(results)} of {len(plan.moves)} partitions")
+
+    admin = None if dry_run else admin_for()  # refuse a missing operator key before measuring
+    try:
+        with components() as c:
+            heat = measure_heat(c, window, make_heat_meter(c, runner, master))
+            pins = c.meta.shard_pins()
+            plan = plan_moves(heat, c.hot.shard_names(), pins, band=band)
+        outcomes: list[Outcome] = []
+        if admin is not None:
+
+            def move(m: Move) -> object:
+                return admin.move_partition(m.tenant, m.table, m.partition, m.target)
+
+            outcomes = run_plan(plan, move, parallel=parallel)
+    finally:
+        if admin is not None:
+            admin.close()
+    moved = sum(1 for o in outcomes if o.state == "done")
+    if as_json:
+        out = {**plan.to_dict(), "moved": moved, "dry_run": dry_run}
+        if not dry_run:
+            out["outcomes"] = [o.to_dict() for o in outcomes]
+        typer.echo(json.dumps(out))
+    else:
+        shared = [s for s in plan.before if s not in pins] or list(plan.before)
+        typer.echo(
+            f"max/mean load {Plan.ratio(plan.before, shared):.2f} -> "
+            f"{Plan.ratio(plan.after, shared):.2f} (band {band})"
+        )
+        for i, m in enumerate(plan.moves):
+            o = outcomes[i] if outcomes else None
+            tail = "" if o is None else f": {o.state}" + (f" ({o.error})" if o.error else "")
+            typer.echo(f"move {m.tenant} {m.table}/{m.partition} {m.source} -> {m.target}{tail}")
+        if not dry_run:
+            typer.echo(f"moved {moved} of {len(plan.moves)} partitions")
+    if moved < len(outcomes):
+        raise typer.Exit(1)

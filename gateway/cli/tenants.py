@@ -145,3 +145,29 @@ def tenant_usage(
             elif k != "minute_ms":
                 totals[k] = totals.get(k, 0) + v
     typer.echo(json.dumps({"total": totals}))
+
+
+@tenant_app.command("pin")
+def tenant_pin(
+    tenant: Annotated[str, typer.Argument(help="Tenant name.")],
+    shards: Annotated[list[str], typer.Argument(help="Hot-tier shards to reserve.")],
+) -> None:
+    """Reserve hot-tier shards for the tenant: its new partitions go only there, nobody
+    else's do (move its existing partitions with 'tidegate rebalance' or 'shard move')."""
+    with admin_for() as a:
+        pins = a.pin_shards(tenant, shards)["pins"]
+    typer.echo(f"{tenant} reserves {', '.join(sorted(s for s, t in pins.items() if t == tenant))}")
+
+
+@tenant_app.command("unpin")
+def tenant_unpin(
+    tenant: Annotated[str, typer.Argument(help="Tenant name.")],
+    shards: Annotated[
+        list[str] | None, typer.Argument(help="Shards to release (default: every one).")
+    ] = None,
+) -> None:
+    """Release the tenant's reserved shards; its partitions stay where they are."""
+    with admin_for() as a:
+        pins = a.unpin_shards(tenant, shards or [])["pins"]
+    left = sorted(s for s, t in pins.items() if t == tenant)
+    typer.echo(f"{tenant} reserves {', '.join(left) if left else 'no shard'}")

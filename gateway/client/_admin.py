@@ -22,7 +22,8 @@ __all__ = ["AdminClient"]
 
 
 class AdminClient:
-    """Tenants, keys, quotas and usage. Every call needs the operator key.
+    """Tenants, keys, quotas, usage and hot-tier placements. Every call needs the operator
+    key.
 
     Example::
 
@@ -126,3 +127,71 @@ class AdminClient:
             {"minute_ms": r.minute_ms, **{f: int(getattr(r, f)) for f in USAGE_FIELDS}}
             for r in cast(Any, resp).usage
         ]
+
+    # Hot-tier placement -------------------------------------------------------------------
+    def placements(self, tenant: str | None = None) -> dict[str, Any]:
+        """``{"shards", "pins" (shard -> tenant), "placements"}``: every partition's chain
+        of segments (of one tenant), epoch and move under way."""
+        resp = self._call("ListPlacements", apb.ListPlacementsRequest(tenant=tenant or ""))
+        return self._placements(resp)
+
+    def move_partition(
+        self, tenant: str, table: str, partition: int, target: str
+    ) -> dict[str, Any]:
+        """Move one partition's appends to shard ``target`` without copying; the move's
+        record (``state`` "done", ``source``, ``start`` offset, ``seconds``)."""
+        request = apb.MovePartitionRequest(
+            tenant=tenant, table=table, partition=partition, target=target
+        )
+        return self._move(self._call("MovePartition", request))
+
+    def moves(self) -> list[dict[str, Any]]:
+        """Moves under way (``pending``: started by anyone, not finished) and the answering
+        gateway's recent moves with their outcome (``running``, ``done``, ``failed``)."""
+        return [self._move(m) for m in self._call("ListMoves", apb.ListMovesRequest()).moves]
+
+    def pin_shards(self, tenant: str, shards: list[str]) -> dict[str, Any]:
+        """Reserve ``shards`` for ``tenant``; answers as :meth:`placements` (the tenant's)."""
+        request = apb.PinShardsRequest(tenant=tenant, shards=shards)
+        return self._placements(self._call("PinShards", request))
+
+    def unpin_shards(self, tenant: str, shards: list[str] | None = None) -> dict[str, Any]:
+        """Release ``tenant``'s reserved ``shards`` (every one when None or empty)."""
+        request = apb.PinShardsRequest(tenant=tenant, shards=shards or [])
+        return self._placements(self._call("UnpinShards", request))
+
+    @staticmethod
+    def _move(m: Any) -> dict[str, Any]:
+        return {
+            f: getattr(m, f)
+            for f in (
+                "id", "tenant", "table", "partition", "source", "target", "state", "start",
+                "started_at_ms", "seconds", "error",
+            )
+        }  # fmt: skip
+
+    @staticmethod
+    def _placements(resp: Any) -> dict[str, Any]:
+        return {
+            "shards": list(resp.shards),
+            "pins": dict(resp.pins),
+            "placements": [
+                {
+                    "tenant": p.tenant,
+                    "table": p.table,
+                    "partition": p.partition,
+                    "shard": p.shard,
+                    "epoch": p.epoch,
+                    "move_target": p.move_target or None,
+                    "segments": [
+                        {
+                            "shard": s.shard,
+                            "start": s.start,
+                            "end": s.end if s.HasField("end") else None,
+                        }
+                        for s in p.segments
+                    ],
+                }
+                for p in resp.placements
+            ],
+        }

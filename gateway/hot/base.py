@@ -19,6 +19,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
     from gateway.config import Settings
     from gateway.hot.placement import PlacementStore
 
@@ -200,6 +202,22 @@ class HotLog(ABC):
         from gateway.wire.errors import InvalidRequest
 
         raise InvalidRequest(f"the {self.name} hot tier has no shards to move partitions to")
+
+    def held_bytes(self, segments: Sequence[tuple[PartitionId, int, str]]) -> list[int]:
+        """Payload bytes held by each ``(partition, seq, shard)`` segment. A backend without
+        shards has one segment per partition, its whole hot log."""
+        return [self.offsets(part).size_bytes for part, _, _ in segments]
+
+    def copy_segment(self, part: PartitionId, seq: int, target: str) -> bool:
+        """Copy sealed segment ``seq`` to shard ``target`` and put the copy in its place in
+        the chain (the forced drain of a failing shard).
+
+        Raises:
+            InvalidRequest: the backend has no shards.
+        """
+        from gateway.wire.errors import InvalidRequest
+
+        raise InvalidRequest(f"the {self.name} hot tier has no shards to copy segments to")
 
     def finish_move(self, part: PartitionId) -> None:  # noqa: B027 - optional hook
         """Finish a move that a crash left under way (nothing to do without shards)."""

@@ -30,6 +30,7 @@ acknowledged batch to survive a crash of Redis itself.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import time
 from collections.abc import Callable, Sequence
@@ -72,6 +73,8 @@ MAX_SEQUENCE = 2**53 - 1
 TRIM_CHUNK = 1024
 #: Entries fetched per XRANGE call inside the read script.
 READ_CHUNK = 256
+#: Batches copied per round trip when a sealed segment is copied off a failing shard.
+COPY_CHUNK = 128
 
 _APPEND_OK, _APPEND_DUPLICATE, _OUT_OF_ORDER, _TOO_OLD, _COUNT_MISMATCH = 0, 1, 2, 3, 4
 _APPEND_SEALED = 5
@@ -619,6 +622,147 @@ class RedisHotLog(HotLog):
                 return chain
         return self.chain(part, refresh=True)
 
+    def copy_segment(self, part: PartitionId, seq: int, target: str) -> bool:
+        """Copy sealed segment ``seq`` (what of it is still stored) to shard ``target``
+        under the same keys, then name the copy in the chain in its place (a
+        compare-and-set on the epoch) and leave a tombstone on the source: the fallback
+        that empties a failing shard without waiting for tiering.
+
+        Batches keep their stream IDs (base offsets) and append times; producers'
+        de-duplication state is not copied (a sealed segment takes no appends). The copy's
+        meta hash is written last, so a crash leaves either no usable copy (the chain still
+        names the source; the next run starts the copy again) or a finished one, named by
+        the chain or not yet (the next run reuses it). Returns False when there was nothing
+        to do (the segment is already on ``target``, or was dropped by trimming).
+
+        Raises:
+            InvalidRequest: the segment is the active one (move the partition first), or
+                ``target`` is not a shard. Unavailable: a shard cannot be reached.
+        """
+        store = self._placement_store()
+        dest = self._shard(target)
+        keys = partition_keys(part, seq)
+        for _ in range(20):
+            chain = self.chain(part, refresh=True)
+            seg = next((s for s in chain.segments if s.seq == seq), None)
+            if seg is None or seg.shard == target:
+                return False
+            if seg.end is None:
+                raise InvalidRequest(
+                    f"segment {seq} of partition {part.path} is active: move the partition "
+                    "before copying it",
+                    shard=seg.shard,
+                )
+            copied = self._copied(dest, keys, seg.end)
+            if not copied and not self._copy_entries(part, seg, dest, keys):
+                continue  # dropped meanwhile: the chain has changed
+            rows = [
+                (s.seq, target if s is seg else s.shard, s.start, s.end) for s in chain.segments
+            ]
+            if not store.replace_chain(part.table_id, part.partition, chain.epoch, rows, False):
+                continue
+            self.chain(part, refresh=True)
+            source = self._shard(seg.shard)
+            # A gateway still naming the source finds a tombstone and reloads; a failing
+            # shard on its way out may keep its (stale but correct) copy.
+            with contextlib.suppress(Unavailable):
+                source.run(
+                    f"drop of {part.path}@{seq} on {seg.shard}",
+                    source.drop_segment,
+                    keys,
+                    [seg.end],
+                    retry=True,
+                )
+            return True
+        raise Unavailable(f"the placement of {part.path} keeps changing", backend="redis")
+
+    @staticmethod
+    def _copied(dest: _Shard, keys: tuple[str, str], end: int) -> bool:
+        """Whether ``dest`` holds a finished copy of a segment ending at ``end``."""
+        _, hw, _, sealed, dropped = dest.meta(keys)
+        return sealed is not None and dropped is None and hw is not None and _int(hw) == end
+
+    def _copy_entries(
+        self, part: PartitionId, seg: Segment, dest: _Shard, keys: tuple[str, str]
+    ) -> bool:
+        """Copy the segment's stored batches to ``dest`` afresh, then its meta hash; False
+        when the source turned out dropped (the caller reloads the chain)."""
+        source = self._shard(seg.shard)
+        assert seg.end is not None
+        _, hw, _, sealed, dropped = source.meta(keys)
+        if dropped is not None:
+            return False
+        # A segment 0 sealed before its first append has no high watermark field: 0.
+        if sealed is None or (0 if hw is None else _int(hw)) != seg.end:
+            raise TidegateError(
+                f"segment {seg.seq} of partition {part.path} on {seg.shard!r} is not sealed at "
+                f"{seg.end} as its placement says: the shard lost data"
+            )
+        # Whatever the target holds under these keys is an unfinished copy of an earlier run.
+        dest.delete(keys, f"copy of {part.path}@{seg.seq}")
+        first: int | None = None
+        nbytes = 0
+        cursor = "-"
+        while True:
+
+            def fetch(after: str = cursor) -> list[Any]:
+                return cast(
+                    "list[Any]",
+                    source.client.xrange(keys[0], min=after, max="+", count=COPY_CHUNK),
+                )
+
+            entries = source.call(f"copy of {part.path}@{seg.seq}", fetch, retry=True)
+            if not entries:
+                break
+
+            def write(batch: list[Any] = entries) -> None:
+                pipe = dest.client.pipeline(transaction=False)
+                for entry_id, fields in batch:
+                    pipe.xadd(keys[0], fields, id=entry_id)
+                pipe.execute()
+
+            dest.call(f"copy of {part.path}@{seg.seq} to {dest.name}", write, retry=False)
+            if first is None:
+                first = int(entries[0][0].split(b"-", 1)[0])
+            nbytes += sum(len(fields[b"payload"]) for _, fields in entries)
+            cursor = "(" + entries[-1][0].decode()
+            if len(entries) < COPY_CHUNK:
+                break
+        meta: dict[str, Any] = {
+            "low": seg.end if first is None else first,
+            "hw": seg.end,
+            "bytes": nbytes,
+            "sealed": "1",
+        }
+        if seg.seq:
+            meta["start"] = seg.start
+        dest.call(
+            f"copy of {part.path}@{seg.seq} to {dest.name}",
+            lambda: dest.client.hset(keys[1], mapping=meta),
+            retry=True,
+        )
+        return True
+
+    def held_bytes(self, segments: Sequence[tuple[PartitionId, int, str]]) -> list[int]:
+        out = [0] * len(segments)
+        by_shard: dict[str, list[int]] = {}
+        for i, (_, _, shard) in enumerate(segments):
+            by_shard.setdefault(shard, []).append(i)
+        for name, indexes in by_shard.items():
+            node = self._shard(name)
+
+            def sizes(node: _Shard = node, indexes: list[int] = indexes) -> list[Any]:
+                pipe = node.client.pipeline(transaction=False)
+                for i in indexes:
+                    part, seq, _ = segments[i]
+                    pipe.hget(partition_keys(part, seq)[1], "bytes")
+                return cast("list[Any]", pipe.execute())
+
+            values = node.call("segment sizes", sizes, retry=True)
+            for i, value in zip(indexes, values, strict=True):
+                out[i] = 0 if value is None else _int(value)
+        return out
+
     def _settle(self, part: PartitionId, seen: Chain) -> Chain:
         """Reload a chain after a shard said its active segment is sealed; when the store
         still names that segment active, a move stopped half way: finish it."""
@@ -731,6 +875,11 @@ class RedisHotLog(HotLog):
             except _Stale:
                 if attempt == 2:
                     self._settle(part, chain)
+            except Unavailable:
+                if attempt > 0 or self._placements is None:
+                    raise
+                # The cached chain may name a shard that a forced drain has emptied and
+                # an operator has taken away: the store's chain may not need it.
         raise Unavailable(f"the placement of {part.path} keeps changing", backend="redis")
 
     def _read_chain(
@@ -838,9 +987,15 @@ class RedisHotLog(HotLog):
     def offsets(self, part: PartitionId) -> LogOffsets:
         for attempt in range(4):
             chain = self.chain(part, refresh=attempt > 0)
-            metas = [
-                self._shard(seg.shard).meta(partition_keys(part, seg.seq)) for seg in chain.segments
-            ]
+            try:
+                metas = [
+                    self._shard(seg.shard).meta(partition_keys(part, seg.seq))
+                    for seg in chain.segments
+                ]
+            except Unavailable:
+                if attempt > 0 or self._placements is None:
+                    raise
+                continue  # as in read(): reload the chain once before giving up
             stale = any(
                 m[4] is not None or (seg.end is not None and m[3] is None)
                 for seg, m in zip(chain.segments, metas, strict=True)

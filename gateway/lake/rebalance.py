@@ -11,8 +11,9 @@ tenant hottest on that shard are tried first, so a hot tenant's own partitions m
 its neighbours'. A tenant's reserved shards are balanced the same way among themselves and
 never receive anyone else's partitions. Every partition moves at most once per plan.
 
-**Execution** runs the moves a few at a time, each tenant's moves in their own lane, so
-one tenant's slow or failing move does not hold up another's.
+**Execution** runs the moves a few at a time through a mover (the job calls the gateways'
+admin API), each tenant's moves in their own lane, so one tenant's slow or failing move
+does not hold up another's.
 """
 
 from __future__ import annotations
@@ -20,17 +21,17 @@ from __future__ import annotations
 import logging
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from gateway.hot import HotLog, PartitionId
 from gateway.plugins import load_class
+from gateway.wire.errors import TidegateError
 
 if TYPE_CHECKING:
     from gateway.lake.components import Components
-    from gateway.lake.shards import MoveResult
     from gateway.meta import Placement
 
 __all__ = [
@@ -40,6 +41,7 @@ __all__ = [
     "HeatMeter",
     "LocalHeat",
     "Move",
+    "Outcome",
     "Plan",
     "make_heat_meter",
     "measure_heat",
@@ -250,25 +252,48 @@ def plan_moves(
     return plan
 
 
-def run_plan(c: Components, plan: Plan, *, parallel: int = 2) -> list[MoveResult]:
-    """Execute the moves: each tenant's in order in its own lane, ``parallel`` lanes at a
-    time. A failed move is logged and does not stop other tenants' moves (the move stays
-    under way and is finished by the next run or the gateways)."""
-    from gateway.lake.shards import move_partition
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    """What became of one planned move: ``done``, ``failed`` (with the error) or
+    ``skipped`` (an earlier move of the same tenant failed)."""
 
-    lanes: dict[str, list[Move]] = {}
-    for m in plan.moves:
-        lanes.setdefault(m.tenant, []).append(m)
-    results: list[MoveResult] = []
+    move: Move
+    state: str
+    error: str = ""
 
-    def lane(moves: list[Move]) -> None:
-        for m in moves:
+    def to_dict(self) -> dict[str, Any]:
+        return {**asdict(self.move), "state": self.state, "error": self.error}
+
+
+def run_plan(plan: Plan, mover: Callable[[Move], object], *, parallel: int = 2) -> list[Outcome]:
+    """Execute the moves through ``mover`` (the admin API's move call, for the job):
+    each tenant's in order in its own lane, ``parallel`` lanes at a time. A failed move
+    ends its tenant's lane (the tenant's later moves are skipped: the plan assumed it) and
+    does not stop other tenants' lanes. Returns the outcomes in the plan's order."""
+    lanes: dict[str, list[tuple[int, Move]]] = {}
+    for i, m in enumerate(plan.moves):
+        lanes.setdefault(m.tenant, []).append((i, m))
+    outcomes: dict[int, Outcome] = {}
+
+    def lane(moves: list[tuple[int, Move]]) -> None:
+        failed = ""
+        for i, m in moves:
+            if failed:
+                outcomes[i] = Outcome(m, "skipped", f"an earlier move failed: {failed}")
+                continue
             try:
-                results.append(move_partition(c, m.tenant, m.table, m.partition, m.target))
-            except Exception:
-                log.exception("moving %s %s/%d failed", m.tenant, m.table, m.partition)
-                return
+                mover(m)
+            except Exception as exc:
+                failed = (
+                    f"{exc.reason}: {exc.message}"
+                    if isinstance(exc, TidegateError)
+                    else f"{type(exc).__name__}: {exc}"
+                )
+                log.warning("moving %s %s/%d failed: %s", m.tenant, m.table, m.partition, failed)
+                outcomes[i] = Outcome(m, "failed", failed)
+            else:
+                outcomes[i] = Outcome(m, "done")
 
     with ThreadPoolExecutor(max(1, parallel), thread_name_prefix="tg-rebalance") as pool:
         list(pool.map(lane, lanes.values()))
-    return results
+    return [outcomes[i] for i in range(len(plan.moves))]

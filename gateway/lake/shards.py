@@ -7,18 +7,40 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from gateway.hot import PartitionId
 from gateway.wire.errors import InvalidRequest, TableNotFound
 
 if TYPE_CHECKING:
+    from gateway.hot import HotLog
     from gateway.lake.components import Components
-    from gateway.meta import Placement
+    from gateway.meta import MetadataStore, Placement
 
-__all__ = ["MoveResult", "drain_shard", "find_partition", "move_partition", "recover_moves"]
+__all__ = [
+    "MoveResult",
+    "Placed",
+    "check_target",
+    "copy_sealed",
+    "drain_shard",
+    "find_partition",
+    "move_partition",
+    "recover_moves",
+    "shard_stats",
+]
 
 log = logging.getLogger(__name__)
+
+
+class Placed(Protocol):
+    """What the shard jobs need: the metadata store and the hot tier bound to it (a job's
+    :class:`~gateway.lake.components.Components` or a gateway's stream-tables)."""
+
+    @property
+    def meta(self) -> MetadataStore: ...
+
+    @property
+    def hot(self) -> HotLog: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,7 +55,7 @@ class MoveResult:
     seconds: float
 
 
-def find_partition(c: Components, tenant: str, table: str, partition: int) -> PartitionId:
+def find_partition(c: Placed, tenant: str, table: str, partition: int) -> PartitionId:
     """The partition of ``tenant``'s ``namespace.name``.
 
     Raises:
@@ -48,7 +70,7 @@ def find_partition(c: Components, tenant: str, table: str, partition: int) -> Pa
     return PartitionId(d.tenant, d.table_id, partition)
 
 
-def check_target(c: Components, tenant: str, target: str) -> None:
+def check_target(c: Placed, tenant: str, target: str) -> None:
     """A tenant's partition may go to a shard nobody reserved, or one reserved for it.
 
     Raises:
@@ -61,9 +83,7 @@ def check_target(c: Components, tenant: str, target: str) -> None:
         raise InvalidRequest(f"shard {target!r} is reserved for another tenant", shard=target)
 
 
-def move_partition(
-    c: Components, tenant: str, table: str, partition: int, target: str
-) -> MoveResult:
+def move_partition(c: Placed, tenant: str, table: str, partition: int, target: str) -> MoveResult:
     """Move one partition's appends to ``target`` without copying (seal, open, record).
 
     Raises:
@@ -94,14 +114,14 @@ def move_partition(
     )
 
 
-def _placement(c: Components, part: PartitionId) -> Placement:
+def _placement(c: Placed, part: PartitionId) -> Placement:
     for p in c.meta.placements(tenant=part.tenant):
         if p.table_id == part.table_id and p.partition == part.partition:
             return p
     raise TableNotFound(f"partition {part.path} is gone")
 
 
-def recover_moves(c: Components) -> int:
+def recover_moves(c: Placed) -> int:
     """Finish every move that a crash left under way; returns how many."""
     done = 0
     for p in c.meta.placements(moving=True):
@@ -116,9 +136,12 @@ def drain_shard(
     *,
     wait_s: float = 0.0,
     poll_s: float = 1.0,
+    force: bool = False,
 ) -> tuple[list[MoveResult], list[Placement]]:
     """Empty ``shard``: move every active segment on it to the least loaded other shard a
-    tenant may use, then wait up to ``wait_s`` for tiering to drop its sealed segments.
+    tenant may use, then wait up to ``wait_s`` for tiering to drop its sealed segments;
+    with ``force``, copy each sealed segment's un-tiered range to the shard its partition
+    now appends to instead of waiting (see :meth:`HotLog.copy_segment`).
 
     Returns the moves made and the placements still holding a segment on the shard (empty
     once the shard can be removed from the configuration).
@@ -141,9 +164,47 @@ def drain_shard(
         target = min(choices, key=lambda s: (load[s], s))
         moves.append(move_partition(c, p.tenant, f"{p.namespace}.{p.name}", p.partition, target))
         load[target] += 1
+    if force:
+        copied = copy_sealed(c, shard)
+        log.info("copied %d sealed segments off %s", copied, shard)
     deadline = time.monotonic() + wait_s
     while True:
         left = c.meta.placements(shard=shard)
         if not left or time.monotonic() >= deadline:
             return moves, left
         time.sleep(poll_s)
+
+
+def copy_sealed(c: Placed, shard: str) -> int:
+    """Copy every sealed segment still on ``shard`` to the shard its partition appends to
+    now, each replacing the original in its chain; returns how many were copied."""
+    copied = 0
+    for p in c.meta.placements(shard=shard):
+        if p.shard == shard:
+            raise InvalidRequest(
+                f"partition {p.partition} of {p.tenant}'s {p.namespace}.{p.name} still takes "
+                f"appends on {shard}: move it off first"
+            )
+        part = PartitionId(p.tenant, p.table_id, p.partition)
+        for seq, on, _, end in p.segments:
+            if on == shard and end is not None and c.hot.copy_segment(part, seq, p.shard):
+                copied += 1
+    return copied
+
+
+def shard_stats(c: Placed) -> dict[str, tuple[int, int, int]]:
+    """``shard -> (partitions, segments, bytes)``: partitions whose active segment is on
+    the shard, segments (active or sealed) it holds and their stored payload bytes."""
+    configured = c.hot.shard_names()
+    stats = {s: [0, 0, 0] for s in configured}
+    segments: list[tuple[PartitionId, int, str]] = []
+    for p in c.meta.placements():
+        stats.setdefault(p.shard, [0, 0, 0])[0] += 1
+        part = PartitionId(p.tenant, p.table_id, p.partition)
+        for seq, on, _, _ in p.segments:
+            stats.setdefault(on, [0, 0, 0])[1] += 1
+            if on in configured:
+                segments.append((part, seq, on))
+    for (_, _, on), nbytes in zip(segments, c.hot.held_bytes(segments), strict=True):
+        stats[on][2] += nbytes
+    return {s: (a, b, n) for s, (a, b, n) in stats.items()}

@@ -11,12 +11,14 @@ from collections.abc import Iterator
 from contextlib import suppress
 from typing import Any
 
+from gateway import metrics
 from gateway.cold import load_cold_store
 from gateway.config import Settings
 from gateway.core import StreamTables
 from gateway.hot import load_hot_log
 from gateway.lake.components import Components
 from gateway.lake.scheduler import EmbeddedJobs
+from gateway.lake.shards import shard_stats
 from gateway.meta import MetadataStore
 from gateway.server.calls import DataCalls
 from gateway.tenancy import OPERATOR_KEY_FILE, Tenancy, load_operator_key
@@ -149,6 +151,8 @@ async def serve(settings: Settings) -> None:
     tenancy.start()
     # One DataCalls (stateless) serves both edges that speak Arrow to SDK clients.
     calls = DataCalls(service, tenancy)
+    if settings.hot.type == "redis":  # per-shard gauges, read from the shards at scrape
+        metrics.on_scrape(lambda: metrics.set_shard_stats(shard_stats(service)))
     ready = asyncio.Event()
     stopping = asyncio.Event()
     loop = asyncio.get_running_loop()

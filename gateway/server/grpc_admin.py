@@ -1,4 +1,5 @@
-"""The ``tidegate.v1.Admin`` gRPC service: tenants, keys, quotas and usage.
+"""The ``tidegate.v1.Admin`` gRPC service: tenants, keys, quotas, usage and hot-tier
+placements (partitions' segments, moves, reserved shards).
 
 The auth interceptor lets only the operator key through; errors are translated by the
 same error interceptor as the data plane.
@@ -95,3 +96,56 @@ class AdminServicer(apb_grpc.AdminServicer):  # type: ignore[misc]
             tenant=request.tenant,
             usage=[apb.UsageRecord(minute_ms=_ms(r.minute), **r.counters) for r in rows],
         )
+
+    # Hot-tier placement ------------------------------------------------------------------
+    async def ListPlacements(
+        self, request: apb.ListPlacementsRequest, context: Any
+    ) -> apb.ListPlacementsResponse:
+        return _placements(await self.tenancy.admin.placements(request.tenant or None))
+
+    async def MovePartition(self, request: apb.MovePartitionRequest, context: Any) -> apb.MoveInfo:
+        moved = await self.tenancy.admin.move_partition(
+            request.tenant, request.table, request.partition, request.target
+        )
+        return apb.MoveInfo(**moved["move"])
+
+    async def ListMoves(self, request: apb.ListMovesRequest, context: Any) -> apb.ListMovesResponse:
+        return apb.ListMovesResponse(
+            moves=[apb.MoveInfo(**m) for m in await self.tenancy.admin.moves()]
+        )
+
+    async def PinShards(
+        self, request: apb.PinShardsRequest, context: Any
+    ) -> apb.ListPlacementsResponse:
+        return _placements(
+            await self.tenancy.admin.pin_shards(request.tenant, list(request.shards))
+        )
+
+    async def UnpinShards(
+        self, request: apb.PinShardsRequest, context: Any
+    ) -> apb.ListPlacementsResponse:
+        return _placements(
+            await self.tenancy.admin.unpin_shards(request.tenant, list(request.shards))
+        )
+
+
+def _placements(listing: dict[str, Any]) -> apb.ListPlacementsResponse:
+    return apb.ListPlacementsResponse(
+        shards=listing["shards"],
+        pins=listing["pins"],
+        placements=[
+            apb.Placement(
+                tenant=p["tenant"],
+                table=p["table"],
+                partition=p["partition"],
+                shard=p["shard"],
+                epoch=p["epoch"],
+                move_target=p["move_target"] or "",
+                segments=[
+                    apb.Segment(**{k: v for k, v in s.items() if v is not None})
+                    for s in p["segments"]
+                ],
+            )
+            for p in listing["placements"]
+        ],
+    )

@@ -6,16 +6,16 @@ import asyncio
 import contextlib
 import logging
 import re
-import time
 from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 
-from gateway.hot import PartitionId
+from gateway.lake import shards
 from gateway.meta.tenants import KeyInfo, TenantInfo, UsageRow
 from gateway.tenancy import keys
 from gateway.tenancy.auth import run_blocking
-from gateway.wire.errors import InvalidRequest
+from gateway.tenancy.moves import MoveLog
+from gateway.wire.errors import InvalidRequest, TidegateError
 from gateway.wire.types import QUOTA_FIELDS
 
 if TYPE_CHECKING:
@@ -54,6 +54,7 @@ class TenantAdmin:
         self.tenants = tenancy.tenants
         self.service = tenancy.service
         self.settings = tenancy.settings
+        self._moves = MoveLog()
 
     @staticmethod
     def _check_name(name: str) -> None:
@@ -159,38 +160,85 @@ class TenantAdmin:
         self, tenant: str, table: str, partition: int, target: str
     ) -> dict[str, Any]:
         """Move one partition's appends to shard ``target`` without copying (see
-        :mod:`gateway.hot.placement`); returns its placement afterwards.
+        :mod:`gateway.hot.placement`); returns its placement afterwards and the move's
+        record (``move``), which :meth:`moves` lists from then on.
 
         Raises:
             TableNotFound: no such table. InvalidRequest: no such partition or shard, or a
             shard reserved for another tenant, or a hot tier without shards.
         """
         self._check_name(tenant)
-        meta, hot = self.service.meta, self.service.hot
+        record = self._moves.begin(tenant, table, partition, target)
 
-        def move() -> dict[str, Any]:
-            namespace, _, name = table.partition(".")
-            d = meta.get_table(tenant, namespace, name)
-            if not 0 <= partition < d.partitions:
-                raise InvalidRequest(f"table {table} has no partition {partition}")
-            if target not in hot.shard_names():
-                raise InvalidRequest(f"no hot-tier shard {target!r}", shard=target)
-            owner = meta.shard_pins().get(target)
-            if owner is not None and owner != tenant:
+        def move() -> shards.MoveResult:
+            # Recorded in the thread, so a request cancelled meanwhile still leaves the
+            # move's outcome (the move itself goes on to its end).
+            try:
+                result = shards.move_partition(self.service, tenant, table, partition, target)
+            except TidegateError as err:
+                self._moves.fail(record, err)
+                raise
+            except Exception as exc:
+                self._moves.fail(record, TidegateError(f"{type(exc).__name__}: {exc}"))
+                raise
+            self._moves.done(record, result)
+            return result
+
+        result = await run_blocking(move)
+        rows = await run_blocking(self.service.meta.placements, tenant=tenant)
+        (after,) = [
+            p.to_dict()
+            for p in rows
+            if f"{p.namespace}.{p.name}" == table and p.partition == partition
+        ]
+        return {**after, "seconds": result.seconds, "move": record.to_dict()}
+
+    async def moves(self) -> list[dict[str, Any]]:
+        """Moves under way (intents in the metadata store, whoever runs them) and this
+        gateway's recent moves with their outcome, newest first."""
+        pending = await run_blocking(self.service.meta.placements, moving=True)
+        return self._moves.listing(pending)
+
+    async def pin_shards(self, tenant: str, names: list[str]) -> dict[str, Any]:
+        """Reserve ``names`` for ``tenant`` (see :meth:`MetadataStore.pin_shards`).
+
+        Raises:
+            InvalidRequest: no shard named, a shard not configured, or reserved for another
+            tenant. TenantNotFound: no such tenant.
+        """
+        self._check_name(tenant)
+        if not names:
+            raise InvalidRequest("name at least one shard to reserve", field="shards")
+        configured = self.service.hot.shard_names()
+        for name in names:
+            if name not in configured:
                 raise InvalidRequest(
-                    f"shard {target!r} is reserved for another tenant", shard=target
+                    f"no hot-tier shard {name!r}: the shards are {', '.join(configured)}",
+                    shard=name,
                 )
-            started = time.monotonic()
-            hot.move(PartitionId(tenant, d.table_id, partition), target)
-            seconds = time.monotonic() - started
-            (after,) = [
-                p
-                for p in meta.placements(tenant=tenant)
-                if p.table_id == d.table_id and p.partition == partition
-            ]
-            return {**after.to_dict(), "seconds": seconds}
+        await run_blocking(self.service.meta.pin_shards, tenant, names)
+        return await self.placements(tenant)
 
-        return await run_blocking(move)
+    async def unpin_shards(self, tenant: str, names: list[str]) -> dict[str, Any]:
+        """Release ``tenant``'s reserved shards ``names`` (every one when empty); its
+        partitions stay where they are.
+
+        Raises:
+            InvalidRequest: a named shard is not reserved for ``tenant``.
+        """
+        self._check_name(tenant)
+        meta = self.service.meta
+        pins = await run_blocking(meta.shard_pins)
+        own = [s for s, t in pins.items() if t == tenant]
+        for name in names:
+            if name not in own:
+                raise InvalidRequest(
+                    f"shard {name!r} is not reserved for {tenant}: its reserved shards are "
+                    f"{', '.join(own) or 'none'}",
+                    shard=name,
+                )
+        await run_blocking(meta.unpin_shards, names or own)
+        return await self.placements(tenant)
 
     async def set_quota(self, tenant: str, values: dict[str, int | None]) -> dict[str, int | None]:
         unknown = set(values) - set(QUOTA_FIELDS)

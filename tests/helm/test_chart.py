@@ -181,12 +181,36 @@ def test_schema_refuses_autoscaling_and_cronjobs_with_the_disk_tier() -> None:
     assert "/jobs/tiering/enabled" in refusal({"jobs": {"tiering": {"enabled": True}}})
 
 
-@pytest.mark.parametrize("job", ["rebalance"])
-def test_schema_refuses_jobs_whose_command_has_not_landed(job: str) -> None:
-    assert f"/jobs/{job}/enabled" in refusal({"jobs": {job: {"enabled": True}}})
+def test_rebalance_cronjob_moves_through_the_gateway_service_as_the_operator() -> None:
+    values = merge(
+        example("redis-postgres-s3"),
+        {"jobs": {"rebalance": {"enabled": True}}, "networkPolicy": {"enabled": True}},
+    )
+    rendered = Rendered(values)
+    cron = rendered.one("CronJob", "-rebalance")
+    assert cron["spec"]["concurrencyPolicy"] == "Forbid"
+    container = cron["spec"]["jobTemplate"]["spec"]["template"]["spec"]["containers"][0]
+    assert container["command"] == [
+        "tidegate", "rebalance", "--runner", "local", "--band", "1.25", "--parallel", "2",
+    ]  # fmt: skip
+    env = rendered.container_env(container)
+    service = rendered.one("Service")
+    port = next(p["port"] for p in service["spec"]["ports"] if p["name"] == "grpc")
+    assert env["TIDEGATE_TARGET"] == f"{service['metadata']['name']}.tidegate.svc:{port}"
+    assert env["TIDEGATE_OPERATOR_KEY"] == env["TIDEGATE_AUTH__OPERATOR_KEY"]
+    assert len(env["TIDEGATE_OPERATOR_KEY"]) >= 16
+    # Where the gateway admits only some clients, the job is one of them.
+    (policy,) = rendered.all("NetworkPolicy")
+    selectors = [
+        peer.get("podSelector", {}).get("matchLabels", {})
+        for rule in policy["spec"]["ingress"]
+        for peer in rule.get("from", [])
+    ]
+    pod_labels = cron["spec"]["jobTemplate"]["spec"]["template"]["metadata"]["labels"]
+    assert any(s and s.items() <= pod_labels.items() for s in selectors)
 
 
-@pytest.mark.parametrize("job", ["compaction", "expiry", "orphans"])
+@pytest.mark.parametrize("job", ["compaction", "expiry", "orphans", "rebalance"])
 def test_schema_refuses_maintenance_cronjobs_with_the_disk_tier(job: str) -> None:
     assert f"/jobs/{job}/enabled" in refusal({"jobs": {job: {"enabled": True}}})
 

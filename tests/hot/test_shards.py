@@ -367,3 +367,55 @@ def test_moves_onto_and_off_a_redis_cluster_shard(
         assert [s.shard for s in log.chain(part, refresh=True).segments] == [source]
     finally:
         log.close()
+
+
+def test_copy_of_a_sealed_segment_replaces_it_and_keeps_offsets_and_times(
+    servers: dict[str, RedisServer], meta: MetadataStore, hot: RedisHotLog, other: RedisHotLog
+) -> None:
+    part = new_part(meta)
+    first = hot.chain(part).active.shard
+    second, third = (s for s in ("default", "b", "c") if s != first)
+    written = append(hot, part, 3)
+    hot.move(part, second)
+    written += append(hot, part, 2, start=3)
+    assert hot.trim(part, 4) == 4  # the first segment keeps only its last batch
+    assert read_all(other, part, 4) == written[2:]  # `other` caches the old chain
+    with pytest.raises(InvalidRequest, match="is active: move the partition"):
+        hot.copy_segment(part, 1, third)
+    before = hot.held_bytes([(part, 0, first), (part, 1, second)])
+    assert hot.copy_segment(part, 0, third)
+    assert not hot.copy_segment(part, 0, third)  # idempotent: already there
+    assert chain_shards(hot, part) == [(third, 0, 6), (second, 6, None)]
+    assert hot.held_bytes([(part, 0, third), (part, 1, second)]) == before
+    # same offsets, append times and payloads; the source is a tombstone that makes an
+    # older chain reload, and the copy is trimmed and dropped like any sealed segment
+    assert read_all(hot, part, 4) == written[2:]
+    assert read_all(other, part, 4) == written[2:]
+    assert raw(servers[first]).hget(partition_keys(part, 0)[1], "dropped") == b"1"
+    assert hot.offsets(part).low == 4
+    assert hot.trim(part, 6) == 6
+    assert chain_shards(hot, part) == [(second, 6, None)]
+    hot.drop(part)
+    for server in servers.values():
+        assert not list(raw(server).scan_iter(match=f"tg:{{{part.tenant}*"))
+
+
+def test_copy_onto_and_off_a_redis_cluster_shard(
+    servers: dict[str, RedisServer], cluster: RedisClusterServer, meta: MetadataStore
+) -> None:
+    log = gateway(servers, meta, rc=RedisShardConfig(name="rc", url=cluster.url, cluster=True))
+    try:
+        part = new_part(meta)
+        source = log.chain(part).active.shard
+        other = next(s for s in ("default", "b", "c") if s != source)
+        written = append(log, part, 3)
+        log.move(part, "rc")
+        written += append(log, part, 2, start=3)
+        assert log.copy_segment(part, 0, "rc")  # onto the cluster
+        log.move(part, other)
+        assert log.copy_segment(part, 1, other)  # off the cluster
+        assert [s.shard for s in log.chain(part, refresh=True).segments] == ["rc", other, other]
+        assert read_all(log, part) == written
+        assert sum(log.held_bytes([(part, s.seq, s.shard) for s in log.chain(part).segments])) > 0
+    finally:
+        log.close()

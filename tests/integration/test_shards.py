@@ -9,6 +9,7 @@ in this process; the crash tests run it as a subprocess and SIGKILL it between s
 
 from __future__ import annotations
 
+import itertools
 import json
 import subprocess
 import sys
@@ -294,13 +295,14 @@ def produce_to(
     acks: list[Any],
     pause: float,
     stop: threading.Event | None = None,
+    first: int = 0,
 ) -> None:
-    """At least ``n`` records to each partition, a few at a time; with ``stop``, go on
-    until it is set, then send one more round."""
+    """At least ``n`` records to each partition, a few at a time, numbered from ``first``;
+    with ``stop``, go on until it is set, then send one more round."""
     with gw.client() as c, c.producer(table, batch_records=10, linger=0.002) as producer:
         futures = []
-        i = 0
-        while i < n or (stop is not None and not stop.is_set()):
+        i = first
+        while i < first + n or (stop is not None and not stop.is_set()):
             for p in range(partitions):
                 futures.append((p, i, producer.send({"w": p, "i": i}, partition=p)))
             i += 1
@@ -403,6 +405,140 @@ def test_admin_api_lists_placements_and_moves_a_partition(
             assert r.base_offset == 3
             rows = c.read("adm.ev", partition=0, offset=0).to_pylist()
             assert [x["i"] for x in rows] == [0, 1, 2, 3]
+    finally:
+        mover.close()
+        gw.stop()
+
+
+# Forced drain -----------------------------------------------------------------------------
+#: ``drain_shard(force=True)`` with every copy batch small, printing and waiting (for the
+#: SIGKILL) at ``stop_at``: "partial" (some batches copied, no meta yet), "staged" (copy
+#: finished, chain not yet swapped) or "swapped" (chain swapped, source not yet tombstoned).
+DRAIN_SCRIPT = """
+import sys, time
+import gateway.hot.redis as r
+from gateway.config import Settings
+from gateway.lake.components import Components
+from gateway.lake.shards import drain_shard
+
+stop_at = sys.argv[1]
+r.COPY_CHUNK = 2
+original = r._Shard.call
+copied = [0]
+
+def step(name):
+    print(name, flush=True)
+    if name == stop_at:
+        time.sleep(600)  # the test SIGKILLs us here
+
+def call(self, what, fn, *, retry):
+    if what.startswith("drop of") and " on " in what:
+        step("swapped")
+    out = original(self, what, fn, retry=retry)
+    if what.startswith("copy of") and " to " in what:
+        copied[0] += 1
+        if copied[0] == 2:
+            step("partial")
+    return out
+
+r._Shard.call = call
+with Components.open(Settings()) as c:
+    replace = c.meta.replace_chain
+
+    def replace_chain(*args, **kwargs):
+        if not args[4]:  # a copy's swap, not a move's
+            step("staged")
+        return replace(*args, **kwargs)
+
+    c.meta.replace_chain = replace_chain
+    drain_shard(c, "b", force=True)
+print("finished", flush=True)
+"""
+
+
+def test_forced_drain_survives_sigkill_and_the_shard_going_away(
+    shards: dict[str, RedisServer], tmp_path: Path
+) -> None:
+    """``drain b --force`` while a producer appends: SIGKILLed at each step of the copy of
+    a sealed segment and run again, the chain is always the old one or the new one; once
+    it completes, shard b is stopped for good and every acknowledged record still reads
+    exactly once, at its offset, with its append time."""
+    env = shard_env(shards, tmp_path, tiering=False)
+    gw = GatewayProcess(tmp_path / "gw", env).start()
+    mover = Mover(shards, tmp_path)
+    table = "fd.ev"
+    job_env = {k: v for k, v in gw.env().items() if k != "TIDEGATE_SERVER__GRPC_PORT"}
+    try:
+        with gw.client() as c:
+            c.create_table(table, {"w": "int64", "i": "int64"}, partitions=2)
+        parts = [mover.part(gw.tenant, table, p) for p in range(2)]
+        # Partition 0 starts on 'default' and moves to 'b' (a sealed segment elsewhere, then
+        # one on b); partition 1 appends to 'b' from the start.
+        for part, first in zip(parts, ("default", "b"), strict=True):
+            if mover.hot.chain(part, refresh=True).active.shard != first:
+                mover.hot.move(part, first)
+        acks: list[Any] = []
+        produce_to(gw, table, 2, 30, acks, 0.0)
+        mover.hot.move(parts[0], "b")
+        produce_to(gw, table, 2, 30, acks, 0.0, first=100)
+        with gw.client() as c:
+            times = {
+                (p, r["_offset"]): r["_timestamp"]
+                for p in range(2)
+                for r in c.read(table, partition=p, offset=0, max_records=1000).to_pylist()
+            }
+        stop = threading.Event()
+        writer = threading.Thread(
+            target=produce_to, args=(gw, table, 2, 50, acks, 0.02, stop, 1000), daemon=True
+        )
+        writer.start()
+        for stop_at in ("partial", "staged", "swapped"):
+            proc = subprocess.Popen(
+                [sys.executable, "-c", DRAIN_SCRIPT, stop_at],
+                cwd=str(REPO_ROOT),
+                env=job_env,
+                stdout=subprocess.PIPE,
+                text=True,
+            )
+            assert proc.stdout is not None
+            with proc.stdout:
+                while (line := proc.stdout.readline()) and line.strip() != stop_at:
+                    pass
+                proc.kill()
+                proc.wait(10)
+            assert line.strip() == stop_at, f"the drain never reached {stop_at}"
+            # The old chain or the new one: dense, every segment on a live shard's keys.
+            for part in parts:
+                segs = mover.segments(part)
+                assert all(a[2] == b[1] for a, b in itertools.pairwise(segs)), segs
+            with gw.client() as c:
+                for p in range(2):
+                    rows = c.read(table, partition=p, offset=0, max_records=10_000).to_pylist()
+                    assert [r["_offset"] for r in rows] == list(range(len(rows)))
+        done = subprocess.run(
+            [sys.executable, "-m", "gateway", "shard", "drain", "b", "--force"],
+            cwd=str(REPO_ROOT),
+            env=job_env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert done.returncode == 0, done.stderr
+        assert "b is empty" in done.stdout
+        assert mover.meta.placements(shard="b") == []
+        shards["b"].stop()  # the failing shard is gone for good
+        stop.set()
+        writer.join(240)
+        assert not writer.is_alive(), gw.log()
+        check_log(gw, table, acks, 2)
+        with gw.client() as c:
+            for p in range(2):
+                rows = c.read(table, partition=p, offset=0, max_records=1000).to_pylist()
+                for r in rows:
+                    if (p, r["_offset"]) in times:
+                        assert r["_timestamp"] == times[(p, r["_offset"])]
+        for part in parts:
+            assert "b" not in {s[0] for s in mover.segments(part)}
     finally:
         mover.close()
         gw.stop()

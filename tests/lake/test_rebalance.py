@@ -19,6 +19,7 @@ from gateway.hot import PartitionId
 from gateway.lake.components import Components
 from gateway.lake.rebalance import (
     Heat,
+    Move,
     Plan,
     measure_heat,
     partition_heat,
@@ -127,8 +128,8 @@ def test_rebalance_a_hot_tenant_within_the_band(c: Components) -> None:
     assert {m.tenant for m in plan.moves} == {hot_tenant}
     assert all(m.target != "s4" for m in plan.moves)
     assert len(plan.moves) < len(hot_parts)
-    results = run_plan(c, plan)
-    assert len(results) == len(plan.moves)
+    outcomes = run_plan(plan, lambda m: move_partition(c, m.tenant, m.table, m.partition, m.target))
+    assert [o.state for o in outcomes] == ["done"] * len(plan.moves)
     after = now_heat(c)
     assert shared_ratio(after, pins) <= 1.25
     for p in c.meta.placements():
@@ -156,6 +157,28 @@ def test_drain_moves_everything_off_and_waits_for_tiered_segments(c: Components)
         c.hot.trim(part, 30)
     _, left = drain_shard(c, "s3")
     assert not [p for p in left if p.tenant == tenant]
+
+
+def test_one_tenants_failing_move_does_not_stop_anothers(c: Components) -> None:
+    """A tenant whose table was dropped after planning fails its first move and skips its
+    second; the other tenant's moves run all the same."""
+    doomed, fine = (f"{k}{uuid.uuid4().hex[:8]}" for k in "xy")
+    doomed_name, doomed_parts = table(c, doomed, 2, ("s1",))
+    fine_name, fine_parts = table(c, fine, 2, ("s1",))
+    plan = Plan(1.25, {}, {})
+    for name, parts in ((doomed_name, doomed_parts), (fine_name, fine_parts)):
+        for part in parts:
+            plan.moves.append(Move(part.tenant, name, part.partition, "s1", "s2", 1.0))
+    c.meta.drop_table(doomed, "ns", doomed_name.split(".")[1])
+    outcomes = run_plan(
+        plan,
+        lambda m: move_partition(c, m.tenant, m.table, m.partition, m.target),
+        parallel=1,  # one lane at a time: the doomed tenant's lane runs first
+    )
+    assert [o.state for o in outcomes] == ["failed", "skipped", "done", "done"]
+    assert outcomes[0].error.startswith("TABLE_NOT_FOUND")
+    assert outcomes[1].error.startswith("an earlier move failed: TABLE_NOT_FOUND")
+    assert {shard_of(c, p) for p in fine_parts} == {"s2"}
 
 
 @pytest.mark.spark

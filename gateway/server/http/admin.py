@@ -1,7 +1,7 @@
 """``/v1/admin``: tenants, API keys, quotas, usage and hot-tier placements over HTTP
 (operator key only).
 
-Mirrors the ``tidegate.v1.Admin`` gRPC service (placements: HTTP only for now). A tenant
+Mirrors the ``tidegate.v1.Admin`` gRPC service. A tenant
 key is refused with 403 ``PERMISSION_DENIED``, a missing or wrong key with 401
 ``UNAUTHENTICATED``.
 """
@@ -35,6 +35,13 @@ class MoveRequest(_Request):
     table: str = Field(description="The table, as namespace.name.")
     partition: int = Field(ge=0, description="The partition to move.")
     target: str = Field(description="The hot-tier shard to take its appends from now on.")
+
+
+class ShardsBody(_Request):
+    shards: list[str] = Field(
+        default_factory=list,
+        description="Shard names. To release: empty releases every shard of the tenant.",
+    )
 
 
 class QuotaBody(_Request):
@@ -147,6 +154,25 @@ def admin_router(tenancy: Tenancy) -> APIRouter:
         return JSONResponse(
             await tenancy.admin.move_partition(body.tenant, body.table, body.partition, body.target)
         )
+
+    @router.get("/moves", summary="Moves under way and this gateway's recent moves.")
+    async def moves() -> JSONResponse:
+        return JSONResponse({"moves": await tenancy.admin.moves()})
+
+    @router.put(
+        "/tenants/{tenant}/shards",
+        summary="Reserve shards for the tenant: its new partitions go only there, nobody "
+        "else's do.",
+    )
+    async def pin_shards(tenant: TenantName, body: ShardsBody) -> JSONResponse:
+        return JSONResponse(await tenancy.admin.pin_shards(tenant, body.shards))
+
+    @router.post(
+        "/tenants/{tenant}/shards/release",
+        summary="Release the tenant's reserved shards (every one when none is named).",
+    )
+    async def unpin_shards(tenant: TenantName, body: ShardsBody) -> JSONResponse:
+        return JSONResponse(await tenancy.admin.unpin_shards(tenant, body.shards))
 
     @router.get("/tenants/{tenant}/usage", summary="The tenant's usage per minute.")
     async def usage(

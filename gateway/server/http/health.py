@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import hmac
 from collections.abc import Callable
 
@@ -9,6 +10,7 @@ from fastapi import APIRouter, FastAPI, Request, Security
 from fastapi.responses import JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, generate_latest
 
+from gateway import metrics
 from gateway.config import ServerConfig
 from gateway.server.http.deps import METRICS_TOKEN
 from gateway.wire.errors import Unauthenticated
@@ -35,6 +37,7 @@ def metrics_router(server: ServerConfig) -> APIRouter:
             sent = request.headers.get("authorization", "")
             if not hmac.compare_digest(sent.encode(), f"Bearer {token}".encode()):
                 raise Unauthenticated("/metrics needs 'authorization: Bearer <metrics token>'")
+        await asyncio.to_thread(metrics.refresh)
         return Response(generate_latest(REGISTRY), media_type=CONTENT_TYPE_LATEST)
 
     return router

@@ -138,7 +138,7 @@ with the chart's Secret an item is present when its value is set (or generated).
 {{/* Does a lake CronJob run Spark (it then mounts the spark-defaults ConfigMap)? "true" or "". */}}
 {{- define "tidegate.sparkJobs" -}}
 {{- $ctx := . -}}
-{{- range $name := list "tiering" "compaction" -}}
+{{- range $name := list "tiering" "compaction" "rebalance" -}}
 {{- if and (include "tidegate.cronJob" (dict "ctx" $ctx "name" $name)) (eq (index $ctx.Values.jobs $name).runner "spark") -}}true{{- end -}}
 {{- end -}}
 {{- end -}}

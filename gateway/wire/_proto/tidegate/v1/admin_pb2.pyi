@@ -141,3 +141,110 @@ class GetUsageResponse(_message.Message):
     tenant: str
     usage: _containers.RepeatedCompositeFieldContainer[UsageRecord]
     def __init__(self, tenant: _Optional[str] = ..., usage: _Optional[_Iterable[_Union[UsageRecord, _Mapping]]] = ...) -> None: ...
+
+class ListPlacementsRequest(_message.Message):
+    __slots__ = ("tenant",)
+    TENANT_FIELD_NUMBER: _ClassVar[int]
+    tenant: str
+    def __init__(self, tenant: _Optional[str] = ...) -> None: ...
+
+class Segment(_message.Message):
+    __slots__ = ("shard", "start", "end")
+    SHARD_FIELD_NUMBER: _ClassVar[int]
+    START_FIELD_NUMBER: _ClassVar[int]
+    END_FIELD_NUMBER: _ClassVar[int]
+    shard: str
+    start: int
+    end: int
+    def __init__(self, shard: _Optional[str] = ..., start: _Optional[int] = ..., end: _Optional[int] = ...) -> None: ...
+
+class Placement(_message.Message):
+    __slots__ = ("tenant", "table", "partition", "shard", "epoch", "move_target", "segments")
+    TENANT_FIELD_NUMBER: _ClassVar[int]
+    TABLE_FIELD_NUMBER: _ClassVar[int]
+    PARTITION_FIELD_NUMBER: _ClassVar[int]
+    SHARD_FIELD_NUMBER: _ClassVar[int]
+    EPOCH_FIELD_NUMBER: _ClassVar[int]
+    MOVE_TARGET_FIELD_NUMBER: _ClassVar[int]
+    SEGMENTS_FIELD_NUMBER: _ClassVar[int]
+    tenant: str
+    table: str
+    partition: int
+    shard: str
+    epoch: int
+    move_target: str
+    segments: _containers.RepeatedCompositeFieldContainer[Segment]
+    def __init__(self, tenant: _Optional[str] = ..., table: _Optional[str] = ..., partition: _Optional[int] = ..., shard: _Optional[str] = ..., epoch: _Optional[int] = ..., move_target: _Optional[str] = ..., segments: _Optional[_Iterable[_Union[Segment, _Mapping]]] = ...) -> None: ...
+
+class ListPlacementsResponse(_message.Message):
+    __slots__ = ("shards", "pins", "placements")
+    class PinsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    SHARDS_FIELD_NUMBER: _ClassVar[int]
+    PINS_FIELD_NUMBER: _ClassVar[int]
+    PLACEMENTS_FIELD_NUMBER: _ClassVar[int]
+    shards: _containers.RepeatedScalarFieldContainer[str]
+    pins: _containers.ScalarMap[str, str]
+    placements: _containers.RepeatedCompositeFieldContainer[Placement]
+    def __init__(self, shards: _Optional[_Iterable[str]] = ..., pins: _Optional[_Mapping[str, str]] = ..., placements: _Optional[_Iterable[_Union[Placement, _Mapping]]] = ...) -> None: ...
+
+class MovePartitionRequest(_message.Message):
+    __slots__ = ("tenant", "table", "partition", "target")
+    TENANT_FIELD_NUMBER: _ClassVar[int]
+    TABLE_FIELD_NUMBER: _ClassVar[int]
+    PARTITION_FIELD_NUMBER: _ClassVar[int]
+    TARGET_FIELD_NUMBER: _ClassVar[int]
+    tenant: str
+    table: str
+    partition: int
+    target: str
+    def __init__(self, tenant: _Optional[str] = ..., table: _Optional[str] = ..., partition: _Optional[int] = ..., target: _Optional[str] = ...) -> None: ...
+
+class MoveInfo(_message.Message):
+    __slots__ = ("id", "tenant", "table", "partition", "source", "target", "state", "start", "started_at_ms", "seconds", "error")
+    ID_FIELD_NUMBER: _ClassVar[int]
+    TENANT_FIELD_NUMBER: _ClassVar[int]
+    TABLE_FIELD_NUMBER: _ClassVar[int]
+    PARTITION_FIELD_NUMBER: _ClassVar[int]
+    SOURCE_FIELD_NUMBER: _ClassVar[int]
+    TARGET_FIELD_NUMBER: _ClassVar[int]
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    START_FIELD_NUMBER: _ClassVar[int]
+    STARTED_AT_MS_FIELD_NUMBER: _ClassVar[int]
+    SECONDS_FIELD_NUMBER: _ClassVar[int]
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    id: str
+    tenant: str
+    table: str
+    partition: int
+    source: str
+    target: str
+    state: str
+    start: int
+    started_at_ms: int
+    seconds: float
+    error: str
+    def __init__(self, id: _Optional[str] = ..., tenant: _Optional[str] = ..., table: _Optional[str] = ..., partition: _Optional[int] = ..., source: _Optional[str] = ..., target: _Optional[str] = ..., state: _Optional[str] = ..., start: _Optional[int] = ..., started_at_ms: _Optional[int] = ..., seconds: _Optional[float] = ..., error: _Optional[str] = ...) -> None: ...
+
+class ListMovesRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class ListMovesResponse(_message.Message):
+    __slots__ = ("moves",)
+    MOVES_FIELD_NUMBER: _ClassVar[int]
+    moves: _containers.RepeatedCompositeFieldContainer[MoveInfo]
+    def __init__(self, moves: _Optional[_Iterable[_Union[MoveInfo, _Mapping]]] = ...) -> None: ...
+
+class PinShardsRequest(_message.Message):
+    __slots__ = ("tenant", "shards")
+    TENANT_FIELD_NUMBER: _ClassVar[int]
+    SHARDS_FIELD_NUMBER: _ClassVar[int]
+    tenant: str
+    shards: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, tenant: _Optional[str] = ..., shards: _Optional[_Iterable[str]] = ...) -> None: ...

@@ -94,6 +94,31 @@ class AdminStub:
                 request_serializer=gateway_dot_wire_dot___proto_dot_tidegate_dot_v1_dot_admin__pb2.GetUsageRequest.SerializeToString,
                 response_deserializer=gateway_dot_wire_dot___proto_dot_tidegate_dot_v1_dot_admin__pb2.GetUsageResponse.FromString,
                 _registered_method=True)
+        self.ListPlacements = channel.unary_unary(
+                '/tidegate.v1.Admin/ListPlacements',
+                request_serializer=gateway_dot_wire_dot___proto_dot_tidegate_dot_v1_dot_admin__pb2.ListPlacementsRequest.SerializeToString,
+                response_deserializer=gateway_dot_wire_dot___proto_dot_tidegate_dot_v1_dot_admin__pb2.ListPlacementsResponse.FromString,
+                _registered_method=True)
+        self.MovePartition = channel.unary_unary(
+                '/tidegate.v1.Admin/MovePartition',
+                request_serializer=gateway_dot_wire_dot___proto_dot_tidegate_dot_v1_dot_admin__pb2.MovePartitionRequest.SerializeToString,
+                response_deserializer=gateway_dot_wire_dot___proto_dot_tidegate_dot_v1_dot_admin__pb2.MoveInfo.FromString,
+                _registered_method=True)
+        self.ListMoves = channel.unary_unary(
+                '/tidegate.v1.Admin/ListMoves',
+                request_serializer=gateway_dot_wire_dot___proto_dot_tidegate_dot_v1_dot_admin__pb2.ListMovesRequest.SerializeToString,
+                response_deserializer=gateway_dot_wire_dot___proto_dot_tidegate_dot_v1_dot_admin__pb2.ListMovesResponse.FromString,
+                _registered_method=True)
+        self.PinShards = channel.unary_unary(
+                '/tidegate.v1.Admin/PinShards',
+                request_serializer=gateway_dot_wire_dot___proto_dot_tidegate_dot_v1_dot_admin__pb2.PinShardsRequest.SerializeToString,
+                response_deserializer=gateway_dot_wire_dot___proto_dot_tidegate_dot_v1_dot_admin__pb2.ListPlacementsResponse.FromString,
+                _registered_method=True)
+        self.UnpinShards = channel.unary_unary(
+                '/tidegate.v1.Admin/UnpinShards',
+                request_serializer=gateway_dot_wire_dot___proto_dot_tidegate_dot_v1_dot_admin__pb2.PinShardsRequest.SerializeToString,
+                response_deserializer=gateway_dot_wire_dot___proto_dot_tidegate_dot_v1_dot_admin__pb2.ListPlacementsResponse.FromString,
+                _registered_method=True)
 
 
 class AdminServicer:
@@ -174,6 +199,41 @@ class AdminServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ListPlacements(self, request, context):
+        """Hot-tier placement (Redis shards): partitions' chains of segments, reserved shards.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def MovePartition(self, request, context):
+        """Move a partition's appends to another shard, without copying (seal, open, record).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListMoves(self, request, context):
+        """Moves under way (from the metadata store) and this gateway's recent ones with outcome.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def PinShards(self, request, context):
+        """Reserve shards for one tenant: its new partitions go only there, nobody else's do.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def UnpinShards(self, request, context):
+        """Release a tenant's reserved shards (all of them when none are named).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_AdminServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -236,6 +296,31 @@ def add_AdminServicer_to_server(servicer, server):
                     servicer.GetUsage,
                     request_deserializer=gateway_dot_wire_dot___proto_dot_tidegate_dot_v1_dot_admin__pb2.GetUsageRequest.FromString,
                     response_serializer=gateway_dot_wire_dot___proto_dot_tidegate_dot_v1_dot_admin__pb2.GetUsageResponse.SerializeToString,
+            ),
+            'ListPlacements': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListPlacements,
+                    request_deserializer=gateway_dot_wire_dot___proto_dot_tidegate_dot_v1_dot_admin__pb2.ListPlacementsRequest.FromString,
+                    response_serializer=gateway_dot_wire_dot___proto_dot_tidegate_dot_v1_dot_admin__pb2.ListPlacementsResponse.SerializeToString,
+            ),
+            'MovePartition': grpc.unary_unary_rpc_method_handler(
+                    servicer.MovePartition,
+                    request_deserializer=gateway_dot_wire_dot___proto_dot_tidegate_dot_v1_dot_admin__pb2.MovePartitionRequest.FromString,
+                    response_serializer=gateway_dot_wire_dot___proto_dot_tidegate_dot_v1_dot_admin__pb2.MoveInfo.SerializeToString,
+            ),
+            'ListMoves': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListMoves,
+                    request_deserializer=gateway_dot_wire_dot___proto_dot_tidegate_dot_v1_dot_admin__pb2.ListMovesRequest.FromString,
+                    response_serializer=gateway_dot_wire_dot___proto_dot_tidegate_dot_v1_dot_admin__pb2.ListMovesResponse.SerializeToString,
+            ),
+            'PinShards': grpc.unary_unary_rpc_method_handler(
+                    servicer.PinShards,
+                    request_deserializer=gateway_dot_wire_dot___proto_dot_tidegate_dot_v1_dot_admin__pb2.PinShardsRequest.FromString,
+                    response_serializer=gateway_dot_wire_dot___proto_dot_tidegate_dot_v1_dot_admin__pb2.ListPlacementsResponse.SerializeToString,
+            ),
+            'UnpinShards': grpc.unary_unary_rpc_method_handler(
+                    servicer.UnpinShards,
+                    request_deserializer=gateway_dot_wire_dot___proto_dot_tidegate_dot_v1_dot_admin__pb2.PinShardsRequest.FromString,
+                    response_serializer=gateway_dot_wire_dot___proto_dot_tidegate_dot_v1_dot_admin__pb2.ListPlacementsResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -562,6 +647,141 @@ class Admin:
             '/tidegate.v1.Admin/GetUsage',
             gateway_dot_wire_dot___proto_dot_tidegate_dot_v1_dot_admin__pb2.GetUsageRequest.SerializeToString,
             gateway_dot_wire_dot___proto_dot_tidegate_dot_v1_dot_admin__pb2.GetUsageResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListPlacements(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tidegate.v1.Admin/ListPlacements',
+            gateway_dot_wire_dot___proto_dot_tidegate_dot_v1_dot_admin__pb2.ListPlacementsRequest.SerializeToString,
+            gateway_dot_wire_dot___proto_dot_tidegate_dot_v1_dot_admin__pb2.ListPlacementsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def MovePartition(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tidegate.v1.Admin/MovePartition',
+            gateway_dot_wire_dot___proto_dot_tidegate_dot_v1_dot_admin__pb2.MovePartitionRequest.SerializeToString,
+            gateway_dot_wire_dot___proto_dot_tidegate_dot_v1_dot_admin__pb2.MoveInfo.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListMoves(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tidegate.v1.Admin/ListMoves',
+            gateway_dot_wire_dot___proto_dot_tidegate_dot_v1_dot_admin__pb2.ListMovesRequest.SerializeToString,
+            gateway_dot_wire_dot___proto_dot_tidegate_dot_v1_dot_admin__pb2.ListMovesResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def PinShards(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tidegate.v1.Admin/PinShards',
+            gateway_dot_wire_dot___proto_dot_tidegate_dot_v1_dot_admin__pb2.PinShardsRequest.SerializeToString,
+            gateway_dot_wire_dot___proto_dot_tidegate_dot_v1_dot_admin__pb2.ListPlacementsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def UnpinShards(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tidegate.v1.Admin/UnpinShards',
+            gateway_dot_wire_dot___proto_dot_tidegate_dot_v1_dot_admin__pb2.PinShardsRequest.SerializeToString,
+            gateway_dot_wire_dot___proto_dot_tidegate_dot_v1_dot_admin__pb2.ListPlacementsResponse.FromString,
             options,
             channel_credentials,
             insecure,
