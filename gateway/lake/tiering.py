@@ -32,6 +32,7 @@ Exactly once, per table:
 from __future__ import annotations
 
 import contextlib
+import datetime as dt
 import logging
 import os
 import signal
@@ -57,7 +58,7 @@ from gateway.cold.base import (
 from gateway.hot import HotLog, PartitionId
 from gateway.lake.components import Components, TieringError
 from gateway.wire.codec import decode_batch
-from gateway.wire.errors import CommitConflict, NotFound
+from gateway.wire.errors import CommitConflict, NotFound, SnapshotNotFound
 from gateway.wire.evolution import read_as
 from gateway.wire.retry import ExponentialBackoff, Retry
 from gateway.wire.schema import conform_batch, parse_fields, system_schema, with_system_columns
@@ -88,6 +89,11 @@ log = logging.getLogger("tidegate.tiering")
 #: Crash-test hook: the job SIGKILLs its own process at this point (``before_commit``,
 #: ``after_commit``, ``after_cache``). Only for tests of exactly-once; never set it else.
 CRASH_POINT_ENV = "TIDEGATE_TIERING_CRASH_POINT"
+
+#: A table younger than this whose Iceberg table is missing is still being created (the
+#: metadata row is written first, the Iceberg table a moment later, in one request): the
+#: lake jobs skip it quietly. Older, a missing Iceberg table is a failure of the table.
+CREATION_GRACE_S = 60.0
 
 _READ_RECORDS = 50_000
 _READ_BYTES = 16 * 1024 * 1024
@@ -479,7 +485,6 @@ def trim_hot(
     snapshot at or before that time (when each watermark was reached is the snapshot's
     own timestamp). Never above the current ``T(p)``. Returns partition -> new low mark
     for the partitions trimmed."""
-    import datetime as dt
 
     cold = cold or c.cold.table(d)
     current = cold.snapshot()
@@ -554,7 +559,8 @@ def each_table(
     """Run a lake job's ``fn`` on every table (or ``tables``), tenants side by side:
     one driver thread per tenant (at most ``max_parallel_tenants`` at once), so a Spark
     runner puts each tenant's tasks in its own fair-scheduler pool; a table that fails
-    is logged and reported and never stops another table or tenant."""
+    is logged and reported and never stops another table or tenant. A table still being
+    created (:func:`being_created`) is skipped without a word above DEBUG."""
     defs = list(c.meta.all_tables() if tables is None else tables)
     by_tenant: dict[str, list[TableDef]] = defaultdict(list)
     for d in defs:
@@ -568,6 +574,9 @@ def each_table(
             try:
                 outcome = fn(d)
             except Exception as exc:
+                if isinstance(exc, SnapshotNotFound) and being_created(d, exc):
+                    log.debug("%s %s/%s: not created yet; skipped", job, d.tenant, d.qualified_name)
+                    continue
                 log.exception("%s %s/%s failed", job, d.tenant, d.qualified_name)
                 if on_failure is not None:
                     on_failure()
@@ -588,6 +597,16 @@ def each_table(
         with ThreadPoolExecutor(workers, "tg-tenant") as pool:
             list(pool.map(one_tenant, by_tenant.values()))
     return report
+
+
+def being_created(d: TableDef, exc: SnapshotNotFound, now: float | None = None) -> bool:
+    """Whether ``exc`` (the Iceberg table of ``d`` is missing) only means that a lake job
+    listed ``d`` between its metadata row and its Iceberg table (:data:`CREATION_GRACE_S`)."""
+    created = d.created_at
+    if created.tzinfo is None:  # SQLite hands back naive UTC
+        created = created.replace(tzinfo=dt.UTC)
+    age = (now or time.time()) - created.timestamp()
+    return "missing_iceberg_table" in exc.details and age < CREATION_GRACE_S
 
 
 def record_failure(c: Components, job: str) -> Callable[[TableDef, Any], None]:

@@ -87,6 +87,9 @@ def _return_freed_memory() -> None:
     I/O threads and many streams that retained memory, not live data, made most of the
     gateway's growth. jemalloc with no decay returns it as soon as it is freed, so the
     process's size follows what it really holds (what the read budget bounds).
+    ``set_memory_pool`` covers what pyarrow allocates; Arrow's C++ internals (compute
+    kernels, Parquet and IPC readers) use the pool named by ``ARROW_DEFAULT_MEMORY_POOL``
+    when pyarrow was imported, which the ``tidegate`` command sets (:mod:`gateway.cli`).
     """
     import pyarrow as pa
 

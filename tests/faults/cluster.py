@@ -1,7 +1,8 @@
 """The processes a fault run works against, per hot tier, built from tests/services.
 
-- ``redis``: one redis-server (``appendfsync always``) behind a :class:`ChaosProxy`, two
-  gateways sharing it, one metadata store, one Iceberg catalog and warehouse;
+- ``redis``: two redis-servers (``appendfsync always``), the hot tier's shards ``default``
+  and ``s1``, each behind a :class:`ChaosProxy`, two gateways sharing them, one metadata
+  store, one Iceberg catalog and warehouse;
 - ``disk``: one gateway (the disk tier is single node) whose hot folder is a small tmpfs
   of its own, so the disk can fill up, with the seed's fsync policy.
 
@@ -13,6 +14,7 @@ clock shim (``clockshim/sitecustomize.py``) so the suite can jump their wall clo
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import secrets
 import shutil
@@ -30,6 +32,9 @@ from tests.faults.proxy import ChaosProxy
 from tests.services import REPO_ROOT, GatewayProcess, RedisServer
 
 T = TypeVar("T")
+#: The Redis shards of a ``redis`` cluster: new partitions spread over both, and the
+#: ``shard_move`` fault moves them between the two.
+SHARDS = ("default", "s1")
 CLOCK_SHIM = Path(__file__).resolve().parent / "clockshim"
 HOT_DISK_BYTES = 64 * 1024 * 1024
 
@@ -65,8 +70,11 @@ class Cluster:
     fsync: str = "batch"
     gateways: list[GatewayProcess] = field(default_factory=list)
     fronts: list[Front] = field(default_factory=list)
+    #: The first Redis shard (``default``) and the proxy the gateways reach it through.
     redis: RedisServer | None = None
     redis_proxy: ChaosProxy | None = None
+    #: Every Redis shard by name, with its proxy (``default`` is ``redis`` above).
+    shards: dict[str, tuple[RedisServer, ChaosProxy]] = field(default_factory=dict)
     hot_mount: Path | None = None
     clock_file: Path | None = None
     #: (tenant, api key) per tenant of the run.
@@ -78,7 +86,7 @@ class Cluster:
     @property
     def proxies(self) -> list[ChaosProxy]:
         found = [p for f in self.fronts for p in (f.grpc, f.http, f.flight) if p is not None]
-        return found + ([self.redis_proxy] if self.redis_proxy else [])
+        return found + [proxy for _, proxy in self.shards.values()]
 
     def settings_env(self) -> dict[str, str]:
         """What every process of the cluster (gateways, tiering jobs) is configured with."""
@@ -94,11 +102,14 @@ class Cluster:
             **self.extra_env,
         }
         if self.tier == "redis":
-            assert self.redis_proxy is not None
+            shards = [
+                {"name": name, "url": f"redis://127.0.0.1:{proxy.port}/0"}
+                for name, (_, proxy) in self.shards.items()
+            ]
             env.update(
                 {
                     "TIDEGATE_HOT__TYPE": "redis",
-                    "TIDEGATE_HOT__URL": f"redis://127.0.0.1:{self.redis_proxy.port}/0",
+                    "TIDEGATE_HOT__SHARDS": json.dumps(shards),
                     "TIDEGATE_HOT__SOCKET_TIMEOUT_S": "2",
                 }
             )
@@ -109,6 +120,10 @@ class Cluster:
                     "TIDEGATE_HOT__TYPE": "disk",
                     "TIDEGATE_HOT__FSYNC": self.fsync,
                     "TIDEGATE_HOT__PATH": str(self.hot_mount / "hot"),
+                    # The single disk gateway holds its hot folder, so no job can run
+                    # beside it: it compacts on its own schedule, often, under the faults.
+                    "TIDEGATE_COMPACTION__INTERVAL_S": "4",
+                    **self.extra_env,
                 }
             )
         return env
@@ -130,8 +145,10 @@ class Cluster:
         self.clock_file = self.root / "clock-offset"
         self.clock_file.write_text("0")
         if self.tier == "redis":
-            self.redis = RedisServer(self.root / "redis").start()
-            self.redis_proxy = ChaosProxy(self.redis.port).start()
+            for name in SHARDS:
+                server = RedisServer(self.root / f"redis-{name}").start()
+                self.shards[name] = (server, ChaosProxy(server.port).start())
+            self.redis, self.redis_proxy = self.shards[SHARDS[0]]
         else:
             self.hot_mount = mount_small_disk(self.root / "hotdisk", HOT_DISK_BYTES)
         env = self.gateway_env()
@@ -175,16 +192,14 @@ class Cluster:
         for proxy in self.proxies:
             proxy.set("pass")
         procs: list[Any] = [gw.proc for gw in self.gateways]
-        if self.redis is not None:
-            procs.append(self.redis.proc)
+        procs += [server.proc for server, _ in self.shards.values()]
         for proc in procs:
             if proc is not None and proc.poll() is None:
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(proc.pid, signal.SIGCONT)
-        if self.redis is not None and (
-            self.redis.proc is None or self.redis.proc.poll() is not None
-        ):
-            self.redis.start()
+        for server, _ in self.shards.values():
+            if server.proc is None or server.proc.poll() is not None:
+                server.start()
         for gw in self.gateways:
             if gw.proc is None or gw.proc.poll() is not None:
                 gw.start()
@@ -195,20 +210,59 @@ class Cluster:
             if job.poll() is None:
                 job.kill()
             job.wait(10)
+        interrupted = [j for j in self.jobs if "move" in j.args and j.returncode != 0]
         self.jobs.clear()
+        if interrupted:
+            # A shard mover killed before its seal leaves its intent: the operator's
+            # recovery (what every drain runs first) finishes it.
+            self.job("shard", "recover").wait(120)
+
+    def job_clock(self, ahead_s: float) -> dict[str, str]:
+        """The settings of a job whose host's wall clock runs ``ahead_s`` seconds ahead of
+        the gateways' (the clock shim, on a file of its own)."""
+        clock = self.root / f"job-clock-{secrets.token_hex(4)}"
+        clock.write_text(str(ahead_s))
+        return {
+            "PYTHONPATH": f"{CLOCK_SHIM}{os.pathsep}{REPO_ROOT}",
+            "TIDEGATE_FAULTS_CLOCK_FILE": str(clock),
+        }
+
+    def shard_of(self, tenant: str, table: str, partition: int) -> str:
+        """The shard taking the appends of a partition now, from the metadata store."""
+        from gateway.meta import MetadataStore
+
+        namespace, name = table.split(".")
+        meta = MetadataStore(self.settings_env()["TIDEGATE_METADATA__URL"])
+        try:
+            for p in meta.placements(tenant=tenant):
+                if (p.namespace, p.name, p.partition) == (namespace, name, partition):
+                    return p.shard
+        finally:
+            meta.close()
+        raise LookupError(f"no placement for {tenant} {table}/{partition}")
 
     def tier_job(self) -> subprocess.Popen[bytes]:
         """``tidegate tier`` beside the gateways (the Spark-free runner), as the CronJob runs it."""
-        env = {k: v for k, v in os.environ.items() if not k.startswith("TIDEGATE_")}
-        env.update(self.settings_env())
-        env["TIDEGATE_DATA_DIR"] = str(self.root / "tierjob")
-        job = subprocess.Popen(
-            [sys.executable, "-m", "gateway", "tier"],
-            env=env,
-            cwd=str(REPO_ROOT),
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
+        return self.job("tier")
+
+    def job(self, *command: str, env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
+        """``tidegate <command>`` beside the gateways on their configuration (and ``env``),
+        as a CronJob or an operator runs it."""
+        full = {k: v for k, v in os.environ.items() if not k.startswith("TIDEGATE_")}
+        full.update(self.settings_env())
+        full["TIDEGATE_DATA_DIR"] = str(self.root / f"{command[0]}job")
+        full.update(env or {})
+        # Every job's output, one file per command, for a seed's post-mortem.
+        with (self.root / f"{command[0]}-jobs.log").open("ab") as log:
+            log.write(f"--- tidegate {' '.join(command)}\n".encode())
+            log.flush()
+            job = subprocess.Popen(
+                [sys.executable, "-m", "gateway", *command],
+                env=full,
+                cwd=str(REPO_ROOT),
+                stdout=log,
+                stderr=subprocess.STDOUT,
+            )
         self.jobs.append(job)
         return job
 
@@ -225,11 +279,11 @@ class Cluster:
         for job in self.jobs:
             if job.poll() is None:
                 job.kill()
-        if self.redis is not None:
-            if self.redis.proc is not None and self.redis.proc.poll() is None:
+        for server, _ in self.shards.values():
+            if server.proc is not None and server.proc.poll() is None:
                 with contextlib.suppress(ProcessLookupError):
-                    os.kill(self.redis.proc.pid, signal.SIGCONT)
-            self.redis.stop()
+                    os.kill(server.proc.pid, signal.SIGCONT)
+            server.stop()
         if self.hot_mount is not None:
             unmount(self.hot_mount)
 

@@ -67,23 +67,30 @@ def gateway_kill(c: Cluster, rng: random.Random) -> dict[str, Any]:
     return {"target": f"gateway{i}", "down_s": round(down, 2)}
 
 
+def _shard(c: Cluster, rng: random.Random) -> tuple[str, Any]:
+    """A Redis shard of the cluster: its name and server."""
+    names = sorted(c.shards)
+    name = names[rng.randrange(len(names))]
+    return f"redis-{name}", c.shards[name][0]
+
+
 @fault("redis_kill", applies=_redis)
 def redis_kill(c: Cluster, rng: random.Random) -> dict[str, Any]:
-    """SIGKILL redis-server (AOF ``always``) and start it on the same folder and port."""
-    assert c.redis is not None
+    """SIGKILL one shard's redis-server (AOF ``always``) and start it on the same folder
+    and port."""
+    name, server = _shard(c, rng)
     down = rng.uniform(0.0, 1.0)
-    c.redis.kill()
+    server.kill()
     time.sleep(down)
-    c.redis.start()
-    return {"target": "redis", "down_s": round(down, 2)}
+    server.start()
+    return {"target": name, "down_s": round(down, 2)}
 
 
 @fault("pause", weight=1.5)
 def pause(c: Cluster, rng: random.Random) -> dict[str, Any]:
-    """SIGSTOP a gateway or redis-server for a while, then SIGCONT (a long GC, a VM stall)."""
+    """SIGSTOP a gateway or a redis-server for a while, then SIGCONT (a long GC, a VM stall)."""
     targets: list[tuple[str, Any]] = [(f"gateway{i}", g.proc) for i, g in enumerate(c.gateways)]
-    if c.redis is not None:
-        targets.append(("redis", c.redis.proc))
+    targets += [(f"redis-{n}", server.proc) for n, (server, _) in sorted(c.shards.items())]
     name, proc = targets[rng.randrange(len(targets))]
     held = rng.uniform(0.3, 3.0)
     os.kill(proc.pid, signal.SIGSTOP)
@@ -98,8 +105,8 @@ def _proxy(c: Cluster, rng: random.Random) -> tuple[str, Any]:
     named = [(f"client->gateway{i}.grpc", f.grpc) for i, f in enumerate(c.fronts)]
     named += [(f"client->gateway{i}.http", f.http) for i, f in enumerate(c.fronts)]
     named += [(f"client->gateway{i}.flight", f.flight) for i, f in enumerate(c.fronts) if f.flight]
-    if c.redis_proxy is not None:
-        named += [("gateways->redis", c.redis_proxy)] * 2
+    for shard, (_, proxy) in sorted(c.shards.items()):
+        named += [(f"gateways->redis-{shard}", proxy)]
     return named[rng.randrange(len(named))]
 
 
@@ -153,6 +160,98 @@ def tier_job_kill(c: Cluster, rng: random.Random) -> dict[str, Any]:
         return {"target": "tier-job", "after_s": round(after, 2), "killed": True}
 
 
+def _run_and_kill(
+    c: Cluster,
+    rng: random.Random,
+    target: str,
+    command: list[str],
+    points: list[str],
+    env: str,
+    env_extra: dict[str, str] | None = None,
+) -> dict[str, Any]:
+    """Start ``tidegate <command>`` beside the gateways and have it die: at one of its
+    crash points (``env`` names it; it SIGKILLs itself there) half the time, else SIGKILLed
+    after a random while (which may find it before, in or after its work, or done). The
+    nemesis goes on meanwhile: the job runs under the faults that follow (the heal kills
+    what is left)."""
+    extra = dict(env_extra or {})
+    point = rng.choice(points) if rng.random() < 0.5 else None
+    if point is not None:
+        extra[env] = point
+        job = c.job(*command, env=extra)
+        return {"target": target, "crash_point": point}
+    job = c.job(*command, env=extra)
+    after = rng.uniform(0.5, 8.0)
+    _kill_later(job, after)
+    return {"target": target, "kill_after_s": round(after, 2)}
+
+
+def _kill_later(job: subprocess.Popen[bytes], after: float) -> None:
+    """SIGKILL ``job`` in ``after`` seconds unless it has finished."""
+
+    def kill() -> None:
+        if job.poll() is None:
+            job.kill()
+
+    timer = threading.Timer(after, kill)
+    timer.daemon = True
+    timer.start()
+
+
+@fault("compact_job_kill", weight=0.5, applies=_redis)
+def compact_job_kill(c: Cluster, rng: random.Random) -> dict[str, Any]:
+    """``tidegate compact`` (rewriting the small files tiering leaves, beside tiering's
+    commits) killed after planning, after writing, after committing, or at a random time."""
+    points = ["after_plan", "after_write", "after_commit"]
+    return _run_and_kill(
+        c, rng, "compact-job", ["compact"], points, "TIDEGATE_COMPACTION_CRASH_POINT"
+    )
+
+
+@fault("expire_job_kill", weight=0.5, applies=_redis)
+def expire_job_kill(c: Cluster, rng: random.Random) -> dict[str, Any]:
+    """``tidegate expire`` (snapshots replaced over a minute ago, keeping the two newest,
+    and the files only they referenced) killed between its expiring commit and its
+    deletes, or at a random time, while scans and followers read. Its host's clock runs
+    30-55 s ahead of the gateways' (the clock shim), so that a seed's few seconds of
+    snapshots are old enough to go: the skew eats into the one-minute floor of
+    ``expiry.retention_s``, and what is left (5-30 s) must still keep every read whole."""
+    ahead = rng.uniform(30.0, 55.0)
+    out = _run_and_kill(
+        c,
+        rng,
+        "expire-job",
+        ["expire"],
+        ["after_expire"],
+        "TIDEGATE_EXPIRY_CRASH_POINT",
+        {"TIDEGATE_EXPIRY__KEEP_LAST": "2", **c.job_clock(ahead)},
+    )
+    return {**out, "clock_ahead_s": round(ahead, 1)}
+
+
+@fault("shard_move", weight=0.5, applies=lambda c: len(c.shards) > 1)
+def shard_move(c: Cluster, rng: random.Random) -> dict[str, Any]:
+    """``tidegate shard move`` of a random partition to the other Redis shard, under
+    traffic (appends racing the seal); a third of the movers are SIGKILLed part way, and
+    the heal finishes their moves with ``tidegate shard recover``. The nemesis goes on
+    while the mover runs."""
+    from tests.faults.workload import TABLES
+
+    i = rng.randrange(len(TABLES))
+    table, partitions = TABLES[i]
+    tenant = c.tenants[i][0]
+    partition = rng.randrange(partitions)
+    current = c.shard_of(tenant, table, partition)
+    target = next(name for name in sorted(c.shards) if name != current)
+    job = c.job("shard", "move", tenant, table, str(partition), target)
+    out: dict[str, Any] = {"target": f"{table}/{partition}", "from": current, "to": target}
+    if rng.random() < 1 / 3:
+        after = rng.uniform(0.5, 5.0)
+        _kill_later(job, after)
+        out["kill_after_s"] = round(after, 2)
+    return out
+
+
 @fault("disk_full", applies=_disk)
 def disk_full(c: Cluster, rng: random.Random) -> dict[str, Any]:
     """Fill the disk hot tier's filesystem to the last byte for a while, then free it."""
@@ -186,7 +285,8 @@ def clock_jump(c: Cluster, rng: random.Random) -> dict[str, Any]:
 
 
 class Nemesis:
-    """Injects faults one at a time, with pauses between them, until stopped. The seed fixes
+    """Injects faults one at a time, with pauses between them, until stopped: every other
+    one from a round of every kind, rarest first, the rest drawn by weight. The seed fixes
     the sequence of kinds, targets and durations."""
 
     def __init__(
@@ -214,8 +314,17 @@ class Nemesis:
         if not self.kinds:
             return
         weights = [k.weight for k in self.kinds]
+        # Every other fault comes from one round of every kind, the rarest first (ties in
+        # the seed's order), the others are drawn by weight: even a short seed injects
+        # the kinds random draws would seldom reach, and still the common ones.
+        first = sorted(self.kinds, key=lambda k: (k.weight, self.rng.random()))
+        n = 0
         while not self.stop.wait(self.rng.uniform(0.3, 1.5)):
-            kind = self.rng.choices(self.kinds, weights)[0]
+            if first and n % 2 == 0:
+                kind = first.pop(0)
+            else:
+                kind = self.rng.choices(self.kinds, weights)[0]
+            n += 1
             self.history.record("fault", "nemesis", kind=kind.name, phase="start")
             try:
                 details = kind.inject(self.cluster, self.rng)

@@ -232,16 +232,13 @@ def error_kind(line: str) -> str:
 
 
 def log_errors(root: Path, samples: dict[str, str] | None = None) -> Counter[str]:
-    """ERROR lines of every gateway log under ``root``, by kind (:func:`error_kind`); the
-    known race of a tiering pass with table creation ("the Iceberg table ... does not
-    exist") is counted under its own name. ``samples`` gets each kind's first occurrence
-    with the end of the traceback that follows it (where the cause is)."""
+    """ERROR lines of every gateway log under ``root``, by kind (:func:`error_kind`).
+    ``samples`` gets each kind's first occurrence with the end of the traceback that
+    follows it (where the cause is)."""
     found: Counter[str] = Counter()
     for log in sorted(root.glob("gw*/gateway.log")):
         lines = log.read_text(errors="replace").splitlines()
         for i, line in enumerate(lines):
-            if "does not exist" in line and "Iceberg table" in line:
-                found["iceberg table does not exist (known race)"] += 1
             if " ERROR " in line:
                 kind = error_kind(line)
                 found[kind] += 1

@@ -28,6 +28,10 @@ from tests.faults.workload import DEFAULT_MIX, SCHEMA, TABLES, Context, start_op
 
 MiB = 1024 * 1024
 BUDGET_BYTES = 1024 * MiB
+#: Flat memory: over the last half of the run, each gateway's RSS grows by at most this
+#: much a minute (the least-squares slope of its samples: a leak of a few hundred bytes
+#: per request shows up, the noise of request bursts does not).
+FLAT_MIB_PER_MIN = 2.0
 #: Compaction every 30 s, expiry every 30 s of snapshots replaced over a minute ago.
 MAINTENANCE_ENV = {
     "TIDEGATE_COMPACTION__INTERVAL_S": "30",
@@ -45,6 +49,17 @@ def rss_bytes(pid: int) -> int:
 
 def open_files(pid: int) -> int:
     return len(os.listdir(f"/proc/{pid}/fd"))
+
+
+def slope_per_minute(rows: list[dict[str, Any]], key: str) -> float:
+    """The least-squares slope of ``key`` against time, per minute."""
+    xs = [r["t_s"] / 60 for r in rows]
+    ys = [r[key] for r in rows]
+    if len(xs) < 2:
+        return 0.0
+    mx, my = statistics.fmean(xs), statistics.fmean(ys)
+    var = sum((x - mx) ** 2 for x in xs)
+    return sum((x - mx) * (y - my) for x, y in zip(xs, ys, strict=True)) / var if var else 0.0
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -113,13 +128,23 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="leave compaction and snapshot expiry at their hourly defaults",
     )
+    parser.add_argument(
+        "--profile",
+        type=Path,
+        help="have each gateway dump its heap's growth (tracemalloc), Arrow's pool and "
+        "glibc's arenas to this folder every 30 s (slows the gateways down)",
+    )
     args = parser.parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)
     root = Path(tempfile.mkdtemp(prefix="tidegate-soak-"))
     # Tiering commits every second: without compaction and expiry each table would hold
     # 600 snapshots and files after ten minutes, and the metadata every reader loads
     # grows with them. A deployment runs both; so does the soak, often.
-    cluster = Cluster("redis", root, extra_env={} if args.no_maintenance else MAINTENANCE_ENV)
+    env = {} if args.no_maintenance else dict(MAINTENANCE_ENV)
+    if args.profile:
+        args.profile.mkdir(parents=True, exist_ok=True)
+        env["TIDEGATE_FAULTS_PROFILE_DIR"] = str(args.profile.resolve())
+    cluster = Cluster("redis", root, extra_env=env)
     history = History()
     rows: list[dict[str, Any]] = []
     try:
@@ -158,6 +183,12 @@ def main(argv: list[str] | None = None) -> int:
             i: round(statistics.median(v[half:]) - statistics.median(v[:half]), 1)
             for i, v in rss.items()
         },
+        # Flat: the RSS slope over the last half of the run, MiB a minute.
+        "rss_slope_last_half_mib_per_min": {
+            i: round(slope_per_minute(rows[len(rows) // 2 :], f"gateway{i}_rss_mib"), 2)
+            for i in range(n)
+        },
+        "flat_bound_mib_per_min": FLAT_MIB_PER_MIN,
         "open_files_first_last": {
             i: [rows[0][f"gateway{i}_open_files"], rows[-1][f"gateway{i}_open_files"]]
             for i in range(n)
@@ -171,11 +202,21 @@ def main(argv: list[str] | None = None) -> int:
         "samples": rows,
     }
     summary["within_budget"] = all(v < BUDGET_BYTES / MiB for v in summary["peak_rss_mib"].values())
+    summary["flat"] = all(
+        v <= FLAT_MIB_PER_MIN for v in summary["rss_slope_last_half_mib_per_min"].values()
+    )
     (args.out / "summary.json").write_text(json.dumps(summary, indent=1) + "\n")
     title = f"soak: {args.minutes:g} min, Redis tier, two gateways, {verdict.acknowledged} records"
     plot(rows, n, args.out / "soak.png", title)
     print(json.dumps({k: v for k, v in summary.items() if k != "samples"}))
-    return 0 if summary["within_budget"] and not verdict.violations else 1
+    if not summary["flat"]:
+        print(
+            f"memory is not flat: RSS grew by {summary['rss_slope_last_half_mib_per_min']} "
+            f"MiB a minute over the last half of the run (at most {FLAT_MIB_PER_MIN} allowed)",
+            file=sys.stderr,
+        )
+    ok = summary["within_budget"] and summary["flat"] and not verdict.violations
+    return 0 if ok else 1
 
 
 if __name__ == "__main__":

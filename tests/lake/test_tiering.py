@@ -3,6 +3,8 @@ snapshot summary, on both hot tiers and with both runners."""
 
 from __future__ import annotations
 
+import dataclasses
+import datetime as dt
 import threading
 import time
 from typing import Any
@@ -13,7 +15,8 @@ from gateway.hot import PartitionId
 from gateway.lake.tiering import LocalRunner, tier_all, tier_table, trim_hot
 from gateway.wire.errors import CommitConflict
 from gateway.wire.retry import ExponentialBackoff, Retry
-from tests.lake.conftest import Harness
+from gateway.wire.schema import parse_fields
+from tests.lake.conftest import FIELDS, Harness
 
 
 def _rows(start: int, n: int) -> list[dict[str, Any]]:
@@ -146,12 +149,35 @@ def test_failing_table_does_not_stop_other_tenants(harness: Harness) -> None:
     for d in [*good, bad]:
         harness.append(d, 0, _rows(0, 3))
         harness.append(d, 1, _rows(0, 3))
-    # Poison: the bad table's Iceberg table disappears behind the gateway's back.
+    # Poison: the Iceberg table of a table made long ago disappears behind the
+    # gateway's back (a young one would be taken for a table still being created).
     harness.c.cold.drop_table(bad)
+    bad = dataclasses.replace(bad, created_at=bad.created_at - dt.timedelta(hours=1))
     report = tier_all(harness.c, tables=[bad, *good], trim=False)
     assert list(report.failures) == [f"{bad.tenant}/{bad.qualified_name}"]
     for d in good:
         assert harness.watermarks(d) == {0: 3, 1: 3}
+
+
+def test_a_table_being_created_is_skipped_quietly(
+    harness: Harness, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Tiering lists a table between its metadata row and its Iceberg table (a create in
+    flight): it is skipped without an error, and tiered once the Iceberg table exists."""
+    good = harness.create_table(partitions=1)
+    harness.append(good, 0, _rows(0, 3))
+    young = harness.c.meta.create_table(good.tenant, "ns", "young", list(FIELDS), 1)
+    harness.append(young, 0, _rows(0, 2))
+    caplog.set_level("DEBUG", logger="tidegate")
+    report = tier_all(harness.c, tables=[young, good], trim=False)
+    assert report.failures == {}
+    assert not [r for r in caplog.records if r.levelname == "ERROR" or r.exc_info]
+    assert any("not created yet" in r.getMessage() for r in caplog.records)
+    assert harness.watermarks(good) == {0: 3}
+    harness.c.cold.create_table(young, parse_fields(list(FIELDS)))
+    report = tier_all(harness.c, tables=[young], trim=False)
+    assert report.failures == {}
+    assert harness.watermarks(young) == {0: 2}
 
 
 def test_hot_retention_trims_only_below_the_tiered_watermark(harness: Harness) -> None:

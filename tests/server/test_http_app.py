@@ -867,6 +867,57 @@ async def test_unexpected_errors_are_500_and_logged(
     assert after == before + 1
 
 
+async def test_a_client_gone_mid_body_is_one_quiet_line(
+    gw: Gateway, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The client sends half its body and disconnects: no ERROR, no traceback, no 500,
+    nothing appended; the request is counted as 499 (client closed request)."""
+    await create(gw)
+    route = "/v1/tables/{namespace}/{name}/records"
+    labels = {"route": route, "method": "POST"}
+    before = {s: metric("tidegate_http_requests_total", **labels, status=s) for s in ("499", "500")}
+    body = b'{"rows": [{"id": 1, "label": "a"}]}'
+    incoming = [
+        {"type": "http.request", "body": body[:10], "more_body": True},
+        {"type": "http.disconnect"},
+    ]
+    sent: list[dict[str, Any]] = []
+
+    async def receive() -> dict[str, Any]:
+        return incoming.pop(0) if incoming else {"type": "http.disconnect"}
+
+    async def send(message: dict[str, Any]) -> None:
+        sent.append(message)
+
+    scope = {
+        "type": "http",
+        "asgi": {"version": "3.0"},
+        "http_version": "1.1",
+        "method": "POST",
+        "scheme": "http",
+        "path": "/v1/tables/ns/events/records",
+        "raw_path": b"/v1/tables/ns/events/records",
+        "query_string": b"",
+        "root_path": "",
+        "headers": [
+            (b"host", b"tg"),
+            (b"content-type", b"application/json"),
+            (b"content-length", str(len(body)).encode()),
+        ],
+        "client": ("127.0.0.1", 1),
+        "server": ("tg", 80),
+    }
+    caplog.set_level("DEBUG", logger="tidegate")
+    await gw.app(scope, receive, send)
+
+    assert not [r for r in caplog.records if r.levelname in ("ERROR", "CRITICAL") or r.exc_info]
+    assert any("disconnected before its body was read" in r.getMessage() for r in caplog.records)
+    assert [m["status"] for m in sent if m["type"] == "http.response.start"] == [499]
+    after = {s: metric("tidegate_http_requests_total", **labels, status=s) for s in ("499", "500")}
+    assert after == {"499": before["499"] + 1, "500": before["500"]}
+    assert await watermarks(gw) == [0, 0]
+
+
 async def test_openapi_describes_the_routes(gw: Gateway) -> None:
     doc = (await gw.http.get("/openapi.json")).json()
     paths = doc["paths"]

@@ -135,8 +135,9 @@ class IcebergColdTable(ColdTable):
         try:
             table = self.store.catalog.load_table(self.identifier)
         except NoSuchTableError as exc:
+            name = ".".join(self.identifier)
             raise SnapshotNotFound(
-                f"the Iceberg table {'.'.join(self.identifier)} does not exist"
+                f"the Iceberg table {name} does not exist", missing_iceberg_table=name
             ) from exc
         self._cached = table
         return table

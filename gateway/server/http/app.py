@@ -10,6 +10,7 @@ The quota, metering and metrics work of each data-plane route is
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable
 
@@ -18,6 +19,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 from fastapi_offline import FastAPIOffline
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.requests import ClientDisconnect
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from gateway import metrics
@@ -35,7 +37,13 @@ from gateway.server.http.tables import tables_router
 from gateway.tenancy import Gate, OpenGate, Tenancy
 from gateway.wire.errors import TidegateError
 
-__all__ = ["create_app"]
+__all__ = ["CLIENT_CLOSED_REQUEST", "create_app"]
+
+log = logging.getLogger("tidegate.server")
+
+#: The status a request whose client went away before its body was read is counted
+#: under (nginx's "client closed request"); no client ever receives it.
+CLIENT_CLOSED_REQUEST = 499
 
 _METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
 
@@ -46,6 +54,11 @@ class _InternalErrors:
     Starlette's catch-all handler would sit outside every middleware (so the metrics
     middleware would never see the 500) and re-raise into the server; this one sits just
     outside the routing, under the metrics middleware.
+
+    A client that disconnects before its body is read (Starlette's ``ClientDisconnect``)
+    is not the gateway's error: nothing of the request was applied, there is nobody to
+    answer, so it is one INFO line and the request is counted under
+    :data:`CLIENT_CLOSED_REQUEST` (the server drops that answer: the connection is gone).
     """
 
     def __init__(self, app: ASGIApp) -> None:
@@ -65,6 +78,15 @@ class _InternalErrors:
 
         try:
             await self.app(scope, receive, send_wrapper)
+        except ClientDisconnect:
+            log.info(
+                "the client of %s %s disconnected before its body was read; nothing applied",
+                scope.get("method"),
+                scope.get("path"),
+            )
+            if not started:
+                gone = {"error": {"reason": "CLIENT_CLOSED_REQUEST", "message": "client gone"}}
+                await JSONResponse(gone, CLIENT_CLOSED_REQUEST)(scope, receive, send)
         except Exception as exc:
             err = wire_error(exc, f"{scope.get('method')} {scope.get('path')}")
             if started:
