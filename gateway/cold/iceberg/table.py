@@ -513,7 +513,8 @@ class IcebergColdTable(ColdTable):
                     kept = sum(b.num_rows for b in keep)
                     removed_rows += f.record_count - kept
                     if kept:
-                        rows = pa.Table.from_batches(keep).cast(file_schema)
+                        # Cast (and columns added since filled) by write_data_file.
+                        rows = pa.Table.from_batches(keep)
                         added.append(
                             write_data_file(storage, self.data_location(p), rows, file_schema)
                         )
