@@ -15,7 +15,7 @@ from gateway.hot import PartitionId
 from gateway.wire.codec import decode_batch
 from gateway.wire.errors import InvalidRequest, SnapshotNotFound
 from gateway.wire.evolution import read_as
-from gateway.wire.filters import And, Compare, Expr, Or, compile_filter, to_arrow
+from gateway.wire.filters import And, Compare, Expr, In, Or, compile_filter, to_arrow
 from gateway.wire.schema import OFFSET_COLUMN, PARTITION_COLUMN, with_system_columns
 
 if TYPE_CHECKING:
@@ -183,7 +183,7 @@ class ScanOps(CoreBase):
         snap, ranges, earliest = await self._run(self._pin, table, when)
         cold = self._cold_table(table) if self.cold is not None else None
         lease = await self._run(self._lease, table, snap, "scan", when is not None)
-        cold_expr = _retained(expr, earliest)
+        cold_expr = _retained(expr, earliest, table.definition.partitions)
 
         def rows() -> Iterator[pa.RecordBatch]:
             left = limit
@@ -243,22 +243,33 @@ class ScanOps(CoreBase):
         if self.cold is not None and snap is not None:
             await self._run(self._lease, table, snap, "plan", when is not None)
             # Files wholly below a partition's earliest offset are pruned by their bounds.
-            files = await self._run(self._cold_table(table).plan, snap, _retained(expr, earliest))
+            files = await self._run(
+                self._cold_table(table).plan,
+                snap,
+                _retained(expr, earliest, table.definition.partitions),
+            )
         return ReadPlan(
-            snap.snapshot_id if snap is not None else None, files, ranges, table.stored_schema
+            snap.snapshot_id if snap is not None else None,
+            files,
+            ranges,
+            table.stored_schema,
+            earliest,
         )
 
 
-def _retained(expr: Expr | None, earliest: dict[int, int]) -> Expr | None:
+def _retained(expr: Expr | None, earliest: dict[int, int], partitions: int) -> Expr | None:
     """``expr`` restricted to the rows retention keeps: in each partition with an
     earliest offset, ``_offset >= earliest`` (a bound tree: pushed down to the cold
-    backend, which prunes files wholly below it by their offset bounds)."""
+    backend, which prunes the files wholly below it by partition value and offset
+    bounds)."""
     if not earliest:
         return expr
+    others = tuple(p for p in range(partitions) if p not in earliest)
     keep: list[Expr] = [
-        Or((Compare(PARTITION_COLUMN, "!=", p), Compare(OFFSET_COLUMN, ">=", e)))
+        And((Compare(PARTITION_COLUMN, "=", p), Compare(OFFSET_COLUMN, ">=", e)))
         for p, e in sorted(earliest.items())
     ]
-    if expr is not None:
-        keep.insert(0, expr)
-    return keep[0] if len(keep) == 1 else And(tuple(keep))
+    if others:
+        keep.append(In(PARTITION_COLUMN, others))
+    retained = keep[0] if len(keep) == 1 else Or(tuple(keep))
+    return retained if expr is None else And((expr, retained))

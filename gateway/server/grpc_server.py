@@ -429,6 +429,9 @@ class TidegateServicer(pb_grpc.TidegateServicer):  # type: ignore[misc]
                 for r in plan.hot_ranges
             ],
             arrow_schema=encode_stream([], plan.schema),
+            earliest_offsets=[
+                pb.PartitionOffset(partition=p, offset=o) for p, o in sorted(plan.earliest.items())
+            ],
         )
 
 

@@ -106,6 +106,7 @@ def test_retention_by_records_and_by_time_through_the_gateway(
         assert _offsets(c.scan("r.bytime")) == []
         plan = plain.plan_read("r.byrec")
         assert plan.files and all(f.max_offset >= 15 for f in plan.files)
+        assert [(e.partition, e.offset) for e in plan.earliest_offsets] == [(0, 15)]
         with pytest.raises(OffsetOutOfRange) as caught:
             plain.read("r.bytime", partition=0, offset=5)
         assert int(caught.value.details["earliest"]) == 6

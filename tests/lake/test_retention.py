@@ -5,19 +5,25 @@ and DuckDB no longer sees the removed rows; tiering racing retention loses nothi
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
+from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
+import pytest
 
 from gateway.cold.base import OPERATION_PROPERTY, WATERMARKS_PROPERTY
 from gateway.hot import PartitionId
+from gateway.lake.components import Components
 from gateway.lake.retention import retain_all, retain_table
 from gateway.lake.tiering import tier_table
 from gateway.meta import TableDef
+from gateway.server.app import build_service
+from gateway.wire.errors import OffsetOutOfRange
 from tests.cold.helpers import duckdb_rows
-from tests.lake.conftest import Harness
+from tests.lake.conftest import Harness, tier_settings
 from tests.lake.test_compaction import _Interleaving
 
 
@@ -202,3 +208,57 @@ def test_retention_racing_tiering_loses_nothing_it_keeps(harness: Harness) -> No
     assert h.watermarks(d) == {0: 90}
     batch = pa.Table.from_pylist(rows)
     assert batch.num_rows == 25
+
+
+def test_earliest_offset_holds_once_recorded_before_anything_is_removed(
+    hot_kind: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    """Between recording the earliest offset and removing the records (the retention
+    job's steps 2 and 3), every read path already answers as if they were gone."""
+    redis = request.getfixturevalue("redis_server") if hot_kind == "redis" else None
+    svc = build_service(tier_settings(hot_kind, tmp_path, redis))
+    assert svc.cold is not None
+    c = Components(svc.settings, svc.meta, svc.hot, svc.cold)
+    try:
+
+        async def check() -> None:
+            await svc.create_table("default", "ns", "early", {"v": "int64"}, 1)
+            for i in range(10):
+                batch = pa.record_batch({"v": pa.array([2 * i, 2 * i + 1], pa.int64())})
+                await svc.append("default", "ns", "early", [batch], partition=0)
+            d = (await svc.table("default", "ns", "early")).definition
+            tier_table(c, d, trim=False)  # one data file 0..19
+            batch = pa.record_batch({"v": pa.array(range(20, 25), pa.int64())})
+            await svc.append("default", "ns", "early", [batch], partition=0)
+
+            async def scanned() -> list[int]:
+                result = await svc.scan("default", "ns", "early")
+                return [
+                    r["_offset"] for b in [b async for b in result.batches] for r in b.to_pylist()
+                ]
+
+            for earliest, tiered_left in ((7, True), (22, False)):
+                c.meta.raise_earliest_offsets(d.table_id, {0: earliest})
+                with pytest.raises(OffsetOutOfRange) as caught:
+                    await svc.read("default", "ns", "early", 0, earliest - 1)
+                assert caught.value.details["earliest"] == earliest
+                res = await svc.read("default", "ns", "early", 0, earliest)
+                got = [r["_offset"] for b in res.batches for r in b.to_pylist()]
+                assert got == list(range(earliest, 25))
+                assert sorted(await scanned()) == list(range(earliest, 25))
+                plan = await svc.plan("default", "ns", "early")
+                assert plan.earliest == {0: earliest}
+                # The straddling file is still planned while it holds retained rows.
+                assert bool(plan.files) is tiered_left
+                assert [(r.from_offset, r.to_offset) for r in plan.hot_ranges] == [
+                    (max(20, earliest), 25)
+                ]
+                info = await svc.describe_table("default", "ns", "early")
+                assert info.partitions[0].earliest_offset == earliest
+            # Nothing was removed yet: the Iceberg table still holds every row.
+            cold = c.cold.table(d)
+            assert sum(b.num_rows for b in cold.scan(cold.snapshot())) == 20
+
+        asyncio.run(check())
+    finally:
+        svc.close()

@@ -417,16 +417,18 @@ class HotRange(_message.Message):
     def __init__(self, partition: _Optional[int] = ..., from_offset: _Optional[int] = ..., to_offset: _Optional[int] = ...) -> None: ...
 
 class PlanReadResponse(_message.Message):
-    __slots__ = ("snapshot_id", "files", "hot_ranges", "arrow_schema")
+    __slots__ = ("snapshot_id", "files", "hot_ranges", "arrow_schema", "earliest_offsets")
     SNAPSHOT_ID_FIELD_NUMBER: _ClassVar[int]
     FILES_FIELD_NUMBER: _ClassVar[int]
     HOT_RANGES_FIELD_NUMBER: _ClassVar[int]
     ARROW_SCHEMA_FIELD_NUMBER: _ClassVar[int]
+    EARLIEST_OFFSETS_FIELD_NUMBER: _ClassVar[int]
     snapshot_id: int
     files: _containers.RepeatedCompositeFieldContainer[PlannedDataFile]
     hot_ranges: _containers.RepeatedCompositeFieldContainer[HotRange]
     arrow_schema: bytes
-    def __init__(self, snapshot_id: _Optional[int] = ..., files: _Optional[_Iterable[_Union[PlannedDataFile, _Mapping]]] = ..., hot_ranges: _Optional[_Iterable[_Union[HotRange, _Mapping]]] = ..., arrow_schema: _Optional[bytes] = ...) -> None: ...
+    earliest_offsets: _containers.RepeatedCompositeFieldContainer[PartitionOffset]
+    def __init__(self, snapshot_id: _Optional[int] = ..., files: _Optional[_Iterable[_Union[PlannedDataFile, _Mapping]]] = ..., hot_ranges: _Optional[_Iterable[_Union[HotRange, _Mapping]]] = ..., arrow_schema: _Optional[bytes] = ..., earliest_offsets: _Optional[_Iterable[_Union[PartitionOffset, _Mapping]]] = ...) -> None: ...
 
 class GetGatewayInfoRequest(_message.Message):
     __slots__ = ()
