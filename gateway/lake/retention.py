@@ -51,8 +51,10 @@ class RetentionResult:
     tenant: str
     #: Partition -> the earliest offset recorded by this run (only partitions with one).
     earliest: dict[int, int] = field(default_factory=dict)
-    #: Rows removed from the Iceberg table, and hot-tier low marks after trimming.
+    #: Offsets this run made unreadable (the sum of the earliest offsets' rises).
     records: int = 0
+    #: Rows removed from the Iceberg table, and hot-tier low marks after trimming.
+    tiered_rows: int = 0
     trimmed: dict[int, int] = field(default_factory=dict)
     attempts: int = 0
     conflicts: int = 0
@@ -129,6 +131,7 @@ def retain_table(
         return RetentionResult(d.qualified_name, d.tenant)
     retry = retry or commit_retry(c)
     cold = c.cold.table(d)
+    before = {p.partition: p.earliest_offset for p in c.meta.partitions(d.table_id)}
     started = time.monotonic()
     conflicts = attempt = 0
     while True:
@@ -160,7 +163,8 @@ def retain_table(
         table=d.qualified_name,
         tenant=d.tenant,
         earliest=earliest,
-        records=removed,
+        records=sum(max(0, e - before.get(p, 0)) for p, e in earliest.items()),
+        tiered_rows=removed,
         trimmed=trimmed,
         attempts=attempt,
         conflicts=conflicts,
@@ -170,11 +174,11 @@ def retain_table(
         d.table_id,
         "retention",
         "ok",
-        f"removed {removed} tiered records; earliest offsets "
+        f"removed {result.records} records ({removed} tiered); earliest offsets "
         + ", ".join(f"{p}:{e}" for p, e in sorted(earliest.items())),
     )
-    if removed or trimmed:
-        log.info("%s: retention removed %d tiered records", d.qualified_name, removed)
+    if result.records:
+        log.info("%s: retention removed %d records", d.qualified_name, result.records)
     return result
 
 

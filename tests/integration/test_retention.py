@@ -7,6 +7,9 @@ consumer group left behind resumes at the earliest offset."""
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -20,7 +23,7 @@ from gateway.client._flight import error_from_flight
 from gateway.wire.errors import InvalidRequest, OffsetOutOfRange
 from tests.cold.helpers import extension_file
 from tests.integration.conftest import gateway_env
-from tests.services import GatewayProcess
+from tests.services import REPO_ROOT, GatewayProcess, RedisServer
 
 pytestmark = pytest.mark.integration
 
@@ -189,3 +192,50 @@ def test_a_bad_retention_is_one_clear_sentence(
     assert (info.retention_ms, info.retention_records) == (60_000, 10)
     info = client.alter_table(f"{namespace}.ok", retention_ms=0)
     assert (info.retention_ms, info.retention_records) == (None, 10)
+
+
+def test_retention_commands_beside_a_gateway(tmp_path: Path, redis_server: RedisServer) -> None:
+    """`tidegate table create/alter --retention-*`, then `tidegate retention` and
+    `python -m tiering retention` as jobs beside a gateway sharing Redis."""
+    gw = GatewayProcess(
+        tmp_path / "gw",
+        {
+            "TIDEGATE_HOT__TYPE": "redis",
+            "TIDEGATE_HOT__URL": redis_server.url,
+            "TIDEGATE_TIERING__ENABLED": "false",
+            "TIDEGATE_RETENTION__ENABLED": "false",
+        },
+    ).start()
+    try:
+        user = {k: v for k, v in os.environ.items() if not k.startswith("TIDEGATE_")}
+        user["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{user['PATH']}"
+        user.update({"TIDEGATE_TARGET": gw.grpc_target, "TIDEGATE_API_KEY": str(gw.api_key)})
+
+        def run(*argv: str, env: dict[str, str] = user) -> str:
+            out = subprocess.run(
+                argv, env=env, cwd=str(REPO_ROOT), capture_output=True, text=True, timeout=120
+            )
+            assert out.returncode == 0, out.stderr
+            return out.stdout
+
+        made = run("tidegate", "table", "create", "cli.ret", "--schema", "n:int64",
+                   "--retention-records", "4", "--json")  # fmt: skip
+        assert json.loads(made)["retention_records"] == 4
+        with gw.client() as c:
+            for i in range(10):
+                c.append("cli.ret", [{"n": i}], partition=0)
+        job_env = {**gw.env(), "PATH": user["PATH"]}
+        assert "removed 6 records in 1 tables" in run("tidegate", "retention", env=job_env)
+        with gw.client() as c:
+            assert c.describe_table("cli.ret").partition_info[0].earliest_offset == 6
+            with pytest.raises(OffsetOutOfRange):
+                c.read("cli.ret", partition=0, offset=5)
+        text = run("tidegate", "table", "alter", "cli.ret", "--retention-records", "2")
+        assert "records kept the last 2 records per partition" in text
+        run(sys.executable, "-m", "tiering", "retention", "--runner", "local", env=job_env)
+        with gw.client() as c:
+            info = c.describe_table("cli.ret")
+            assert info.partition_info[0].earliest_offset == 8
+            assert _offsets(c.read("cli.ret", partition=0, offset=8)) == [8, 9]
+    finally:
+        gw.stop()

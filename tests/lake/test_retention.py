@@ -69,7 +69,7 @@ def test_retention_by_records_removes_from_both_tiers(harness: Harness) -> None:
     # HW 40 - 15: offset 25 sits inside the third file (20..29), which is rewritten.
     assert result.earliest == {0: 25, 1: 25}
     assert _earliest(h, d) == {0: 25, 1: 25}
-    assert result.records == 2 * 25
+    assert result.records == result.tiered_rows == 2 * 25
     rows = h.cold_rows(d)
     assert [(r["_partition"], r["_offset"]) for r in rows] == [
         (p, o) for p in range(2) for o in range(25, 30)
