@@ -434,6 +434,13 @@ class RetentionConfig(_Section):
         True, description="Apply table retention on a schedule inside `tidegate serve`."
     )
     interval_s: float = Field(300.0, gt=0, description="Period of the embedded schedule.")
+    settle_s: float = Field(
+        5.0,
+        ge=0,
+        description="Leave a table alone for this long after its retention was set, so "
+        "every gateway knows it has one before an earliest offset is recorded (gateways "
+        "reuse a table's definition for 2 s: keep it above that; 0 only for tests).",
+    )
 
 
 LogLevel = Annotated[

@@ -70,8 +70,14 @@ class ReadOps(CoreBase):
             snap = self._read_snapshot(table, cold) if cold is not None else None
             tiered = snap.watermark(part.partition) if snap is not None else 0
             # Recorded by retention before it removes anything: enforced from that moment
-            # on every gateway, whichever tier still holds the records below it.
-            recorded = self.meta.earliest_offset(part.table_id, part.partition)
+            # on every gateway, whichever tier still holds the records below it. A table
+            # that never had a retention has none (the retention job waits until every
+            # gateway's view of the table knows it has one), so it is not looked up.
+            recorded = (
+                self.meta.earliest_offset(part.table_id, part.partition)
+                if table.definition.retention_set_at is not None
+                else 0
+            )
             o = self.hot.offsets(part)
             if cold is not None and o.low > max(tiered, recorded):
                 # Trimmed above the reused snapshot's watermark: look at the newest one.

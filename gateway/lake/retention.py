@@ -23,6 +23,7 @@ still stored but unreadable; the next run removes them.
 
 from __future__ import annotations
 
+import datetime as dt
 import logging
 import time
 from collections.abc import Callable, Iterable
@@ -117,6 +118,10 @@ def earliest_offsets(
     return out
 
 
+def _utc(when: dt.datetime) -> dt.datetime:
+    return when if when.tzinfo is not None else when.replace(tzinfo=dt.UTC)
+
+
 def retain_table(
     c: Components, d: TableDef, *, retry: Retry | None = None, now_ms: int | None = None
 ) -> RetentionResult:
@@ -129,6 +134,13 @@ def retain_table(
     """
     if not d.retention_ms and not d.retention_records:
         return RetentionResult(d.qualified_name, d.tenant)
+    settle = c.settings.retention.settle_s
+    if d.retention_set_at is not None and settle > 0:
+        age = (dt.datetime.now(dt.UTC) - _utc(d.retention_set_at)).total_seconds()
+        if age < settle:
+            # A gateway may still hold a view of the table without its retention (and
+            # would not look the earliest offset up): the next run applies it.
+            return RetentionResult(d.qualified_name, d.tenant)
     retry = retry or commit_retry(c)
     cold = c.cold.table(d)
     before = {p.partition: p.earliest_offset for p in c.meta.partitions(d.table_id)}

@@ -142,6 +142,9 @@ class TableRecord(Base):
     #: removed by the retention job. NULL: kept for ever.
     retention_ms: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
     retention_records: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
+    #: When a retention was last set (or cleared); NULL: the table never had one, so no
+    #: partition has an earliest offset and stream reads need not look it up.
+    retention_set_at: Mapped[datetime | None] = mapped_column(nullable=True)
 
 
 class PartitionRecord(Base):

@@ -65,6 +65,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "MIGRATIONS_DIR",
+    "TABLE_VIEW_TTL_S",
     "JobRun",
     "Lease",
     "MetadataStore",
@@ -76,6 +77,10 @@ __all__ = [
 
 #: One segment of a partition's chain: ``(seq, shard, start_offset, end_offset | None)``.
 SegmentRow = tuple[int, str, int, int | None]
+
+#: How long a gateway reuses a table's definition (``StreamTables.table``): a change of the
+#: definition (a retention set) reaches every gateway within this time.
+TABLE_VIEW_TTL_S = 2.0
 
 #: The alembic script directory shipped inside the package.
 MIGRATIONS_DIR = Path(__file__).resolve().parent / "migrations"
@@ -108,6 +113,9 @@ class TableDef:
     #: high watermark); None: no limit of that kind.
     retention_ms: int | None = None
     retention_records: int | None = None
+    #: When a retention was last set or cleared (None: never; no partition of the table
+    #: then has an earliest offset).
+    retention_set_at: datetime | None = None
 
     @property
     def qualified_name(self) -> str:
@@ -336,6 +344,7 @@ def _table_def(record: TableRecord) -> TableDef:
         schema_version=record.schema_version or 0,
         retention_ms=record.retention_ms,
         retention_records=record.retention_records,
+        retention_set_at=record.retention_set_at,
     )
 
 
@@ -447,6 +456,7 @@ class MetadataStore:
             created_at=utcnow(),
             retention_ms=retention_ms,
             retention_records=retention_records,
+            retention_set_at=utcnow() if retention_ms or retention_records else None,
         )
         try:
             with self._session(write=True) as session:
@@ -533,6 +543,7 @@ class MetadataStore:
                 raise TableNotFound(f"table {table_id} not found", table_id=table_id)
             record.retention_ms = retention_ms
             record.retention_records = retention_records
+            record.retention_set_at = utcnow()
             session.flush()
             return _table_def(record)
 

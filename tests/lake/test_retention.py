@@ -226,7 +226,10 @@ def test_earliest_offset_holds_once_recorded_before_anything_is_removed(
             for i in range(10):
                 batch = pa.record_batch({"v": pa.array([2 * i, 2 * i + 1], pa.int64())})
                 await svc.append("default", "ns", "early", [batch], partition=0)
-            d = (await svc.table("default", "ns", "early")).definition
+            # A retention that keeps everything: the job would record nothing; the test
+            # records the earliest offsets itself, as the job's step 2 does.
+            await svc.set_retention("default", "ns", "early", retention_records=1000)
+            d = (await svc.table("default", "ns", "early", fresh=True)).definition
             tier_table(c, d, trim=False)  # one data file 0..19
             batch = pa.record_batch({"v": pa.array(range(20, 25), pa.int64())})
             await svc.append("default", "ns", "early", [batch], partition=0)

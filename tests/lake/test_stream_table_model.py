@@ -84,6 +84,7 @@ def _settings(kind: str, data_dir: Path, redis: RedisServer) -> Settings:
         hot=hot,
         tiering={"hot_retention_s": RETENTION_S, "enabled": False},
         compaction={"enabled": False},
+        retention={"enabled": False, "settle_s": 0},
         # As aggressive as it gets: every snapshot replaced a minute ago goes, but the
         # current one and those open scans and plans hold.
         expiry={"enabled": False, "retention_s": RETENTION_S, "keep_last": 1, "orphan_age_s": 0},

@@ -199,7 +199,7 @@ class MaintenanceInfo(BaseModel):
         description="Snapshots open scans and read plans hold against expiry."
     )
     last_runs: dict[str, JobRunInfo] = Field(
-        description="Last run per maintenance job: compact, expire, orphans."
+        description="Last run per maintenance job: compact, expire, orphans, retention."
     )
 
 

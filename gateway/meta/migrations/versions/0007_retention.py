@@ -23,6 +23,7 @@ def upgrade() -> None:
     with op.batch_alter_table("tg_tables") as batch:
         batch.add_column(sa.Column("retention_ms", sa.BigInteger(), nullable=True))
         batch.add_column(sa.Column("retention_records", sa.BigInteger(), nullable=True))
+        batch.add_column(sa.Column("retention_set_at", sa.DateTime(timezone=True), nullable=True))
     with op.batch_alter_table("tg_partitions") as batch:
         batch.add_column(
             sa.Column(
@@ -35,5 +36,6 @@ def downgrade() -> None:
     with op.batch_alter_table("tg_partitions") as batch:
         batch.drop_column("earliest_offset")
     with op.batch_alter_table("tg_tables") as batch:
+        batch.drop_column("retention_set_at")
         batch.drop_column("retention_records")
         batch.drop_column("retention_ms")
