@@ -6,6 +6,7 @@ consumer group left behind resumes at the earliest offset."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import subprocess
@@ -172,7 +173,7 @@ def _duckdb_rows(metadata: str) -> list[dict[str, Any]]:
 
 
 def test_a_bad_retention_is_one_clear_sentence(
-    client: Client, http: httpx.Client, namespace: str
+    gateway: GatewayProcess, client: Client, http: httpx.Client, namespace: str
 ) -> None:
     with pytest.raises(InvalidRequest) as caught:
         client.create_table(f"{namespace}.bad", {"n": "int64"}, retention_ms=-5)
@@ -192,6 +193,18 @@ def test_a_bad_retention_is_one_clear_sentence(
     assert (info.retention_ms, info.retention_records) == (60_000, 10)
     info = client.alter_table(f"{namespace}.ok", retention_ms=0)
     assert (info.retention_ms, info.retention_records) == (None, 10)
+    typed = http.patch(f"/v1/tables/{namespace}/ok", json={"retention_ms": "a week"})
+    assert typed.status_code in (400, 422)
+    assert "retention_ms" in typed.json()["error"]["message"]
+
+    async def by_async() -> tuple[Any, Any]:
+        async with gateway.async_client() as ac:
+            made = await ac.create_table(f"{namespace}.aio", {"n": "int64"}, retention_ms=5000)
+            return made, await ac.alter_table(f"{namespace}.aio", retention_records=3)
+
+    made, changed = asyncio.run(by_async())
+    assert (made.retention_ms, made.retention_records) == (5000, None)
+    assert (changed.retention_ms, changed.retention_records) == (5000, 3)
 
 
 def test_retention_commands_beside_a_gateway(tmp_path: Path, redis_server: RedisServer) -> None:
