@@ -67,11 +67,15 @@ class ScanOps(CoreBase):
             snap = self._cold_table(table).snapshot(when)
         else:
             snap = self._cold_table(table).snapshot() if self.cold is not None else None
-        earliest = {
-            p.partition: p.earliest_offset
-            for p in self.meta.partitions(d.table_id)
-            if p.earliest_offset > 0
-        }
+        earliest = (
+            {
+                p.partition: p.earliest_offset
+                for p in self.meta.partitions(d.table_id)
+                if p.earliest_offset > 0
+            }
+            if d.retention_set_at is not None  # else no partition has one (see reads)
+            else {}
+        )
         if when is not None:
             return snap, [], earliest
         ranges = []
