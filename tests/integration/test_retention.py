@@ -22,7 +22,7 @@ import pytest
 from gateway.client import Client
 from gateway.client._flight import error_from_flight
 from gateway.wire.errors import InvalidRequest, OffsetOutOfRange
-from tests.cold.helpers import extension_file
+from tests.cold.helpers import duckdb_scan
 from tests.integration.conftest import gateway_env
 from tests.services import REPO_ROOT, GatewayProcess, RedisServer
 
@@ -154,22 +154,7 @@ def _metadata(gw: GatewayProcess, table: str) -> str:
 
 
 def _duckdb_rows(metadata: str) -> list[dict[str, Any]]:
-    """The Iceberg table's rows as DuckDB reads them (its extensions from PyPI)."""
-    import duckdb
-
-    con = duckdb.connect()
-    try:
-        for ext in ("avro", "iceberg"):
-            con.execute(f"INSTALL '{extension_file(ext)}'")
-            con.execute(f"LOAD {ext}")
-        location = metadata.removeprefix("file://")
-        result = con.execute(
-            f"SELECT * FROM iceberg_scan('{location}') ORDER BY _partition, _offset"
-        ).arrow()
-        data = result.read_all() if hasattr(result, "read_all") else result
-    finally:
-        con.close()
-    return list(data.to_pylist())
+    return list(duckdb_scan(metadata).to_pylist())
 
 
 def test_a_bad_retention_is_one_clear_sentence(
