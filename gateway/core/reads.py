@@ -240,7 +240,12 @@ class ReadOps(CoreBase):
         wanted = self._partitions(table, partitions)
 
         def search(p: int) -> int:
-            return self.hot.offset_for_time(self._part(table, p), timestamp_us)
+            part = self._part(table, p)
+            found = self.hot.offset_for_time(part, timestamp_us)
+            if table.definition.retention_set_at is not None:
+                # Never an offset retention has removed (or is about to).
+                found = max(found, self.meta.earliest_offset(part.table_id, p))
+            return found
 
         def run() -> dict[int, int]:
             return {p: search(p) for p in wanted}

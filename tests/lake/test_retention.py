@@ -263,6 +263,8 @@ def test_earliest_offset_holds_once_recorded_before_anything_is_removed(
                 ]
                 info = await svc.describe_table("default", "ns", "early")
                 assert info.partitions[0].earliest_offset == earliest
+                # The first offset "at or after the epoch" is the earliest one kept.
+                assert await svc.offsets_for_times("default", "ns", "early", 0) == {0: earliest}
             # Nothing was removed yet: the Iceberg table still holds every row.
             cold = c.cold.table(d)
             assert sum(b.num_rows for b in cold.scan(cold.snapshot())) == 20
