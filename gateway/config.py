@@ -425,6 +425,24 @@ class ExpiryConfig(_Section):
     )
 
 
+class RetentionConfig(_Section):
+    """Table retention: removing the records older than a table's ``retention_ms`` or
+    beyond its ``retention_records`` (``tidegate retention``, ``gateway/lake/retention.py``).
+    Tables without a retention are left alone."""
+
+    enabled: bool = Field(
+        True, description="Apply table retention on a schedule inside `tidegate serve`."
+    )
+    interval_s: float = Field(300.0, gt=0, description="Period of the embedded schedule.")
+    settle_s: float = Field(
+        5.0,
+        ge=0,
+        description="Leave a table alone for this long after its retention was set, so "
+        "every gateway knows it has one before an earliest offset is recorded (gateways "
+        "reuse a table's definition for 2 s: keep it above that; 0 only for tests).",
+    )
+
+
 LogLevel = Annotated[
     Literal["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"],
     BeforeValidator(lambda v: v.upper() if isinstance(v, str) else v),
@@ -479,6 +497,7 @@ class Settings(BaseSettings):
     tiering: TieringConfig = Field(default_factory=TieringConfig)
     compaction: CompactionConfig = Field(default_factory=CompactionConfig)
     expiry: ExpiryConfig = Field(default_factory=ExpiryConfig)
+    retention: RetentionConfig = Field(default_factory=RetentionConfig)
     cold: ColdConfig = Field(default_factory=ColdConfig, description="Iceberg cold tier.")
     log: LogConfig = Field(default_factory=LogConfig, description="Log level and format.")
 

@@ -4,7 +4,7 @@
     spark-submit --master local[2] tiering/__main__.py compact
     python -m tiering --runner local
 
-The job is ``tier`` (the default), ``compact``, ``expire`` or ``orphans``.
+The job is ``tier`` (the default), ``compact``, ``expire``, ``orphans`` or ``retention``.
 
 Configured like the gateway (``TIDEGATE_*`` variables or ``TIDEGATE_CONFIG``).
 """
@@ -41,7 +41,7 @@ def main(argv: list[str] | None = None) -> int:
         report = run_once(c, make_runner(c, args.runner, args.master), args.job)
     for name, err in report.failures.items():
         print(f"failed: {name}: {err}", file=sys.stderr)
-    done = {"tier": "tiered", "compact": "compacted"}.get(args.job)
+    done = {"tier": "tiered", "compact": "compacted", "retention": "removed"}.get(args.job)
     if done is not None:
         print(f"{done} {report.records} records in {len(report.tables)} tables")
     else:

@@ -1,4 +1,5 @@
-"""``tidegate serve``, ``tidegate tier``, ``tidegate compact`` and ``tidegate migrate``: the
+"""``tidegate serve``, ``tidegate tier``, ``tidegate compact``, ``tidegate retention`` and
+``tidegate migrate``: the
 gateway process, the lake jobs and the schema migrations."""
 
 from __future__ import annotations
@@ -134,8 +135,27 @@ def clean_orphans(
     _run_job("orphans", every, "local", None, data_dir, log_level, log_format)
 
 
+@app.command()
+def retention(
+    every: EveryOption = None,
+    data_dir: DataDirOption = None,
+    log_level: LogLevelOption = None,
+    log_format: LogFormatOption = None,
+) -> None:
+    """Apply each table's retention (retention_ms, retention_records): record the earliest
+    offset kept per partition, then remove the records below it from the Iceberg table
+    and the hot tier."""
+    _run_job("retention", every, "local", None, data_dir, log_level, log_format)
+
+
 _COMMAND = {"orphans": "clean-orphans"}
-_DONE = {"tier": "tiered", "compact": "compacted", "expire": "expired", "orphans": "cleaned"}
+_DONE = {
+    "tier": "tiered",
+    "compact": "compacted",
+    "expire": "expired",
+    "orphans": "cleaned",
+    "retention": "removed",
+}
 
 
 def _run_job(
@@ -178,7 +198,7 @@ def _run_job(
         fail(err)
     for name, failure in report.failures.items():
         typer.echo(f"failed: {name}: {failure}", err=True)
-    if job in ("tier", "compact"):
+    if job in ("tier", "compact", "retention"):
         typer.echo(f"{_DONE[job]} {report.records} records in {len(report.tables)} tables")
     else:
         typer.echo(f"{_DONE[job]} {len(report.tables)} tables")

@@ -49,6 +49,8 @@ def _describe(info: Any) -> dict[str, Any]:
         "key_columns": list(info.key_columns),
         "iceberg_table": info.iceberg_table,
         "iceberg_metadata": info.iceberg_metadata,
+        "retention_ms": info.retention_ms,
+        "retention_records": info.retention_records,
         "partition_info": [
             {
                 "partition": p.partition,
@@ -74,6 +76,7 @@ def _describe_text(info: Any) -> str:
         f"metadata    {info.iceberg_metadata or '-'}",
         f"schema      version {info.schema_version}, Iceberg schema id "
         f"{'-' if info.iceberg_schema_id is None else info.iceberg_schema_id}",
+        f"retention   {_retention_text(info)}",
         "",
         "columns",
     ]
@@ -108,6 +111,30 @@ def _describe_text(info: Any) -> str:
     return "\n".join(lines)
 
 
+def _retention_text(info: Any) -> str:
+    kept = []
+    if info.retention_ms:
+        kept.append(f"{info.retention_ms} ms after append")
+    if info.retention_records:
+        kept.append(f"the last {info.retention_records} records per partition")
+    return "records kept " + " and ".join(kept) if kept else "none (records kept for ever)"
+
+
+RetentionMsOption = Annotated[
+    int | None,
+    typer.Option(
+        help="Remove records this many milliseconds after their append (0: no limit).",
+        show_default=False,
+    ),
+]
+RetentionRecordsOption = Annotated[
+    int | None,
+    typer.Option(
+        help="Keep only the newest N records per partition (0: no limit).", show_default=False
+    ),
+]
+
+
 @table_app.command("create")
 def table_create(
     table: TableArg,
@@ -117,6 +144,8 @@ def table_create(
     if_not_exists: Annotated[
         bool, typer.Option("--if-not-exists", help="Succeed if the table already exists.")
     ] = False,
+    retention_ms: RetentionMsOption = None,
+    retention_records: RetentionRecordsOption = None,
     as_json: JsonFlag = False,
 ) -> None:
     """Create a table."""
@@ -127,6 +156,8 @@ def table_create(
             partitions=partitions,
             key_columns=key or [],
             exist_ok=if_not_exists,
+            retention_ms=retention_ms,
+            retention_records=retention_records,
         )
         typer.echo(json.dumps(_describe(info), indent=2) if as_json else _describe_text(info))
 
@@ -168,9 +199,12 @@ def table_alter(
         str | None,
         typer.Option(help="Changes as JSON (the HTTP API's 'changes' list), or @file.json."),
     ] = None,
+    retention_ms: RetentionMsOption = None,
+    retention_records: RetentionRecordsOption = None,
     as_json: JsonFlag = False,
 ) -> None:
-    """Evolve a table's schema, in one step for the gateway and the Iceberg table.
+    """Evolve a table's schema, in one step for the gateway and the Iceberg table, and
+    change its retention (--retention-ms, --retention-records).
 
     Only changes that keep every stored row readable are accepted: add a nullable
     column, widen int32 to int64 or float32 to float64, make a column optional, change a
@@ -202,13 +236,20 @@ def table_alter(
     for item in doc or []:
         name, text = _name_value(item, "=", "--doc", "region=Where the order was placed")
         todo.append({"op": "update_doc", "column": name, "doc": text or None})
-    if not todo:
+    retain = retention_ms is not None or retention_records is not None
+    if not todo and not retain:
         raise typer.BadParameter(
-            "name a change: --add-column, --widen, --optional, --doc or --changes",
+            "name a change: --add-column, --widen, --optional, --doc, --changes, "
+            "--retention-ms or --retention-records",
             param_hint="--add-column",
         )
     with client_for() as c:
-        info = c.alter_schema(table, todo)
+        if todo:
+            info = c.alter_schema(table, todo)
+        if retain:
+            info = c.alter_table(
+                table, retention_ms=retention_ms, retention_records=retention_records
+            )
     typer.echo(json.dumps(_describe(info), indent=2) if as_json else _describe_text(info))
 
 

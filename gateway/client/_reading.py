@@ -9,12 +9,13 @@ import pyarrow as pa
 
 from gateway.client._types import StartAt, TableInfo, TableRef
 from gateway.wire._proto.tidegate.v1 import tidegate_pb2 as pb
-from gateway.wire.errors import InvalidPartition
+from gateway.wire.errors import InvalidPartition, OffsetOutOfRange
 
 __all__ = [
     "TIER_COLUMN",
     "label_tier",
     "mark_consumed",
+    "reset_position",
     "scan_request",
     "scan_table",
     "start_positions",
@@ -41,6 +42,22 @@ def mark_consumed(consumed: dict[int, int], batch: pa.RecordBatch) -> None:
     """Move ``consumed`` past ``batch`` (a batch of one partition, with system columns)."""
     p = batch.column("_partition")[0].as_py()
     consumed[p] = batch.column("_offset")[-1].as_py() + 1
+
+
+def reset_position(err: OffsetOutOfRange, position: int, start: StartAt) -> int | None:
+    """Where a consumer goes on when its position fell below the earliest offset
+    (retention removed the records it had not read yet), as Kafka's
+    ``auto.offset.reset`` does: the high watermark for a consumer started at
+    ``"latest"``, else the earliest offset. None: the position is not below the earliest
+    (past the end: the caller's error)."""
+    try:
+        earliest = int(err.details["earliest"])
+        latest = int(err.details["latest"])
+    except (KeyError, TypeError, ValueError):
+        return None
+    if position >= earliest:
+        return None
+    return latest if start == "latest" else earliest
 
 
 def start_positions(

@@ -35,12 +35,24 @@ def create_table_request(
     schema: Mapping[str, str] | Sequence[Mapping[str, Any]],
     partitions: int,
     key_columns: Sequence[str],
+    retention_ms: int | None = None,
+    retention_records: int | None = None,
 ) -> pb.CreateTableRequest:
     return pb.CreateTableRequest(
         table=ref(table),
         fields=table_fields(schema),
         partitions=partitions,
         key_columns=list(key_columns),
+        retention_ms=retention_ms,
+        retention_records=retention_records,
+    )
+
+
+def alter_table_request(
+    table: str | TableRef, retention_ms: int | None, retention_records: int | None
+) -> pb.AlterTableRequest:
+    return pb.AlterTableRequest(
+        table=ref(table), retention_ms=retention_ms, retention_records=retention_records
     )
 
 

@@ -20,6 +20,7 @@ from gateway.client._calls import SyncCalls
 from gateway.client._flight import flight_read, flight_scan, range_ended_early
 from gateway.client._reading import label_tier, scan_request, scan_table
 from gateway.client._requests import (
+    alter_table_request,
     append_request,
     commit_offsets_request,
     create_table_request,
@@ -99,12 +100,16 @@ class Client(SyncCalls):
         partitions: int = 1,
         key_columns: Sequence[str] = (),
         exist_ok: bool = False,
+        retention_ms: int | None = None,
+        retention_records: int | None = None,
     ) -> TableInfo:
         """Create a table; ``schema`` is ``{column: arrow type name}`` or a list of fields.
 
         With ``exist_ok``, a table of that name that exists already is described instead
         (its schema is not compared)."""
-        request = create_table_request(table, schema, partitions, key_columns)
+        request = create_table_request(
+            table, schema, partitions, key_columns, retention_ms, retention_records
+        )
         try:
             return TableInfo.from_pb(self._call("CreateTable", request))
         except TableAlreadyExists:
@@ -144,6 +149,23 @@ class Client(SyncCalls):
         """
         request = pb.AlterSchemaRequest(table=ref(table), changes=schema_changes(changes))
         return TableInfo.from_pb(self._call("AlterSchema", request))
+
+    def alter_table(
+        self,
+        table: str | TableRef,
+        *,
+        retention_ms: int | None = None,
+        retention_records: int | None = None,
+    ) -> TableInfo:
+        """Change the table's retention: a value given replaces it (0 removes that
+        limit), None keeps it. The gateway's retention job applies it at its next run;
+        records below each partition's ``earliest_offset`` are gone for good.
+
+        Raises:
+            InvalidRequest: a value that is not a retention (negative, not an integer).
+        """
+        request = alter_table_request(table, retention_ms, retention_records)
+        return TableInfo.from_pb(self._call("AlterTable", request))
 
     def list_tables(self, namespace: str = "") -> list[TableInfo]:
         response = self._call(

@@ -9,11 +9,12 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
-from gateway.client._reading import mark_consumed, start_positions
+from gateway.client._reading import mark_consumed, reset_position, start_positions
 from gateway.client._types import (
     StartAt,
     TableRef,
 )
+from gateway.wire.errors import OffsetOutOfRange
 
 if TYPE_CHECKING:
     from gateway.client._sync import Client
@@ -68,6 +69,8 @@ class Consumer:
             list(range(self.table.partitions)) if partitions is None else list(partitions)
         )
         self.follow = follow
+        #: Where a position below the earliest offset goes (auto.offset.reset).
+        self._reset: StartAt = "latest" if start == "latest" else "earliest"
         self.auto_commit_interval = auto_commit_interval
         self.max_records = max_records
         self.poll_interval = poll_interval
@@ -126,9 +129,19 @@ class Consumer:
         n = len(self.partitions)
         for k in range(n):
             p = self.partitions[(self._next + k) % n]
-            batches, nxt = self.client._read_once(
-                self.ref, p, self.positions[p], self.max_records, self.with_tier
-            )
+            while True:
+                try:
+                    batches, nxt = self.client._read_once(
+                        self.ref, p, self.positions[p], self.max_records, self.with_tier
+                    )
+                    break
+                except OffsetOutOfRange as err:
+                    # Retention removed records this consumer had not read: go on as
+                    # Kafka's auto.offset.reset would (see reset_position).
+                    moved = reset_position(err, self.positions[p], self._reset)
+                    if moved is None:
+                        raise
+                    self.positions[p] = self.consumed[p] = moved
             out.extend(batches)
             self.positions[p] = nxt
         self._next = (self._next + 1) % max(1, n)

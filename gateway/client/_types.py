@@ -126,6 +126,10 @@ class TableInfo:
     schema_version: int = 0
     #: The Iceberg table's current schema id (describe only).
     iceberg_schema_id: int | None = None
+    #: Retention by age (milliseconds) and by count (records per partition); None: no
+    #: limit of that kind.
+    retention_ms: int | None = None
+    retention_records: int | None = None
 
     @property
     def table(self) -> TableRef:
@@ -161,6 +165,10 @@ class TableInfo:
             schema_version=info.schema_version,
             iceberg_schema_id=(
                 info.iceberg_schema_id if info.HasField("iceberg_schema_id") else None
+            ),
+            retention_ms=info.retention_ms if info.HasField("retention_ms") else None,
+            retention_records=(
+                info.retention_records if info.HasField("retention_records") else None
             ),
             fields=fields,
             partition_info=tuple(

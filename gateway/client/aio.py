@@ -32,6 +32,7 @@ from gateway.client._calls import AsyncCalls
 from gateway.client._flight import flight_read, flight_scan, range_ended_early
 from gateway.client._reading import label_tier, scan_request, scan_table
 from gateway.client._requests import (
+    alter_table_request,
     append_request,
     commit_offsets_request,
     create_table_request,
@@ -83,8 +84,12 @@ class AsyncClient(AsyncCalls):
         partitions: int = 1,
         key_columns: Sequence[str] = (),
         exist_ok: bool = False,
+        retention_ms: int | None = None,
+        retention_records: int | None = None,
     ) -> TableInfo:
-        request = create_table_request(table, schema, partitions, key_columns)
+        request = create_table_request(
+            table, schema, partitions, key_columns, retention_ms, retention_records
+        )
         try:
             return TableInfo.from_pb(await self._call("CreateTable", request))
         except TableAlreadyExists:
@@ -106,6 +111,17 @@ class AsyncClient(AsyncCalls):
         :meth:`gateway.client.Client.alter_schema` for the changes and errors)."""
         request = pb.AlterSchemaRequest(table=ref(table), changes=schema_changes(changes))
         return TableInfo.from_pb(await self._call("AlterSchema", request))
+
+    async def alter_table(
+        self,
+        table: str | TableRef,
+        *,
+        retention_ms: int | None = None,
+        retention_records: int | None = None,
+    ) -> TableInfo:
+        """Change the table's retention (see :meth:`gateway.client.Client.alter_table`)."""
+        request = alter_table_request(table, retention_ms, retention_records)
+        return TableInfo.from_pb(await self._call("AlterTable", request))
 
     async def list_tables(self, namespace: str = "") -> list[TableInfo]:
         response = await self._call(

@@ -356,6 +356,22 @@ class ColdTable(ABC):
         """
 
     @abstractmethod
+    def commit_retention(self, earliest: Mapping[int, int]) -> tuple[ColdSnapshot, int]:
+        """Remove every row below ``earliest[p]`` in each partition ``p`` in one commit on
+        the current snapshot: data files wholly below it are dropped, the one file that
+        straddles it (files are disjoint in offsets) is rewritten with its rows at or
+        above it. The snapshot carries the current ``tidegate.watermarks``, each raised
+        to ``earliest[p]`` (offsets below it are gone for good, so tiering resumes there)
+        and ``tidegate.operation=retention``. Nothing is committed when no row is below.
+
+        Returns the current snapshot after the commit and the number of rows removed.
+
+        Raises:
+            CommitConflict: a concurrent commit won; nothing was committed (the caller
+                retries from the new snapshot).
+        """
+
+    @abstractmethod
     def expire_snapshots(self, snapshot_ids: Sequence[int]) -> list[str]:
         """Remove the snapshots ``snapshot_ids`` from the table's metadata in one commit
         (never the current one), and return the paths of the files (data files,

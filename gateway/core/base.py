@@ -14,7 +14,7 @@ from gateway.config import Settings
 from gateway.core.budget import ReadBudget
 from gateway.core.views import TableView
 from gateway.hot import HotLog, PartitionId
-from gateway.meta import MetadataStore
+from gateway.meta import TABLE_VIEW_TTL_S, MetadataStore
 from gateway.wire.errors import InvalidPartition
 from gateway.wire.filters import FilterLimits
 from gateway.wire.schema import parse_fields
@@ -27,7 +27,7 @@ __all__ = ["CoreBase"]
 P = ParamSpec("P")
 R = TypeVar("R")
 
-_TABLE_CACHE_TTL_S = 2.0
+_TABLE_CACHE_TTL_S = TABLE_VIEW_TTL_S
 
 
 class _Notifier:

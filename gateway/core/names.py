@@ -8,7 +8,14 @@ from typing import Any
 
 from gateway.wire.errors import InvalidRequest
 
-__all__ = ["INT64_MAX", "check_group", "check_ident", "check_text", "parse_as_of"]
+__all__ = [
+    "INT64_MAX",
+    "check_group",
+    "check_ident",
+    "check_retention",
+    "check_text",
+    "parse_as_of",
+]
 
 INT64_MAX = 2**63 - 1
 
@@ -79,3 +86,23 @@ def check_group(group: str) -> None:
             f"group {group!r} must start with a letter or digit and hold only letters, "
             "digits, '_', '.' and '-' (at most 255)"
         )
+
+
+def check_retention(option: str, value: object) -> int | None:
+    """A retention value as given (``retention_ms`` or ``retention_records``): None
+    (not given) stays None, 0 means "no limit" and is returned as 0, any other value
+    must be a positive 64-bit integer.
+
+    Raises:
+        InvalidRequest: one sentence naming the option, the value and what is accepted.
+    """
+    if value is None:
+        return None
+    unit = "milliseconds" if option == "retention_ms" else "records"
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= INT64_MAX:
+        raise InvalidRequest(
+            f"{option} {value!r} is not accepted: give a whole number of {unit} from 1 to "
+            f"{INT64_MAX}, or 0 for no limit",
+            option=option,
+        )
+    return value

@@ -69,12 +69,21 @@ class ReadOps(CoreBase):
         def fetch() -> ReadResult:
             snap = self._read_snapshot(table, cold) if cold is not None else None
             tiered = snap.watermark(part.partition) if snap is not None else 0
+            # Recorded by retention before it removes anything: enforced from that moment
+            # on every gateway, whichever tier still holds the records below it. A table
+            # that never had a retention has none (the retention job waits until every
+            # gateway's view of the table knows it has one), so it is not looked up.
+            recorded = (
+                self.meta.earliest_offset(part.table_id, part.partition)
+                if table.definition.retention_set_at is not None
+                else 0
+            )
             o = self.hot.offsets(part)
-            if cold is not None and o.low > tiered:
+            if cold is not None and o.low > max(tiered, recorded):
                 # Trimmed above the reused snapshot's watermark: look at the newest one.
                 snap = self._read_snapshot(table, cold, fresh=True)
                 tiered = snap.watermark(part.partition)
-            earliest = 0 if tiered > 0 else o.low
+            earliest = max(recorded, 0 if tiered > 0 else o.low)
             high = max(o.high, tiered)
             if (
                 isinstance(offset, bool)
@@ -232,19 +241,11 @@ class ReadOps(CoreBase):
 
         def search(p: int) -> int:
             part = self._part(table, p)
-            o = self.hot.offsets(part)
-            # The answer lies in [lo, hi]; both stay on batch boundaries (or the log's ends).
-            lo, hi = o.low, o.high
-            while lo < hi:
-                stored = self.hot.read(part, (lo + hi) // 2, 1, 1)
-                if not stored:
-                    break
-                sb = stored[0]
-                if sb.timestamp_us >= timestamp_us:
-                    hi = max(lo, sb.base_offset)
-                else:
-                    lo = min(hi, sb.next_offset)
-            return lo
+            found = self.hot.offset_for_time(part, timestamp_us)
+            if table.definition.retention_set_at is not None:
+                # Never an offset retention has removed (or is about to).
+                found = max(found, self.meta.earliest_offset(part.table_id, p))
+            return found
 
         def run() -> dict[int, int]:
             return {p: search(p) for p in wanted}

@@ -15,8 +15,8 @@ from gateway.hot import PartitionId
 from gateway.wire.codec import decode_batch
 from gateway.wire.errors import InvalidRequest, SnapshotNotFound
 from gateway.wire.evolution import read_as
-from gateway.wire.filters import Expr, compile_filter, to_arrow
-from gateway.wire.schema import with_system_columns
+from gateway.wire.filters import And, Compare, Expr, In, Or, compile_filter, to_arrow
+from gateway.wire.schema import OFFSET_COLUMN, PARTITION_COLUMN, with_system_columns
 
 if TYPE_CHECKING:
     from gateway.cold import ColdSnapshot, PlannedFile
@@ -53,22 +53,39 @@ class ScanOps(CoreBase):
 
     def _pin(
         self, table: TableView, when: int | dt.datetime | None
-    ) -> tuple[ColdSnapshot | None, list[HotRange]]:
-        """Pin a snapshot ``S`` first, then per partition the hot range
-        ``[T_S(p), HW(p))``: every record below HW is in exactly one of the two."""
+    ) -> tuple[ColdSnapshot | None, list[HotRange], dict[int, int]]:
+        """Pin a snapshot ``S`` first, then per partition the earliest offset retention
+        recorded and the hot range ``[max(T_S(p), earliest), HW(p))``: every retained
+        record below HW is in exactly one of the two. The earliest offsets are read
+        after ``S``, so they cover every removal ``S`` holds; rows of ``S`` below them
+        (recorded, not yet removed) are left out by :func:`_retained`."""
         d = table.definition
+        snap: ColdSnapshot | None
         if when is not None:
             if self.cold is None:
                 raise SnapshotNotFound("as_of needs the cold tier, which is disabled")
-            return self._cold_table(table).snapshot(when), []
-        snap = self._cold_table(table).snapshot() if self.cold is not None else None
+            snap = self._cold_table(table).snapshot(when)
+        else:
+            snap = self._cold_table(table).snapshot() if self.cold is not None else None
+        earliest = (
+            {
+                p.partition: p.earliest_offset
+                for p in self.meta.partitions(d.table_id)
+                if p.earliest_offset > 0
+            }
+            if d.retention_set_at is not None  # else no partition has one (see reads)
+            else {}
+        )
+        if when is not None:
+            return snap, [], earliest
         ranges = []
         for p in range(d.partitions):
             o = self.hot.offsets(PartitionId(d.tenant, d.table_id, p))
             lo = snap.watermark(p) if snap is not None else o.low
+            lo = max(lo, earliest.get(p, 0))
             if o.high > lo:
                 ranges.append(HotRange(p, lo, o.high))
-        return snap, ranges
+        return snap, ranges, earliest
 
     def _lease(
         self, table: TableView, snap: ColdSnapshot | None, kind: str, past: bool
@@ -167,14 +184,15 @@ class ScanOps(CoreBase):
         expr = await self._filter(row_filter, table.stored_schema)
         arrow_filter = to_arrow(expr, table.stored_schema) if expr is not None else None
         schema = pa.schema([table.stored_schema.field(n) for n in names])
-        snap, ranges = await self._run(self._pin, table, when)
+        snap, ranges, earliest = await self._run(self._pin, table, when)
         cold = self._cold_table(table) if self.cold is not None else None
         lease = await self._run(self._lease, table, snap, "scan", when is not None)
+        cold_expr = _retained(expr, earliest, table.definition.partitions)
 
         def rows() -> Iterator[pa.RecordBatch]:
             left = limit
             if cold is not None and snap is not None:
-                for b in cold.scan(snap, names, expr, left):
+                for b in cold.scan(snap, names, cold_expr, left):
                     if left is not None:
                         b = b.slice(0, left)
                         left -= b.num_rows
@@ -224,11 +242,38 @@ class ScanOps(CoreBase):
         table = await self.table(tenant, namespace, name, fresh=True)
         when = parse_as_of(as_of)
         expr = await self._filter(row_filter, table.stored_schema)
-        snap, ranges = await self._run(self._pin, table, when)
+        snap, ranges, earliest = await self._run(self._pin, table, when)
         files: list[PlannedFile] = []
         if self.cold is not None and snap is not None:
             await self._run(self._lease, table, snap, "plan", when is not None)
-            files = await self._run(self._cold_table(table).plan, snap, expr)
+            # Files wholly below a partition's earliest offset are pruned by their bounds.
+            files = await self._run(
+                self._cold_table(table).plan,
+                snap,
+                _retained(expr, earliest, table.definition.partitions),
+            )
         return ReadPlan(
-            snap.snapshot_id if snap is not None else None, files, ranges, table.stored_schema
+            snap.snapshot_id if snap is not None else None,
+            files,
+            ranges,
+            table.stored_schema,
+            earliest,
         )
+
+
+def _retained(expr: Expr | None, earliest: dict[int, int], partitions: int) -> Expr | None:
+    """``expr`` restricted to the rows retention keeps: in each partition with an
+    earliest offset, ``_offset >= earliest`` (a bound tree: pushed down to the cold
+    backend, which prunes the files wholly below it by partition value and offset
+    bounds)."""
+    if not earliest:
+        return expr
+    others = tuple(p for p in range(partitions) if p not in earliest)
+    keep: list[Expr] = [
+        And((Compare(PARTITION_COLUMN, "=", p), Compare(OFFSET_COLUMN, ">=", e)))
+        for p, e in sorted(earliest.items())
+    ]
+    if others:
+        keep.append(In(PARTITION_COLUMN, others))
+    retained = keep[0] if len(keep) == 1 else Or(tuple(keep))
+    return retained if expr is None else And((expr, retained))

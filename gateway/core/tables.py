@@ -8,7 +8,7 @@ from typing import Any
 
 from gateway.cold.base import SnapshotInfo
 from gateway.core.base import CoreBase
-from gateway.core.names import check_ident
+from gateway.core.names import check_ident, check_retention
 from gateway.core.views import MaintenanceView, PartitionView, TableView
 from gateway.hot import PartitionId
 from gateway.wire.errors import InvalidRequest, InvalidSchema, SchemaChangeRefused
@@ -29,11 +29,14 @@ class TableOps(CoreBase):
         fields: Any,
         partitions: int,
         key_columns: Sequence[str] = (),
+        retention_ms: int | None = None,
+        retention_records: int | None = None,
     ) -> TableView:
-        """Create a table.
+        """Create a table, with a retention by age (``retention_ms``) and/or by count
+        (``retention_records``) when given (None or 0: no limit).
 
         Raises:
-            InvalidRequest: bad names or partition count.
+            InvalidRequest: bad names, partition count or retention.
             InvalidSchema: the schema or key columns cannot be stored.
             TableAlreadyExists: the name is taken in this tenant.
         """
@@ -45,6 +48,8 @@ class TableOps(CoreBase):
             or not (1 <= partitions <= MAX_PARTITIONS)
         ):
             raise InvalidRequest(f"partitions must be an integer from 1 to {MAX_PARTITIONS}")
+        ms = check_retention("retention_ms", retention_ms) or None
+        records = check_retention("retention_records", retention_records) or None
         schema = parse_fields(fields)
         keys = list(key_columns)
         for k in keys:
@@ -66,6 +71,8 @@ class TableOps(CoreBase):
             partitions,
             keys,
             self.hot.shard_names(),
+            ms,
+            records,
         )
         if cold is not None:
             try:
@@ -106,6 +113,35 @@ class TableOps(CoreBase):
         self._tables.pop((tenant, namespace, name), None)
         return await self.describe_table(tenant, namespace, name)
 
+    async def set_retention(
+        self,
+        tenant: str,
+        namespace: str,
+        name: str,
+        retention_ms: int | None = None,
+        retention_records: int | None = None,
+    ) -> TableView:
+        """Change the table's retention: a value given replaces the current one (0 removes
+        that limit), None leaves it as it is. The retention job applies it at its next run;
+        offsets already removed stay removed.
+
+        Raises:
+            TableNotFound: no such table in this tenant.
+            InvalidRequest: a value that is not a retention.
+        """
+        ms = check_retention("retention_ms", retention_ms)
+        records = check_retention("retention_records", retention_records)
+        table = await self.table(tenant, namespace, name, fresh=True)
+        d = table.definition
+        await self._run(
+            self.meta.set_retention,
+            d.table_id,
+            d.retention_ms if ms is None else (ms or None),
+            d.retention_records if records is None else (records or None),
+        )
+        self._tables.pop((tenant, namespace, name), None)
+        return await self.describe_table(tenant, namespace, name)
+
     async def describe_table(self, tenant: str, namespace: str, name: str) -> TableView:
         """The table with live per-partition offsets.
 
@@ -135,7 +171,8 @@ class TableOps(CoreBase):
                     tiered = snap.watermark(p)
                 else:
                     tiered = cached[p].tiered_watermark if p in cached else 0
-                earliest = 0 if tiered > 0 else o.low
+                recorded = cached[p].earliest_offset if p in cached else 0
+                earliest = max(recorded, 0 if tiered > 0 else o.low)
                 high = max(o.high, tiered)
                 views.append(
                     PartitionView(p, earliest, high, tiered, o.size_bytes, o.bytes_from(tiered))

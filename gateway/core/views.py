@@ -129,6 +129,9 @@ class ReadPlan:
     files: list[PlannedFile]
     hot_ranges: list[HotRange]
     schema: pa.Schema
+    #: Partition -> earliest offset, where retention set one: rows of ``files`` below it
+    #: (not yet removed by the retention job) are to be left out.
+    earliest: dict[int, int] = field(default_factory=dict)
 
 
 @dataclass

@@ -180,6 +180,25 @@ class HotLog(ABC):
     def close(self) -> None:
         """Release connections and file handles."""
 
+    def offset_for_time(self, part: PartitionId, timestamp_us: int, low: int = 0) -> int:
+        """The base offset of the first batch at or above ``low`` stamped at or after
+        ``timestamp_us`` (the high watermark when none is): a binary search on batch
+        offsets that reads one batch per step, taking append times as non-decreasing
+        along the log."""
+        o = self.offsets(part)
+        # The answer lies in [lo, hi]; both stay on batch boundaries (or the log's ends).
+        lo, hi = max(o.low, min(low, o.high)), o.high
+        while lo < hi:
+            stored = self.read(part, (lo + hi) // 2, 1, 1)
+            if not stored:
+                break
+            sb = stored[0]
+            if sb.timestamp_us >= timestamp_us:
+                hi = max(lo, sb.base_offset)
+            else:
+                lo = min(hi, sb.next_offset)
+        return lo
+
     def needs_trim(self, part: PartitionId, below_offset: int) -> bool:
         """Whether :meth:`trim` below ``below_offset`` would free anything."""
         return self.offsets(part).low < below_offset

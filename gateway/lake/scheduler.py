@@ -33,7 +33,7 @@ __all__ = ["JOBS", "EmbeddedJobs", "Job", "lag", "lake_stats", "run_forever", "r
 log = logging.getLogger("tidegate.tiering")
 
 #: The lake jobs by name.
-Job = Literal["tier", "compact", "expire", "orphans"]
+Job = Literal["tier", "compact", "expire", "orphans", "retention"]
 
 
 def _compact(c: Components, runner: Runner) -> RunReport[Any]:
@@ -55,12 +55,20 @@ def _orphans(c: Components, runner: Runner) -> RunReport[Any]:
     return clean_all(c)
 
 
+def _retention(c: Components, runner: Runner) -> RunReport[Any]:
+    # Metadata work, one rewrite per partition at most and deletes: on the driver.
+    from gateway.lake.retention import retain_all
+
+    return retain_all(c)
+
+
 #: name -> (run over every table, logger name, what a run's log line calls it).
 JOBS: dict[str, tuple[Callable[[Components, Runner], RunReport[Any]], str, str]] = {
     "tier": (lambda c, runner: tier_all(c, runner=runner), "tidegate.tiering", "tiering"),
     "compact": (_compact, "tidegate.compaction", "compaction"),
     "expire": (_expire, "tidegate.expiry", "expiry"),
     "orphans": (_orphans, "tidegate.expiry", "orphan clean-up"),
+    "retention": (_retention, "tidegate.retention", "retention"),
 }
 
 
@@ -138,7 +146,7 @@ class EmbeddedJobs:
     """A daemon thread that runs each enabled lake job on its own period until stopped:
     tiering every ``tiering.interval_s``, compaction every ``compaction.interval_s``,
     expiry (and, with ``expiry.orphans_enabled``, the orphan clean-up) every
-    ``expiry.interval_s``.
+    ``expiry.interval_s``, table retention every ``retention.interval_s``.
     One thread, one job at a time: the embedded gateway's lake work never takes more
     than one core, and the jobs never race each other (they are safe if they do)."""
 
@@ -155,6 +163,8 @@ class EmbeddedJobs:
             self.periods["expire"] = s.expiry.interval_s
         if s.expiry.enabled and s.expiry.orphans_enabled:
             self.periods["orphans"] = s.expiry.interval_s
+        if s.retention.enabled:
+            self.periods["retention"] = s.retention.interval_s
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="tg-lake", daemon=True)
 

@@ -416,7 +416,13 @@ def tier_table(
     while True:
         attempt += 1
         base = cold.snapshot()
-        tasks = _tasks(c, d, cold, base, run_id)
+        try:
+            tasks = _tasks(c, d, cold, base, run_id)
+        except TieringError as exc:
+            if not _moved_on(c, cold, base, exc, conflicts + 1, retry, started):
+                raise
+            conflicts += 1
+            continue
         if not tasks:
             snap_id = base.snapshot_id
             moved: dict[int, tuple[int, int]] = {}
@@ -434,7 +440,13 @@ def tier_table(
                 files.extend(prev[1])
             else:
                 todo.append(t)
-        new_files = runner.write(d.tenant, todo)
+        try:
+            new_files = runner.write(d.tenant, todo)
+        except Exception as exc:
+            if not _moved_on(c, cold, base, exc, conflicts + 1, retry, started):
+                raise
+            conflicts += 1
+            continue
         by_part: dict[int, list[DataFile]] = defaultdict(list)
         for f in new_files:
             by_part[f.partition].append(f)
@@ -475,6 +487,28 @@ def tier_table(
     )
     _observe(result)
     return result
+
+
+def _moved_on(
+    c: Components,
+    cold: ColdTable,
+    base: ColdSnapshot,
+    exc: Exception,
+    conflicts: int,
+    retry: Retry,
+    started: float,
+) -> bool:
+    """Whether a run that failed reading the hot tier should re-plan: a retention that
+    committed since ``base`` raised T(p) and trimmed the hot tier under the plan (then
+    wait as after a commit conflict and say yes); else the failure is the run's own."""
+    if cold.snapshot().snapshot_id == base.snapshot_id:
+        return False
+    delay = retry.next_delay(CommitConflict(str(exc)), conflicts, started)
+    if delay is None:
+        return False
+    log.info("%s: the table moved on under the run (%s); re-planning", cold.name, exc)
+    time.sleep(delay)
+    return True
 
 
 def trim_hot(

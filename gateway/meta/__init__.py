@@ -5,6 +5,12 @@ PostgreSQL (production), migrated by the alembic scripts shipped in
 ``gateway/meta/migrations``, which run automatically when a store opens.
 """
 
-from gateway.meta.store import MetadataStore, PartitionState, Placement, TableDef
+from gateway.meta.store import (
+    TABLE_VIEW_TTL_S,
+    MetadataStore,
+    PartitionState,
+    Placement,
+    TableDef,
+)
 
-__all__ = ["MetadataStore", "PartitionState", "Placement", "TableDef"]
+__all__ = ["TABLE_VIEW_TTL_S", "MetadataStore", "PartitionState", "Placement", "TableDef"]

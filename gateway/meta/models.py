@@ -137,6 +137,14 @@ class TableRecord(Base):
     #: Raised by one at every schema change (0 at create); a change commits only over
     #: the version it was planned from.
     schema_version: Mapped[int] = mapped_column(Integer, default=0, server_default=text("0"))
+    #: Retention (as Kafka's ``retention.ms`` / ``retention.records``): records older than
+    #: this many milliseconds, or more than this many behind the high watermark, are
+    #: removed by the retention job. NULL: kept for ever.
+    retention_ms: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
+    retention_records: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
+    #: When a retention was last set (or cleared); NULL: the table never had one, so no
+    #: partition has an earliest offset and stream reads need not look it up.
+    retention_set_at: Mapped[datetime | None] = mapped_column(nullable=True)
 
 
 class PartitionRecord(Base):
@@ -162,6 +170,9 @@ class PartitionRecord(Base):
     #: The shard an unfinished move is taking the partition to (NULL: no move under way).
     #: Recorded before the source segment is sealed, so whoever finds the seal can finish.
     move_target: Mapped[str | None] = mapped_column(String(255), nullable=True)
+    #: The earliest offset still readable: set by the retention job before it removes
+    #: anything below it, and only ever raised. Not a cache: reads are refused below it.
+    earliest_offset: Mapped[int] = mapped_column(BigInteger, default=0, server_default=text("0"))
 
 
 class SegmentRecord(Base):

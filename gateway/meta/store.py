@@ -65,6 +65,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "MIGRATIONS_DIR",
+    "TABLE_VIEW_TTL_S",
     "JobRun",
     "Lease",
     "MetadataStore",
@@ -76,6 +77,10 @@ __all__ = [
 
 #: One segment of a partition's chain: ``(seq, shard, start_offset, end_offset | None)``.
 SegmentRow = tuple[int, str, int, int | None]
+
+#: How long a gateway reuses a table's definition (``StreamTables.table``): a change of the
+#: definition (a retention set) reaches every gateway within this time.
+TABLE_VIEW_TTL_S = 2.0
 
 #: The alembic script directory shipped inside the package.
 MIGRATIONS_DIR = Path(__file__).resolve().parent / "migrations"
@@ -104,6 +109,13 @@ class TableDef:
     created_at: datetime
     #: Raised by one at every schema change (0 at create).
     schema_version: int = 0
+    #: Retention by age (milliseconds since append) and by count (records behind the
+    #: high watermark); None: no limit of that kind.
+    retention_ms: int | None = None
+    retention_records: int | None = None
+    #: When a retention was last set or cleared (None: never; no partition of the table
+    #: then has an earliest offset).
+    retention_set_at: datetime | None = None
 
     @property
     def qualified_name(self) -> str:
@@ -142,6 +154,8 @@ class PartitionState:
     tiered_watermark: int
     shard: str
     epoch: int
+    #: The earliest readable offset, set by retention (0: nothing removed).
+    earliest_offset: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -328,6 +342,9 @@ def _table_def(record: TableRecord) -> TableDef:
         key_columns=json.loads(record.key_columns_json),
         created_at=record.created_at,
         schema_version=record.schema_version or 0,
+        retention_ms=record.retention_ms,
+        retention_records=record.retention_records,
+        retention_set_at=record.retention_set_at,
     )
 
 
@@ -413,6 +430,8 @@ class MetadataStore:
         partitions: int,
         key_columns: Sequence[str] = (),
         shards: Sequence[str] = ("default",),
+        retention_ms: int | None = None,
+        retention_records: int | None = None,
     ) -> TableDef:
         """Create a table and its partition rows ``0..partitions-1``, each placed on one of
         ``shards`` by :func:`choose_shards` (the hot tier's configured shard names).
@@ -435,6 +454,9 @@ class MetadataStore:
             partitions=partitions,
             key_columns_json=json.dumps(list(key_columns)),
             created_at=utcnow(),
+            retention_ms=retention_ms,
+            retention_records=retention_records,
+            retention_set_at=utcnow() if retention_ms or retention_records else None,
         )
         try:
             with self._session(write=True) as session:
@@ -507,6 +529,24 @@ class MetadataStore:
                 )
             return _table_def(record)
 
+    def set_retention(
+        self, table_id: str, retention_ms: int | None, retention_records: int | None
+    ) -> TableDef:
+        """Replace the table's retention (None: no limit of that kind).
+
+        Raises:
+            TableNotFound: the table was dropped.
+        """
+        with self._session(write=True) as session:
+            record = session.get(TableRecord, table_id)
+            if record is None:
+                raise TableNotFound(f"table {table_id} not found", table_id=table_id)
+            record.retention_ms = retention_ms
+            record.retention_records = retention_records
+            record.retention_set_at = utcnow()
+            session.flush()
+            return _table_def(record)
+
     def list_tables(self, tenant: str, namespace: str | None = None) -> list[TableDef]:
         """The tenant's tables (in ``namespace`` only, when given), by namespace and name."""
         stmt = select(TableRecord).where(TableRecord.tenant_id == tenant)
@@ -563,9 +603,25 @@ class MetadataStore:
                     tiered_watermark=r.tiered_watermark,
                     shard=r.shard,
                     epoch=r.epoch,
+                    earliest_offset=r.earliest_offset or 0,
                 )
                 for r in session.scalars(stmt)
             ]
+
+    def earliest_offset(self, table_id: str, partition: int) -> int:
+        """The partition's earliest readable offset (0 when retention never removed
+        anything, or for an unknown partition): one primary-key lookup, made by every
+        stream read so that a new earliest offset holds on every gateway at once."""
+        stmt = select(PartitionRecord.earliest_offset).where(
+            PartitionRecord.table_id == table_id, PartitionRecord.partition == partition
+        )
+        with self._session(write=False) as session:
+            return int(session.execute(stmt).scalar() or 0)
+
+    def raise_earliest_offsets(self, table_id: str, offsets: Mapping[int, int]) -> None:
+        """Raise the partitions' earliest offsets (retention); a smaller value than the
+        stored one leaves it unchanged, so the earliest offset never goes backwards."""
+        self._raise_cached(table_id, "earliest_offset", offsets)
 
     def update_high_watermarks(self, table_id: str, watermarks: Mapping[int, int]) -> None:
         """Raise the cached high watermarks to the given values.

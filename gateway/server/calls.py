@@ -83,10 +83,20 @@ class DataCalls:
         fields: Any,
         partitions: int,
         key_columns: Sequence[str] = (),
+        *,
+        retention_ms: int | None = None,
+        retention_records: int | None = None,
     ) -> TableView:
         await self.gate.check_create_table(tenant, partitions)
         return await self.service.create_table(
-            tenant, namespace, name, fields, partitions, key_columns
+            tenant,
+            namespace,
+            name,
+            fields,
+            partitions,
+            key_columns,
+            retention_ms=retention_ms,
+            retention_records=retention_records,
         )
 
     # Appends ---------------------------------------------------------------------------

@@ -81,7 +81,14 @@ def table_info(view: TableView) -> pb.TableInfo:
         iceberg_metadata=view.iceberg_metadata,
         schema_version=view.schema_version,
         iceberg_schema_id=view.iceberg_schema_id if view.iceberg_schema_id >= 0 else None,
+        retention_ms=d.retention_ms,
+        retention_records=d.retention_records,
     )
+
+
+def _optional(message: Any, name: str) -> int | None:
+    """An ``optional`` integer field: None when unset."""
+    return int(getattr(message, name)) if message.HasField(name) else None
 
 
 def _ranges(ranges: Iterable[AppendRange]) -> pb.AppendResponse:
@@ -162,6 +169,18 @@ class TidegateServicer(pb_grpc.TidegateServicer):  # type: ignore[misc]
             fields,
             request.partitions,
             list(request.key_columns),
+            retention_ms=_optional(request, "retention_ms"),
+            retention_records=_optional(request, "retention_records"),
+        )
+        return table_info(view)
+
+    async def AlterTable(self, request: pb.AlterTableRequest, context: Any) -> pb.TableInfo:
+        view = await self.service.set_retention(
+            current_call().tenant,
+            request.table.namespace,
+            request.table.name,
+            _optional(request, "retention_ms"),
+            _optional(request, "retention_records"),
         )
         return table_info(view)
 
@@ -410,6 +429,9 @@ class TidegateServicer(pb_grpc.TidegateServicer):  # type: ignore[misc]
                 for r in plan.hot_ranges
             ],
             arrow_schema=encode_stream([], plan.schema),
+            earliest_offsets=[
+                pb.PartitionOffset(partition=p, offset=o) for p, o in sorted(plan.earliest.items())
+            ],
         )
 
 

@@ -69,8 +69,17 @@ def fetch_plan(connection: Connection, row_filter: Expr | None, as_of: str | Non
             )
         except TidegateError as err:
             raise described(err, f"planning a read of {connection.table}") from None
+    # Rows below a partition's earliest offset (retention recorded, not yet removed).
+    earliest = {e.partition: e.offset for e in response.earliest_offsets}
     files = tuple(
-        FileSlice(f.url, f.file_size_bytes, f.partition, f.min_offset, f.max_offset)
+        FileSlice(
+            f.url,
+            f.file_size_bytes,
+            f.partition,
+            f.min_offset,
+            f.max_offset,
+            earliest[f.partition] if f.min_offset < earliest.get(f.partition, 0) else None,
+        )
         for f in response.files
     )
     hot = {r.partition: (r.from_offset, r.to_offset) for r in response.hot_ranges}

@@ -217,3 +217,22 @@ def normalise(rows: Sequence[dict[str, Any]], schema: pa.Schema) -> list[dict[st
     table = pa.Table.from_pylist([{k: r[k] for k in names} for r in rows])
     arrays = [table.column(n).cast(schema.field(n).type) for n in names]
     return pa.Table.from_arrays(arrays, schema=schema).to_pylist()
+
+
+def duckdb_scan(metadata: str) -> pa.Table:
+    """Every row of the Iceberg table whose metadata file is ``metadata`` (a local path or
+    ``file://`` URI), as DuckDB's Iceberg extension reads it, by (_partition, _offset)."""
+    import duckdb
+
+    con = duckdb.connect()
+    try:
+        for ext in ("avro", "iceberg"):
+            con.execute(f"INSTALL '{extension_file(ext)}'")
+            con.execute(f"LOAD {ext}")
+        location = metadata.removeprefix("file://")
+        result = con.execute(
+            f"SELECT * FROM iceberg_scan('{location}') ORDER BY _partition, _offset"
+        ).arrow()
+        return result.read_all() if hasattr(result, "read_all") else result
+    finally:
+        con.close()

@@ -210,20 +210,22 @@ def test_rebalance_cronjob_moves_through_the_gateway_service_as_the_operator() -
     assert any(s and s.items() <= pod_labels.items() for s in selectors)
 
 
-@pytest.mark.parametrize("job", ["compaction", "expiry", "orphans", "rebalance"])
+@pytest.mark.parametrize("job", ["compaction", "expiry", "orphans", "retention", "rebalance"])
 def test_schema_refuses_maintenance_cronjobs_with_the_disk_tier(job: str) -> None:
     assert f"/jobs/{job}/enabled" in refusal({"jobs": {job: {"enabled": True}}})
 
 
 def test_maintenance_cronjobs_run_their_commands_and_turn_the_embedded_ones_off() -> None:
     base = example("redis-postgres-s3")
-    on = {"jobs": {j: {"enabled": True} for j in ("compaction", "expiry", "orphans")}}
+    jobs = ("compaction", "expiry", "orphans", "retention")
+    on = {"jobs": {j: {"enabled": True} for j in jobs}}
     rendered = Rendered(merge(base, on))
     data = rendered.one("ConfigMap")["data"]
     assert data["TIDEGATE_COMPACTION__ENABLED"] == "false"
     assert data["TIDEGATE_EXPIRY__ENABLED"] == "false"
+    assert data["TIDEGATE_RETENTION__ENABLED"] == "false"
     commands = {}
-    for name in ("tiering", "compaction", "expiry", "orphans"):
+    for name in ("tiering", *jobs):
         cron = rendered.one("CronJob", f"-{name}")
         assert cron["spec"]["concurrencyPolicy"] == "Forbid"
         pod = cron["spec"]["jobTemplate"]["spec"]["template"]["spec"]
@@ -233,11 +235,13 @@ def test_maintenance_cronjobs_run_their_commands_and_turn_the_embedded_ones_off(
         "compaction": ["tidegate", "compact", "--runner", "spark", "--master", "local[2]"],
         "expiry": ["tidegate", "expire"],
         "orphans": ["tidegate", "clean-orphans"],
+        "retention": ["tidegate", "retention"],
     }
     # Off by default: the gateway compacts and expires on its own schedule.
     default = Rendered(base).one("ConfigMap")["data"]
     assert default["TIDEGATE_COMPACTION__ENABLED"] == "true"
     assert default["TIDEGATE_EXPIRY__ENABLED"] == "true"
+    assert default["TIDEGATE_RETENTION__ENABLED"] == "true"
 
 
 def test_schema_refuses_unknown_keys_and_short_keys() -> None:

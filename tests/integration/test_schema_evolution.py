@@ -261,22 +261,9 @@ def test_each_admitted_change_end_to_end(lake: Lake, table: str, tmp_path: Path)
 
 def _duckdb(metadata: str) -> list[dict[str, Any]]:
     """The Iceberg table's rows as DuckDB reads them (its extensions from PyPI)."""
-    import duckdb
+    from tests.cold.helpers import duckdb_scan
 
-    from tests.cold.helpers import extension_file
-
-    con = duckdb.connect()
-    try:
-        for ext in ("avro", "iceberg"):
-            con.execute(f"INSTALL '{extension_file(ext)}'")
-            con.execute(f"LOAD {ext}")
-        location = metadata.removeprefix("file://")
-        result = con.execute(
-            f"SELECT * FROM iceberg_scan('{location}') ORDER BY _partition, _offset"
-        ).arrow()
-        data = result.read_all() if hasattr(result, "read_all") else result
-    finally:
-        con.close()
+    data = duckdb_scan(metadata)
     assert data.schema.field("id").type == pa.int64()
     assert data.schema.field("score").type == pa.float64()
     return list(data.to_pylist())

@@ -33,6 +33,8 @@ def tier_settings(kind: str, tmp_path: Path, redis: RedisServer | None, **tierin
     base = hot_settings(kind, tmp_path, redis)
     values = base.model_dump()
     values["tiering"] = {"hot_retention_s": 0, **tiering}
+    # The retention tests apply a retention right after setting it (one process).
+    values["retention"] = {"settle_s": 0}
     return Settings.explicit(**values)
 
 

@@ -931,7 +931,8 @@ async def test_openapi_describes_the_routes(gw: Gateway) -> None:
         "/v1/tables/{namespace}/{name}/partitions/{partition}/records",
     }
     assert set(paths["/v1/tables"]) == {"get", "post"}
-    assert set(paths["/v1/tables/{namespace}/{name}"]) == {"get", "delete"}
+    # PATCH changes the table's options (retention).
+    assert set(paths["/v1/tables/{namespace}/{name}"]) == {"get", "delete", "patch"}
     append = paths["/v1/tables/{namespace}/{name}/records"]["post"]
     content = append["requestBody"]["content"]
     assert set(content) == {"application/json", ARROW_STREAM}

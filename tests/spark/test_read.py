@@ -185,3 +185,27 @@ def test_a_read_racing_tiering_returns_each_record_once(
     rows = [r for s in splits for b in read_split(reader.spec, s) for r in b.to_pylist()]
     got = sorted((_instants(r) for r in rows), key=_key)
     assert got == before and len(got) == 3 * 105
+
+
+def test_a_read_leaves_out_rows_below_the_earliest_offset(
+    lake: LakeGateway, tg_spark: Any, table_name: str
+) -> None:
+    """Retention recorded earliest offsets and has not removed anything yet: the plan's
+    straddling file is read from the earliest offset, the hot range starts there."""
+    from gateway.meta import MetadataStore
+
+    _fill(lake, table_name)  # per partition: files 0..39 and 40..79, hot 80..104
+    with lake.gateway.client() as c:
+        c.alter_table(table_name, retention_records=1_000_000)
+    ns, name = table_name.split(".")
+    with MetadataStore.from_settings(lake.settings) as meta:
+        d = meta.get_table(lake.gateway.tenant, ns, name)
+        meta.raise_earliest_offsets(d.table_id, {0: 50, 1: 90})
+    with lake.gateway.client() as c:
+        plan = c.plan_read(table_name)
+    assert {(e.partition, e.offset) for e in plan.earliest_offsets} == {(0, 50), (1, 90)}
+    df = tg_spark.read.format("tidegate").options(**lake.options(table_name)).load()
+    got = spark_rows(df)
+    for p, first in ((0, 50), (1, 90), (2, 0)):
+        assert [r["_offset"] for r in got if r["_partition"] == p] == list(range(first, 105))
+    assert got == gateway_rows(lake, table_name)

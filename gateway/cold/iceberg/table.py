@@ -3,6 +3,7 @@ read plans and the tiering commit."""
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import json
 import threading
@@ -476,6 +477,68 @@ class IcebergColdTable(ColdTable):
             OPERATION_PROPERTY: "compact",
         }
         return self._commit(table, props, added, [live[f.path] for f in removed])
+
+    def commit_retention(self, earliest: Mapping[int, int]) -> tuple[ColdSnapshot, int]:
+        from gateway.cold.base import write_data_file
+
+        table = self._load()
+        current = table.current_snapshot()
+        marks = _watermarks(current.summary) if current is not None else {}
+        raised = {int(p): max(int(e), marks.get(int(p), 0)) for p, e in earliest.items()}
+        if current is None and not any(raised.values()):
+            return self.snapshot(), 0
+        deleted: list[Any] = []
+        added: list[DataFile] = []
+        removed_rows = 0
+        if current is not None:
+            oid = int(table.schema().find_field(OFFSET_COLUMN).field_id)
+            filesystem = self.store.filesystem()
+            storage = self.store.storage_options()
+            file_schema = self.file_schema()
+            for p, e in sorted(earliest.items()):
+                prune = to_pyiceberg(Compare(PARTITION_COLUMN, "=", int(p)), self.stored_schema)
+                tasks = table.scan(row_filter=prune, snapshot_id=current.snapshot_id)
+                for t in tasks.plan_files():
+                    f = self._data_file(t.file, oid)
+                    if f.min_offset >= e:
+                        continue
+                    deleted.append(t.file)
+                    if 0 <= f.max_offset < e:
+                        removed_rows += f.record_count
+                        continue
+                    # Straddles the earliest offset (or has no bounds): keep its rows at
+                    # or above it in a new file.
+                    keep = [
+                        b
+                        for b in _file_batches(
+                            filesystem, f.path, file_schema.names, (e, 2**63 - 1)
+                        )
+                        if b.num_rows
+                    ]
+                    kept = sum(b.num_rows for b in keep)
+                    removed_rows += f.record_count - kept
+                    if kept:
+                        # Cast (and columns added since filled) by write_data_file.
+                        rows = pa.Table.from_batches(keep)
+                        added.append(
+                            write_data_file(storage, self.data_location(p), rows, file_schema)
+                        )
+        if not deleted and all(raised[p] == marks.get(p, 0) for p in raised):
+            return self.snapshot(), 0
+        merged = {**marks, **raised}
+        props = {
+            WATERMARKS_PROPERTY: json.dumps({str(p): merged[p] for p in sorted(merged)}),
+            OPERATION_PROPERTY: "retention",
+        }
+        try:
+            snap = self._commit(table, props, added, deleted)
+        except CommitConflict:
+            filesystem = self.store.filesystem()
+            for f in added:  # never committed: not an orphan to wait for
+                with contextlib.suppress(OSError):
+                    filesystem.delete_file(fs_path(f.path))
+            raise
+        return snap, removed_rows
 
     def expire_snapshots(self, snapshot_ids: Sequence[int]) -> list[str]:
         from pyiceberg.exceptions import CommitFailedException

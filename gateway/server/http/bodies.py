@@ -71,6 +71,8 @@ def describe(view: TableView, *, with_partitions: bool) -> dict[str, Any]:
         "partitions": d.partitions,
         "key_columns": list(d.key_columns),
         "created_at": iso(d.created_at),
+        "retention_ms": d.retention_ms,
+        "retention_records": d.retention_records,
     }
     if with_partitions:
         out["partition_info"] = [

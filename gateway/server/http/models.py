@@ -73,6 +73,28 @@ class CreateTableRequest(_Request):
         description="Columns whose stable hash routes a row to a partition; empty: "
         "round-robin per batch.",
     )
+    retention_ms: int | None = Field(
+        None,
+        description="Remove records this many milliseconds after their append (Kafka's "
+        "retention.ms); null or 0: no limit by age.",
+    )
+    retention_records: int | None = Field(
+        None,
+        description="Keep at most this many records per partition, the newest (removing "
+        "those further below the high watermark); null or 0: no limit by count.",
+    )
+
+
+class AlterTableRequest(_Request):
+    """``PATCH /v1/tables/{namespace}/{name}``: change the table's options; a field left
+    out keeps its value."""
+
+    retention_ms: int | None = Field(
+        None, description="New retention by age in milliseconds; 0 removes the limit."
+    )
+    retention_records: int | None = Field(
+        None, description="New retention by count per partition; 0 removes the limit."
+    )
 
 
 class SchemaChange(_Request):
@@ -177,7 +199,7 @@ class MaintenanceInfo(BaseModel):
         description="Snapshots open scans and read plans hold against expiry."
     )
     last_runs: dict[str, JobRunInfo] = Field(
-        description="Last run per maintenance job: compact, expire, orphans."
+        description="Last run per maintenance job: compact, expire, orphans, retention."
     )
 
 
@@ -189,6 +211,8 @@ class TableDescription(BaseModel):
     partitions: int
     key_columns: list[str]
     created_at: str = Field(description="ISO-8601, UTC.")
+    retention_ms: int | None = Field(None, description="Retention by age; null: none.")
+    retention_records: int | None = Field(None, description="Retention by count; null: none.")
     partition_info: list[PartitionInfo] | None = Field(
         None, description="Live offsets per partition (describe and create only)."
     )

@@ -126,6 +126,7 @@ def scans_router(calls: DataCalls) -> APIRouter:
                     }
                     for r in p.hot_ranges
                 ],
+                "earliest_offsets": {str(k): v for k, v in sorted(p.earliest.items())},
             }
         )
 

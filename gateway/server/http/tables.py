@@ -13,6 +13,7 @@ from gateway.server.http.deps import Caller, Name, Namespace
 from gateway.server.http.models import (
     ERRORS,
     AlterSchemaRequest,
+    AlterTableRequest,
     CreateTableRequest,
     ErrorResponse,
     SnapshotList,
@@ -41,7 +42,14 @@ def tables_router(calls: DataCalls) -> APIRouter:
             else [f.model_dump() for f in body.schema_]
         )
         view = await calls.create_table(
-            caller.tenant, body.namespace, body.name, spec, body.partitions, body.key_columns
+            caller.tenant,
+            body.namespace,
+            body.name,
+            spec,
+            body.partitions,
+            body.key_columns,
+            retention_ms=body.retention_ms,
+            retention_records=body.retention_records,
         )
         return JSONResponse(describe(view, with_partitions=True), status_code=201)
 
@@ -66,6 +74,22 @@ def tables_router(calls: DataCalls) -> APIRouter:
     )
     async def describe_table(namespace: Namespace, name: Name, caller: Caller) -> JSONResponse:
         view = await service.describe_table(caller.tenant, namespace, name)
+        return JSONResponse(describe(view, with_partitions=True))
+
+    @router.patch(
+        "/{namespace}/{name}",
+        response_model=TableDescription,
+        responses=ERRORS,
+        summary="Change the table's options: retention_ms, retention_records.",
+    )
+    async def alter_table(
+        body: AlterTableRequest, namespace: Namespace, name: Name, caller: Caller
+    ) -> JSONResponse:
+        """A field given replaces the option (0 removes that limit); a field left out
+        keeps it. The retention job applies a new retention at its next run."""
+        view = await service.set_retention(
+            caller.tenant, namespace, name, body.retention_ms, body.retention_records
+        )
         return JSONResponse(describe(view, with_partitions=True))
 
     @router.post(

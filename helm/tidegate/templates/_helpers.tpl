@@ -129,7 +129,7 @@ with the chart's Secret an item is present when its value is set (or generated).
 {{- include "tidegate.cronJob" (dict "ctx" . "name" "tiering") -}}
 {{- end -}}
 
-{{/* Is the lake job "name" (tiering, compaction, expiry, orphans) a CronJob? "true" or "". */}}
+{{/* Is the lake job "name" (tiering, compaction, expiry, orphans, retention) a CronJob? "true" or "". */}}
 {{- define "tidegate.cronJob" -}}
 {{- $v := .ctx.Values -}}
 {{- if and (index $v.jobs .name).enabled (eq $v.hot.type "redis") $v.cold.enabled -}}true{{- end -}}
@@ -212,6 +212,7 @@ Checks values.schema.json cannot express: what several gateway replicas must sha
 {{- $_ = set $s "TIDEGATE_TIERING__TARGET_FILE_BYTES" (toString (int64 $v.tiering.targetFileBytes)) -}}
 {{- $_ = set $s "TIDEGATE_COMPACTION__ENABLED" (ternary "false" "true" (eq (include "tidegate.cronJob" (dict "ctx" . "name" "compaction")) "true")) -}}
 {{- $_ = set $s "TIDEGATE_EXPIRY__ENABLED" (ternary "false" "true" (eq (include "tidegate.cronJob" (dict "ctx" . "name" "expiry")) "true")) -}}
+{{- $_ = set $s "TIDEGATE_RETENTION__ENABLED" (ternary "false" "true" (eq (include "tidegate.cronJob" (dict "ctx" . "name" "retention")) "true")) -}}
 {{- $secretNames := list -}}
 {{- range (include "tidegate.secretItems" . | fromJsonArray) -}}{{- $secretNames = append $secretNames (index . 0) -}}{{- end -}}
 {{- range $name, $value := $v.settings -}}

@@ -29,16 +29,30 @@ class TableRef(_message.Message):
     def __init__(self, namespace: _Optional[str] = ..., name: _Optional[str] = ...) -> None: ...
 
 class CreateTableRequest(_message.Message):
-    __slots__ = ("table", "fields", "partitions", "key_columns")
+    __slots__ = ("table", "fields", "partitions", "key_columns", "retention_ms", "retention_records")
     TABLE_FIELD_NUMBER: _ClassVar[int]
     FIELDS_FIELD_NUMBER: _ClassVar[int]
     PARTITIONS_FIELD_NUMBER: _ClassVar[int]
     KEY_COLUMNS_FIELD_NUMBER: _ClassVar[int]
+    RETENTION_MS_FIELD_NUMBER: _ClassVar[int]
+    RETENTION_RECORDS_FIELD_NUMBER: _ClassVar[int]
     table: TableRef
     fields: _containers.RepeatedCompositeFieldContainer[Field]
     partitions: int
     key_columns: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, table: _Optional[_Union[TableRef, _Mapping]] = ..., fields: _Optional[_Iterable[_Union[Field, _Mapping]]] = ..., partitions: _Optional[int] = ..., key_columns: _Optional[_Iterable[str]] = ...) -> None: ...
+    retention_ms: int
+    retention_records: int
+    def __init__(self, table: _Optional[_Union[TableRef, _Mapping]] = ..., fields: _Optional[_Iterable[_Union[Field, _Mapping]]] = ..., partitions: _Optional[int] = ..., key_columns: _Optional[_Iterable[str]] = ..., retention_ms: _Optional[int] = ..., retention_records: _Optional[int] = ...) -> None: ...
+
+class AlterTableRequest(_message.Message):
+    __slots__ = ("table", "retention_ms", "retention_records")
+    TABLE_FIELD_NUMBER: _ClassVar[int]
+    RETENTION_MS_FIELD_NUMBER: _ClassVar[int]
+    RETENTION_RECORDS_FIELD_NUMBER: _ClassVar[int]
+    table: TableRef
+    retention_ms: int
+    retention_records: int
+    def __init__(self, table: _Optional[_Union[TableRef, _Mapping]] = ..., retention_ms: _Optional[int] = ..., retention_records: _Optional[int] = ...) -> None: ...
 
 class PartitionInfo(_message.Message):
     __slots__ = ("partition", "earliest_offset", "high_watermark", "tiered_watermark", "hot_bytes", "lag_records", "lag_bytes")
@@ -59,7 +73,7 @@ class PartitionInfo(_message.Message):
     def __init__(self, partition: _Optional[int] = ..., earliest_offset: _Optional[int] = ..., high_watermark: _Optional[int] = ..., tiered_watermark: _Optional[int] = ..., hot_bytes: _Optional[int] = ..., lag_records: _Optional[int] = ..., lag_bytes: _Optional[int] = ...) -> None: ...
 
 class TableInfo(_message.Message):
-    __slots__ = ("table", "table_id", "fields", "partitions", "key_columns", "partition_info", "created_at_ms", "iceberg_table", "iceberg_metadata", "schema_version", "iceberg_schema_id")
+    __slots__ = ("table", "table_id", "fields", "partitions", "key_columns", "partition_info", "created_at_ms", "iceberg_table", "iceberg_metadata", "schema_version", "iceberg_schema_id", "retention_ms", "retention_records")
     TABLE_FIELD_NUMBER: _ClassVar[int]
     TABLE_ID_FIELD_NUMBER: _ClassVar[int]
     FIELDS_FIELD_NUMBER: _ClassVar[int]
@@ -71,6 +85,8 @@ class TableInfo(_message.Message):
     ICEBERG_METADATA_FIELD_NUMBER: _ClassVar[int]
     SCHEMA_VERSION_FIELD_NUMBER: _ClassVar[int]
     ICEBERG_SCHEMA_ID_FIELD_NUMBER: _ClassVar[int]
+    RETENTION_MS_FIELD_NUMBER: _ClassVar[int]
+    RETENTION_RECORDS_FIELD_NUMBER: _ClassVar[int]
     table: TableRef
     table_id: str
     fields: _containers.RepeatedCompositeFieldContainer[Field]
@@ -82,7 +98,9 @@ class TableInfo(_message.Message):
     iceberg_metadata: str
     schema_version: int
     iceberg_schema_id: int
-    def __init__(self, table: _Optional[_Union[TableRef, _Mapping]] = ..., table_id: _Optional[str] = ..., fields: _Optional[_Iterable[_Union[Field, _Mapping]]] = ..., partitions: _Optional[int] = ..., key_columns: _Optional[_Iterable[str]] = ..., partition_info: _Optional[_Iterable[_Union[PartitionInfo, _Mapping]]] = ..., created_at_ms: _Optional[int] = ..., iceberg_table: _Optional[str] = ..., iceberg_metadata: _Optional[str] = ..., schema_version: _Optional[int] = ..., iceberg_schema_id: _Optional[int] = ...) -> None: ...
+    retention_ms: int
+    retention_records: int
+    def __init__(self, table: _Optional[_Union[TableRef, _Mapping]] = ..., table_id: _Optional[str] = ..., fields: _Optional[_Iterable[_Union[Field, _Mapping]]] = ..., partitions: _Optional[int] = ..., key_columns: _Optional[_Iterable[str]] = ..., partition_info: _Optional[_Iterable[_Union[PartitionInfo, _Mapping]]] = ..., created_at_ms: _Optional[int] = ..., iceberg_table: _Optional[str] = ..., iceberg_metadata: _Optional[str] = ..., schema_version: _Optional[int] = ..., iceberg_schema_id: _Optional[int] = ..., retention_ms: _Optional[int] = ..., retention_records: _Optional[int] = ...) -> None: ...
 
 class SchemaChange(_message.Message):
     __slots__ = ("op", "column", "type", "doc", "nullable")
@@ -399,16 +417,18 @@ class HotRange(_message.Message):
     def __init__(self, partition: _Optional[int] = ..., from_offset: _Optional[int] = ..., to_offset: _Optional[int] = ...) -> None: ...
 
 class PlanReadResponse(_message.Message):
-    __slots__ = ("snapshot_id", "files", "hot_ranges", "arrow_schema")
+    __slots__ = ("snapshot_id", "files", "hot_ranges", "arrow_schema", "earliest_offsets")
     SNAPSHOT_ID_FIELD_NUMBER: _ClassVar[int]
     FILES_FIELD_NUMBER: _ClassVar[int]
     HOT_RANGES_FIELD_NUMBER: _ClassVar[int]
     ARROW_SCHEMA_FIELD_NUMBER: _ClassVar[int]
+    EARLIEST_OFFSETS_FIELD_NUMBER: _ClassVar[int]
     snapshot_id: int
     files: _containers.RepeatedCompositeFieldContainer[PlannedDataFile]
     hot_ranges: _containers.RepeatedCompositeFieldContainer[HotRange]
     arrow_schema: bytes
-    def __init__(self, snapshot_id: _Optional[int] = ..., files: _Optional[_Iterable[_Union[PlannedDataFile, _Mapping]]] = ..., hot_ranges: _Optional[_Iterable[_Union[HotRange, _Mapping]]] = ..., arrow_schema: _Optional[bytes] = ...) -> None: ...
+    earliest_offsets: _containers.RepeatedCompositeFieldContainer[PartitionOffset]
+    def __init__(self, snapshot_id: _Optional[int] = ..., files: _Optional[_Iterable[_Union[PlannedDataFile, _Mapping]]] = ..., hot_ranges: _Optional[_Iterable[_Union[HotRange, _Mapping]]] = ..., arrow_schema: _Optional[bytes] = ..., earliest_offsets: _Optional[_Iterable[_Union[PartitionOffset, _Mapping]]] = ...) -> None: ...
 
 class GetGatewayInfoRequest(_message.Message):
     __slots__ = ()

@@ -64,6 +64,11 @@ class TidegateStub:
                 request_serializer=gateway_dot_wire_dot___proto_dot_tidegate_dot_v1_dot_tidegate__pb2.AlterSchemaRequest.SerializeToString,
                 response_deserializer=gateway_dot_wire_dot___proto_dot_tidegate_dot_v1_dot_tidegate__pb2.TableInfo.FromString,
                 _registered_method=True)
+        self.AlterTable = channel.unary_unary(
+                '/tidegate.v1.Tidegate/AlterTable',
+                request_serializer=gateway_dot_wire_dot___proto_dot_tidegate_dot_v1_dot_tidegate__pb2.AlterTableRequest.SerializeToString,
+                response_deserializer=gateway_dot_wire_dot___proto_dot_tidegate_dot_v1_dot_tidegate__pb2.TableInfo.FromString,
+                _registered_method=True)
         self.Append = channel.unary_unary(
                 '/tidegate.v1.Tidegate/Append',
                 request_serializer=gateway_dot_wire_dot___proto_dot_tidegate_dot_v1_dot_tidegate__pb2.AppendRequest.SerializeToString,
@@ -157,6 +162,14 @@ class TidegateServicer:
         Iceberg table and the gateway's metadata; rows written before read under the new
         schema (an added column as null). Any other change is INVALID_ARGUMENT with the
         reason SCHEMA_CHANGE_REFUSED and changes nothing; a concurrent change is ABORTED.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def AlterTable(self, request, context):
+        """Change the table's options (retention): a field set replaces the option, 0 removes
+        that limit, a field left unset keeps it. A bad value is INVALID_ARGUMENT.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -275,6 +288,11 @@ def add_TidegateServicer_to_server(servicer, server):
             'AlterSchema': grpc.unary_unary_rpc_method_handler(
                     servicer.AlterSchema,
                     request_deserializer=gateway_dot_wire_dot___proto_dot_tidegate_dot_v1_dot_tidegate__pb2.AlterSchemaRequest.FromString,
+                    response_serializer=gateway_dot_wire_dot___proto_dot_tidegate_dot_v1_dot_tidegate__pb2.TableInfo.SerializeToString,
+            ),
+            'AlterTable': grpc.unary_unary_rpc_method_handler(
+                    servicer.AlterTable,
+                    request_deserializer=gateway_dot_wire_dot___proto_dot_tidegate_dot_v1_dot_tidegate__pb2.AlterTableRequest.FromString,
                     response_serializer=gateway_dot_wire_dot___proto_dot_tidegate_dot_v1_dot_tidegate__pb2.TableInfo.SerializeToString,
             ),
             'Append': grpc.unary_unary_rpc_method_handler(
@@ -489,6 +507,33 @@ class Tidegate:
             target,
             '/tidegate.v1.Tidegate/AlterSchema',
             gateway_dot_wire_dot___proto_dot_tidegate_dot_v1_dot_tidegate__pb2.AlterSchemaRequest.SerializeToString,
+            gateway_dot_wire_dot___proto_dot_tidegate_dot_v1_dot_tidegate__pb2.TableInfo.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def AlterTable(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tidegate.v1.Tidegate/AlterTable',
+            gateway_dot_wire_dot___proto_dot_tidegate_dot_v1_dot_tidegate__pb2.AlterTableRequest.SerializeToString,
             gateway_dot_wire_dot___proto_dot_tidegate_dot_v1_dot_tidegate__pb2.TableInfo.FromString,
             options,
             channel_credentials,
