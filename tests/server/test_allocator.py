@@ -45,3 +45,49 @@ def test_the_command_puts_every_arrow_allocation_on_jemalloc() -> None:
 
 def test_an_operators_choice_of_arrow_pool_wins() -> None:
     assert _probe(ARROW_DEFAULT_MEMORY_POOL="system")["default"] == "system"
+
+
+# glibc's dynamic mmap threshold: after a large block is freed, the next one of that size
+# comes from the heap arenas (and its space stays in the process once freed) unless the
+# gateway fixed the threshold. mallinfo2().hblks counts blocks served by mmap.
+MMAP_PROBE = """
+import ctypes, json, sys
+from gateway.server.app import _fixed_mmap_threshold
+
+class Info(ctypes.Structure):
+    _fields_ = [(n, ctypes.c_size_t) for n in (
+        "arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks", "fsmblks",
+        "uordblks", "fordblks", "keepcost")]
+
+libc = ctypes.CDLL("libc.so.6")
+libc.malloc.restype = ctypes.c_void_p
+libc.free.argtypes = [ctypes.c_void_p]
+libc.mallinfo2.restype = Info
+if sys.argv[1] == "fixed":
+    _fixed_mmap_threshold()
+size = 4 * 1024 * 1024
+libc.free(libc.malloc(size))  # raises glibc's threshold past 4 MiB unless fixed
+before = libc.mallinfo2().hblks
+block = libc.malloc(size)
+print(json.dumps({"mmapped": libc.mallinfo2().hblks - before}))
+libc.free(block)
+"""
+
+
+def _mmapped(mode: str) -> int:
+    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
+    env.pop("MALLOC_MMAP_THRESHOLD_", None)
+    done = subprocess.run(
+        [sys.executable, "-c", MMAP_PROBE, mode],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    return int(json.loads(done.stdout.splitlines()[-1])["mmapped"])
+
+
+def test_large_blocks_stay_on_their_own_mappings_once_the_gateway_fixed_the_threshold() -> None:
+    assert _mmapped("default") == 0  # glibc's own behaviour: the second block is in a heap
+    assert _mmapped("fixed") == 1
