@@ -63,7 +63,46 @@ def _describe(info: Any) -> dict[str, Any]:
             }
             for p in info.partition_info
         ],
+        "maintenance": _maintenance(info.maintenance),
     }
+
+
+def _maintenance(m: Any) -> dict[str, Any] | None:
+    if m is None:
+        return None
+    return {
+        "data_files": m.data_files,
+        "small_files": m.small_files,
+        "small_file_ratio": round(m.small_file_ratio, 4),
+        "data_bytes": m.data_bytes,
+        "snapshots": m.snapshots,
+        "leases": [
+            {"snapshot_id": x.snapshot_id, "kind": x.kind, "expires_at": x.expires_at.isoformat()}
+            for x in m.leases
+        ],
+        "last_runs": {
+            job: {
+                "finished_at": r.finished_at.isoformat(),
+                "outcome": r.outcome,
+                "detail": r.detail,
+            }
+            for job, r in m.last_runs.items()
+        },
+    }
+
+
+def _lake_text(m: Any) -> list[str]:
+    """The table's lake health in two lines (none without a cold tier)."""
+    if m is None:
+        return []
+    runs = ", ".join(
+        f"{job} {r.outcome} at {r.finished_at:%Y-%m-%d %H:%M:%S}Z" for job, r in m.last_runs.items()
+    )
+    return [
+        f"lake        {m.data_files} data files ({m.small_files} small), {m.data_bytes} bytes, "
+        f"{m.snapshots} snapshots, {len(m.leases)} leases",
+        f"lake jobs   {runs or 'none run yet'}",
+    ]
 
 
 def _describe_text(info: Any) -> str:
@@ -77,6 +116,7 @@ def _describe_text(info: Any) -> str:
         f"schema      version {info.schema_version}, Iceberg schema id "
         f"{'-' if info.iceberg_schema_id is None else info.iceberg_schema_id}",
         f"retention   {_retention_text(info)}",
+        *_lake_text(info.maintenance),
         "",
         "columns",
     ]

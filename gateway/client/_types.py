@@ -5,6 +5,7 @@ from __future__ import annotations
 import datetime as dt
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from dataclasses import field as dc_field
 from typing import Any, Literal, NamedTuple
 
 import pyarrow as pa
@@ -17,9 +18,12 @@ from gateway.wire.types import AppendRange
 __all__ = [
     "AppendRange",
     "Field",
+    "JobRun",
+    "Maintenance",
     "PartitionInfo",
     "RecordMetadata",
     "Snapshot",
+    "SnapshotLease",
     "StartAt",
     "TableInfo",
     "TableRef",
@@ -108,6 +112,60 @@ class PartitionInfo:
 
 
 @dataclass(frozen=True, slots=True)
+class SnapshotLease:
+    """A snapshot an open scan or read plan holds against expiry until ``expires_at``."""
+
+    snapshot_id: int
+    kind: str  # "scan" or "plan"
+    expires_at: dt.datetime
+
+
+@dataclass(frozen=True, slots=True)
+class JobRun:
+    """The last run of one maintenance job on a table."""
+
+    finished_at: dt.datetime
+    outcome: str  # "ok" or "failed"
+    detail: str
+
+
+def _utc_ms(ms: int) -> dt.datetime:
+    return dt.datetime.fromtimestamp(ms / 1000, tz=dt.UTC)
+
+
+@dataclass(frozen=True, slots=True)
+class Maintenance:
+    """The lake side of a table's health (describe only): its data files (and how many are
+    below the small-file threshold), its snapshots, the snapshots open scans and plans
+    hold, and the last run of each maintenance job (compact, expire, orphans, retention)."""
+
+    data_files: int
+    small_files: int
+    small_file_ratio: float
+    data_bytes: int
+    snapshots: int
+    leases: tuple[SnapshotLease, ...] = ()
+    last_runs: Mapping[str, JobRun] = dc_field(default_factory=dict)
+
+    @classmethod
+    def from_pb(cls, m: pb.TableMaintenance) -> Maintenance:
+        return cls(
+            data_files=m.data_files,
+            small_files=m.small_files,
+            small_file_ratio=m.small_file_ratio,
+            data_bytes=m.data_bytes,
+            snapshots=m.snapshots,
+            leases=tuple(
+                SnapshotLease(x.snapshot_id, x.kind, _utc_ms(x.expires_at_ms)) for x in m.leases
+            ),
+            last_runs={
+                job: JobRun(_utc_ms(r.finished_at_ms), r.outcome, r.detail)
+                for job, r in sorted(m.last_runs.items())
+            },
+        )
+
+
+@dataclass(frozen=True, slots=True)
 class TableInfo:
     """A table as the gateway describes it: schema, partitioning and live offsets."""
 
@@ -130,6 +188,8 @@ class TableInfo:
     #: limit of that kind.
     retention_ms: int | None = None
     retention_records: int | None = None
+    #: Files, snapshots, leases and maintenance runs (describe only, with a cold tier).
+    maintenance: Maintenance | None = None
 
     @property
     def table(self) -> TableRef:
@@ -169,6 +229,9 @@ class TableInfo:
             retention_ms=info.retention_ms if info.HasField("retention_ms") else None,
             retention_records=(
                 info.retention_records if info.HasField("retention_records") else None
+            ),
+            maintenance=(
+                Maintenance.from_pb(info.maintenance) if info.HasField("maintenance") else None
             ),
             fields=fields,
             partition_info=tuple(

@@ -8,6 +8,7 @@ pyiceberg, boto3, a disk layout).
 from gateway.core.service import StreamTables
 from gateway.core.views import (
     HotRange,
+    MaintenanceView,
     PartitionView,
     ReadPlan,
     ReadResult,
@@ -17,6 +18,7 @@ from gateway.core.views import (
 
 __all__ = [
     "HotRange",
+    "MaintenanceView",
     "PartitionView",
     "ReadPlan",
     "ReadResult",

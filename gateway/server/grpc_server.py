@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import AsyncIterator, Iterable
+from datetime import datetime
 from typing import Any
 
 import grpc
@@ -18,7 +19,7 @@ from grpc_health.v1._async import HealthServicer
 from grpc_reflection.v1alpha import reflection
 
 from gateway.config import Settings
-from gateway.core import ReadResult, StreamTables, TableView
+from gateway.core import MaintenanceView, ReadResult, StreamTables, TableView
 from gateway.server.calls import OFFLOAD_BYTES, AppendBody, DataCalls, pieces, wire_error
 from gateway.server.grpc_calls import (
     ADMIN_SERVICE_NAME,
@@ -83,6 +84,33 @@ def table_info(view: TableView) -> pb.TableInfo:
         iceberg_schema_id=view.iceberg_schema_id if view.iceberg_schema_id >= 0 else None,
         retention_ms=d.retention_ms,
         retention_records=d.retention_records,
+        maintenance=_maintenance(view.maintenance),
+    )
+
+
+def _ms(when: datetime) -> int:
+    return int(when.timestamp() * 1000)
+
+
+def _maintenance(m: MaintenanceView | None) -> pb.TableMaintenance | None:
+    if m is None:
+        return None
+    return pb.TableMaintenance(
+        data_files=m.stats.data_files,
+        small_files=m.stats.small_files,
+        small_file_ratio=m.stats.small_file_ratio,
+        data_bytes=m.stats.data_bytes,
+        snapshots=m.stats.snapshots,
+        leases=[
+            pb.SnapshotLease(
+                snapshot_id=lease.snapshot_id, kind=lease.kind, expires_at_ms=_ms(lease.expires_at)
+            )
+            for lease in m.leases
+        ],
+        last_runs={
+            job: pb.JobRun(finished_at_ms=_ms(r.finished_at), outcome=r.outcome, detail=r.detail)
+            for job, r in m.last_runs.items()
+        },
     )
 
 

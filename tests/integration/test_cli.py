@@ -89,6 +89,10 @@ def test_cli_round_trip(gateway: GatewayProcess, namespace: str, tmp_path: Path)
 
     described = json.loads(tidegate(gateway, "table", "describe", table, "--json").stdout)
     assert described["partition_info"][0]["high_watermark"] == 4
+    lake = described["maintenance"]  # the lake's health, from the gRPC describe
+    assert lake["data_files"] == len(lake["leases"]) == 0 and lake["snapshots"] >= 0
+    text = tidegate(gateway, "table", "describe", table).stdout
+    assert "lake        0 data files (0 small)" in text and "\nlake jobs   " in text
     tidegate(gateway, "table", "drop", table, "--yes")
     missing = tidegate(gateway, "table", "describe", table, ok=False)
     assert missing.returncode == 2 and "TABLE_NOT_FOUND" in missing.stderr

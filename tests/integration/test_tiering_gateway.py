@@ -142,6 +142,15 @@ def test_embedded_gateway_compacts_and_expires_on_a_schedule(tmp_path: Path) -> 
             assert lake["snapshots"] >= 5 and lake["leases"] == []
             assert runs["compact"]["outcome"] == "ok" and runs["expire"]["outcome"] == "ok"
             metrics = h.get("/metrics").text
+        # The SDK's describe (gRPC) carries the same health.
+        with gw.client() as c:
+            sdk = c.describe_table("app.small").maintenance
+        assert sdk is not None
+        assert (sdk.data_files, sdk.small_file_ratio, sdk.leases) == (2, 1.0, ())
+        assert sdk.snapshots >= lake["snapshots"]
+        assert {"compact", "expire"} <= set(sdk.last_runs)
+        assert sdk.last_runs["compact"].outcome == "ok"
+        assert sdk.last_runs["compact"].finished_at.tzinfo is not None
         assert 'tidegate_lake_job_last_run_timestamp_seconds{job="compact"}' in metrics
         assert 'tidegate_lake_job_last_run_timestamp_seconds{job="expire"}' in metrics
         assert "tidegate_lake_data_files 2.0" in metrics

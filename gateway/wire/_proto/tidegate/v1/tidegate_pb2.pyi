@@ -73,7 +73,7 @@ class PartitionInfo(_message.Message):
     def __init__(self, partition: _Optional[int] = ..., earliest_offset: _Optional[int] = ..., high_watermark: _Optional[int] = ..., tiered_watermark: _Optional[int] = ..., hot_bytes: _Optional[int] = ..., lag_records: _Optional[int] = ..., lag_bytes: _Optional[int] = ...) -> None: ...
 
 class TableInfo(_message.Message):
-    __slots__ = ("table", "table_id", "fields", "partitions", "key_columns", "partition_info", "created_at_ms", "iceberg_table", "iceberg_metadata", "schema_version", "iceberg_schema_id", "retention_ms", "retention_records")
+    __slots__ = ("table", "table_id", "fields", "partitions", "key_columns", "partition_info", "created_at_ms", "iceberg_table", "iceberg_metadata", "schema_version", "iceberg_schema_id", "retention_ms", "retention_records", "maintenance")
     TABLE_FIELD_NUMBER: _ClassVar[int]
     TABLE_ID_FIELD_NUMBER: _ClassVar[int]
     FIELDS_FIELD_NUMBER: _ClassVar[int]
@@ -87,6 +87,7 @@ class TableInfo(_message.Message):
     ICEBERG_SCHEMA_ID_FIELD_NUMBER: _ClassVar[int]
     RETENTION_MS_FIELD_NUMBER: _ClassVar[int]
     RETENTION_RECORDS_FIELD_NUMBER: _ClassVar[int]
+    MAINTENANCE_FIELD_NUMBER: _ClassVar[int]
     table: TableRef
     table_id: str
     fields: _containers.RepeatedCompositeFieldContainer[Field]
@@ -100,7 +101,53 @@ class TableInfo(_message.Message):
     iceberg_schema_id: int
     retention_ms: int
     retention_records: int
-    def __init__(self, table: _Optional[_Union[TableRef, _Mapping]] = ..., table_id: _Optional[str] = ..., fields: _Optional[_Iterable[_Union[Field, _Mapping]]] = ..., partitions: _Optional[int] = ..., key_columns: _Optional[_Iterable[str]] = ..., partition_info: _Optional[_Iterable[_Union[PartitionInfo, _Mapping]]] = ..., created_at_ms: _Optional[int] = ..., iceberg_table: _Optional[str] = ..., iceberg_metadata: _Optional[str] = ..., schema_version: _Optional[int] = ..., iceberg_schema_id: _Optional[int] = ..., retention_ms: _Optional[int] = ..., retention_records: _Optional[int] = ...) -> None: ...
+    maintenance: TableMaintenance
+    def __init__(self, table: _Optional[_Union[TableRef, _Mapping]] = ..., table_id: _Optional[str] = ..., fields: _Optional[_Iterable[_Union[Field, _Mapping]]] = ..., partitions: _Optional[int] = ..., key_columns: _Optional[_Iterable[str]] = ..., partition_info: _Optional[_Iterable[_Union[PartitionInfo, _Mapping]]] = ..., created_at_ms: _Optional[int] = ..., iceberg_table: _Optional[str] = ..., iceberg_metadata: _Optional[str] = ..., schema_version: _Optional[int] = ..., iceberg_schema_id: _Optional[int] = ..., retention_ms: _Optional[int] = ..., retention_records: _Optional[int] = ..., maintenance: _Optional[_Union[TableMaintenance, _Mapping]] = ...) -> None: ...
+
+class SnapshotLease(_message.Message):
+    __slots__ = ("snapshot_id", "kind", "expires_at_ms")
+    SNAPSHOT_ID_FIELD_NUMBER: _ClassVar[int]
+    KIND_FIELD_NUMBER: _ClassVar[int]
+    EXPIRES_AT_MS_FIELD_NUMBER: _ClassVar[int]
+    snapshot_id: int
+    kind: str
+    expires_at_ms: int
+    def __init__(self, snapshot_id: _Optional[int] = ..., kind: _Optional[str] = ..., expires_at_ms: _Optional[int] = ...) -> None: ...
+
+class JobRun(_message.Message):
+    __slots__ = ("finished_at_ms", "outcome", "detail")
+    FINISHED_AT_MS_FIELD_NUMBER: _ClassVar[int]
+    OUTCOME_FIELD_NUMBER: _ClassVar[int]
+    DETAIL_FIELD_NUMBER: _ClassVar[int]
+    finished_at_ms: int
+    outcome: str
+    detail: str
+    def __init__(self, finished_at_ms: _Optional[int] = ..., outcome: _Optional[str] = ..., detail: _Optional[str] = ...) -> None: ...
+
+class TableMaintenance(_message.Message):
+    __slots__ = ("data_files", "small_files", "small_file_ratio", "data_bytes", "snapshots", "leases", "last_runs")
+    class LastRunsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: JobRun
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[_Union[JobRun, _Mapping]] = ...) -> None: ...
+    DATA_FILES_FIELD_NUMBER: _ClassVar[int]
+    SMALL_FILES_FIELD_NUMBER: _ClassVar[int]
+    SMALL_FILE_RATIO_FIELD_NUMBER: _ClassVar[int]
+    DATA_BYTES_FIELD_NUMBER: _ClassVar[int]
+    SNAPSHOTS_FIELD_NUMBER: _ClassVar[int]
+    LEASES_FIELD_NUMBER: _ClassVar[int]
+    LAST_RUNS_FIELD_NUMBER: _ClassVar[int]
+    data_files: int
+    small_files: int
+    small_file_ratio: float
+    data_bytes: int
+    snapshots: int
+    leases: _containers.RepeatedCompositeFieldContainer[SnapshotLease]
+    last_runs: _containers.MessageMap[str, JobRun]
+    def __init__(self, data_files: _Optional[int] = ..., small_files: _Optional[int] = ..., small_file_ratio: _Optional[float] = ..., data_bytes: _Optional[int] = ..., snapshots: _Optional[int] = ..., leases: _Optional[_Iterable[_Union[SnapshotLease, _Mapping]]] = ..., last_runs: _Optional[_Mapping[str, JobRun]] = ...) -> None: ...
 
 class SchemaChange(_message.Message):
     __slots__ = ("op", "column", "type", "doc", "nullable")
