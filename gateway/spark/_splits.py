@@ -176,15 +176,19 @@ def _read_files(spec: ReadSpec, split: FilesSplit) -> Iterator[pa.RecordBatch]:
 
 def _read_hot(spec: ReadSpec, split: HotSplit) -> Iterator[pa.RecordBatch]:
     keep = spec.arrow_filter(split.start, split.end)
-    with spec.connection.client() as client:
-        # Over the gateway's Flight edge when it offers one: the hot range is bulk data.
-        for chunk in client.read_range(
-            spec.connection.table, partition=split.partition, start=split.start, end=split.end
-        ):
-            rows = pa.Table.from_batches([b for b in chunk if b.num_rows], spec.stored)
-            for batch in rows.filter(keep).select(list(spec.columns)).to_batches():
-                if batch.num_rows:
-                    yield spec.conform(batch)
+    # Over the gateway's Flight edge when it offers one: the hot range is bulk data.
+    for chunk in spec.connection.shared().read_range(
+        spec.connection.table, partition=split.partition, start=split.start, end=split.end
+    ):
+        batches = [b for b in chunk if b.num_rows]
+        if not batches:
+            continue
+        # The gateway's batches have the table's current schema, which may have gained
+        # columns since the DataFrame was loaded: keep the columns asked for.
+        rows = pa.Table.from_batches(batches)
+        for batch in rows.filter(keep).select(list(spec.columns)).to_batches():
+            if batch.num_rows:
+                yield spec.conform(batch)
 
 
 def read_split(spec: ReadSpec, split: InputPartition) -> Iterator[pa.RecordBatch]:
