@@ -4,7 +4,8 @@ whole table, and a selective filter (one partition's first 1% of offsets).
 
 The table is all cold (tiered in this process, as ``tidegate tier`` would), so both read
 the same Parquet files; the connector adds its plan (one PlanRead) and its own pyarrow
-readers in Python workers. Ratios are records/s of the table against records/s.
+readers in Python workers. Ratios are records/s of the table against records/s; the two
+readers take turns, query by query.
 """
 
 from __future__ import annotations
@@ -59,16 +60,12 @@ async def run(b: Bench, w: Workload) -> list[dict[str, Any]]:
                 "table": f"{ref.namespace}.{ref.name}",
             }
             parquet = spark.read.parquet(*paths)
-            reps = max(1, round(w.duration_s / 2))
+            reps = max(1, round(w.duration_s * 1.25))
             for name, (query, columns) in _queries(n, w.partitions).items():
                 read = spark.read.format("tidegate").options(**options)
                 tidegate = (read.option("columns", columns) if columns else read).load()
-                workload = f"{w.name}-{name}"
-                base = await asyncio.to_thread(
-                    _measure, workload, "spark.read.parquet (baseline)", query, parquet, n, reps
-                )
-                res = await asyncio.to_thread(
-                    _measure, workload, 'spark.read.format("tidegate")', query, tidegate, n, reps
+                base, res = await asyncio.to_thread(
+                    _measure, f"{w.name}-{name}", query, parquet, tidegate, n, reps
                 )
                 rows += [base.summary(), compare(res.summary(), [base.summary()])]
         finally:
@@ -77,18 +74,27 @@ async def run(b: Bench, w: Workload) -> list[dict[str, Any]]:
     return rows
 
 
-def _measure(workload: str, system: str, query: Any, df: Any, n: int, reps: int) -> Result:
-    """One warm-up run of ``query`` (JIT, Python workers), then ``reps`` timed runs, each
-    counted as a pass over the table's ``n`` records (a query takes seconds: the closed
-    loop's window would see too few of them)."""
-    query(df)
-    result = Result(workload, system)
-    for _ in range(reps):
-        t0 = time.monotonic()
+def _measure(
+    workload: str, query: Any, parquet: Any, tidegate: Any, n: int, reps: int
+) -> tuple[Result, Result]:
+    """One warm-up run of ``query`` on each DataFrame (JIT, Python workers), then ``reps``
+    timed runs of each, taking turns so that a change in the machine's load (the
+    benchmark shares it) falls on both alike. Each run counts as a pass over the table's
+    ``n`` records (a query takes a fraction of a second: the closed loop's window would
+    see too few of them)."""
+    systems = [
+        (Result(workload, "spark.read.parquet (baseline)"), parquet),
+        (Result(workload, 'spark.read.format("tidegate")'), tidegate),
+    ]
+    for _, df in systems:
         query(df)
-        elapsed = time.monotonic() - t0
-        result.ack.record_value(max(1, int(elapsed * 1e6)))
-        result.seconds += elapsed
-        result.batches += 1
-        result.records += n
-    return result
+    for _ in range(reps):
+        for result, df in systems:
+            t0 = time.monotonic()
+            query(df)
+            elapsed = time.monotonic() - t0
+            result.ack.record_value(max(1, int(elapsed * 1e6)))
+            result.seconds += elapsed
+            result.batches += 1
+            result.records += n
+    return systems[0][0], systems[1][0]

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -34,6 +35,11 @@ SPARKS = ("checkpointlocation",)
 ACCEPTED = frozenset(COMMON + BATCH_READ + STREAM_READ + WRITE + SPARKS)
 
 
+#: This process's clients, by (process id, endpoint, api key): see :meth:`Connection.shared`.
+_SHARED: dict[tuple[int, str, str | None], Client] = {}
+_SHARED_LOCK = threading.Lock()
+
+
 class SparkOptionError(InvalidRequest):
     """An option of ``spark.read/readStream/write.format("tidegate")`` that cannot be used."""
 
@@ -49,15 +55,32 @@ class Connection:
     table: TableRef
 
     def client(self) -> Client:
+        """A client of its own, which the caller closes."""
         return Client(self.endpoint, api_key=self.api_key)
+
+    def shared(self) -> Client:
+        """This process's client of the gateway for this key, opened at first use and
+        kept open (never close it).
+
+        Spark reuses a Python worker for the tasks and plannings that follow
+        (``spark.python.worker.reuse``, on by default), so every planning and hot-range
+        read after the first skips setting up a channel, connecting and asking for the
+        Flight edge. The process id is part of the key: a forked child opens its own, as
+        gRPC channels do not survive a fork.
+        """
+        key = (os.getpid(), self.endpoint, self.api_key)
+        with _SHARED_LOCK:
+            client = _SHARED.get(key)
+            if client is None:
+                client = _SHARED[key] = self.client()
+        return client
 
     def table_info(self) -> TableInfo:
         """The table as the gateway describes it, or a clear error naming table and cause."""
-        with self.client() as c:
-            try:
-                return c.table_info(self.table)
-            except TidegateError as err:
-                raise described(err, f"table {self.table} at {self.endpoint}") from None
+        try:
+            return self.shared().table_info(self.table)
+        except TidegateError as err:
+            raise described(err, f"table {self.table} at {self.endpoint}") from None
 
 
 def described(err: TidegateError, what: str) -> TidegateError:

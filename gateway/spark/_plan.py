@@ -6,6 +6,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+import pyarrow as pa
+
 from gateway.spark._options import Connection, described
 from gateway.spark._pushdown import OffsetBounds
 from gateway.spark._splits import FileSlice, HotSplit
@@ -24,6 +26,8 @@ class PinnedPlan:
     snapshot_id: int
     files: tuple[FileSlice, ...]
     hot: Mapping[int, tuple[int, int]]
+    #: The table's stored schema when the plan was made.
+    schema: pa.Schema
 
     def hot_splits(self, bounds: OffsetBounds) -> list[HotSplit]:
         """The hot ranges the filter's partitions and offsets can keep."""
@@ -60,15 +64,14 @@ class PinnedPlan:
 def fetch_plan(connection: Connection, row_filter: Expr | None, as_of: str | None) -> PinnedPlan:
     """Ask the gateway for a plan (files pruned by ``row_filter``'s partition values and
     column statistics), or raise a clear error naming the table."""
-    with connection.client() as client:
-        try:
-            response: pb.PlanReadResponse = client.plan_read(
-                connection.table,
-                filter=to_text(row_filter) if row_filter is not None else "",
-                as_of=as_of,
-            )
-        except TidegateError as err:
-            raise described(err, f"planning a read of {connection.table}") from None
+    try:
+        response: pb.PlanReadResponse = connection.shared().plan_read(
+            connection.table,
+            filter=to_text(row_filter) if row_filter is not None else "",
+            as_of=as_of,
+        )
+    except TidegateError as err:
+        raise described(err, f"planning a read of {connection.table}") from None
     # Rows below a partition's earliest offset (retention recorded, not yet removed).
     earliest = {e.partition: e.offset for e in response.earliest_offsets}
     files = tuple(
@@ -83,4 +86,5 @@ def fetch_plan(connection: Connection, row_filter: Expr | None, as_of: str | Non
         for f in response.files
     )
     hot = {r.partition: (r.from_offset, r.to_offset) for r in response.hot_ranges}
-    return PinnedPlan(response.snapshot_id, files, hot)
+    schema = pa.ipc.open_stream(pa.py_buffer(response.arrow_schema)).schema
+    return PinnedPlan(response.snapshot_id, files, hot, schema)

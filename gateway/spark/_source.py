@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, MutableMapping, Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -18,21 +18,27 @@ from pyspark.sql.datasource import (
 from pyspark.sql.pandas.types import from_arrow_schema
 from pyspark.sql.types import StructType
 
+from gateway.client import TableInfo
 from gateway.spark._options import Options, SparkOptionError
 from gateway.spark._plan import fetch_plan
 from gateway.spark._pushdown import bounds_of, translate
 from gateway.spark._splits import ReadSpec, plan_splits, read_split
+from gateway.wire.errors import SchemaMismatch
 from gateway.wire.filters import And, Expr, In
 from gateway.wire.schema import PARTITION_COLUMN, system_schema
 
 __all__ = ["TidegateDataSource", "TidegateReader"]
 
 
-def read_spec(options: Options, schema: StructType | None = None) -> tuple[ReadSpec, int]:
+def read_spec(
+    options: Options, schema: StructType | None = None, info: TableInfo | None = None
+) -> tuple[ReadSpec, int]:
     """The read's connection, stored schema, columns and partition subset (as a filter),
-    with the table's partition count; every option checked on the driver."""
+    with the table's partition count; every option checked on the driver. ``info``: the
+    table as described already (else it is described now)."""
     connection = options.connection()
-    info = connection.table_info()
+    if info is None:
+        info = connection.table_info()
     stored = system_schema(info.schema)
     if schema is not None and options.get("columns") is None:
         wanted = [f.name for f in schema.fields]
@@ -62,8 +68,8 @@ class TidegateReader(DataSourceReader):
     """Batch reads of one pinned view: one split per data file (or group of small files up
     to ``split_bytes``) plus one per hot range, filters pushed to the plan and the rows."""
 
-    def __init__(self, options: Options, schema: StructType) -> None:
-        self.spec, _ = read_spec(options, schema)
+    def __init__(self, options: Options, schema: StructType, info: TableInfo | None = None) -> None:
+        self.spec, _ = read_spec(options, schema, info)
         self.as_of = options.get("as_of")
         self.split_bytes = options.integer("split_bytes", 128 << 20)
         self.min_partitions = options.integer("min_partitions", 2)
@@ -81,6 +87,7 @@ class TidegateReader(DataSourceReader):
         from gateway.wire.filters import bind
 
         plan = fetch_plan(self.spec.connection, self.spec.filter, self.as_of)
+        check_schema(self.spec, plan.schema)
         bounds = bounds_of(
             None if self.spec.filter is None else bind(self.spec.filter, self.spec.stored)
         )
@@ -100,19 +107,43 @@ class TidegateReader(DataSourceReader):
         return read_split(self.spec, partition)
 
 
+def check_schema(spec: ReadSpec, current: pa.Schema) -> None:
+    """Refuse, in one sentence, to read a column whose type has changed (or that is gone)
+    since the read's schema was described: Spark's schema of the DataFrame is that one."""
+    for name in spec.columns:
+        was = spec.stored.field(name).type
+        now = current.field(name).type if name in current.names else None
+        if now is None or not now.equals(was):
+            change = "is gone" if now is None else f"is {now} now, was {was}"
+            raise SchemaMismatch(
+                f"tidegate: the schema of {spec.connection.table} changed since the "
+                f"DataFrame was loaded (column {name!r} {change}); load it again"
+            )
+
+
 class TidegateDataSource(DataSource):
     """``spark.read.format("tidegate")``: see :mod:`gateway.spark`."""
+
+    def __init__(self, options: MutableMapping[str, str]) -> None:
+        super().__init__(options)
+        #: The table as described for :meth:`schema` (at ``load()``). Spark pickles the
+        #: source after that call and hands the copy to every planning of the DataFrame,
+        #: so planning a query does not describe the table again; the read plan's schema
+        #: tells whether it changed since (:func:`check_schema`).
+        self.described: TableInfo | None = None
 
     @classmethod
     def name(cls) -> str:
         return "tidegate"
 
     def schema(self) -> StructType:
-        spec, _ = read_spec(Options(self.options))
+        options = Options(self.options)
+        self.described = options.connection().table_info()
+        spec, _ = read_spec(options, info=self.described)
         return spark_schema(spec.output)
 
     def reader(self, schema: StructType) -> DataSourceReader:
-        return TidegateReader(Options(self.options), schema)
+        return TidegateReader(Options(self.options), schema, self.described)
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
         from gateway.spark._stream import TidegateStreamReader

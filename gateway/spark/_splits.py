@@ -25,6 +25,9 @@ __all__ = ["FileSlice", "FilesSplit", "HotSplit", "ReadSpec", "read_split"]
 #: Rows per batch handed to Spark.
 BATCH_ROWS = 64 * 1024
 
+#: What opening a data file costs, in bytes read (Spark's ``spark.sql.files.openCostInBytes``).
+OPEN_COST = 4 << 20
+
 
 @dataclass(frozen=True)
 class FileSlice:
@@ -173,15 +176,19 @@ def _read_files(spec: ReadSpec, split: FilesSplit) -> Iterator[pa.RecordBatch]:
 
 def _read_hot(spec: ReadSpec, split: HotSplit) -> Iterator[pa.RecordBatch]:
     keep = spec.arrow_filter(split.start, split.end)
-    with spec.connection.client() as client:
-        # Over the gateway's Flight edge when it offers one: the hot range is bulk data.
-        for chunk in client.read_range(
-            spec.connection.table, partition=split.partition, start=split.start, end=split.end
-        ):
-            rows = pa.Table.from_batches([b for b in chunk if b.num_rows], spec.stored)
-            for batch in rows.filter(keep).select(list(spec.columns)).to_batches():
-                if batch.num_rows:
-                    yield spec.conform(batch)
+    # Over the gateway's Flight edge when it offers one: the hot range is bulk data.
+    for chunk in spec.connection.shared().read_range(
+        spec.connection.table, partition=split.partition, start=split.start, end=split.end
+    ):
+        batches = [b for b in chunk if b.num_rows]
+        if not batches:
+            continue
+        # The gateway's batches have the table's current schema, which may have gained
+        # columns since the DataFrame was loaded: keep the columns asked for.
+        rows = pa.Table.from_batches(batches)
+        for batch in rows.filter(keep).select(list(spec.columns)).to_batches():
+            if batch.num_rows:
+                yield spec.conform(batch)
 
 
 def read_split(spec: ReadSpec, split: InputPartition) -> Iterator[pa.RecordBatch]:
@@ -201,14 +208,18 @@ def plan_splits(
     min_partitions: int,
     hot_split_records: int,
 ) -> list[InputPartition]:
-    """Files grouped into splits of about ``split_bytes`` (smaller when that would leave
-    fewer than ``min_partitions`` splits, as Spark's file sources do, but never below
-    4 MiB, Spark's cost of opening a file), then the hot ranges cut into pieces of at
-    most ``hot_split_records``."""
-    total = sum(f.size for f in files)
-    target = max(1, min(split_bytes, max(4 << 20, -(-total // max(1, min_partitions)))))
-    if split_bytes < 4 << 20:
-        target = split_bytes
+    """Files packed into splits as Spark's file sources pack them, then the hot ranges cut
+    into pieces of at most ``hot_split_records``.
+
+    Each file counts its size plus :data:`OPEN_COST` (opening it, reading its footer and
+    starting its readers cost about as much as reading that many bytes), and a split
+    holds at most ``split_bytes`` of it, or less when that would leave fewer than
+    ``min_partitions`` splits (Spark's ``maxSplitBytes``). Without the opening cost, a
+    table of a few small files would be one split, read by one core while the others
+    wait.
+    """
+    total = sum(f.size + OPEN_COST for f in files)
+    target = min(split_bytes, max(OPEN_COST, -(-total // max(1, min_partitions))))
     out: list[InputPartition] = []
     group: list[FileSlice] = []
     size = 0
@@ -217,7 +228,7 @@ def plan_splits(
             out.append(FilesSplit(tuple(group)))
             group, size = [], 0
         group.append(f)
-        size += f.size
+        size += f.size + OPEN_COST
     if group:
         out.append(FilesSplit(tuple(group)))
     for h in hot:
