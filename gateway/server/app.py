@@ -113,10 +113,17 @@ def _fixed_mmap_threshold(nbytes: int = 128 * 1024) -> None:
     freed (up to 32 MiB), after which the multi-MiB answers of the read paths come from the
     per-thread arenas and their freed space stays in the process: the soak's gateway that
     served gRPC reads grew about 3.7 MiB a minute. Setting the threshold fixes it (and
-    turns off that adjustment). No-op where the C library is not glibc.
+    turns off that adjustment). No-op where the C library is not glibc, and where the
+    operator set glibc's own ``MALLOC_MMAP_THRESHOLD_`` (glibc applied it at start): the
+    fixed threshold costs the gRPC bulk paths throughput (each large buffer is a fresh
+    mapping), which ``MALLOC_MMAP_THRESHOLD_=33554432`` trades back for memory.
     """
     import ctypes
     import ctypes.util
+    import os
+
+    if "MALLOC_MMAP_THRESHOLD_" in os.environ:
+        return
 
     name = ctypes.util.find_library("c")
     if name is None:  # pragma: no cover - no C library to tune

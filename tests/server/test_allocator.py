@@ -74,9 +74,10 @@ libc.free(block)
 """
 
 
-def _mmapped(mode: str) -> int:
+def _mmapped(mode: str, **extra: str) -> int:
     env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
     env.pop("MALLOC_MMAP_THRESHOLD_", None)
+    env.update(extra)
     done = subprocess.run(
         [sys.executable, "-c", MMAP_PROBE, mode],
         env=env,
@@ -91,3 +92,9 @@ def _mmapped(mode: str) -> int:
 def test_large_blocks_stay_on_their_own_mappings_once_the_gateway_fixed_the_threshold() -> None:
     assert _mmapped("default") == 0  # glibc's own behaviour: the second block is in a heap
     assert _mmapped("fixed") == 1
+
+
+def test_an_operators_mmap_threshold_wins() -> None:
+    # glibc's own knob, read at start: a fixed 32 MiB threshold keeps the 4 MiB block in
+    # a heap (the throughput side of the trade), and the gateway leaves it alone.
+    assert _mmapped("fixed", MALLOC_MMAP_THRESHOLD_=str(32 * 1024 * 1024)) == 0
