@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
-from gateway.client._reading import mark_consumed, reset_position, start_positions
+from gateway.client._reading import mark_consumed, skip_removed, start_positions
 from gateway.client._types import (
     StartAt,
     TableRef,
@@ -138,11 +138,8 @@ class AsyncConsumer:
                     break
                 except OffsetOutOfRange as err:
                     # Retention removed records this consumer had not read: go on as
-                    # Kafka's auto.offset.reset would (see reset_position).
-                    moved = reset_position(err, self.positions[p], self._reset)
-                    if moved is None:
-                        raise
-                    self.positions[p] = self.consumed[p] = moved
+                    # Kafka's auto.offset.reset would.
+                    skip_removed(err, p, self.positions, self.consumed, self._reset)
             out.extend(batches)
             self.positions[p] = nxt
         self._next = (self._next + 1) % max(1, n)

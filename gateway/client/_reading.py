@@ -18,6 +18,7 @@ __all__ = [
     "reset_position",
     "scan_request",
     "scan_table",
+    "skip_removed",
     "start_positions",
 ]
 
@@ -58,6 +59,21 @@ def reset_position(err: OffsetOutOfRange, position: int, start: StartAt) -> int 
     if position >= earliest:
         return None
     return latest if start == "latest" else earliest
+
+
+def skip_removed(
+    err: OffsetOutOfRange,
+    partition: int,
+    positions: dict[int, int],
+    consumed: dict[int, int],
+    start: StartAt,
+) -> None:
+    """Move a consumer of ``partition`` past records retention removed before it read
+    them (see :func:`reset_position`), or raise ``err`` when that is not what it says."""
+    moved = reset_position(err, positions[partition], start)
+    if moved is None:
+        raise err
+    positions[partition] = consumed[partition] = moved
 
 
 def start_positions(
