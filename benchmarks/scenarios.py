@@ -22,6 +22,7 @@ from benchmarks.loadgen import (
     follow_e2e,
     record_schema,
 )
+from gateway.client._reading import read_response_batches
 from gateway.wire._proto.tidegate.v1 import tidegate_pb2 as pb
 from gateway.wire._proto.tidegate.v1 import tidegate_pb2_grpc as pb_grpc
 
@@ -225,15 +226,16 @@ async def fill_workload(
 
 def gateway_reader(stub: Any, ref: Any, metadata: Any) -> Any:
     """``read(partition, offset, max_records) -> (records, bytes)`` through the Read RPC,
-    decoding every Arrow batch as a client would."""
+    as the SDK reads: hot records as stored, which it decodes and gives their system
+    columns (``read_response_batches``)."""
 
     async def read(partition: int, offset: int, max_records: int) -> tuple[int, int]:
         n = nbytes = 0
         request = pb.ReadRequest(
-            table=ref, partition=partition, offset=offset, max_records=max_records
+            table=ref, partition=partition, offset=offset, max_records=max_records, raw_hot=True
         )
         async for msg in stub.Read(request, metadata=metadata):
-            for b in pa.ipc.open_stream(pa.py_buffer(msg.arrow_ipc)) if msg.arrow_ipc else []:
+            for b in read_response_batches(msg, partition):
                 n += b.num_rows
                 nbytes += b.nbytes
         return n, nbytes

@@ -9,12 +9,16 @@ import pyarrow as pa
 
 from gateway.client._types import StartAt, TableInfo, TableRef
 from gateway.wire._proto.tidegate.v1 import tidegate_pb2 as pb
+from gateway.wire.codec import decode_stream
 from gateway.wire.errors import InvalidPartition, OffsetOutOfRange
+from gateway.wire.schema import SYSTEM_COLUMNS
+from gateway.wire.stored import HotPiece, piece_rows
 
 __all__ = [
     "TIER_COLUMN",
     "label_tier",
     "mark_consumed",
+    "read_response_batches",
     "reset_position",
     "scan_request",
     "scan_table",
@@ -37,6 +41,21 @@ def label_tier(batches: list[pa.RecordBatch], tiered_watermark: int) -> list[pa.
         tier = pc.if_else(cold, pa.scalar("iceberg"), pa.scalar("hot"))
         out.append(b.append_column(TIER_COLUMN, tier))
     return out
+
+
+def read_response_batches(msg: pb.ReadResponse, partition: int) -> list[pa.RecordBatch]:
+    """The records of one Read answer, user columns then system columns: those of its
+    Arrow stream, then those of its hot batches as stored (read with ``raw_hot``), which
+    are put in the table's schema (the stream's) and given their system columns here."""
+    if not msg.arrow_ipc:
+        return []
+    schema, batches = decode_stream(msg.arrow_ipc)
+    if msg.hot_batches:
+        user = pa.schema([f for f in schema if f.name not in SYSTEM_COLUMNS])
+        for hb in msg.hot_batches:
+            piece = HotPiece(hb.arrow_ipc, hb.base_offset, hb.timestamp_us, hb.skip, hb.count)
+            batches.extend(piece_rows(piece, user, partition))
+    return batches
 
 
 def mark_consumed(consumed: dict[int, int], batch: pa.RecordBatch) -> None:

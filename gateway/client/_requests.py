@@ -87,6 +87,7 @@ def read_request(
         max_records=max_records,
         max_bytes=max_bytes,
         follow=follow,
+        raw_hot=True,
     )
 
 

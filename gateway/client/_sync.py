@@ -15,10 +15,15 @@ from typing import Any, cast
 import grpc
 import pyarrow as pa
 
-from gateway.client._arrow import decode, ipc
+from gateway.client._arrow import ipc
 from gateway.client._calls import SyncCalls
 from gateway.client._flight import flight_read, flight_scan, range_ended_early
-from gateway.client._reading import label_tier, scan_request, scan_table
+from gateway.client._reading import (
+    label_tier,
+    read_response_batches,
+    scan_request,
+    scan_table,
+)
 from gateway.client._requests import (
     alter_table_request,
     append_request,
@@ -252,7 +257,7 @@ class Client(SyncCalls):
         )
         try:
             for msg in call:
-                batches = decode(msg.arrow_ipc)
+                batches = read_response_batches(msg, partition)
                 if with_tier:
                     batches = label_tier(batches, msg.tiered_watermark)
                 yield batches, msg.next_offset, msg.high_watermark

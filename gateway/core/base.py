@@ -73,6 +73,9 @@ class CoreBase:
         self._pool = ThreadPoolExecutor(settings.server.io_threads, thread_name_prefix="tg-io")
         self._tables: dict[tuple[str, str, str], tuple[float, TableView]] = {}
         self._round_robin: dict[str, itertools.count[int]] = {}
+        #: (table id, schema version, schema message) of hot payloads known to read
+        #: under that version's schema (see ``ReadOps._check_stored_schema``).
+        self._known_schemas: set[tuple[str, int, bytes]] = set()
         self._notifier = _Notifier()
         #: Read data held at once, for the process and per tenant.
         self.budget = ReadBudget(

@@ -11,16 +11,19 @@ import pyarrow as pa
 
 from gateway.core.base import CoreBase
 from gateway.core.budget import READ_COPIES
-from gateway.core.views import ReadResult, TableView, fit_bytes, slice_batches
+from gateway.core.views import ReadResult, TableView, fit_bytes, hot_pieces, slice_batches
 from gateway.hot import PartitionId
 from gateway.wire.errors import InvalidRequest, OffsetOutOfRange
-from gateway.wire.evolution import StaleSchema
+from gateway.wire.evolution import StaleSchema, read_as
 from gateway.wire.schema import OFFSET_COLUMN
+from gateway.wire.stored import HotPiece, schema_message
 
 __all__ = ["ReadOps"]
 
 #: Longest a follow stream waits for room in the read budget before it is refused.
 _FOLLOW_WAIT_S = 60.0
+#: Schema messages of hot payloads remembered as readable under a table's schema.
+_KNOWN_SCHEMAS = 4096
 
 
 class ReadOps(CoreBase):
@@ -42,8 +45,12 @@ class ReadOps(CoreBase):
         offset: int,
         max_records: int | None = None,
         max_bytes: int | None = None,
+        *,
+        raw_hot: bool = False,
     ) -> ReadResult:
-        """Records of one partition from ``offset`` in offset order.
+        """Records of one partition from ``offset`` in offset order; with ``raw_hot``, the
+        hot-tier records as stored (``ReadResult.pieces``), for a reader that adds the
+        system columns itself.
 
         Raises:
             TableNotFound, InvalidPartition,
@@ -53,14 +60,20 @@ class ReadOps(CoreBase):
         part = self._part(table, partition)
         records, nbytes = self._limits(max_records, max_bytes)
         try:
-            return await self._read(table, part, offset, records, nbytes)
+            return await self._read(table, part, offset, records, nbytes, raw_hot)
         except StaleSchema:
             # Rows appended under a schema changed through another gateway: look again.
             table = await self.table(tenant, namespace, name, fresh=True)
-            return await self._read(table, part, offset, records, nbytes)
+            return await self._read(table, part, offset, records, nbytes, raw_hot)
 
     async def _read(
-        self, table: TableView, part: PartitionId, offset: int, max_records: int, max_bytes: int
+        self,
+        table: TableView,
+        part: PartitionId,
+        offset: int,
+        max_records: int,
+        max_bytes: int,
+        raw_hot: bool = False,
     ) -> ReadResult:
         """Stitched read: offsets below ``T(p)`` of the current snapshot come from its
         data files, offsets at or above it from the hot tier, in one ordered result."""
@@ -123,13 +136,29 @@ class ReadOps(CoreBase):
                         f"cold tier is missing offsets {next_offset}..{stop - 1} of "
                         f"partition {part.partition}"
                     )
+            pieces: list[HotPiece] = []
             if remaining > 0 and not full and next_offset < o.high:
                 stored = self.hot.read(part, next_offset, remaining, max_bytes - nbytes)
-                hot, next_offset = slice_batches(
-                    stored, part.partition, next_offset, remaining, max_bytes, nbytes, table.schema
-                )
-                out.extend(hot)
-            return ReadResult(out, next_offset, max(high, next_offset), table.stored_schema, tiered)
+                if raw_hot:
+                    pieces, next_offset = hot_pieces(
+                        stored, next_offset, remaining, max_bytes, nbytes
+                    )
+                    for piece in pieces:
+                        self._check_stored_schema(table, piece.payload)
+                else:
+                    hot, next_offset = slice_batches(
+                        stored,
+                        part.partition,
+                        next_offset,
+                        remaining,
+                        max_bytes,
+                        nbytes,
+                        table.schema,
+                    )
+                    out.extend(hot)
+            return ReadResult(
+                out, next_offset, max(high, next_offset), table.stored_schema, tiered, pieces
+            )
 
         return await self._run(fetch)
 
@@ -146,6 +175,7 @@ class ReadOps(CoreBase):
         *,
         still_allowed: Callable[[], Awaitable[None]] | None = None,
         check_every_s: float = 1.0,
+        raw_hot: bool = False,
     ) -> AsyncIterator[ReadResult]:
         """Reads from ``offset`` that wait for new records instead of ending.
 
@@ -187,10 +217,10 @@ class ReadOps(CoreBase):
                 if len(held) > 2:
                     self.budget.release(tenant, held.pop(0))
                 try:
-                    result = await self._read(table, part, offset, want, nbytes)
+                    result = await self._read(table, part, offset, want, nbytes, raw_hot)
                 except StaleSchema:
                     table = await self.table(tenant, namespace, name, fresh=True)
-                    result = await self._read(table, part, offset, want, nbytes)
+                    result = await self._read(table, part, offset, want, nbytes, raw_hot)
                 now = time.monotonic()
                 if result.num_records or (deadline is not None and now >= deadline):
                     if still_allowed is not None:
@@ -251,6 +281,24 @@ class ReadOps(CoreBase):
             return {p: search(p) for p in wanted}
 
         return await self._run(run)
+
+    def _check_stored_schema(self, table: TableView, payload: bytes) -> None:
+        """Make sure a hot payload sent as stored reads under ``table``'s schema (a reader
+        converts it with :func:`~gateway.wire.evolution.read_as`), looking at its schema
+        message only; schemas seen before are recognised by their bytes.
+
+        Raises:
+            StaleSchema: the payload was appended under a schema newer than ``table``'s.
+        """
+        key = (table.definition.table_id, table.schema_version, schema_message(payload))
+        if key in self._known_schemas:
+            return
+        stored = pa.ipc.read_schema(pa.py_buffer(key[2])) if key[2] else None
+        if stored is not None:
+            read_as(pa.RecordBatch.from_pylist([], schema=stored), table.schema)
+        if len(self._known_schemas) >= _KNOWN_SCHEMAS:
+            self._known_schemas.clear()
+        self._known_schemas.add(key)
 
 
 def _out_of_range(offset: object, partition: int, earliest: int, high: int) -> str:

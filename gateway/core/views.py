@@ -11,9 +11,8 @@ import pyarrow as pa
 
 from gateway.hot import StoredBatch
 from gateway.meta import TableDef
-from gateway.wire.codec import iter_rows
-from gateway.wire.evolution import read_as
-from gateway.wire.schema import added_columns, fields_to_json, system_schema, with_system_columns
+from gateway.wire.schema import OFFSET_COLUMN, added_columns, fields_to_json, system_schema
+from gateway.wire.stored import HotPiece, piece_rows
 
 if TYPE_CHECKING:
     from gateway.cold import PlannedFile
@@ -28,6 +27,7 @@ __all__ = [
     "ReadResult",
     "ScanResult",
     "TableView",
+    "hot_pieces",
     "slice_batches",
 ]
 
@@ -99,15 +99,18 @@ class ReadResult:
     schema: pa.Schema = field(repr=False, default_factory=lambda: pa.schema([]))
     #: Offsets below it were read from the Iceberg table, the others from the hot tier.
     tiered_watermark: int = 0
+    #: Hot records as stored, following those of ``batches`` (reads that ask for them).
+    pieces: list[HotPiece] = field(default_factory=list)
 
     @property
     def num_records(self) -> int:
-        return sum(b.num_rows for b in self.batches)
+        return int(sum(b.num_rows for b in self.batches)) + sum(p.count for p in self.pieces)
 
     @property
     def nbytes(self) -> int:
-        """Arrow bytes of the batches (what the answer carries, uncompressed)."""
-        return sum(b.nbytes for b in self.batches)
+        """Bytes the answer carries: Arrow bytes of the batches (uncompressed), stored
+        bytes of the pieces."""
+        return int(sum(b.nbytes for b in self.batches)) + sum(len(p.payload) for p in self.pieces)
 
 
 @dataclass(frozen=True, slots=True)
@@ -153,6 +156,36 @@ def fit_bytes(batch: pa.RecordBatch, room: int, first: bool) -> pa.RecordBatch:
     return batch.slice(0, max(1 if first else 0, rows))
 
 
+_UNCAPPED = 1 << 62
+
+
+def hot_pieces(
+    stored: Sequence[StoredBatch],
+    offset: int,
+    max_records: int,
+    max_bytes: int,
+    used_bytes: int = 0,
+) -> tuple[list[HotPiece], int]:
+    """The pieces of hot batches that hold records ``[offset, offset + max_records)``, as
+    stored, until their stored size passes ``max_bytes`` (``used_bytes`` of which are
+    taken already; the first piece is always taken), and the offset after the last one."""
+    out: list[HotPiece] = []
+    remaining = max_records
+    next_offset = offset
+    for sb in stored:
+        if remaining <= 0 or used_bytes >= max_bytes:
+            break
+        skip = max(0, next_offset - sb.base_offset)
+        count = min(sb.count - skip, remaining)
+        if count <= 0:
+            continue
+        out.append(HotPiece(sb.payload, sb.base_offset, sb.timestamp_us, skip, count))
+        used_bytes += len(sb.payload)
+        remaining -= count
+        next_offset = sb.base_offset + skip + count
+    return out, next_offset
+
+
 def slice_batches(
     stored: Sequence[StoredBatch],
     partition: int,
@@ -168,33 +201,22 @@ def slice_batches(
     (uncompressed, as they are sent) would pass ``max_bytes`` (``used_bytes`` of which are
     taken already), and the offset after the last one."""
     out: list[pa.RecordBatch] = []
-    remaining = max_records
     next_offset = offset
-    for sb in stored:
-        if remaining <= 0 or used_bytes >= max_bytes:
+    for piece in hot_pieces(stored, offset, max_records, _UNCAPPED)[0]:
+        if used_bytes >= max_bytes:
             break
-        start = max(0, next_offset - sb.base_offset)
-        length = min(sb.count - start, remaining)
-        if length <= 0:
-            continue
         cut = False
-        # Only the record batches of the payload that hold the rows are decompressed.
-        whole = start == 0 and length == sb.count
-        for at, chunk in iter_rows(sb.payload, start, None if whole else length):
-            if schema is not None:
-                chunk = read_as(chunk, schema)
-            rows = with_system_columns(chunk, partition, sb.base_offset + at, sb.timestamp_us)
-            piece = fit_bytes(rows, max_bytes - used_bytes, not used_bytes)
-            if piece.num_rows * 2 < chunk.num_rows:
+        for rows in piece_rows(piece, schema, partition):
+            part = fit_bytes(rows, max_bytes - used_bytes, not used_bytes)
+            if part.num_rows * 2 < rows.num_rows:
                 # A small part of a decoded chunk: copy it, so the chunk is freed now
                 # rather than held for as long as the answer lives.
-                piece = piece.take(pa.array(np.arange(piece.num_rows)))
-            if piece.num_rows:
-                out.append(piece)
-                used_bytes += piece.nbytes
-                remaining -= piece.num_rows
-                next_offset = sb.base_offset + at + piece.num_rows
-            if piece.num_rows < rows.num_rows:
+                part = part.take(pa.array(np.arange(part.num_rows)))
+            if part.num_rows:
+                out.append(part)
+                used_bytes += part.nbytes
+                next_offset = int(part.column(OFFSET_COLUMN)[-1].as_py()) + 1
+            if part.num_rows < rows.num_rows:
                 cut = True  # the byte cap: the next rows must not follow a gap
                 break
         if cut:

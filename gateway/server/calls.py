@@ -150,9 +150,12 @@ class DataCalls:
         max_records: int | None,
         max_bytes: int | None,
         encode: Callable[[ReadResult], tuple[T, int]],
+        *,
+        raw_hot: bool = False,
     ) -> T:
         """One stream read, encoded by ``encode`` (which answers the wire form and its size
-        in bytes) and metered by that size.
+        in bytes) and metered by that size; with ``raw_hot`` its hot records come as stored
+        (see :meth:`gateway.core.StreamTables.read`).
 
         A read starts only with room in the read budget (else it is refused at once,
         Throttled) and then holds what its answer really weighs until it is encoded: most
@@ -162,7 +165,7 @@ class DataCalls:
         budget = self.service.budget
         async with budget.hold(tenant, READ_COPIES * _READ_START):
             result = await self.service.read(
-                tenant, namespace, name, partition, offset, max_records, max_bytes
+                tenant, namespace, name, partition, offset, max_records, max_bytes, raw_hot=raw_hot
             )
         async with budget.hold(tenant, READ_COPIES * result.nbytes, force=True):
             return await self._answer(tenant, result, encode)
@@ -180,6 +183,7 @@ class DataCalls:
         max_bytes: int | None = None,
         max_wait_s: float | None = None,
         authorization: str | None = None,
+        raw_hot: bool = False,
     ) -> AsyncIterator[T]:
         """Follow reads, each encoded and metered. The caller's credential is checked
         again before every answer and at least every ``auth.key_cache_ttl_s`` while the
@@ -202,6 +206,7 @@ class DataCalls:
             max_wait_s=max_wait_s,
             still_allowed=allowed,
             check_every_s=max(0.1, self.service.settings.auth.key_cache_ttl_s),
+            raw_hot=raw_hot,
         )
         try:
             first = True

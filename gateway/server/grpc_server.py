@@ -135,9 +135,10 @@ def _ranges(ranges: Iterable[AppendRange]) -> pb.AppendResponse:
 
 def _read_messages(result: ReadResult) -> tuple[list[pb.ReadResponse], int]:
     """One ReadResponse per ~1 MiB of batches (the last carries the result's next
-    offset), and their Arrow bytes; an empty result is one message without records, which
-    still tells where the log ends."""
-    if not result.batches:
+    offset), then per ~1 MiB of hot batches as stored (each with the schema), and the
+    bytes they carry; an empty result is one message without records, which still tells
+    where the log ends."""
+    if not result.batches and not result.pieces:
         empty = pb.ReadResponse(
             next_offset=result.next_offset,
             high_watermark=result.high_watermark,
@@ -166,6 +167,32 @@ def _read_messages(result: ReadResult) -> tuple[list[pb.ReadResponse], int]:
                 )
             )
             pending, size = [], 0
+    if result.pieces:
+        schema_only = encode_stream([], result.schema)
+        group: list[pb.HotBatch] = []
+        for i, p in enumerate(result.pieces):
+            group.append(
+                pb.HotBatch(
+                    arrow_ipc=p.payload,
+                    base_offset=p.base_offset,
+                    timestamp_us=p.timestamp_us,
+                    skip=p.skip,
+                    count=p.count,
+                )
+            )
+            size += len(p.payload)
+            if size >= _READ_CHUNK_BYTES or i == len(result.pieces) - 1:
+                nbytes += size + len(schema_only)
+                out.append(
+                    pb.ReadResponse(
+                        arrow_ipc=schema_only,
+                        next_offset=p.next_offset,
+                        high_watermark=result.high_watermark,
+                        tiered_watermark=result.tiered_watermark,
+                        hot_batches=group,
+                    )
+                )
+                group, size = [], 0
     return out, nbytes
 
 
@@ -326,6 +353,7 @@ class TidegateServicer(pb_grpc.TidegateServicer):  # type: ignore[misc]
                 max_records=request.max_records or None,
                 max_bytes=max_bytes,
                 authorization=caller.authorization,
+                raw_hot=request.raw_hot,
             ):
                 for msg in msgs:
                     yield msg
@@ -335,7 +363,7 @@ class TidegateServicer(pb_grpc.TidegateServicer):  # type: ignore[misc]
         while True:
             msgs = await self.calls.read(
                 caller.tenant, ns, name, request.partition, offset, wanted - seen, max_bytes,
-                _read_messages,
+                _read_messages, raw_hot=request.raw_hot,
             )  # fmt: skip
             last = msgs[-1]
             got = last.next_offset - offset  # offsets are dense

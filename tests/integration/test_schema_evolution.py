@@ -332,6 +332,7 @@ def test_replicas_with_stale_caches_append_across_a_change(
     from gateway.lake.components import Components
     from gateway.lake.tiering import tier_table
     from gateway.server.app import build_service
+    from gateway.wire.stored import piece_rows
 
     monkeypatch.setattr(gateway.core.base, "_TABLE_CACHE_TTL_S", 3600.0)
     settings = Settings.explicit(data_dir=tmp_path, hot={"type": "redis", "url": redis_server.url})
@@ -364,6 +365,15 @@ def test_replicas_with_stale_caches_append_across_a_change(
         c = Components(a.settings, a.meta, a.hot, a.cold)  # type: ignore[arg-type]
         for step in ("hot", "tiered"):
             for svc in (a, b, old):
+                # Hot payloads sent as stored first: the stale gateway sees a payload of
+                # the newer schema from its schema message alone, and looks again.
+                raw = await svc.read("t", "r", "x", 0, 0, max_records=100, raw_hot=True)
+                user = pa.schema(list(raw.schema)[:-3])
+                batches = list(raw.batches)
+                for piece in raw.pieces:
+                    batches.extend(piece_rows(piece, user, 0))
+                rows = pa.Table.from_batches(batches, raw.schema).to_pylist()
+                assert _user(rows) == want, (step, "raw", svc is old)
                 got = await svc.read("t", "r", "x", 0, 0, max_records=100)
                 rows = pa.Table.from_batches(got.batches).to_pylist()
                 assert _user(rows) == want, (step, svc is old)

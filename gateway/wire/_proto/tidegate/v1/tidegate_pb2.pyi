@@ -302,32 +302,50 @@ class AppendStreamResponse(_message.Message):
     def __init__(self, request_id: _Optional[int] = ..., ok: _Optional[_Union[AppendResponse, _Mapping]] = ..., error: _Optional[_Union[Error, _Mapping]] = ...) -> None: ...
 
 class ReadRequest(_message.Message):
-    __slots__ = ("table", "partition", "offset", "max_records", "max_bytes", "follow")
+    __slots__ = ("table", "partition", "offset", "max_records", "max_bytes", "follow", "raw_hot")
     TABLE_FIELD_NUMBER: _ClassVar[int]
     PARTITION_FIELD_NUMBER: _ClassVar[int]
     OFFSET_FIELD_NUMBER: _ClassVar[int]
     MAX_RECORDS_FIELD_NUMBER: _ClassVar[int]
     MAX_BYTES_FIELD_NUMBER: _ClassVar[int]
     FOLLOW_FIELD_NUMBER: _ClassVar[int]
+    RAW_HOT_FIELD_NUMBER: _ClassVar[int]
     table: TableRef
     partition: int
     offset: int
     max_records: int
     max_bytes: int
     follow: bool
-    def __init__(self, table: _Optional[_Union[TableRef, _Mapping]] = ..., partition: _Optional[int] = ..., offset: _Optional[int] = ..., max_records: _Optional[int] = ..., max_bytes: _Optional[int] = ..., follow: _Optional[bool] = ...) -> None: ...
+    raw_hot: bool
+    def __init__(self, table: _Optional[_Union[TableRef, _Mapping]] = ..., partition: _Optional[int] = ..., offset: _Optional[int] = ..., max_records: _Optional[int] = ..., max_bytes: _Optional[int] = ..., follow: _Optional[bool] = ..., raw_hot: _Optional[bool] = ...) -> None: ...
+
+class HotBatch(_message.Message):
+    __slots__ = ("arrow_ipc", "base_offset", "timestamp_us", "skip", "count")
+    ARROW_IPC_FIELD_NUMBER: _ClassVar[int]
+    BASE_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    TIMESTAMP_US_FIELD_NUMBER: _ClassVar[int]
+    SKIP_FIELD_NUMBER: _ClassVar[int]
+    COUNT_FIELD_NUMBER: _ClassVar[int]
+    arrow_ipc: bytes
+    base_offset: int
+    timestamp_us: int
+    skip: int
+    count: int
+    def __init__(self, arrow_ipc: _Optional[bytes] = ..., base_offset: _Optional[int] = ..., timestamp_us: _Optional[int] = ..., skip: _Optional[int] = ..., count: _Optional[int] = ...) -> None: ...
 
 class ReadResponse(_message.Message):
-    __slots__ = ("arrow_ipc", "next_offset", "high_watermark", "tiered_watermark")
+    __slots__ = ("arrow_ipc", "next_offset", "high_watermark", "tiered_watermark", "hot_batches")
     ARROW_IPC_FIELD_NUMBER: _ClassVar[int]
     NEXT_OFFSET_FIELD_NUMBER: _ClassVar[int]
     HIGH_WATERMARK_FIELD_NUMBER: _ClassVar[int]
     TIERED_WATERMARK_FIELD_NUMBER: _ClassVar[int]
+    HOT_BATCHES_FIELD_NUMBER: _ClassVar[int]
     arrow_ipc: bytes
     next_offset: int
     high_watermark: int
     tiered_watermark: int
-    def __init__(self, arrow_ipc: _Optional[bytes] = ..., next_offset: _Optional[int] = ..., high_watermark: _Optional[int] = ..., tiered_watermark: _Optional[int] = ...) -> None: ...
+    hot_batches: _containers.RepeatedCompositeFieldContainer[HotBatch]
+    def __init__(self, arrow_ipc: _Optional[bytes] = ..., next_offset: _Optional[int] = ..., high_watermark: _Optional[int] = ..., tiered_watermark: _Optional[int] = ..., hot_batches: _Optional[_Iterable[_Union[HotBatch, _Mapping]]] = ...) -> None: ...
 
 class PartitionOffset(_message.Message):
     __slots__ = ("partition", "offset")
