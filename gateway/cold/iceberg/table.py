@@ -45,6 +45,28 @@ __all__ = ["IcebergColdTable"]
 _FILE_LISTS = 64
 
 
+#: Parquet footers kept per process: data files never change once written (Iceberg adds
+#: and removes whole files), so a footer read once serves every later read of the file.
+_FOOTERS = 512
+_footers: OrderedDict[str, pq.FileMetaData] = OrderedDict()
+_footers_lock = threading.Lock()
+
+
+def _open_parquet(source: Any, path: str) -> pq.ParquetFile:
+    """``source`` as a ParquetFile, its footer parsed once per process and path."""
+    with _footers_lock:
+        meta = _footers.get(path)
+        if meta is not None:
+            _footers.move_to_end(path)
+    parquet = pq.ParquetFile(source, metadata=meta)
+    if meta is None:
+        with _footers_lock:
+            _footers[path] = parquet.metadata
+            while len(_footers) > _FOOTERS:
+                _footers.popitem(last=False)
+    return parquet
+
+
 def _file_batches(
     filesystem: Any, path: str, columns: Sequence[str], offsets: tuple[int, int] | None = None
 ) -> Iterator[pa.RecordBatch]:
@@ -52,11 +74,12 @@ def _file_batches(
 
     A file flagged sorted (every file tiering and compaction write) is read a row group at
     a time, skipping row groups outside the offsets by their statistics: memory stays at a
-    row group (``ROW_GROUP_ROWS`` rows) whatever the file's size. Any other file is read
-    whole and sorted.
+    row group (``ROW_GROUP_ROWS`` rows) whatever the file's size. A row group whose offsets
+    are dense (as tiering and compaction write them) is sliced to the range rather than
+    filtered. Any other file is read whole and sorted.
     """
     with filesystem.open_input_file(fs_path(path)) as source:
-        parquet = pq.ParquetFile(source)
+        parquet = _open_parquet(source, path)
         # A file written before a column was added lacks it: cast_to fills it with nulls.
         present = set(parquet.schema_arrow.names)
         columns = [c for c in columns if c in present]
@@ -69,16 +92,21 @@ def _file_batches(
         meta = parquet.metadata
         index = parquet.schema_arrow.get_field_index(OFFSET_COLUMN)
         for rg in range(meta.num_row_groups):
-            if offsets is not None:
-                stats = meta.row_group(rg).column(index).statistics
-                if stats is not None and stats.has_min_max:
-                    if stats.max < offsets[0]:
-                        continue
-                    if stats.min >= offsets[1]:
-                        break  # sorted: no later row group holds the range
+            group = meta.row_group(rg)
+            stats = group.column(index).statistics
+            known = stats is not None and stats.has_min_max
+            if offsets is not None and known:
+                if stats.max < offsets[0]:
+                    continue
+                if stats.min >= offsets[1]:
+                    break  # sorted: no later row group holds the range
             table = parquet.read_row_group(rg, columns=list(columns))
             if offsets is not None:
-                table = table.filter(_in_range(table.column(OFFSET_COLUMN), offsets))
+                if known and stats.max - stats.min + 1 == group.num_rows:
+                    lo = max(0, offsets[0] - stats.min)
+                    table = table.slice(lo, max(0, min(offsets[1], stats.max + 1) - stats.min - lo))
+                else:
+                    table = table.filter(_in_range(table.column(OFFSET_COLUMN), offsets))
             yield from table.to_batches()
 
 
