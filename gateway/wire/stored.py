@@ -53,10 +53,26 @@ def piece_rows(
     Raises:
         StaleSchema: the payload holds columns newer than ``schema``.
     """
-    for at, chunk in iter_rows(piece.payload, piece.skip, piece.count):
+    for at, chunk in _rows(piece):
         if schema is not None:
             chunk = read_as(chunk, schema)
         yield with_system_columns(chunk, partition, piece.base_offset + at, piece.timestamp_us)
+
+
+def _rows(piece: HotPiece) -> Iterator[tuple[int, pa.RecordBatch]]:
+    """``(row index, batch)`` pairs of the piece's rows, decompressing only the record
+    batches that hold them. From the first row, the stream's batches are read in order
+    until the piece's rows are in (no metadata parsing of our own is needed)."""
+    if piece.skip:
+        yield from iter_rows(piece.payload, piece.skip, piece.count)
+        return
+    at = 0
+    for batch in pa.ipc.open_stream(pa.py_buffer(piece.payload)):
+        if at + batch.num_rows >= piece.count:
+            yield at, batch.slice(0, piece.count - at)
+            return
+        yield at, batch
+        at += batch.num_rows
 
 
 def schema_message(payload: bytes) -> bytes:
