@@ -13,7 +13,7 @@ RUN_EXTRAS ?= server
 STAMP := $(VENV)/.installed
 RUN_STAMP := $(VENV)/.installed-run
 
-.PHONY: setup run test lint format typecheck proto proto-check pytest bench bench-smoke fuzz faults soak prereqs clean
+.PHONY: setup run test lint format typecheck proto proto-check pytest bench bench-smoke profile fuzz faults soak prereqs clean
 
 # $(call install,extras,what it is for): create the virtualenv if needed and install tidegate
 # (editable) with those extras, saying what and why first and showing pip's progress (no
@@ -92,6 +92,12 @@ bench: setup
 
 bench-smoke: setup
 	$(PY) -m benchmarks --mode smoke
+	$(PY) -m benchmarks.profile hot-read --seconds 1
+
+## Where a gateway spends its time on each hot path (py-spy), summaries and samples in
+## benchmarks/results/profiles/.
+profile: setup
+	$(PY) -m benchmarks.profile hot-read cold-read scan append --out benchmarks/results/profiles
 
 clean:
 	rm -rf $(VENV) .mypy_cache .pytest_cache .ruff_cache
