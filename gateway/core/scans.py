@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import logging
 from collections.abc import AsyncIterator, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -22,6 +23,8 @@ if TYPE_CHECKING:
     from gateway.cold import ColdSnapshot, PlannedFile
 
 __all__ = ["ScanOps"]
+
+log = logging.getLogger(__name__)
 
 
 class ScanOps(CoreBase):
@@ -220,7 +223,9 @@ class ScanOps(CoreBase):
                     yield b
             finally:
                 if lease is not None:
-                    await self._run(self.meta.release_lease, lease)
+                    # Not awaited: the scan's answer is complete, and a lease that outlives
+                    # it by a moment only keeps a snapshot a moment longer.
+                    self._pool.submit(_release, self.meta.release_lease, lease)
 
         return ScanResult(schema, snap.snapshot_id if snap is not None else None, batches())
 
@@ -259,6 +264,14 @@ class ScanOps(CoreBase):
             table.stored_schema,
             earliest,
         )
+
+
+def _release(release: Any, lease: str) -> None:
+    """Release a scan's lease off the request path; one that fails expires on its own."""
+    try:
+        release(lease)
+    except Exception:
+        log.warning("could not release scan lease %s; it expires on its own", lease, exc_info=True)
 
 
 def _retained(expr: Expr | None, earliest: dict[int, int], partitions: int) -> Expr | None:

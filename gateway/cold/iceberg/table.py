@@ -43,6 +43,9 @@ __all__ = ["IcebergColdTable"]
 
 
 _FILE_LISTS = 64
+#: Scan plans kept per table, and the longest pruning expression (as text) kept.
+_PLANS = 16
+_PLAN_KEY_CHARS = 4096
 
 
 #: Parquet footers kept per process: data files never change once written (Iceberg adds
@@ -157,6 +160,9 @@ class IcebergColdTable(ColdTable):
         #: read the manifest decoding of pyiceberg's planning (most of a small cold read).
         self._file_lists: OrderedDict[tuple[int, int], list[DataFile]] = OrderedDict()
         self._file_lists_lock = threading.Lock()
+        #: (snapshot id, pruning expression) -> pyiceberg's file plan, for scans: repeated
+        #: scans of a snapshot (dashboards, engines polling) plan once.
+        self._plans: OrderedDict[tuple[int, str], list[Any]] = OrderedDict()
 
     def _load(self) -> Table:
         from pyiceberg.exceptions import NoSuchTableError
@@ -236,11 +242,25 @@ class IcebergColdTable(ColdTable):
         return _cold_snapshot(snap)
 
     def _tasks(self, snap: ColdSnapshot, prune: Any) -> list[Any]:
-        """pyiceberg's file plan for a pruning expression (see :func:`to_pyiceberg`)."""
+        """pyiceberg's file plan for a pruning expression (see :func:`to_pyiceberg`),
+        kept in a small LRU: a snapshot's plan for an expression never changes."""
         if snap.snapshot_id is None:
             return []
+        text = repr(prune)
+        key = (snap.snapshot_id, text)
+        with self._file_lists_lock:
+            hit = self._plans.get(key)
+            if hit is not None:
+                self._plans.move_to_end(key)
+                return hit
         scan = self._load_for(snap).scan(row_filter=prune, snapshot_id=snap.snapshot_id)
-        return list(scan.plan_files())
+        tasks = list(scan.plan_files())
+        if len(text) <= _PLAN_KEY_CHARS:
+            with self._file_lists_lock:
+                self._plans[key] = tasks
+                while len(self._plans) > _PLANS:
+                    self._plans.popitem(last=False)
+        return tasks
 
     def _data_file(self, f: Any, offset_id: int) -> DataFile:
         from pyiceberg.conversions import from_bytes
