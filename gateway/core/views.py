@@ -17,7 +17,7 @@ from gateway.wire.stored import HotPiece, piece_rows
 if TYPE_CHECKING:
     from gateway.cold import PlannedFile
     from gateway.cold.base import FileStats
-    from gateway.meta.store import JobRun, Lease
+    from gateway.meta.records import JobRun, Lease
 
 __all__ = [
     "HotRange",

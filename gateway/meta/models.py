@@ -8,7 +8,7 @@ which recreates tables) can always address a constraint by name.
 The models are the *target* of the migrations in :mod:`gateway.meta.migrations`; a test
 checks that a migrated database and these models agree. Change both together: edit a model,
 then add a revision (autogenerate one with
-:func:`gateway.meta.store.alembic_config`, see the migrations' ``env.py``).
+:func:`gateway.meta.engine.alembic_config`, see the migrations' ``env.py``).
 """
 
 from __future__ import annotations

@@ -11,8 +11,8 @@ from sqlalchemy import create_engine, inspect
 from sqlalchemy.pool import NullPool
 
 from gateway.meta import MetadataStore
+from gateway.meta.engine import alembic_config
 from gateway.meta.models import VERSION_TABLE
-from gateway.meta.store import alembic_config
 from tests.services import REPO_ROOT
 
 

@@ -20,7 +20,7 @@ from gateway.hot import PartitionId, ProducerSequence, StoredBatch
 from gateway.hot.placement import Segment
 from gateway.hot.redis import RedisHotLog, partition_keys
 from gateway.meta import MetadataStore
-from gateway.meta.store import choose_shards
+from gateway.meta.placement import choose_shards
 from gateway.wire.errors import InvalidRequest, OffsetOutOfRange
 from tests.services import RedisClusterServer, RedisServer
 

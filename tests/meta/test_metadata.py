@@ -20,8 +20,8 @@ from sqlalchemy.pool import NullPool
 
 from gateway.config import Settings
 from gateway.meta import MetadataStore, PartitionState, TableDef
+from gateway.meta.engine import alembic_config
 from gateway.meta.models import VERSION_TABLE, Base
-from gateway.meta.store import alembic_config
 from gateway.wire.errors import InvalidRequest, TableAlreadyExists, TableNotFound, TenantNotFound
 from tests.services import scratch_database
 

@@ -1,12 +1,12 @@
 """Alembic environment of the metadata store.
 
-Normally run through :func:`gateway.meta.store.upgrade`, which passes an open connection
+Normally run through :func:`gateway.meta.engine.upgrade`, which passes an open connection
 (already inside the transaction that holds the migration lock) in
 ``config.attributes["connection"]``. ``config.attributes["engine"]`` or the
 ``sqlalchemy.url`` option work too, e.g. to autogenerate a new revision::
 
     from alembic import command
-    from gateway.meta.store import alembic_config
+    from gateway.meta.engine import alembic_config
 
     command.revision(alembic_config(url="sqlite:///dev.db"), "add quotas", autogenerate=True)
 

@@ -1,0 +1,159 @@
+"""Per-partition state in the metadata store: the partitions of a table, their earliest
+readable offsets, the cached high and tiered watermarks (only ever raised), and the offsets
+consumer groups commit.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from sqlalchemy import Table, bindparam, select, update
+from sqlalchemy.exc import IntegrityError
+
+from gateway.meta.base import MetaBase
+from gateway.meta.models import GroupOffset, PartitionRecord, utcnow
+from gateway.meta.records import PartitionState
+
+__all__ = ["PartitionOps"]
+
+
+class PartitionOps(MetaBase):
+    # Partitions -------------------------------------------------------------------------
+    def partitions(self, table_id: str) -> list[PartitionState]:
+        """The table's partitions in order; empty for an unknown (or dropped) table."""
+        stmt = (
+            select(PartitionRecord)
+            .where(PartitionRecord.table_id == table_id)
+            .order_by(PartitionRecord.partition)
+        )
+        with self._session(write=False) as session:
+            return [
+                PartitionState(
+                    partition=r.partition,
+                    high_watermark=r.high_watermark,
+                    tiered_watermark=r.tiered_watermark,
+                    shard=r.shard,
+                    epoch=r.epoch,
+                    earliest_offset=r.earliest_offset or 0,
+                )
+                for r in session.scalars(stmt)
+            ]
+
+    def earliest_offset(self, table_id: str, partition: int) -> int:
+        """The partition's earliest readable offset (0 when retention never removed
+        anything, or for an unknown partition): one primary-key lookup, made by every
+        stream read so that a new earliest offset holds on every gateway at once."""
+        stmt = select(PartitionRecord.earliest_offset).where(
+            PartitionRecord.table_id == table_id, PartitionRecord.partition == partition
+        )
+        with self._session(write=False) as session:
+            return int(session.execute(stmt).scalar() or 0)
+
+    def raise_earliest_offsets(self, table_id: str, offsets: Mapping[int, int]) -> None:
+        """Raise the partitions' earliest offsets (retention); a smaller value than the
+        stored one leaves it unchanged, so the earliest offset never goes backwards."""
+        self._raise_cached(table_id, "earliest_offset", offsets)
+
+    def update_high_watermarks(self, table_id: str, watermarks: Mapping[int, int]) -> None:
+        """Raise the cached high watermarks to the given values.
+
+        A cached value is only ever raised: a smaller value (a stale observation, racing
+        with a newer one) leaves it unchanged. Unknown partitions are ignored.
+        """
+        self._raise_cached(table_id, "high_watermark", watermarks)
+
+    def update_tiered_watermarks(self, table_id: str, watermarks: Mapping[int, int]) -> None:
+        """Raise the cached tiered watermarks (a cache of the Iceberg snapshot summary,
+        which wins). Like :meth:`update_high_watermarks`, a value is only ever raised."""
+        self._raise_cached(table_id, "tiered_watermark", watermarks)
+
+    # Consumer groups --------------------------------------------------------------------
+    def commit_offsets(
+        self, tenant: str, group: str, table_id: str, offsets: Mapping[int, int]
+    ) -> None:
+        """Store ``group``'s committed offsets (partition -> next offset to consume).
+
+        The last commit wins, also when it moves an offset backwards (a consumer that
+        rewinds on purpose). All partitions of one call are stored in one transaction.
+        """
+        if not offsets:
+            return
+        for attempt in range(2):
+            try:
+                with self._session(write=True) as session:
+                    existing = {
+                        r.partition: r
+                        for r in session.scalars(
+                            select(GroupOffset).where(
+                                GroupOffset.tenant_id == tenant,
+                                GroupOffset.group_id == group,
+                                GroupOffset.table_id == table_id,
+                                GroupOffset.partition.in_(list(offsets)),
+                            )
+                        )
+                    }
+                    now = utcnow()
+                    for p, off in sorted(offsets.items()):
+                        row = existing.get(p)
+                        if row is None:
+                            session.add(
+                                GroupOffset(
+                                    tenant_id=tenant,
+                                    group_id=group,
+                                    table_id=table_id,
+                                    partition=p,
+                                    offset=off,
+                                    committed_at=now,
+                                )
+                            )
+                        else:
+                            row.offset = off
+                            row.committed_at = now
+                return
+            except IntegrityError:
+                if attempt:  # a concurrent first commit of the same partition: redo once
+                    raise
+
+    def fetch_offsets(self, tenant: str, group: str, table_id: str) -> dict[int, int]:
+        """``group``'s committed offsets for the table; partitions never committed are absent."""
+        stmt = select(GroupOffset.partition, GroupOffset.offset).where(
+            GroupOffset.tenant_id == tenant,
+            GroupOffset.group_id == group,
+            GroupOffset.table_id == table_id,
+        )
+        with self._session(write=False) as session:
+            return {int(p): int(o) for p, o in session.execute(stmt)}
+
+    def list_groups(self, tenant: str, table_id: str | None = None) -> list[tuple[str, str]]:
+        """``(group, table_id)`` pairs with committed offsets, of one table when given."""
+        stmt = select(GroupOffset.group_id, GroupOffset.table_id).where(
+            GroupOffset.tenant_id == tenant
+        )
+        if table_id is not None:
+            stmt = stmt.where(GroupOffset.table_id == table_id)
+        with self._session(write=False) as session:
+            return sorted({(str(g), str(t)) for g, t in session.execute(stmt.distinct())})
+
+    def _raise_cached(self, table_id: str, column: str, watermarks: Mapping[int, int]) -> None:
+        """Raise a cached per-partition watermark column; never lower it (a smaller value
+        is a stale observation racing a newer one). Unknown partitions are ignored."""
+        if not watermarks:
+            return
+        table = PartitionRecord.__table__
+        assert isinstance(table, Table)
+        col = table.c[column]
+        stmt = (
+            update(table)
+            .where(
+                table.c.table_id == bindparam("b_table_id"),
+                table.c.partition == bindparam("b_partition"),
+                col < bindparam("b_value"),
+            )
+            .values({column: bindparam("b_value")})
+        )
+        params = [
+            {"b_table_id": table_id, "b_partition": p, "b_value": v}
+            for p, v in sorted(watermarks.items())  # one lock order: no deadlocks
+        ]
+        with self._session(write=True) as session:
+            session.connection().execute(stmt, params)

@@ -1,0 +1,255 @@
+"""Tenants and tables in the metadata store: create, look up, change and drop.
+
+Every lookup by name is scoped by tenant: a tenant can never see another tenant's tables.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from sqlalchemy import delete, select, update
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import Session
+
+from gateway.meta.base import MetaBase
+from gateway.meta.models import (
+    GroupOffset,
+    PartitionRecord,
+    SegmentRecord,
+    TableRecord,
+    Tenant,
+    utcnow,
+)
+from gateway.meta.placement import choose_shards, shard_loads
+from gateway.meta.records import TableDef
+from gateway.wire.errors import (
+    CommitConflict,
+    InvalidRequest,
+    TableAlreadyExists,
+    TableNotFound,
+    TenantNotFound,
+)
+
+__all__ = ["TableOps"]
+
+
+def _table_def(record: TableRecord) -> TableDef:
+    return TableDef(
+        table_id=record.id,
+        tenant=record.tenant_id,
+        namespace=record.namespace,
+        name=record.name,
+        fields=json.loads(record.schema_json),
+        partitions=record.partitions,
+        key_columns=json.loads(record.key_columns_json),
+        created_at=record.created_at,
+        schema_version=record.schema_version or 0,
+        retention_ms=record.retention_ms,
+        retention_records=record.retention_records,
+        retention_set_at=record.retention_set_at,
+    )
+
+
+def _not_found(namespace: str, name: str) -> TableNotFound:
+    return TableNotFound(f"table {namespace}.{name} not found", namespace=namespace, name=name)
+
+
+class TableOps(MetaBase):
+    # Tenants ----------------------------------------------------------------------------
+    def ensure_tenant(self, tenant: str) -> None:
+        """Create ``tenant`` (status ``active``) unless it exists. Safe to race."""
+        try:
+            with self._session(write=True) as session:
+                if session.get(Tenant, tenant) is None:
+                    session.add(Tenant(id=tenant, status="active", created_at=utcnow()))
+        except IntegrityError:
+            # Another process created it between our check and our insert.
+            with self._session(write=False) as session:
+                if session.get(Tenant, tenant) is None:
+                    raise
+
+    # Tables -----------------------------------------------------------------------------
+    def create_table(
+        self,
+        tenant: str,
+        namespace: str,
+        name: str,
+        fields: Sequence[Mapping[str, Any]],
+        partitions: int,
+        key_columns: Sequence[str] = (),
+        shards: Sequence[str] = ("default",),
+        retention_ms: int | None = None,
+        retention_records: int | None = None,
+    ) -> TableDef:
+        """Create a table and its partition rows ``0..partitions-1``, each placed on one of
+        ``shards`` by :func:`choose_shards` (the hot tier's configured shard names).
+
+        Raises:
+            InvalidRequest: ``partitions`` is below 1.
+            TenantNotFound: the tenant does not exist (see :meth:`ensure_tenant`).
+            TableAlreadyExists: the tenant already has ``namespace.name``.
+        """
+        if partitions < 1:
+            raise InvalidRequest(
+                f"a table needs at least one partition, got {partitions}", partitions=partitions
+            )
+        record = TableRecord(
+            id=str(uuid.uuid4()),
+            tenant_id=tenant,
+            namespace=namespace,
+            name=name,
+            schema_json=json.dumps([dict(f) for f in fields]),
+            partitions=partitions,
+            key_columns_json=json.dumps(list(key_columns)),
+            created_at=utcnow(),
+            retention_ms=retention_ms,
+            retention_records=retention_records,
+            retention_set_at=utcnow() if retention_ms or retention_records else None,
+        )
+        try:
+            with self._session(write=True) as session:
+                if session.get(Tenant, tenant) is None:
+                    raise TenantNotFound(f"tenant {tenant!r} not found", tenant=tenant)
+                if self._find(session, tenant, namespace, name) is not None:
+                    raise self._exists(namespace, name)
+                placed = ["default"] * partitions
+                if list(shards) != ["default"]:
+                    pins, load, mine = shard_loads(session, tenant)
+                    placed = choose_shards(partitions, tenant, shards, pins, load, mine)
+                session.add(record)
+                session.flush()  # the table row first: partitions reference it
+                session.add_all(
+                    PartitionRecord(
+                        table_id=record.id,
+                        partition=p,
+                        high_watermark=0,
+                        tiered_watermark=0,
+                        shard=placed[p],
+                        epoch=0,
+                    )
+                    for p in range(partitions)
+                )
+        except IntegrityError:
+            # Lost a race with a concurrent create of the same name (or tenant removal).
+            with self._session(write=False) as session:
+                if self._find(session, tenant, namespace, name) is not None:
+                    raise self._exists(namespace, name) from None
+            raise
+        return _table_def(record)
+
+    def get_table(self, tenant: str, namespace: str, name: str) -> TableDef:
+        """Raises: TableNotFound."""
+        with self._session(write=False) as session:
+            record = self._find(session, tenant, namespace, name)
+            if record is None:
+                raise _not_found(namespace, name)
+            return _table_def(record)
+
+    def set_fields(
+        self, table_id: str, version: int, fields: Sequence[Mapping[str, Any]]
+    ) -> TableDef:
+        """Replace the table's user schema if its schema version is still ``version``,
+        raising the version by one (compare-and-set: of two racing changes planned from
+        one version, one commits).
+
+        Raises:
+            TableNotFound: the table was dropped.
+            CommitConflict: another change committed since ``version`` (retryable).
+        """
+        stmt = (
+            update(TableRecord)
+            .where(TableRecord.id == table_id, TableRecord.schema_version == version)
+            .values(
+                schema_json=json.dumps([dict(f) for f in fields]),
+                schema_version=version + 1,
+            )
+        )
+        with self._session(write=True) as session:
+            changed = session.execute(stmt).rowcount  # type: ignore[attr-defined]
+            record = session.get(TableRecord, table_id)
+            if record is None:
+                raise TableNotFound(f"table {table_id} not found", table_id=table_id)
+            if not changed:
+                raise CommitConflict(
+                    f"the schema of {record.namespace}.{record.name} changed concurrently "
+                    f"(now version {record.schema_version}); describe the table and retry",
+                    version=str(record.schema_version),
+                )
+            return _table_def(record)
+
+    def set_retention(
+        self, table_id: str, retention_ms: int | None, retention_records: int | None
+    ) -> TableDef:
+        """Replace the table's retention (None: no limit of that kind).
+
+        Raises:
+            TableNotFound: the table was dropped.
+        """
+        with self._session(write=True) as session:
+            record = session.get(TableRecord, table_id)
+            if record is None:
+                raise TableNotFound(f"table {table_id} not found", table_id=table_id)
+            record.retention_ms = retention_ms
+            record.retention_records = retention_records
+            record.retention_set_at = utcnow()
+            session.flush()
+            return _table_def(record)
+
+    def list_tables(self, tenant: str, namespace: str | None = None) -> list[TableDef]:
+        """The tenant's tables (in ``namespace`` only, when given), by namespace and name."""
+        stmt = select(TableRecord).where(TableRecord.tenant_id == tenant)
+        if namespace is not None:
+            stmt = stmt.where(TableRecord.namespace == namespace)
+        stmt = stmt.order_by(TableRecord.namespace, TableRecord.name)
+        with self._session(write=False) as session:
+            return [_table_def(r) for r in session.scalars(stmt)]
+
+    def all_tables(self) -> list[TableDef]:
+        """Every tenant's tables, by tenant, namespace and name (for the operator's jobs,
+        such as tiering; never exposed to a tenant)."""
+        stmt = select(TableRecord).order_by(
+            TableRecord.tenant_id, TableRecord.namespace, TableRecord.name
+        )
+        with self._session(write=False) as session:
+            return [_table_def(r) for r in session.scalars(stmt)]
+
+    def drop_table(self, tenant: str, namespace: str, name: str) -> TableDef:
+        """Delete the table and its partition rows; returns what was dropped.
+
+        Raises: TableNotFound.
+        """
+        with self._session(write=True) as session:
+            record = self._find(session, tenant, namespace, name)
+            if record is None:
+                raise _not_found(namespace, name)
+            # Explicit, not only ON DELETE CASCADE, so it holds whatever the backend enforces.
+            session.execute(delete(PartitionRecord).where(PartitionRecord.table_id == record.id))
+            session.execute(delete(GroupOffset).where(GroupOffset.table_id == record.id))
+            session.execute(delete(SegmentRecord).where(SegmentRecord.table_id == record.id))
+            deleted = session.execute(
+                delete(TableRecord).where(
+                    TableRecord.id == record.id, TableRecord.tenant_id == tenant
+                )
+            )
+            if deleted.rowcount != 1:  # type: ignore[attr-defined]
+                raise _not_found(namespace, name)  # a concurrent drop won
+            return _table_def(record)
+
+    @staticmethod
+    def _find(session: Session, tenant: str, namespace: str, name: str) -> TableRecord | None:
+        return session.scalars(
+            select(TableRecord).where(
+                TableRecord.tenant_id == tenant,
+                TableRecord.namespace == namespace,
+                TableRecord.name == name,
+            )
+        ).one_or_none()
+
+    @staticmethod
+    def _exists(namespace: str, name: str) -> TableAlreadyExists:
+        return TableAlreadyExists(
+            f"table {namespace}.{name} already exists", namespace=namespace, name=name
+        )
