@@ -416,14 +416,15 @@ def test_admin_api_lists_placements_and_moves_a_partition(
 #: finished, chain not yet swapped) or "swapped" (chain swapped, source not yet tombstoned).
 DRAIN_SCRIPT = """
 import sys, time
-import gateway.hot.redis as r
+import gateway.hot.redis.moves as moves
 from gateway.config import Settings
+from gateway.hot.redis.shard import Shard
 from gateway.lake.components import Components
 from gateway.lake.shards import drain_shard
 
 stop_at = sys.argv[1]
-r.COPY_CHUNK = 2
-original = r._Shard.call
+moves.COPY_CHUNK = 2
+original = Shard.call
 copied = [0]
 
 def step(name):
@@ -441,7 +442,7 @@ def call(self, what, fn, *, retry):
             step("partial")
     return out
 
-r._Shard.call = call
+Shard.call = call
 with Components.open(Settings()) as c:
     replace = c.meta.replace_chain
 

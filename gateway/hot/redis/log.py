@@ -1,0 +1,431 @@
+"""The Redis hot tier's :class:`~gateway.hot.HotLog`, :class:`RedisHotLog`: appends, reads,
+offsets, trims and drops over the chain of each partition's segments (the placement and the
+shard moves it inherits from :class:`~gateway.hot.redis.moves.ShardMoves`)."""
+
+from __future__ import annotations
+
+import itertools
+import time
+from collections.abc import Sequence
+from typing import Any, cast
+
+from gateway import metrics
+from gateway.config import RedisHotConfig, RedisShardConfig, Settings
+from gateway.hot.base import (
+    AppendResult,
+    LogOffsets,
+    PartitionId,
+    ProducerSequence,
+    StoredBatch,
+)
+from gateway.hot.placement import Chain
+from gateway.hot.redis.moves import ShardMoves
+from gateway.hot.redis.scripts import (
+    APPEND_DUPLICATE,
+    APPEND_OK,
+    APPEND_SEALED,
+    COUNT_MISMATCH,
+    MAX_SEQUENCE,
+    OUT_OF_ORDER,
+    READ_AT_END,
+    READ_CHUNK,
+    READ_OK,
+    READ_OUT_OF_RANGE,
+    TOO_OLD,
+    TRIM_CHUNK,
+    partition_keys,
+    tenant_key_pattern,
+)
+from gateway.hot.redis.shard import Shard, to_int
+from gateway.wire.errors import (
+    InvalidIdempotentAppend,
+    OffsetOutOfRange,
+    OutOfOrderSequence,
+    TidegateError,
+    Unavailable,
+)
+
+__all__ = ["RedisHotLog"]
+
+
+class _Stale(Exception):
+    """The cached chain no longer matches what the shards hold: reload it."""
+
+
+class RedisHotLog(ShardMoves):
+    """A :class:`HotLog` on Redis streams over named shards, safe to share between gateway
+    processes.
+
+    Each partition is a virtual log (:mod:`gateway.hot.placement`) whose chain comes from
+    the placement store bound with :meth:`bind_placements` and is cached; a shard that
+    refuses an append to a sealed segment makes the chain reload, and the append go to the
+    new active segment. Without a placement store (one shard, as before sharding) every
+    partition is segment 0 on the one shard.
+
+    Appends are sent once and never retried automatically when the reply is lost: it is
+    then unknown whether the batch was stored, and only an idempotent producer can resend
+    it safely. An append refused by a sealed segment was not applied and is sent again.
+    Reads, offsets, trims and drops are retried a couple of times on connection errors.
+    """
+
+    name = "redis"
+
+    def __init__(
+        self,
+        url: str | None = None,
+        *,
+        shards: Sequence[RedisShardConfig] = (),
+        socket_timeout_s: float = 5.0,
+        producer_window: int = 16,
+        read_retries: int = 2,
+        trim_chunk: int = TRIM_CHUNK,
+        sealed_retries: int = 50,
+    ) -> None:
+        if producer_window < 1:
+            raise ValueError("producer_window must be >= 1")
+        if trim_chunk < 1:
+            raise ValueError("trim_chunk must be >= 1")
+        if not shards:
+            if url is None:
+                raise ValueError("a Redis hot tier needs a URL or shards")
+            shards = [RedisShardConfig(name="default", url=url)]
+        self._producer_window = producer_window
+        self._trim_chunk = trim_chunk
+        self._sealed_retries = sealed_retries
+        self._shards = {}
+        try:
+            for cfg in shards:
+                self._shards[cfg.name] = Shard(
+                    cfg.name,
+                    cfg.url,
+                    cluster=cfg.cluster,
+                    socket_timeout_s=socket_timeout_s,
+                    read_retries=read_retries,
+                )
+        except BaseException:
+            self.close()
+            raise
+        self._placements = None
+        self._chains = {}
+        self._home = "default" if "default" in self._shards else next(iter(self._shards))
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> RedisHotLog:
+        cfg = settings.hot
+        if not isinstance(cfg, RedisHotConfig):
+            raise TypeError(f"the redis hot tier needs a redis hot section, not {cfg.type!r}")
+        return cls(
+            shards=cfg.shard_list(),
+            socket_timeout_s=cfg.socket_timeout_s,
+            producer_window=cfg.producer_window,
+        )
+
+    # HotLog -----------------------------------------------------------------------------
+    def append(
+        self,
+        part: PartitionId,
+        payload: bytes,
+        count: int,
+        timestamp_us: int,
+        producer: ProducerSequence | None = None,
+    ) -> AppendResult:
+        if count < 1:
+            raise ValueError(f"a batch holds at least one record, not {count}")
+        args: list[Any] = [bytes(payload), count, timestamp_us]
+        if producer is None:
+            args += ["0", "", "0", self._producer_window]
+        else:
+            if not 0 <= producer.sequence <= MAX_SEQUENCE:
+                raise InvalidIdempotentAppend(
+                    f"producer sequence must be in [0, {MAX_SEQUENCE}], not {producer.sequence}",
+                    producer_id=producer.producer_id,
+                    sequence=producer.sequence,
+                )
+            args += ["1", producer.producer_id, producer.sequence, self._producer_window]
+        chain = self.chain(part)
+        for attempt in range(self._sealed_retries + 1):
+            seg = chain.active
+            shard = self._shard(seg.shard)
+            reply = shard.run(
+                f"append to {part.path}",
+                shard.append,
+                partition_keys(part, seg.seq),
+                args,
+                retry=False,
+            )
+            status = to_int(reply[0])
+            if status != APPEND_SEALED:
+                result = self._append_result(part, status, reply, count, producer)
+                if not result.duplicate:
+                    metrics.record_shard_append(seg.shard, count, len(payload))
+                return result
+            # Refused, so not applied: safe to send again to the new active segment.
+            metrics.record_sealed_retry(seg.shard)
+            chain = self._settle(part, chain)
+            if chain.active == seg:
+                time.sleep(min(0.002 * (attempt + 1), 0.05))
+        raise Unavailable(
+            f"partition {part.path} is being moved; try again", backend="redis", retry_after_ms=100
+        )
+
+    @staticmethod
+    def _append_result(
+        part: PartitionId,
+        status: int,
+        reply: list[Any],
+        count: int,
+        producer: ProducerSequence | None,
+    ) -> AppendResult:
+        if status in (APPEND_OK, APPEND_DUPLICATE):
+            return AppendResult(
+                base_offset=to_int(reply[1]),
+                count=to_int(reply[2]),
+                duplicate=status == APPEND_DUPLICATE,
+            )
+        assert producer is not None
+        pid, seq = producer.producer_id, producer.sequence
+        if status == OUT_OF_ORDER:
+            last = to_int(reply[1])
+            raise OutOfOrderSequence(
+                f"producer {pid!r} sent sequence {seq} to partition {part.path}, "
+                f"expected {last + 1}: resend the missing batches first",
+                producer_id=pid,
+                sequence=seq,
+                expected_sequence=last + 1,
+            )
+        if status == TOO_OLD:
+            last, oldest = to_int(reply[1]), to_int(reply[2])
+            raise InvalidIdempotentAppend(
+                f"producer {pid!r} sent sequence {seq} to partition {part.path}, older than "
+                f"the de-duplication window [{oldest}, {last}]",
+                producer_id=pid,
+                sequence=seq,
+                last_sequence=last,
+            )
+        if status == COUNT_MISMATCH:
+            stored = to_int(reply[2])
+            raise InvalidIdempotentAppend(
+                f"producer {pid!r} resent sequence {seq} to partition {part.path} with "
+                f"{count} records, but the stored batch holds {stored}",
+                producer_id=pid,
+                sequence=seq,
+            )
+        raise TidegateError(f"unexpected reply from the append script: {reply!r}")
+
+    def read(
+        self, part: PartitionId, from_offset: int, max_records: int, max_bytes: int
+    ) -> list[StoredBatch]:
+        for attempt in range(4):
+            chain = self.chain(part, refresh=attempt > 0)
+            try:
+                return self._read_chain(
+                    part, chain, from_offset, max(max_records, 1), max(max_bytes, 1), attempt
+                )
+            except _Stale:
+                if attempt == 2:
+                    self._settle(part, chain)
+            except Unavailable:
+                if attempt > 0 or self._placements is None:
+                    raise
+                # The cached chain may name a shard that a forced drain has emptied and
+                # an operator has taken away: the store's chain may not need it.
+        raise Unavailable(f"the placement of {part.path} keeps changing", backend="redis")
+
+    def _read_chain(
+        self,
+        part: PartitionId,
+        chain: Chain,
+        from_offset: int,
+        max_records: int,
+        max_bytes: int,
+        attempt: int,
+    ) -> list[StoredBatch]:
+        i = chain.index_of(from_offset)
+        if i < 0:
+            if attempt == 0:
+                raise _Stale
+            o = self.offsets(part)
+            raise self._out_of_range(part, from_offset, o.low, o.high)
+        out: list[StoredBatch] = []
+        offset, records, nbytes = from_offset, 0, 0
+        while True:
+            seg = chain.segments[i]
+            shard = self._shard(seg.shard)
+            args = [offset, max_records - records, max_bytes - nbytes, READ_CHUNK]
+            reply = shard.run(
+                f"read of {part.path}",
+                shard.read,
+                partition_keys(part, seg.seq),
+                args,
+                retry=True,
+            )
+            status, low, high = to_int(reply[0]), to_int(reply[1]), to_int(reply[2])
+            sealed = to_int(reply[3])
+            last = i == len(chain.segments) - 1
+            if sealed == 2 or (seg.end is not None and sealed == 0):
+                raise _Stale  # dropped, or a chain newer than this one's knowledge
+            if status == READ_OUT_OF_RANGE:
+                if out:
+                    return out
+                if attempt == 0:
+                    raise _Stale
+                o = self.offsets(part)
+                raise self._out_of_range(part, from_offset, o.low, o.high)
+            if status == READ_AT_END:
+                if last:
+                    if sealed and not out and attempt < 3:
+                        raise _Stale  # a move sealed it: the chain has a newer segment
+                    return out
+                if seg.end is not None and high != seg.end:
+                    raise TidegateError(
+                        f"segment {seg.seq} of partition {part.path} ends at {high}, "
+                        f"its placement says {seg.end}"
+                    )
+                i += 1
+                continue
+            if status != READ_OK:
+                raise TidegateError(
+                    f"hot log of partition {part.path} is inconsistent: no batch holds offset "
+                    f"{offset} although it lies in [{low}, {high})"
+                )
+            batches = [self._batch(entry) for entry in cast("list[Any]", reply[4])]
+            self._check_dense(part, offset, batches)
+            out.extend(batches)
+            offset = batches[-1].next_offset
+            records = sum(b.count for b in out) - (from_offset - out[0].base_offset)
+            nbytes = sum(len(b.payload) for b in out)
+            if records >= max_records or nbytes >= max_bytes or offset < high or last:
+                return out
+            i += 1
+
+    @staticmethod
+    def _out_of_range(part: PartitionId, offset: int, low: int, high: int) -> OffsetOutOfRange:
+        return OffsetOutOfRange(
+            f"offset {offset} is outside [{low}, {high}] for partition {part.path}",
+            offset=offset,
+            earliest=low,
+            latest=high,
+        )
+
+    @staticmethod
+    def _check_dense(part: PartitionId, from_offset: int, batches: list[StoredBatch]) -> None:
+        first = batches[0]
+        if not first.base_offset <= from_offset < first.next_offset:
+            raise TidegateError(
+                f"hot log of partition {part.path} is inconsistent: offset {from_offset} "
+                f"falls in a gap before {first.next_offset}"
+            )
+        for prev, nxt in itertools.pairwise(batches):
+            if nxt.base_offset != prev.next_offset:
+                raise TidegateError(
+                    f"hot log of partition {part.path} is inconsistent: gap between "
+                    f"offsets {prev.next_offset} and {nxt.base_offset}"
+                )
+
+    @staticmethod
+    def _batch(entry: Any) -> StoredBatch:
+        entry_id, raw_fields = cast("tuple[bytes, list[bytes]]", entry)
+        fields = dict(zip(raw_fields[::2], raw_fields[1::2], strict=True))
+        return StoredBatch(
+            base_offset=int(entry_id.split(b"-", 1)[0]),
+            count=int(fields[b"count"]),
+            timestamp_us=int(fields[b"timestamp_us"]),
+            payload=bytes(fields[b"payload"]),
+        )
+
+    def offsets(self, part: PartitionId) -> LogOffsets:
+        for attempt in range(4):
+            chain = self.chain(part, refresh=attempt > 0)
+            try:
+                metas = [
+                    self._shard(seg.shard).meta(partition_keys(part, seg.seq))
+                    for seg in chain.segments
+                ]
+            except Unavailable:
+                if attempt > 0 or self._placements is None:
+                    raise
+                continue  # as in read(): reload the chain once before giving up
+            stale = any(
+                m[4] is not None or (seg.end is not None and m[3] is None)
+                for seg, m in zip(chain.segments, metas, strict=True)
+            )
+            if metas[-1][3] is not None and attempt < 3:
+                stale = True  # the active segment was sealed by a move
+            if stale and attempt < 3:
+                if attempt == 2:
+                    self._settle(part, chain)
+                continue
+            low = 0 if metas[0][0] is None else to_int(metas[0][0])
+            high = 0 if metas[-1][1] is None else to_int(metas[-1][1])
+            size = sum(0 if m[2] is None else to_int(m[2]) for m in metas)
+            return LogOffsets(low=low, high=high, size_bytes=size)
+        raise Unavailable(f"the placement of {part.path} keeps changing", backend="redis")
+
+    def needs_trim(self, part: PartitionId, below_offset: int) -> bool:
+        # A sealed segment emptied by trims before its seal still waits to be dropped.
+        chain = self.chain(part, refresh=self._placements is not None)
+        if any(s.end is not None and s.end <= below_offset for s in chain.segments[:-1]):
+            return True
+        return super().needs_trim(part, below_offset)
+
+    def trim(self, part: PartitionId, below_offset: int) -> int:
+        for _ in range(20):
+            chain = self.chain(part, refresh=self._placements is not None)
+            segs = list(chain.segments)
+            done = [s for s in segs[:-1] if s.end is not None and s.end <= below_offset]
+            if done:
+                rows = [s.row for s in segs[len(done) :]]
+                store = self._placement_store()
+                if not store.replace_chain(part.table_id, part.partition, chain.epoch, rows, False):
+                    continue
+                # Only once no placement names them: a gateway with an older one finds a
+                # tombstone and reloads.
+                for s in done:
+                    shard = self._shard(s.shard)
+                    shard.run(
+                        f"drop of {part.path}@{s.seq}",
+                        shard.drop_segment,
+                        partition_keys(part, s.seq),
+                        [s.end],
+                        retry=True,
+                    )
+                segs = segs[len(done) :]
+                self.chain(part, refresh=True)
+            first = segs[0]
+            shard = self._shard(first.shard)
+            keys = partition_keys(part, first.seq)
+            while True:
+                reply = shard.run(
+                    f"trim of {part.path}",
+                    shard.trim,
+                    keys,
+                    [below_offset, self._trim_chunk],
+                    retry=True,
+                )
+                low, finished = to_int(reply[0]), to_int(reply[1])
+                if finished:
+                    return low
+        raise Unavailable(f"the placement of {part.path} keeps changing", backend="redis")
+
+    def drop(self, part: PartitionId) -> None:
+        self._chains.pop(part, None)
+        # Segments are numbered 0, 1, 2... and each leaves at least its meta hash (a
+        # tombstone once dropped) until now, so deleting them in order until a number no
+        # shard holds finds them all, without the placement (gone first) or a SCAN.
+        seq = 0
+        while True:
+            keys = partition_keys(part, seq)
+            # One DEL per shard: a segment's keys share a slot.
+            found = [shard.delete(keys, f"drop of {part.path}") for shard in self._shards.values()]
+            if seq > 0 and not any(found):
+                return
+            seq += 1
+
+    def drop_tenant(self, tenant: str) -> None:
+        pattern = tenant_key_pattern(tenant)
+        for shard in self._shards.values():
+            shard.sweep(pattern, f"drop of tenant {tenant}")
+
+    def close(self) -> None:
+        for shard in self._shards.values():
+            shard.close()

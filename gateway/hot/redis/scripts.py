@@ -1,0 +1,271 @@
+"""The Redis hot tier's Lua scripts, their reply codes and the keys they use: the names of a
+segment's keys, of a partition's and of a tenant's (see :mod:`gateway.hot.redis` for the
+layout)."""
+
+from __future__ import annotations
+
+from gateway.hot.base import PartitionId
+
+__all__ = [
+    "APPEND_DUPLICATE",
+    "APPEND_LUA",
+    "APPEND_OK",
+    "APPEND_SEALED",
+    "COUNT_MISMATCH",
+    "DROP_SEGMENT_LUA",
+    "MAX_SEQUENCE",
+    "OPEN_LUA",
+    "OUT_OF_ORDER",
+    "READ_AT_END",
+    "READ_BROKEN",
+    "READ_CHUNK",
+    "READ_LUA",
+    "READ_OK",
+    "READ_OUT_OF_RANGE",
+    "SEAL_LUA",
+    "TOO_OLD",
+    "TRIM_CHUNK",
+    "TRIM_LUA",
+    "partition_key_pattern",
+    "partition_keys",
+    "tenant_key_pattern",
+]
+
+#: Sequences are compared as Lua numbers (doubles) inside the scripts: keep them exact.
+MAX_SEQUENCE = 2**53 - 1
+#: Entries removed per trim script call, so one trim never blocks Redis for long.
+TRIM_CHUNK = 1024
+#: Entries fetched per XRANGE call inside the read script.
+READ_CHUNK = 256
+
+APPEND_OK, APPEND_DUPLICATE, OUT_OF_ORDER, TOO_OLD, COUNT_MISMATCH = 0, 1, 2, 3, 4
+APPEND_SEALED = 5
+READ_OUT_OF_RANGE, READ_AT_END, READ_OK, READ_BROKEN = -1, 0, 1, -2
+
+# Numbers travel as decimal strings and are never formatted by Lua (``tostring`` would
+# switch to exponent notation above 1e14): IDs and stored fields reuse the input strings.
+_LUA_COMMON = """
+local function field(entry, name)
+  local kv = entry[2]
+  for i = 1, #kv, 2 do
+    if kv[i] == name then return kv[i + 1] end
+  end
+  return nil
+end
+local function base_of(id)
+  return string.match(id, '^(%d+)%-')
+end
+"""
+
+APPEND_LUA = """
+-- KEYS: log, meta
+-- ARGV: payload, count, timestamp_us, has_producer ('1'/'0'), producer_id, sequence, window
+local log, meta = KEYS[1], KEYS[2]
+local count = tonumber(ARGV[2])
+local head = redis.call('HMGET', meta, 'hw', 'sealed')
+local hw = head[1] or '0'
+if head[2] then return {5, hw, '0'} end
+local pfield, state, seq_s
+if ARGV[4] == '1' then
+  pfield = 'p:' .. ARGV[5]
+  seq_s = ARGV[6]
+  local seq = tonumber(seq_s)
+  state = {}
+  local raw = redis.call('HGET', meta, pfield)
+  if raw then
+    for s, b, c in string.gmatch(raw, '(%d+),(%d+),(%d+)') do
+      state[#state + 1] = {s, b, c}
+    end
+  end
+  if #state > 0 then
+    local last = tonumber(state[#state][1])
+    if seq > last + 1 then
+      return {2, state[#state][1], state[1][1]}
+    end
+    if seq <= last then
+      for _, e in ipairs(state) do
+        if tonumber(e[1]) == seq then
+          if tonumber(e[3]) ~= count then
+            return {4, e[2], e[3]}
+          end
+          return {1, e[2], e[3]}
+        end
+      end
+      return {3, state[#state][1], state[1][1]}
+    end
+  end
+end
+redis.call('XADD', log, hw .. '-1', 'payload', ARGV[1], 'count', ARGV[2],
+           'timestamp_us', ARGV[3])
+redis.call('HINCRBY', meta, 'hw', count)
+redis.call('HINCRBY', meta, 'bytes', string.len(ARGV[1]))
+if pfield then
+  state[#state + 1] = {seq_s, hw, ARGV[2]}
+  local window = tonumber(ARGV[7])
+  local first = 1
+  if #state > window then first = #state - window + 1 end
+  local parts = {}
+  for i = first, #state do
+    parts[#parts + 1] = state[i][1] .. ',' .. state[i][2] .. ',' .. state[i][3]
+  end
+  redis.call('HSET', meta, pfield, table.concat(parts, ';'))
+end
+return {0, hw, ARGV[2]}
+"""
+
+READ_LUA = (
+    _LUA_COMMON
+    + """
+-- KEYS: log, meta
+-- ARGV: from_offset, max_records, max_bytes, chunk
+-- Returns {status, low, hw, sealed, entries}; status -1 out of range, 0 at the end, 1 ok,
+-- -2 when no stored batch holds from_offset although low <= from_offset < hw.
+local log, meta = KEYS[1], KEYS[2]
+local m = redis.call('HMGET', meta, 'hw', 'low', 'sealed', 'dropped')
+local hw_s, low_s = m[1] or '0', m[2] or '0'
+local sealed = '0'
+if m[4] then sealed = '2' elseif m[3] then sealed = '1' end
+local hw, low, from = tonumber(hw_s), tonumber(low_s), tonumber(ARGV[1])
+if from < low or from > hw then return {-1, low_s, hw_s, sealed} end
+if from == hw then return {0, low_s, hw_s, sealed} end
+local first = redis.call('XREVRANGE', log, ARGV[1] .. '-1', '-', 'COUNT', 1)
+if #first == 0 then return {-2, low_s, hw_s, sealed} end
+local e = first[1]
+local max_records, max_bytes = tonumber(ARGV[2]), tonumber(ARGV[3])
+local chunk = tonumber(ARGV[4])
+local out = {e}
+local records = tonumber(base_of(e[1])) + tonumber(field(e, 'count')) - from
+local size = string.len(field(e, 'payload'))
+local cursor = e[1]
+local more = true
+while more and records < max_records and size < max_bytes do
+  local want = max_records - records
+  if want > chunk then want = chunk end
+  local batch = redis.call('XRANGE', log, '(' .. cursor, '+', 'COUNT', want)
+  if #batch < want then more = false end
+  for _, b in ipairs(batch) do
+    out[#out + 1] = b
+    cursor = b[1]
+    records = records + tonumber(field(b, 'count'))
+    size = size + string.len(field(b, 'payload'))
+    if records >= max_records or size >= max_bytes then break end
+  end
+end
+return {1, low_s, hw_s, sealed, out}
+"""
+)
+
+SEAL_LUA = """
+-- KEYS: log, meta
+-- ARGV: must_exist ('1': the segment was opened by a move, its meta cannot be missing)
+-- Seals the segment (idempotent) and returns {hw, field, value, ...} with every producer's
+-- de-duplication state, frozen from now on; {-1} when the segment is gone.
+local meta = KEYS[2]
+if ARGV[1] == '1' and redis.call('EXISTS', meta) == 0 then return {'-1'} end
+redis.call('HSET', meta, 'sealed', '1')
+local out = {redis.call('HGET', meta, 'hw') or '0'}
+local all = redis.call('HGETALL', meta)
+for i = 1, #all, 2 do
+  if string.sub(all[i], 1, 2) == 'p:' then
+    out[#out + 1] = all[i]
+    out[#out + 1] = all[i + 1]
+  end
+end
+return out
+"""
+
+OPEN_LUA = """
+-- KEYS: log, meta
+-- ARGV: start, field, value, ... (producer state carried from the sealed segment)
+-- Opens the segment at `start` unless it exists; returns its start.
+local meta = KEYS[2]
+local start = redis.call('HGET', meta, 'start')
+if start then return start end
+redis.call('HSET', meta, 'start', ARGV[1], 'hw', ARGV[1], 'low', ARGV[1], 'bytes', '0')
+for i = 2, #ARGV, 2 do
+  redis.call('HSET', meta, ARGV[i], ARGV[i + 1])
+end
+return ARGV[1]
+"""
+
+DROP_SEGMENT_LUA = """
+-- KEYS: log, meta
+-- ARGV: end
+-- Drops a sealed segment's data, leaving a tombstone so that a gateway holding an old
+-- placement can neither append to it nor read a wrong (empty) state from it.
+redis.call('DEL', KEYS[1], KEYS[2])
+redis.call('HSET', KEYS[2], 'sealed', '1', 'dropped', '1', 'hw', ARGV[1], 'low', ARGV[1],
+           'bytes', '0')
+return 1
+"""
+
+TRIM_LUA = (
+    _LUA_COMMON
+    + """
+-- KEYS: log, meta
+-- ARGV: below_offset, limit
+-- Removes at most `limit` whole batches ending at or below `below_offset`.
+-- Returns {new_low, done}; done is 0 when batches to remove remain.
+local log, meta = KEYS[1], KEYS[2]
+local m = redis.call('HMGET', meta, 'hw', 'low')
+local hw_s, low_s = m[1] or '0', m[2] or '0'
+local hw, low, below = tonumber(hw_s), tonumber(low_s), tonumber(ARGV[1])
+local limit = tonumber(ARGV[2])
+if below <= low then return {low_s, 1} end
+local target_s = hw_s
+if below < hw then
+  local holder = redis.call('XREVRANGE', log, ARGV[1] .. '-1', '-', 'COUNT', 1)
+  if #holder == 0 then
+    return redis.error_reply('TIDEGATE no stored batch holds offset ' .. ARGV[1])
+  end
+  target_s = base_of(holder[1][1])
+end
+if tonumber(target_s) <= low then return {low_s, 1} end
+local entries = redis.call('XRANGE', log, '-', '(' .. target_s .. '-1', 'COUNT', limit + 1)
+local new_low_s, done, n = target_s, 1, #entries
+if n > limit then
+  new_low_s = base_of(entries[limit + 1][1])
+  done = 0
+  n = limit
+end
+local freed = 0
+for i = 1, n do
+  freed = freed + string.len(field(entries[i], 'payload'))
+end
+redis.call('XTRIM', log, 'MINID', new_low_s .. '-1')
+redis.call('HINCRBY', meta, 'bytes', -freed)
+redis.call('HSET', meta, 'low', new_low_s)
+return {new_low_s, done}
+"""
+)
+
+
+def _escape(path: str) -> str:
+    # A '}' inside the hash tag would end it early; '%' is escaped so the mapping stays 1:1.
+    return path.replace("%", "%25").replace("{", "%7B").replace("}", "%7D")
+
+
+def partition_keys(part: PartitionId, seq: int = 0) -> tuple[str, str]:
+    """The ``(log, meta)`` keys of a partition's segment ``seq`` (segment 0 keeps the keys
+    from before sharding); both hash to the same cluster slot."""
+    tag = _escape(part.path) + (f"@{seq}" if seq else "")
+    return f"tg:{{{tag}}}:log", f"tg:{{{tag}}}:meta"
+
+
+def _pattern(prefix: str) -> str:
+    for ch in "\\*?[]":
+        prefix = prefix.replace(ch, "\\" + ch)
+    return prefix + "*"
+
+
+def partition_key_pattern(part: PartitionId) -> str:
+    """A SCAN/KEYS pattern matching every key of the partition and nothing else."""
+    tag = _escape(part.path)
+    for ch in "\\*?[]":
+        tag = tag.replace(ch, "\\" + ch)
+    return f"tg:{{{tag}}}:*"
+
+
+def tenant_key_pattern(tenant: str) -> str:
+    """A SCAN pattern matching every key of the tenant's partitions."""
+    return _pattern(f"tg:{{{_escape(f'{tenant}/')}")

@@ -1,0 +1,149 @@
+"""One named shard of the Redis hot tier: its client (a Redis server or a Redis Cluster), its
+registered scripts, the retry of calls that are safe to repeat, the translation of redis-py
+errors into Tidegate errors (which replies mean "try again later"), and key sweeps."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar, cast
+
+import redis
+import redis.exceptions as rex
+from redis.backoff import ExponentialBackoff, NoBackoff
+from redis.cluster import RedisCluster
+from redis.commands.core import Script
+from redis.retry import Retry
+
+from gateway.hot.redis.scripts import (
+    APPEND_LUA,
+    DROP_SEGMENT_LUA,
+    OPEN_LUA,
+    READ_LUA,
+    SEAL_LUA,
+    TRIM_LUA,
+)
+from gateway.wire.errors import TidegateError, Unavailable
+
+__all__ = ["Shard", "to_int"]
+
+T = TypeVar("T")
+
+#: Server-side conditions that mean "try again later" rather than "your request is wrong".
+_RETRYABLE_REPLIES = (
+    rex.OutOfMemoryError,
+    rex.ReadOnlyError,
+    rex.TryAgainError,
+    rex.ClusterDownError,
+)
+_RETRYABLE_REPLY_PREFIXES = ("OOM", "READONLY", "LOADING", "BUSY", "MASTERDOWN", "TRYAGAIN")
+
+
+def to_int(value: Any) -> int:
+    """A number in a Redis reply (an integer, or the bytes of a decimal)."""
+    return int(cast("bytes | int", value))
+
+
+class Shard:
+    """One shard: a Redis server or a Redis Cluster, its scripts and error translation."""
+
+    def __init__(
+        self,
+        name: str,
+        url: str,
+        *,
+        cluster: bool,
+        socket_timeout_s: float,
+        read_retries: int,
+    ) -> None:
+        self.name = name
+        client: Any
+        if cluster:
+            client = RedisCluster.from_url(
+                url,
+                socket_timeout=socket_timeout_s,
+                socket_connect_timeout=socket_timeout_s,
+                retry=Retry(NoBackoff(), 0),
+            )
+            self.where = f"cluster {url.rsplit('@', 1)[-1]}"
+        else:
+            pool = redis.ConnectionPool.from_url(
+                url,
+                socket_timeout=socket_timeout_s,
+                socket_connect_timeout=socket_timeout_s,
+                retry=Retry(NoBackoff(), 0),
+            )
+            client = redis.Redis(connection_pool=pool)
+            kw = pool.connection_kwargs
+            where = kw.get("path") or f"{kw.get('host', '?')}:{kw.get('port', '?')}"
+            self.where = f"{where}/{kw.get('db', 0)}"
+        self.client = client
+        self._safe_retry = Retry(
+            ExponentialBackoff(cap=0.5, base=0.05),
+            read_retries,
+            supported_errors=(rex.ConnectionError,),
+        )
+        self.append = client.register_script(APPEND_LUA)
+        self.read = client.register_script(READ_LUA)
+        self.trim = client.register_script(TRIM_LUA)
+        self.seal = client.register_script(SEAL_LUA)
+        self.open = client.register_script(OPEN_LUA)
+        self.drop_segment = client.register_script(DROP_SEGMENT_LUA)
+
+    def call(self, what: str, fn: Callable[[], T], *, retry: bool) -> T:
+        """Run ``fn`` and translate redis-py errors into Tidegate errors."""
+        try:
+            if retry:
+                return self._safe_retry.call_with_retry(fn, lambda _exc: None)
+            return fn()
+        except (rex.ConnectionError, rex.TimeoutError) as exc:
+            # Without a reply a write may or may not have been applied.
+            maybe = "" if retry else " (it may have been applied; resend it idempotently)"
+            raise Unavailable(
+                f"Redis hot tier shard {self.name!r} at {self.where} is unavailable during "
+                f"{what}{maybe}: {exc}",
+                backend="redis",
+            ) from exc
+        except rex.ResponseError as exc:
+            text = str(exc)
+            if isinstance(exc, _RETRYABLE_REPLIES) or text.startswith(_RETRYABLE_REPLY_PREFIXES):
+                raise Unavailable(
+                    f"Redis hot tier shard {self.name!r} at {self.where} cannot serve {what} "
+                    f"now: {text}",
+                    backend="redis",
+                ) from exc
+            raise TidegateError(f"Redis hot tier error during {what}: {text}") from exc
+
+    def run(
+        self, what: str, script: Script, keys: Sequence[str], args: Sequence[Any], *, retry: bool
+    ) -> list[Any]:
+        # Script.__call__ does EVALSHA and reloads the script after NOSCRIPT (e.g. a restart).
+        return self.call(
+            what,
+            lambda: cast("list[Any]", script(keys=keys, args=args, client=self.client)),
+            retry=retry,
+        )
+
+    def meta(self, keys: tuple[str, str]) -> list[Any]:
+        """``[low, hw, bytes, sealed, dropped]`` of a segment (None where unset)."""
+        fields = ["low", "hw", "bytes", "sealed", "dropped"]
+        return self.call(
+            "offsets",
+            lambda: cast("list[Any]", self.client.hmget(keys[1], fields)),
+            retry=True,
+        )
+
+    def delete(self, keys: Sequence[str], what: str) -> int:
+        """Delete ``keys``; returns how many existed."""
+        return int(self.call(what, lambda: self.client.delete(*keys), retry=True))
+
+    def sweep(self, pattern: str, what: str) -> None:
+        def go() -> None:
+            for key in list(self.client.scan_iter(match=pattern, count=500)):
+                self.client.delete(key)
+
+        self.call(what, go, retry=True)
+
+    def close(self) -> None:
+        self.client.close()
+        if isinstance(self.client, redis.Redis):
+            self.client.connection_pool.disconnect()
