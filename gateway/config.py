@@ -348,6 +348,13 @@ class TieringConfig(_Section):
         description="Embedded schedule's runner: threads in the gateway ('local') or Spark.",
     )
     master: str = Field("local[2]", description="Spark master of the spark runner.")
+    embedded_parallel_tenants: int | None = Field(
+        None,
+        ge=1,
+        description="Tenants the embedded schedule's lake jobs work on at once; default 1 with "
+        "the local runner (each more is a thread of the gateway competing with requests for "
+        "the interpreter lock), 4 with Spark (one fair-scheduler pool each).",
+    )
     target_file_bytes: int = Field(
         128 * 1024 * 1024, ge=1024, description="Roll a new Parquet file at about this size."
     )

@@ -140,6 +140,17 @@ HOT_TRIMMED = Counter(
     "tidegate_hot_trims_total",
     "Partitions trimmed in the hot tier after tiering (below the retained watermark).",
 )
+HOT_DISK_FSYNC_SECONDS = Histogram(
+    "tidegate_hot_disk_fsync_duration_seconds",
+    "Duration of the disk hot tier's group commits: one fsync of a partition's files makes "
+    "every batch written to it before the fsync started durable.",
+    buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5),
+)
+HOT_DISK_FSYNC_BATCHES = Counter(
+    "tidegate_hot_disk_fsync_batches_total",
+    "Batches the disk hot tier's group commits made durable (divided by the fsync count of "
+    "tidegate_hot_disk_fsync_duration_seconds: batches per fsync).",
+)
 TIERING_LAG_RECORDS = Gauge(
     "tidegate_tiering_lag_records",
     "Records in the hot tier not yet tiered (sum of HW(p) - T(p) over every partition "

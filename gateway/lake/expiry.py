@@ -240,7 +240,11 @@ def clean_orphans(c: Components, d: TableDef, *, now: float | None = None) -> Or
 
 
 def expire_all(
-    c: Components, *, tables: Iterable[TableDef] | None = None, now: float | None = None
+    c: Components,
+    *,
+    tables: Iterable[TableDef] | None = None,
+    now: float | None = None,
+    max_parallel_tenants: int = 4,
 ) -> RunReport[ExpiryResult]:
     """Expire every table's (or ``tables``') old snapshots, tenants side by side."""
     return each_table(
@@ -248,12 +252,17 @@ def expire_all(
         lambda d: expire_table(c, d, now=now),
         job="expiry",
         tables=tables,
+        max_parallel_tenants=max_parallel_tenants,
         on_table=record_failure(c, "expire"),
     )
 
 
 def clean_all(
-    c: Components, *, tables: Iterable[TableDef] | None = None, now: float | None = None
+    c: Components,
+    *,
+    tables: Iterable[TableDef] | None = None,
+    now: float | None = None,
+    max_parallel_tenants: int = 4,
 ) -> RunReport[OrphanResult]:
     """Remove every table's (or ``tables``') old orphan files, tenants side by side."""
     return each_table(
@@ -261,5 +270,6 @@ def clean_all(
         lambda d: clean_orphans(c, d, now=now),
         job="orphan clean-up",
         tables=tables,
+        max_parallel_tenants=max_parallel_tenants,
         on_table=record_failure(c, "orphans"),
     )

@@ -453,6 +453,142 @@ def test_kill_9_during_appends_loses_nothing_acknowledged(root: Path) -> None:
         log.close()
 
 
+GROUP_CHILD = """
+import sys, threading
+from gateway.hot.base import PartitionId, ProducerSequence
+from gateway.hot.disk import DiskHotLog
+
+{helpers}
+
+root, tenant, rnd, writers = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+log = DiskHotLog(root, fsync="batch", segment_bytes=256 * 1024)
+out = threading.Lock()
+
+def write(w):
+    part = PartitionId(tenant, "table", w % 2)
+    i = 0
+    while True:
+        payload, count = crash_batch(rnd * 100 + w, i)
+        r = log.append(part, payload, count, i, ProducerSequence(f"p-{{rnd}}-{{w}}", i))
+        with out:
+            sys.stdout.write(f"{{rnd}} {{w}} {{i}} {{r.base_offset}} {{r.count}}\\n")
+            sys.stdout.flush()
+        i += 1
+
+for w in range(writers):
+    threading.Thread(target=write, args=(w,), daemon=True).start()
+threading.Event().wait()
+"""
+
+
+def test_kill_9_during_group_commits_loses_nothing_acknowledged(root: Path) -> None:
+    """Six threads append to two partitions (three each, so their fsyncs are shared) until
+    a SIGKILL, three times: every acknowledged batch is where it was acknowledged, each
+    batch is stored once and whole, and each writer has at most its one batch in flight
+    stored without an acknowledgement."""
+    tenant = f"t{uuid.uuid4().hex[:8]}"
+    writers, rounds = 6, 3
+    script = GROUP_CHILD.format(helpers=inspect.getsource(crash_batch))
+    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT), "PYTHONUNBUFFERED": "1"}
+    acked: dict[tuple[int, int, int], tuple[int, int, int]] = {}
+    for rnd in range(rounds):
+        proc = subprocess.Popen(
+            [sys.executable, "-c", script, str(root), tenant, str(rnd), str(writers)],
+            cwd=REPO_ROOT,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+        )
+        assert proc.stdout is not None and proc.stderr is not None
+        lines: list[bytes] = []
+        target = 60 + 40 * rnd
+        for line in proc.stdout:
+            lines.append(line)
+            if len(lines) >= target:
+                break
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(30)
+        lines.extend(proc.stdout.read().splitlines(keepends=True))
+        stderr = proc.stderr.read().decode(errors="replace")
+        proc.stdout.close()
+        proc.stderr.close()
+        assert proc.returncode == -signal.SIGKILL, stderr
+        assert len(lines) >= target, stderr
+        for line in lines:
+            if line.endswith(b"\n"):  # an unfinished line was not an acknowledgement
+                r, w, i, base, count = map(int, line.split())
+                acked[(r, w, i)] = (w % 2, base, count)
+
+    log = DiskHotLog(root)
+    try:
+        stored: dict[tuple[int, int, int], tuple[int, int, int]] = {}
+        for partition in (0, 1):
+            next_offset = 0
+            for batch in read_all(log, PartitionId(tenant, "table", partition)):
+                assert batch.base_offset == next_offset
+                next_offset = batch.next_offset
+                key_s, i_s, _ = batch.payload.split(b":", 2)
+                r, w, i = int(key_s) // 100, int(key_s) % 100, int(i_s)
+                payload, count = crash_batch(r * 100 + w, i)
+                assert (batch.payload, batch.count, batch.timestamp_us) == (payload, count, i)
+                assert w % 2 == partition
+                assert (r, w, i) not in stored
+                stored[(r, w, i)] = (partition, batch.base_offset, batch.count)
+
+        for key, where in acked.items():
+            assert stored.get(key) == where, key
+        for r in range(rounds):
+            for w in range(writers):
+                acked_i = sorted(i for rr, ww, i in acked if (rr, ww) == (r, w))
+                stored_i = sorted(i for rr, ww, i in stored if (rr, ww) == (r, w))
+                assert acked_i == list(range(len(acked_i)))
+                assert stored_i in (acked_i, [*acked_i, len(acked_i)])
+        assert len({(r, w) for r, w, _ in acked}) > writers  # several writers, every round
+    finally:
+        log.close()
+
+
+def sample(name: str) -> float:
+    from prometheus_client import REGISTRY
+
+    return REGISTRY.get_sample_value(name) or 0.0
+
+
+def test_appends_waiting_for_an_fsync_share_the_next_one(
+    open_log: OpenLog, part: PartitionId
+) -> None:
+    """Group commit: appends that arrive while an fsync is under way are written at once,
+    wait (unacknowledged, unseen by readers) for their batches to be durable, and are all
+    made durable by one fsync."""
+    log = open_log()
+    log.append(part, b"first", 1, 0)
+    partition = log._parts[part]
+    results: list[AppendResult] = []
+    n = 8
+
+    def append(i: int) -> None:
+        results.append(log.append(part, f"b{i}".encode(), 1, i))
+
+    fsyncs = sample("tidegate_hot_disk_fsync_duration_seconds_count")
+    batches = sample("tidegate_hot_disk_fsync_batches_total")
+    threads = [threading.Thread(target=append, args=(i,)) for i in range(n)]
+    with partition.sync_lock:  # as if a slow fsync were under way
+        for t in threads:
+            t.start()
+        deadline = time.monotonic() + 60
+        while partition.end < 1 + n and time.monotonic() < deadline:
+            time.sleep(0.005)
+        assert partition.end == 1 + n  # every batch is written...
+        assert results == []  # ...none is acknowledged before it is durable...
+        assert log.offsets(part).high == 1  # ...nor seen by readers
+    for t in threads:
+        t.join(60)
+    assert sorted(r.base_offset for r in results) == list(range(1, 1 + n))
+    assert log.offsets(part).high == 1 + n
+    assert sample("tidegate_hot_disk_fsync_duration_seconds_count") - fsyncs == 1
+    assert sample("tidegate_hot_disk_fsync_batches_total") - batches == n
+
+
 # Producer state ---------------------------------------------------------------------------
 @pytest.mark.parametrize("state_file", ["kept", "deleted", "garbage", "crash"])
 def test_producer_state_survives_reopen(

@@ -11,12 +11,14 @@ from typing import Any
 
 import pytest
 
+from gateway.config import Settings
 from gateway.hot import PartitionId
-from gateway.lake.tiering import LocalRunner, tier_all, tier_table, trim_hot
+from gateway.lake.scheduler import PARALLEL_TENANTS, embedded_parallel_tenants, run_once
+from gateway.lake.tiering import LocalRunner, each_table, tier_all, tier_table, trim_hot
 from gateway.wire.errors import CommitConflict
 from gateway.wire.retry import ExponentialBackoff, Retry
 from gateway.wire.schema import parse_fields
-from tests.lake.conftest import FIELDS, Harness
+from tests.lake.conftest import FIELDS, Harness, tier_settings
 
 
 def _rows(start: int, n: int) -> list[dict[str, Any]]:
@@ -210,3 +212,50 @@ def test_retry_is_data() -> None:
     retry = Retry(ExponentialBackoff(base=0.1, cap=0.3, jitter=False), attempts=3)
     assert retry.delays() == [0.1, 0.2, 0.3]
     assert all(0 <= ExponentialBackoff(base=1).compute(i + 1) <= 1 * 2**i for i in range(3))
+
+
+def test_embedded_local_jobs_take_one_tenant_at_a_time(tmp_path: Any) -> None:
+    """The embedded schedule's local runner works on one tenant at a time (its driver
+    threads share the interpreter lock with the gateway's requests); Spark keeps four."""
+    local = tier_settings("disk", tmp_path, None)
+    assert embedded_parallel_tenants(local) == 1
+    spark = Settings.explicit(**{**local.model_dump(), "tiering": {"runner": "spark"}})
+    assert embedded_parallel_tenants(spark) == PARALLEL_TENANTS
+    chosen = Settings.explicit(
+        **{**local.model_dump(), "tiering": {"embedded_parallel_tenants": 3}}
+    )
+    assert embedded_parallel_tenants(chosen) == 3
+
+    h = Harness(local)
+    try:
+        defs = [h.create_table(partitions=1) for _ in range(3)]
+        for d in defs:
+            h.append(d, 0, _rows(0, 5))
+        running = most = 0
+        lock = threading.Lock()
+
+        def one(d: Any) -> str:
+            nonlocal running, most
+            with lock:
+                running += 1
+                most = max(most, running)
+            time.sleep(0.05)  # long enough for another tenant's thread to overlap
+            with lock:
+                running -= 1
+            return str(d.tenant)
+
+        report = each_table(h.c, one, job="test", tables=defs, max_parallel_tenants=1)
+        assert sorted(report.tables) == sorted(d.tenant for d in defs)
+        assert most == 1
+        # The same with three at once: all three tenants meet (or the barrier breaks).
+        met = threading.Barrier(3, timeout=30)
+        report = each_table(
+            h.c, lambda d: met.wait(), job="test", tables=defs, max_parallel_tenants=3
+        )
+        assert not report.failures
+
+        report = run_once(h.c, LocalRunner(h.c), "tier", tenants=1)
+        assert not report.failures
+        assert all(h.watermarks(d) == {0: 5} for d in defs)
+    finally:
+        h.close()

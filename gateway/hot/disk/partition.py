@@ -7,9 +7,11 @@ import contextlib
 import logging
 import os
 import threading
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from gateway import metrics
 from gateway.hot.base import (
     AppendResult,
     ProducerSequence,
@@ -69,6 +71,9 @@ class Partition:
         self.end = 0
         #: Everything below is fsynced.
         self.durable = 0
+        #: Batches appended since the partition was loaded, and how many of them are fsynced.
+        self.written = 0
+        self.synced = 0
         self.payload_bytes = 0
         self.unsynced: set[Segment] = set()
         self.producers = ProducerWindows()
@@ -261,6 +266,7 @@ class Partition:
         seg.end = self.end = base + count
         self.payload_bytes += len(payload)
         self.unsynced.add(seg)
+        self.written += 1
         if producer is not None:
             self.producers.remember(producer, base, count)
         return AppendResult(base_offset=base, count=count)
@@ -333,16 +339,20 @@ class Partition:
         """Return once every batch below ``target`` is fsynced (group commit).
 
         Called without ``lock``; takes ``sync_lock`` then ``lock`` briefly, and fsyncs
-        holding only ``sync_lock`` so appends to the partition go on meanwhile.
+        holding only ``sync_lock`` so appends to the partition go on meanwhile. Appenders
+        that arrive during an fsync wait on ``sync_lock`` (their batches already written);
+        the first to get it (the leader) fsyncs once for all of them, and the others find
+        their batches durable and return without an fsync of their own.
         """
         with self.sync_lock:
             with self.lock:
                 if self.retired or self.durable >= target:
                     return
                 self.check_usable()
-                end = self.end
+                end, written = self.end, self.written
                 pending = sorted(self.unsynced, key=lambda s: s.base)
                 self.unsynced.clear()
+            started = time.perf_counter()
             try:
                 for seg in pending:
                     os.fsync(seg.log_fd)
@@ -352,8 +362,11 @@ class Partition:
                 raise Unavailable(
                     f"fsync of hot log {self.directory} failed: {exc}", backend="disk"
                 ) from exc
+            metrics.HOT_DISK_FSYNC_SECONDS.observe(time.perf_counter() - started)
             with self.lock:
+                metrics.HOT_DISK_FSYNC_BATCHES.inc(written - self.synced)
                 self.durable = max(self.durable, end)
+                self.synced = max(self.synced, written)
 
     def close(self) -> None:
         """Flush, snapshot the state for a fast restart and release the files."""
