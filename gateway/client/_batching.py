@@ -6,9 +6,11 @@ from __future__ import annotations
 import random
 import time
 from asyncio import InvalidStateError as _AsyncInvalidState
+from collections import deque
 from collections.abc import Mapping, Sequence
 from concurrent.futures import InvalidStateError as _InvalidState
 from dataclasses import dataclass, field
+from itertools import repeat
 from typing import Any, TypeAlias, cast
 
 import pyarrow as pa
@@ -232,14 +234,20 @@ class ProducerBatch:
         err = self.error
         partition = self.partition
         offset = self.base_offset
-        if err is None and self.singles == len(self.owners):  # the common case, kept short
-            for o in self.owners:
-                try:  # noqa: SIM105 - contextlib.suppress costs a context manager per record
-                    o.set_result(_new_tuple(RecordMetadata, (partition, offset)))
-                except _ALREADY_DONE:
-                    pass
-                offset += 1
-            return
+        owners = self.owners
+        if err is None and owners and self.singles == len(owners):
+            # The common case, in C loops: one RecordMetadata per future, no bytecode per
+            # record. The futures of a producer are all of one type (its driver's).
+            results = map(
+                _new_tuple,
+                repeat(RecordMetadata),
+                zip(repeat(partition), range(offset, offset + len(owners))),
+            )
+            try:
+                deque(map(type(owners[0]).set_result, owners, results), maxlen=0)
+                return
+            except _ALREADY_DONE:
+                pass  # a future its caller cancelled: resolve the others one by one
         for o in self.owners:
             if type(o) is Piece:
                 offset += len(o.rows)
@@ -324,15 +332,14 @@ class Accumulator:
         """Route and buffer ``data``; returns its delivery. Validates before buffering.
 
         With a ``future`` for a one-dict send, the future itself stands for the send in
-        its batch (:meth:`ProducerBatch.settle` resolves it) and None is returned.
+        its batch (:meth:`ProducerBatch.settle` resolves it) and None is returned (the
+        fast path, :meth:`add_dict`, is for the caller to try first).
 
         Raises:
             SchemaMismatch: the rows do not fit the table schema.
             InvalidPartition: ``partition`` is not one of the table's.
         """
         plan = self.plan
-        if future is not None and type(data) is dict and self._fill(data, partition, future):
-            return None
         python_routes = partition is not None or plan.keys_in_python
         if isinstance(data, Mapping):
             checked = plan.check(data)
@@ -371,7 +378,7 @@ class Accumulator:
                 batch = pa.RecordBatch.from_pylist(rows, schema=self.table.schema)
         return self._add_batch(batch, partition, single=False)
 
-    def _fill(self, row: dict[str, Any], partition: int | None, future: Any) -> bool:
+    def add_dict(self, row: dict[str, Any], partition: int | None, future: Any) -> bool:
         """The fast path of a one-dict send (see :attr:`RowPlan.fill`): True when the row
         is buffered, its ``future`` standing for it; False when the send must take the
         careful path (keys to route, a value the fill does not vouch for, a partition

@@ -120,6 +120,9 @@ class ProducerCore:
     # Sends ------------------------------------------------------------------------------
     def add(self, data: Any, partition: int | None, future: Any = None) -> Delivery | None:
         """Buffer a send; see :meth:`Accumulator.add` (None: ``future`` stands for it)."""
+        if future is not None and type(data) is dict and self.acc.add_dict(data, partition, future):
+            self.unfinished += 1
+            return None
         delivery = self.acc.add(data, partition, future)
         self.unfinished += 1 if delivery is None else delivery.pending
         return delivery
