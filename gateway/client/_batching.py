@@ -326,6 +326,11 @@ class Accumulator:
         self.buffered = 0
         #: Set when a batch was opened or closed: the sender has a new deadline or work.
         self.kick = False
+        # Looked up once per one-dict send (add_dict).
+        self._fill_row = self.plan.fill
+        self._keyed = bool(self.plan.key_index)
+        self._batch_records = config.batch_records
+        self._batch_bytes = config.batch_bytes
         self._sticky = random.randrange(table.partitions)
 
     def add(self, data: Any, partition: int | None, future: Any = None) -> Delivery | None:
@@ -384,38 +389,40 @@ class Accumulator:
         careful path (keys to route, a value the fill does not vouch for, a partition
         that does not exist), with nothing buffered."""
         if partition is None:
-            if self.plan.key_index:
+            if self._keyed:
                 return False
-        elif not 0 <= partition < self.table.partitions:
+            p = self._sticky
+        elif 0 <= partition < self.table.partitions:
+            p = partition
+        else:
             return False
-        config = self.config
-        while True:
-            p = self._sticky if partition is None else partition
-            batch = self.open.get(p)
-            if batch is None:
-                batch = self.open[p] = ProducerBatch(p)
-            cols = batch.columns
-            if cols is None:
-                cols = batch.open_columns(self.width)
-            size = self.plan.fill(row, cols)
-            if size < 0:
-                if not batch.records:
-                    del self.open[p]
-                return False
-            if batch.records and batch.nbytes + size > config.batch_bytes:
-                for col in cols:  # over the byte limit: the row starts the next batch
-                    col.pop()
-                self._close(p)
-                continue
-            break
-        if not batch.records:
+        batch = self.open.get(p)
+        if batch is None:
+            batch = self.open[p] = ProducerBatch(p)
+        cols = batch.columns
+        if cols is None:
+            cols = batch.open_columns(self.width)
+        size = self._fill_row(row, cols)
+        if size < 0:
+            if not batch.records:
+                del self.open[p]
+            return False
+        records = batch.records
+        if records and batch.nbytes + size > self._batch_bytes:
+            # Over the byte limit: the row goes to the next batch (its partition's, or the
+            # next sticky partition's), after this one is cut.
+            for col in cols:
+                col.pop()
+            self._close(p)
+            return self.add_dict(row, partition, future)
+        if not records:
             self.kick = True
         batch.owners.append(future)
         batch.singles += 1
-        batch.records += 1
+        batch.records = records = records + 1
         batch.nbytes += size
         self.buffered += 1
-        if batch.records >= config.batch_records or batch.nbytes >= config.batch_bytes:
+        if records >= self._batch_records or batch.nbytes >= self._batch_bytes:
             self._close(p)
         return True
 

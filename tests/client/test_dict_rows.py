@@ -302,6 +302,37 @@ def test_dict_sends_cut_by_bytes_keep_their_order() -> None:
     assert [f.result().offset for f in futures] == list(range(50))
 
 
+def test_sticky_sends_cut_by_bytes_keep_other_open_batches() -> None:
+    """Unkeyed sends moving on to the next partition when a batch is full by bytes join the
+    batch already open there: every row is in exactly one request, in send order."""
+    schema = pa.schema([("n", pa.int64()), ("s", pa.string())])
+    core = ProducerCore(info(schema, partitions=3), ProducerConfig(batch_bytes=200, linger=60))
+    futures: dict[int, Future[Any]] = {}
+    n = 0
+    for part in (0, 1, 2, None, None):
+        for _ in range(2 if part is not None else 30):
+            futures[n] = Future()
+            assert core.add({"n": n, "s": "x" * (n % 11)}, part, futures[n]) is None
+            n += 1
+    batches = core.acc.drain(time.monotonic(), force=True)
+    assert sum(b.records for b in batches) == n == core.unfinished
+    next_offset = [0, 0, 0]
+    stored: dict[int, tuple[int, int]] = {}
+    for b in batches:
+        b.seal(schema, "none")
+        (decoded,) = decode(b.payload)
+        ids = decoded.column("n").to_pylist()
+        assert ids == sorted(ids)
+        for k, i in enumerate(ids):
+            stored[i] = (b.partition, next_offset[b.partition] + k)
+        done = Finished()
+        done.acked(b, next_offset[b.partition])
+        done.resolve()
+        next_offset[b.partition] += b.records
+    assert sorted(stored) == list(range(n))
+    assert {i: tuple(f.result()) for i, f in futures.items()} == stored
+
+
 def test_a_cancelled_future_does_not_stop_the_others() -> None:
     async def run() -> None:
         loop = asyncio.get_running_loop()
