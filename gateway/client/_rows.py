@@ -186,10 +186,8 @@ def value_check(t: pa.DataType) -> Check:
 def _fast_test(t: pa.DataType, v: str) -> tuple[str, str] | None:
     """Python source of a test that the value named ``v`` surely fits ``t`` (a subset of
     :func:`value_check`'s *fits*) and of its estimated Arrow bytes; None: no inline test."""
-    if pa.types.is_integer(t):
+    if pa.types.is_signed_integer(t):
         lo, hi = -(1 << (t.bit_width - 1)), (1 << (t.bit_width - 1)) - 1
-        if pa.types.is_unsigned_integer(t):
-            return None
         return f"type({v}) is int and {lo} <= {v} <= {hi}", str(t.bit_width // 8)
     if pa.types.is_float64(t):
         return f"type({v}) is float", "8"
