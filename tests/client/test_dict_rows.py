@@ -12,6 +12,7 @@ import datetime as dt
 import decimal
 import time
 import uuid
+from collections import defaultdict
 from collections.abc import Iterator
 from concurrent.futures import Future
 from pathlib import Path
@@ -139,6 +140,21 @@ def test_the_fill_vouches_only_for_what_the_check_passes(
     # Extra or missing columns are never filled.
     assert plan.fill({**row, "other": 1}, [[] for _ in types]) < 0
     assert plan.fill(dict(list(row.items())[1:]), [[] for _ in types]) < 0
+
+
+def test_the_fill_takes_any_column_name_and_leaves_other_mappings_alone() -> None:
+    names = ["a'b", 'c"d', "x\\y", "é", "def", "1 2"]
+    schema = pa.schema([pa.field(n, pa.int64()) for n in names])
+    plan = RowPlan(schema)
+    columns: list[list[Any]] = [[] for _ in names]
+    assert plan.fill({n: i for i, n in enumerate(names)}, columns) == 8 * len(names)
+    assert columns == [[i] for i in range(len(names))]
+    # Mappings other than a dict take the careful path, which never calls __missing__.
+    core = ProducerCore(info(pa.schema([("n", pa.int64()), ("m", pa.int64())])), ProducerConfig())
+    row: defaultdict[str, Any] = defaultdict(int, {"n": 1, "x": 2})
+    with pytest.raises(SchemaMismatch):
+        core.add(row, None, Future())
+    assert dict(row) == {"n": 1, "x": 2} and core.unfinished == 0
 
 
 def test_columns_are_checked_by_name() -> None:
