@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 import grpc
 import grpc.aio
 
-from gateway.client._batching import Delivery, ProducerConfig
+from gateway.client._batching import ProducerConfig
 from gateway.client._producer import ProducerCore
 from gateway.client._types import (
     RecordMetadata,
@@ -50,7 +50,9 @@ class AsyncProducer:
         self.config = ProducerConfig(**config)
         self.max_block = max_block
         self._core: ProducerCore | None = None
-        self._wake = asyncio.Event()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        #: What the sender awaits while idle; :meth:`_notify` resolves it.
+        self._wake: asyncio.Future[None] | None = None
         self._progress = asyncio.Event()
         self._closed = False
         self._flushing = 0
@@ -64,8 +66,9 @@ class AsyncProducer:
         if self._core is not None:
             return
         self.table = await self.client.table_info(self._table_name)
+        self._loop = asyncio.get_running_loop()
         self._core = ProducerCore(self.table, self.config)
-        self._task = asyncio.get_running_loop().create_task(self._run())
+        self._task = self._loop.create_task(self._run())
 
     @property
     def core(self) -> ProducerCore:
@@ -90,7 +93,9 @@ class AsyncProducer:
         await self.close()
 
     def _notify(self) -> None:
-        self._wake.set()
+        wake = self._wake
+        if wake is not None and not wake.done():
+            wake.set_result(None)
 
     def _progressed(self) -> None:
         self._progress.set()
@@ -100,10 +105,29 @@ class AsyncProducer:
         self, data: Any, *, partition: int | None = None
     ) -> asyncio.Future[RecordMetadata | list[RecordMetadata]]:
         """Buffer rows; returns a future resolving once the gateway stored them."""
-        await self.start()
-        core = self.core
+        core = self._core
+        if core is None:
+            await self.start()
+            core = self.core
         if self._closed:
             raise RuntimeError("the producer is closed")
+        if core.unfinished >= self.config.buffer_records:
+            await self._wait_for_room(core)
+        assert self._loop is not None
+        future: asyncio.Future[RecordMetadata | list[RecordMetadata]] = self._loop.create_future()
+        delivery = core.add(data, partition, future)
+        if delivery is not None:
+            delivery.future = future
+            if delivery.done:
+                future.set_result(delivery.result())
+            self._notify()
+        elif core.acc.kick:  # a batch opened or filled: the sender has something new
+            core.acc.kick = False
+            self._notify()
+        return future
+
+    async def _wait_for_room(self, core: ProducerCore) -> None:
+        """Back-pressure: wait while ``buffer_records`` records are unacknowledged."""
         deadline = time.monotonic() + self.max_block
         while core.unfinished >= self.config.buffer_records:
             left = deadline - time.monotonic()
@@ -115,15 +139,6 @@ class AsyncProducer:
                 )
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._progress.wait(), left)
-        future: asyncio.Future[RecordMetadata | list[RecordMetadata]] = (
-            asyncio.get_running_loop().create_future()
-        )
-        delivery = core.add(data, partition)
-        delivery.future = future
-        if delivery.done:
-            future.set_result(delivery.result())
-        self._notify()
-        return future
 
     async def flush(self, timeout: float | None = None) -> None:
         """Send everything buffered and wait until it is acknowledged (or failed)."""
@@ -150,7 +165,7 @@ class AsyncProducer:
                 await self.flush(timeout)
         finally:
             if self._core is not None:
-                _resolve(self._core.fail_all(RuntimeError("the producer was closed")))
+                self._core.fail_all(RuntimeError("the producer was closed")).resolve()
             if self._task is not None:
                 self._task.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
@@ -189,14 +204,14 @@ class AsyncProducer:
         err: BaseException
         try:
             async for resp in call:
-                _resolve(core.on_response(gen, resp))
+                core.on_response(gen, resp).resolve()
                 self._progressed()
                 self._notify()
             # The stream ended without an error status: the gateway went away cleanly.
             err = Unavailable("the append stream ended")
         except grpc.RpcError as exc:
             err = error_from_rpc(exc)
-        _resolve(core.on_stream_error(gen, err))
+        core.on_stream_error(gen, err).resolve()
         self._progressed()
         self._notify()
 
@@ -209,31 +224,31 @@ class AsyncProducer:
                 try:
                     await self._open_stream()
                 except Exception as exc:  # pragma: no cover - channel closed under us
-                    _resolve(core.fail_all(exc))
+                    core.fail_all(exc).resolve()
                     self._progressed()
                     continue
             requests = core.outgoing(now, force)
             rejected = core.take_rejected()
             if rejected:
-                _resolve(rejected)
+                rejected.resolve()
                 self._progressed()
             if requests and self._requests is not None:
                 for r in requests:
                     self._requests.put_nowait(r)
                 continue
             wake = core.next_wakeup(now)
-            self._wake.clear()
-            timeout = None if wake is None else max(0.0, wake - now) + 0.0005
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), timeout)
+            core.acc.kick = False
+            await self._sleep(None if wake is None else max(0.0, wake - now) + 0.0005)
 
-
-def _resolve(deliveries: list[Delivery]) -> None:
-    for d in deliveries:
-        fut = d.future
-        if fut is None or fut.done():
-            continue
-        if d.error is not None:
-            fut.set_exception(d.error)
-        else:
-            fut.set_result(d.result())
+    async def _sleep(self, timeout: float | None) -> None:
+        """Wait for :meth:`_notify` or ``timeout`` seconds: a future and a timer, cheaper
+        than ``wait_for`` (a task per wait) as the sender waits once per batch or so."""
+        assert self._loop is not None
+        wake = self._wake = self._loop.create_future()
+        timer = None if timeout is None else self._loop.call_later(timeout, self._notify)
+        try:
+            await wake
+        finally:
+            self._wake = None
+            if timer is not None:
+                timer.cancel()

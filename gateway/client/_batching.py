@@ -5,13 +5,17 @@ from __future__ import annotations
 
 import random
 import time
+from asyncio import InvalidStateError as _AsyncInvalidState
+from collections import deque
 from collections.abc import Mapping, Sequence
+from concurrent.futures import InvalidStateError as _InvalidState
 from dataclasses import dataclass, field
+from itertools import repeat
 from typing import Any, TypeAlias, cast
 
 import pyarrow as pa
 
-from gateway.client._rows import RowPlan, values_to_batch
+from gateway.client._rows import RowPlan, columns_to_batch
 from gateway.client._types import RecordMetadata, TableInfo, TableRef
 from gateway.wire._proto.tidegate.v1 import tidegate_pb2 as pb
 from gateway.wire.codec import Compression, encode_stream
@@ -20,7 +24,7 @@ from gateway.wire.retry import Retry
 from gateway.wire.routing import partition_for_key, route_by_key
 from gateway.wire.schema import conform_batch
 
-__all__ = ["Accumulator", "Delivery", "Piece", "ProducerBatch", "ProducerConfig"]
+__all__ = ["Accumulator", "Delivery", "Finished", "Piece", "ProducerBatch", "ProducerConfig"]
 
 
 @dataclass(frozen=True)
@@ -89,14 +93,18 @@ class Delivery:
 #: The rows of a one-record send.
 _ONE = range(1)
 
-#: A batch's data in row order: Arrow batches, and runs of checked dict rows (their values
-#: in schema order, see :class:`gateway.client._rows.RowPlan`).
-Chunk: TypeAlias = pa.RecordBatch | list[tuple[Any, ...]]
+#: A batch's data in row order: Arrow batches, and runs of checked dict rows kept as one
+#: list of values per column (schema order, see :class:`gateway.client._rows.RowPlan`).
+Chunk: TypeAlias = pa.RecordBatch | list[list[Any]]
+
+_new_tuple = tuple.__new__
+#: A future already resolved (a cancelled one, say): nothing to tell it.
+_ALREADY_DONE = (_InvalidState, _AsyncInvalidState)
 
 
 @dataclass(slots=True)
 class Piece:
-    """Rows of one send in a batch; ``rows`` are their indices in the send."""
+    """Rows of one multi-row send in a batch; ``rows`` are their indices in the send."""
 
     delivery: Delivery
     rows: Sequence[int] | range
@@ -104,11 +112,19 @@ class Piece:
 
 @dataclass(slots=True)
 class ProducerBatch:
-    """One request's worth of rows for one partition."""
+    """One request's worth of rows for one partition.
+
+    ``owners`` says whose rows the batch holds, in row order: a :class:`Piece` for rows of
+    a multi-row send, or the future of a one-dict send itself (one row; no object of ours
+    per record). Once answered, :meth:`settle` resolves those futures from the batch's
+    ``base_offset`` or ``error``.
+    """
 
     partition: int
-    pieces: list[Piece] = field(default_factory=list)
+    owners: list[Any] = field(default_factory=list)
     chunks: list[Chunk] = field(default_factory=list)
+    #: The last chunk when it is a run of column lists (dict rows go there), else None.
+    columns: list[list[Any]] | None = None
     records: int = 0
     nbytes: int = 0
     created: float = field(default_factory=time.monotonic)
@@ -116,45 +132,71 @@ class ProducerBatch:
     payload: bytes = b""
     attempts: int = 0
     first_attempt: float = 0.0
+    #: Futures among ``owners`` (one-dict sends).
+    singles: int = 0
+    base_offset: int = 0
+    error: BaseException | None = None
+
+    @property
+    def pieces(self) -> list[Piece]:
+        return [o for o in self.owners if type(o) is Piece]
+
+    def open_columns(self, width: int) -> list[list[Any]]:
+        """The run of column lists dict rows are appended to (started if need be)."""
+        cols = self.columns
+        if cols is None:
+            cols = self.columns = [[] for _ in range(width)]
+            self.chunks.append(cols)
+        return cols
 
     def add(
-        self, chunk: Chunk, delivery: Delivery, rows: Sequence[int] | range, nbytes: int
+        self,
+        chunk: pa.RecordBatch | Sequence[tuple[Any, ...]],
+        delivery: Delivery,
+        rows: Sequence[int] | range,
+        nbytes: int,
     ) -> None:
+        """Rows of a multi-row send: an Arrow batch, or checked dict rows (value tuples)."""
         if isinstance(chunk, pa.RecordBatch):
             self.chunks.append(chunk)
-        elif self.chunks and isinstance(self.chunks[-1], list):
-            self.chunks[-1].extend(chunk)
+            self.columns = None
         else:
-            self.chunks.append(list(chunk))
-        self.pieces.append(Piece(delivery, rows))
+            cols = self.open_columns(len(chunk[0]))
+            for col, values in zip(cols, zip(*chunk, strict=True), strict=True):
+                col.extend(values)
+        self.owners.append(Piece(delivery, rows))
         self.records += len(rows)
         self.nbytes += nbytes
 
-    def add_row(self, values: tuple[Any, ...], delivery: Delivery, nbytes: int) -> None:
-        """One checked dict row, a send of its own (the common case, kept short)."""
-        chunks = self.chunks
-        if chunks and isinstance(chunks[-1], list):
-            chunks[-1].append(values)
-        else:
-            chunks.append([values])
-        self.pieces.append(Piece(delivery, _ONE))
+    def add_values(self, values: tuple[Any, ...], owner: Any, nbytes: int) -> None:
+        """One checked dict row (values in schema order) of a one-row send; ``owner`` is
+        its future, or a :class:`Piece` of its delivery."""
+        for col, v in zip(self.open_columns(len(values)), values, strict=True):
+            col.append(v)
+        self.owners.append(owner)
+        if type(owner) is not Piece:
+            self.singles += 1
         self.records += 1
         self.nbytes += nbytes
 
     def seal(self, schema: pa.Schema, compression: Compression) -> None:
-        """Encode the request: one Arrow record batch, however many sends it holds.
+        """Encode the request: one Arrow record batch with exactly the table's schema
+        (column order and types), however many sends it holds.
 
         Raises:
             SchemaMismatch: dict rows that passed the check at ``send`` still failed to
-                convert (the caller fails this batch's deliveries).
+                convert (the caller fails this batch's sends).
         """
         parts = [
-            c if isinstance(c, pa.RecordBatch) else values_to_batch(c, schema) for c in self.chunks
+            c if isinstance(c, pa.RecordBatch) else columns_to_batch(c, schema)
+            for c in self.chunks
+            if isinstance(c, pa.RecordBatch) or (c and c[0])  # no empty run
         ]
         if len(parts) > 1:
             parts = pa.Table.from_batches(parts, schema).combine_chunks().to_batches()
         self.payload = encode_stream(parts, schema, compression)
         self.chunks = []
+        self.columns = None
 
     def request(self, ref: TableRef, producer_id: str | None, epoch: int) -> pb.AppendRequest:
         if producer_id and epoch:
@@ -168,17 +210,97 @@ class ProducerBatch:
         )
 
     def complete(self, base_offset: int) -> list[Delivery]:
-        """Hand out offsets; the deliveries that became complete."""
+        """Hand out offsets to multi-row sends; the deliveries that became complete (the
+        one-row sends are resolved by :meth:`settle`)."""
+        self.base_offset = base_offset
         done = []
         offset = base_offset
-        for piece in self.pieces:
-            if piece.delivery.ack(piece.rows, self.partition, offset):
-                done.append(piece.delivery)
-            offset += len(piece.rows)
+        for o in self.owners:
+            if type(o) is Piece:
+                if o.delivery.ack(o.rows, self.partition, offset):
+                    done.append(o.delivery)
+                offset += len(o.rows)
+            else:
+                offset += 1
         return done
 
     def fail(self, err: BaseException) -> list[Delivery]:
-        return [p.delivery for p in self.pieces if p.delivery.fail(err)]
+        self.error = err
+        return [o.delivery for o in self.owners if type(o) is Piece and o.delivery.fail(err)]
+
+    def settle(self) -> None:
+        """Resolve the futures of the one-dict sends after :meth:`complete` or :meth:`fail`
+        (outside any lock: a sync future runs its callbacks at once)."""
+        err = self.error
+        partition = self.partition
+        offset = self.base_offset
+        owners = self.owners
+        if err is None and owners and self.singles == len(owners):
+            # The common case, in C loops: one RecordMetadata per future, no bytecode per
+            # record. The futures of a producer are all of one type (its driver's).
+            results = map(
+                _new_tuple,
+                repeat(RecordMetadata),
+                zip(repeat(partition), range(offset, offset + len(owners))),
+            )
+            try:
+                deque(map(type(owners[0]).set_result, owners, results), maxlen=0)
+                return
+            except _ALREADY_DONE:
+                pass  # a future its caller cancelled: resolve the others one by one
+        for o in self.owners:
+            if type(o) is Piece:
+                offset += len(o.rows)
+                continue
+            try:
+                if err is None:
+                    o.set_result(_new_tuple(RecordMetadata, (partition, offset)))
+                else:
+                    o.set_exception(err)
+            except _ALREADY_DONE:
+                pass
+            offset += 1
+
+
+class Finished:
+    """Sends that answers (or failures) finished, for the driver to resolve outside its
+    lock: whole multi-row deliveries, and the batches whose one-dict sends to settle."""
+
+    __slots__ = ("batches", "deliveries")
+
+    def __init__(self) -> None:
+        self.deliveries: list[Delivery] = []
+        self.batches: list[ProducerBatch] = []
+
+    def __bool__(self) -> bool:
+        return bool(self.deliveries or self.batches)
+
+    def acked(self, batch: ProducerBatch, base_offset: int) -> None:
+        self.deliveries.extend(batch.complete(base_offset))
+        if batch.singles:
+            self.batches.append(batch)
+
+    def failed(self, batch: ProducerBatch, err: BaseException) -> None:
+        self.deliveries.extend(batch.fail(err))
+        if batch.singles:
+            self.batches.append(batch)
+
+    def extend(self, other: Finished) -> None:
+        self.deliveries.extend(other.deliveries)
+        self.batches.extend(other.batches)
+
+    def resolve(self) -> None:
+        """Resolve every future (concurrent.futures or asyncio) with its outcome."""
+        for b in self.batches:
+            b.settle()
+        for d in self.deliveries:
+            fut = d.future
+            if fut is None or fut.done():
+                continue
+            if d.error is not None:
+                fut.set_exception(d.error)
+            else:
+                fut.set_result(d.result())
 
 
 class Accumulator:
@@ -190,21 +312,33 @@ class Accumulator:
     appends must.
 
     Dict rows that pass :class:`~gateway.client._rows.RowPlan`'s check are kept as Python
-    values and become Arrow once per batch, at :meth:`ProducerBatch.seal`; other data is
-    converted (and conformed) to Arrow at once.
+    values, one list per column, and become Arrow once per batch, a column at a time, at
+    :meth:`ProducerBatch.seal`; other data is converted (and conformed) to Arrow at once.
     """
 
     def __init__(self, table: TableInfo, config: ProducerConfig) -> None:
         self.table = table
         self.config = config
         self.plan = RowPlan(table.schema, table.key_columns, table.added_columns)
+        self.width = len(table.schema)
         self.open: dict[int, ProducerBatch] = {}
         self.ready: list[ProducerBatch] = []
         self.buffered = 0
+        #: Set when a batch was opened or closed: the sender has a new deadline or work.
+        self.kick = False
+        # Looked up once per one-dict send (add_dict).
+        self._fill_row = self.plan.fill
+        self._keyed = bool(self.plan.key_index)
+        self._batch_records = config.batch_records
+        self._batch_bytes = config.batch_bytes
         self._sticky = random.randrange(table.partitions)
 
-    def add(self, data: Any, partition: int | None) -> Delivery:
+    def add(self, data: Any, partition: int | None, future: Any = None) -> Delivery | None:
         """Route and buffer ``data``; returns its delivery. Validates before buffering.
+
+        With a ``future`` for a one-dict send, the future itself stands for the send in
+        its batch (:meth:`ProducerBatch.settle` resolves it) and None is returned (the
+        fast path, :meth:`add_dict`, is for the caller to try first).
 
         Raises:
             SchemaMismatch: the rows do not fit the table schema.
@@ -219,8 +353,9 @@ class Accumulator:
                 values, nbytes = checked
                 if partition is None and plan.key_index:
                     partition = partition_for_key(plan.key(values), self.table.partitions)
-                delivery = Delivery(1, True)
-                self._append_row(partition, values, nbytes, delivery)
+                delivery = None if future is not None else Delivery(1, True)
+                owner = future if delivery is None else Piece(delivery, _ONE)
+                self._append_row(partition, values, nbytes, owner)
                 self.buffered += 1
                 return delivery
             return self._add_batch(self._arrow_rows([data]), partition, single=True)
@@ -247,6 +382,49 @@ class Accumulator:
             else:
                 batch = pa.RecordBatch.from_pylist(rows, schema=self.table.schema)
         return self._add_batch(batch, partition, single=False)
+
+    def add_dict(self, row: dict[str, Any], partition: int | None, future: Any) -> bool:
+        """The fast path of a one-dict send (see :attr:`RowPlan.fill`): True when the row
+        is buffered, its ``future`` standing for it; False when the send must take the
+        careful path (keys to route, a value the fill does not vouch for, a partition
+        that does not exist), with nothing buffered."""
+        if partition is None:
+            if self._keyed:
+                return False
+            p = self._sticky
+        elif 0 <= partition < self.table.partitions:
+            p = partition
+        else:
+            return False
+        batch = self.open.get(p)
+        if batch is None:
+            batch = self.open[p] = ProducerBatch(p)
+        cols = batch.columns
+        if cols is None:
+            cols = batch.open_columns(self.width)
+        size = self._fill_row(row, cols)
+        if size < 0:
+            if not batch.records:
+                del self.open[p]
+            return False
+        records = batch.records
+        if records and batch.nbytes + size > self._batch_bytes:
+            # Over the byte limit: the row goes to the next batch (its partition's, or the
+            # next sticky partition's), after this one is cut.
+            for col in cols:
+                col.pop()
+            self._close(p)
+            return self.add_dict(row, partition, future)
+        if not records:
+            self.kick = True
+        batch.owners.append(future)
+        batch.singles += 1
+        batch.records = records = records + 1
+        batch.nbytes += size
+        self.buffered += 1
+        if records >= self._batch_records or batch.nbytes >= self._batch_bytes:
+            self._close(p)
+        return True
 
     def _arrow_rows(self, rows: Sequence[Mapping[str, Any]]) -> pa.RecordBatch:
         """Dict rows the Python check could not vouch for, converted by Arrow."""
@@ -309,27 +487,28 @@ class Accumulator:
         return delivery
 
     def _append_row(
-        self, partition: int | None, values: tuple[Any, ...], nbytes: int, delivery: Delivery
+        self, partition: int | None, values: tuple[Any, ...], nbytes: int, owner: Any
     ) -> None:
-        """:meth:`_append` of a single checked dict row."""
+        """:meth:`_append` of a single checked dict row (``owner``: its future or piece)."""
         config = self.config
         while True:
             p = self._sticky if partition is None else partition
             current = self.open.get(p)
             if current is None:
                 current = self.open[p] = ProducerBatch(p)
+                self.kick = True
             elif current.records and current.nbytes + nbytes > config.batch_bytes:
                 self._close(p)
                 continue
             break
-        current.add_row(values, delivery, nbytes)
+        current.add_values(values, owner, nbytes)
         if current.records >= config.batch_records or current.nbytes >= config.batch_bytes:
             self._close(p)
 
     def _append(
         self,
         partition: int | None,
-        data: Chunk,
+        data: pa.RecordBatch | list[tuple[Any, ...]],
         n: int,
         nbytes: int,
         delivery: Delivery,
@@ -342,6 +521,7 @@ class Accumulator:
             current = self.open.get(p)
             if current is None:
                 current = self.open[p] = ProducerBatch(p)
+                self.kick = True
             room = min(
                 self.config.batch_records - current.records,
                 max(1, (self.config.batch_bytes - current.nbytes) // row_bytes),
@@ -366,6 +546,7 @@ class Accumulator:
         batch = self.open.pop(partition, None)
         if batch is not None:
             self.ready.append(batch)
+            self.kick = True
         if partition == self._sticky and self.table.partitions > 1:
             self._sticky = (self._sticky + 1) % self.table.partitions
 

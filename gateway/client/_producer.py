@@ -8,7 +8,7 @@ import uuid
 from collections.abc import Iterable
 from typing import Any
 
-from gateway.client._batching import Accumulator, Delivery, ProducerBatch, ProducerConfig
+from gateway.client._batching import Accumulator, Delivery, Finished, ProducerBatch, ProducerConfig
 from gateway.client._types import TableInfo
 from gateway.wire._proto.tidegate.v1 import tidegate_pb2 as pb
 from gateway.wire.errors import RetryableError, SchemaMismatch, TidegateError, Unavailable
@@ -87,7 +87,7 @@ class ProducerCore:
     per partition :class:`PartitionQueue` keeps sequences and in-flight limits. A driver
     calls :meth:`add` for sends, :meth:`outgoing` to get requests to write,
     :meth:`on_response` / :meth:`on_stream_error` with what the stream said, and resolves
-    the deliveries those return.
+    the :class:`Finished` sends those return (outside its lock).
     """
 
     def __init__(self, table: TableInfo, config: ProducerConfig) -> None:
@@ -114,13 +114,17 @@ class ProducerCore:
         self.unfinished = 0
         #: Batches put back to be resent after a retryable failure (a statistic).
         self.retries = 0
-        #: Deliveries whose batch failed to seal, for :meth:`take_rejected`.
-        self.rejected: list[Delivery] = []
+        #: Sends whose batch failed to seal, for :meth:`take_rejected`.
+        self.rejected = Finished()
 
     # Sends ------------------------------------------------------------------------------
-    def add(self, data: Any, partition: int | None) -> Delivery:
-        delivery = self.acc.add(data, partition)
-        self.unfinished += delivery.pending
+    def add(self, data: Any, partition: int | None, future: Any = None) -> Delivery | None:
+        """Buffer a send; see :meth:`Accumulator.add` (None: ``future`` stands for it)."""
+        if future is not None and type(data) is dict and self.acc.add_dict(data, partition, future):
+            self.unfinished += 1
+            return None
+        delivery = self.acc.add(data, partition, future)
+        self.unfinished += 1 if delivery is None else delivery.pending
         return delivery
 
     def idle(self) -> bool:
@@ -134,13 +138,13 @@ class ProducerCore:
                 # Dict rows the check at send let through, refused by Arrow: fail this
                 # batch alone (it never got a sequence, so nothing behind it is affected).
                 self.unfinished -= b.records
-                self.rejected.extend(b.fail(err))
+                self.rejected.failed(b, err)
                 continue
             self.queues[b.partition].waiting.append(b)
 
-    def take_rejected(self) -> list[Delivery]:
-        """Deliveries failed while sealing their batch; the driver resolves them."""
-        out, self.rejected = self.rejected, []
+    def take_rejected(self) -> Finished:
+        """Sends failed while sealing their batch; the driver resolves them."""
+        out, self.rejected = self.rejected, Finished()
         return out
 
     def needs_stream(self, now: float, force: bool = False) -> bool:
@@ -192,8 +196,8 @@ class ProducerCore:
         return min(times) if times else None
 
     # Answers ----------------------------------------------------------------------------
-    def on_response(self, gen: int, resp: pb.AppendStreamResponse) -> list[Delivery]:
-        """A response of stream ``gen``; returns the deliveries it finished."""
+    def on_response(self, gen: int, resp: pb.AppendStreamResponse) -> Finished:
+        """A response of stream ``gen``; returns the sends it finished."""
         entry = self.pending.pop(resp.request_id, None)
         if entry is None or gen != self.stream_gen:
             # An answer to a batch already rewound for resending. If it was refused with a
@@ -204,7 +208,7 @@ class ProducerCore:
                 hint = resp.error.retry_after_ms
                 if hint > 0:
                     q.paused_until = max(q.paused_until, time.monotonic() + hint / 1000)
-            return []
+            return Finished()
         q, batch = entry
         self.stream_failures = 0
         self.stream_answered = True
@@ -214,7 +218,9 @@ class ProducerCore:
             self.failures[q.partition] = 0
             self.unfinished -= batch.records
             ranges = resp.ok.ranges
-            return batch.complete(ranges[0].base_offset if ranges else 0)
+            done = Finished()
+            done.acked(batch, ranges[0].base_offset if ranges else 0)
+            return done
         return self._failed(q, batch, error_from_pb(resp.error))
 
     def _forget(self, q: PartitionQueue) -> None:
@@ -224,9 +230,7 @@ class ProducerCore:
                     del self.pending[rid]
                     self.rewound[rid] = q
 
-    def _failed(
-        self, q: PartitionQueue, batch: ProducerBatch, err: BaseException
-    ) -> list[Delivery]:
+    def _failed(self, q: PartitionQueue, batch: ProducerBatch, err: BaseException) -> Finished:
         self.failures[q.partition] += 1
         delay = self.config.retry.next_delay(err, self.failures[q.partition], batch.first_attempt)
         self._forget(q)
@@ -234,7 +238,7 @@ class ProducerCore:
             self.retries += len(q.in_flight)
             q.rewind()
             q.paused_until = time.monotonic() + delay
-            return []
+            return Finished()
         q.in_flight.remove(batch)
         self.unfinished -= batch.records
         self.failures[q.partition] = 0
@@ -242,12 +246,14 @@ class ProducerCore:
             q.renumber(batch.sequence)
         else:
             q.rewind()
-        return batch.fail(err)
+        done = Finished()
+        done.failed(batch, err)
+        return done
 
-    def on_stream_error(self, gen: int, err: BaseException) -> list[Delivery]:
+    def on_stream_error(self, gen: int, err: BaseException) -> Finished:
         """Stream ``gen`` broke: resend what it carried, or fail it when not retryable."""
         if gen != self.stream_gen or not self.stream_open:
-            return []
+            return Finished()
         if (
             isinstance(err, TidegateError)
             and not isinstance(err, RetryableError)
@@ -260,7 +266,7 @@ class ProducerCore:
         self.pending.clear()
         self.stream_failures += 1
         retry = self.config.retry
-        done: list[Delivery] = []
+        done = Finished()
         now = time.monotonic()
         if retry.retryable(err):
             self.stream_paused_until = now + retry.delay(err, self.stream_failures)
@@ -274,7 +280,7 @@ class ProducerCore:
                 # Give up on everything queued for the partition.
                 for b in q.waiting:
                     self.unfinished -= b.records
-                    done.extend(b.fail(err))
+                    done.failed(b, err)
                 q.waiting = []
                 # Whether the gateway stored the batches we gave up on is unknown: continue
                 # under a new producer identity for this partition, so no later batch can be
@@ -284,14 +290,14 @@ class ProducerCore:
                 q.acked_once = False
         return done
 
-    def fail_all(self, err: BaseException) -> list[Delivery]:
+    def fail_all(self, err: BaseException) -> Finished:
         """Fail everything not yet acknowledged (the producer is closing without flushing)."""
         self._stage(time.monotonic(), True)
         done = self.take_rejected()
         for q in self.queues:
             q.rewind()
             for b in q.waiting:
-                done.extend(b.fail(err))
+                done.failed(b, err)
             q.waiting = []
         self.pending.clear()
         self.unfinished = 0

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 import grpc
 
-from gateway.client._batching import Delivery, ProducerConfig
+from gateway.client._batching import ProducerConfig
 from gateway.client._producer import ProducerCore
 from gateway.client._types import (
     RecordMetadata,
@@ -106,11 +106,16 @@ class Producer:
                         retry_after_ms=100,
                     )
                 self._cond.wait(left)
-            delivery = self._core.add(data, partition)
-            delivery.future = future
-            if delivery.done:
-                future.set_result(delivery.result())
-            self._cond.notify_all()
+            core = self._core
+            delivery = core.add(data, partition, future)
+            if delivery is not None:
+                delivery.future = future
+                if delivery.done:
+                    future.set_result(delivery.result())
+                self._cond.notify_all()
+            elif core.acc.kick:  # a batch opened or filled: the sender has something new
+                core.acc.kick = False
+                self._cond.notify_all()
         return future
 
     def flush(self, timeout: float | None = None) -> None:
@@ -141,7 +146,7 @@ class Producer:
                 self._stop = True
                 finished = self._core.fail_all(RuntimeError("the producer was closed"))
                 self._cond.notify_all()
-            _resolve(finished)
+            finished.resolve()
             self._thread.join(10)
             self._close_stream()
 
@@ -173,7 +178,7 @@ class Producer:
                 with self._cond:
                     done = self._core.on_response(gen, resp)
                     self._cond.notify_all()
-                _resolve(done)
+                done.resolve()
             # The stream ended without an error status: the gateway went away cleanly.
             err = Unavailable("the append stream ended")
         except grpc.RpcError as exc:
@@ -181,7 +186,7 @@ class Producer:
         with self._cond:
             done = self._core.on_stream_error(gen, err)
             self._cond.notify_all()
-        _resolve(done)
+        done.resolve()
 
     def _run(self) -> None:
         while True:
@@ -194,27 +199,17 @@ class Producer:
                     try:
                         self._open_stream()
                     except Exception as exc:  # pragma: no cover - channel closed under us
-                        _resolve(self._core.fail_all(exc))
+                        self._core.fail_all(exc).resolve()
                         continue
                 requests = self._core.outgoing(now, force)
                 rejected = self._core.take_rejected()
                 if rejected:
-                    _resolve(rejected)
+                    rejected.resolve()
                     self._cond.notify_all()
                 if requests and self._requests is not None:
                     for r in requests:
                         self._requests.put(r)
                     continue
                 wake = self._core.next_wakeup(now)
+                self._core.acc.kick = False
                 self._cond.wait(None if wake is None else max(0.0, wake - now) + 0.0005)
-
-
-def _resolve(deliveries: list[Delivery]) -> None:
-    for d in deliveries:
-        fut = d.future
-        if fut is None or fut.done():
-            continue
-        if d.error is not None:
-            fut.set_exception(d.error)
-        else:
-            fut.set_result(d.result())

@@ -7,11 +7,14 @@ rest runs both SDK flavours against a real gateway process.
 
 from __future__ import annotations
 
+import asyncio
 import datetime as dt
 import decimal
 import time
 import uuid
+from collections import defaultdict
 from collections.abc import Iterator
+from concurrent.futures import Future
 from pathlib import Path
 from typing import Any
 
@@ -23,9 +26,10 @@ from hypothesis import strategies as st
 
 from gateway.client import RecordMetadata, SchemaMismatch, TableInfo, TableRef
 from gateway.client._arrow import decode
-from gateway.client._batching import Accumulator, Delivery, ProducerConfig
+from gateway.client._batching import Accumulator, Delivery, Finished, ProducerConfig
 from gateway.client._producer import ProducerCore
 from gateway.client._rows import RowPlan, values_to_batch
+from gateway.wire._proto.tidegate.v1 import tidegate_pb2 as pb
 from gateway.wire.routing import partition_for_key, route_by_key
 from gateway.wire.schema import conform_batch
 from tests.integration.flavours import flavoured_client, result
@@ -109,6 +113,48 @@ def test_the_check_agrees_with_arrow(t: pa.DataType, nullable: bool, value: Any)
     assert nbytes >= 0
     # repr: NaN is not equal to itself, its repr is.
     assert repr(values_to_batch([values], schema).to_pylist()) == repr(expected.to_pylist())
+
+
+@settings(max_examples=600, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    types=st.lists(st.sampled_from(TYPES), min_size=1, max_size=3),
+    nullable=st.booleans(),
+    values=st.lists(VALUES, min_size=3, max_size=3),
+)
+def test_the_fill_vouches_only_for_what_the_check_passes(
+    types: list[pa.DataType], nullable: bool, values: list[Any]
+) -> None:
+    """The one-dict fast path appends a row only when the full check passes it, with the
+    same values and byte estimate; else it appends nothing."""
+    schema = pa.schema([pa.field(f"c{i}", t, nullable=nullable) for i, t in enumerate(types)])
+    row = {f"c{i}": v for i, v in enumerate(values[: len(types)])}
+    plan = RowPlan(schema)
+    columns: list[list[Any]] = [[] for _ in types]
+    size = plan.fill(row, columns)
+    if size < 0:
+        assert columns == [[] for _ in types]
+        return
+    checked = plan.check(row)
+    assert checked is not None, f"filled {row!r}, which the check does not pass"
+    assert tuple(c[0] for c in columns) == checked[0] and size == checked[1]
+    # Extra or missing columns are never filled.
+    assert plan.fill({**row, "other": 1}, [[] for _ in types]) < 0
+    assert plan.fill(dict(list(row.items())[1:]), [[] for _ in types]) < 0
+
+
+def test_the_fill_takes_any_column_name_and_leaves_other_mappings_alone() -> None:
+    names = ["a'b", 'c"d', "x\\y", "é", "def", "1 2"]
+    schema = pa.schema([pa.field(n, pa.int64()) for n in names])
+    plan = RowPlan(schema)
+    columns: list[list[Any]] = [[] for _ in names]
+    assert plan.fill({n: i for i, n in enumerate(names)}, columns) == 8 * len(names)
+    assert columns == [[i] for i in range(len(names))]
+    # Mappings other than a dict take the careful path, which never calls __missing__.
+    core = ProducerCore(info(pa.schema([("n", pa.int64()), ("m", pa.int64())])), ProducerConfig())
+    row: defaultdict[str, Any] = defaultdict(int, {"n": 1, "x": 2})
+    with pytest.raises(SchemaMismatch):
+        core.add(row, None, Future())
+    assert dict(row) == {"n": 1, "x": 2} and core.unfinished == 0
 
 
 def test_columns_are_checked_by_name() -> None:
@@ -204,6 +250,128 @@ def test_a_request_carries_one_record_batch_in_send_order() -> None:
     assert decoded.column("s").to_pylist() == ["a", "b", None, "c", "d", "e", None, "f"]
 
 
+def test_a_bad_dict_amid_buffered_sends_is_refused_at_send_alone() -> None:
+    """One-dict sends with futures (the fast path): a bad value between good ones raises
+    at ``send`` with one sentence naming the column and value, nothing of it is buffered,
+    and the good rows around it go in one request that names its partition and carries
+    exactly the table's schema."""
+    schema = pa.schema(
+        [
+            pa.field("n", pa.int64(), nullable=False),
+            pa.field("small", pa.int8()),
+            pa.field("s", pa.string()),
+        ]
+    )
+    core = ProducerCore(info(schema, partitions=3), ProducerConfig(linger=60))
+    futures: list[Future[Any]] = []
+    for i in range(6):
+        fut: Future[Any] = Future()
+        assert core.add({"n": i, "small": i, "s": f"r{i}"}, 2, fut) is None
+        futures.append(fut)
+        if i == 2:
+            for bad, column, shown in [
+                ({"n": "3", "small": 1, "s": "x"}, "n", "'3'"),
+                ({"n": 3, "small": 300, "s": "x"}, "small", "300"),
+                ({"n": 3, "small": 1, "s": 1.5}, "s", "1.5"),
+            ]:
+                with pytest.raises(SchemaMismatch) as refused:
+                    core.add(bad, 2, Future())
+                message = refused.value.message
+                assert f"column {column!r}" in message and shown in message, message
+                assert "\n" not in message
+    assert core.unfinished == 6
+    core.stream_opened()
+    (request,) = core.outgoing(time.monotonic(), force=True)
+    assert request.append.partition == 2
+    (decoded,) = decode(request.append.arrow_ipc)
+    assert decoded.schema == schema  # column order, types and nullability
+    assert decoded.column("n").to_pylist() == list(range(6))
+    (response,) = [pb.AppendStreamResponse(request_id=request.request_id)]
+    response.ok.ranges.add(partition=2, base_offset=40, count=6)
+    core.on_response(core.stream_gen, response).resolve()
+    assert [f.result() for f in futures] == [RecordMetadata(2, 40 + i) for i in range(6)]
+    assert core.idle()
+
+
+def test_dict_sends_cut_by_bytes_keep_their_order() -> None:
+    schema = pa.schema([("n", pa.int64()), ("s", pa.string())])
+    core = ProducerCore(info(schema), ProducerConfig(batch_bytes=200, linger=60))
+    futures: list[Future[Any]] = []
+    for i in range(50):
+        fut: Future[Any] = Future()
+        core.add({"n": i, "s": "x" * (i % 13)}, None, fut)
+        futures.append(fut)
+    batches = core.acc.drain(time.monotonic(), force=True)
+    assert len(batches) > 1 and sum(b.records for b in batches) == 50
+    assert all(b.nbytes <= 200 for b in batches)
+    seen = []
+    base = 0
+    for b in batches:
+        b.seal(schema, "none")
+        (decoded,) = decode(b.payload)
+        seen.extend(decoded.column("n").to_pylist())
+        done = Finished()
+        done.acked(b, base)
+        done.resolve()
+        base += b.records
+    assert seen == list(range(50))
+    assert [f.result().offset for f in futures] == list(range(50))
+
+
+def test_sticky_sends_cut_by_bytes_keep_other_open_batches() -> None:
+    """Unkeyed sends moving on to the next partition when a batch is full by bytes join the
+    batch already open there: every row is in exactly one request, in send order."""
+    schema = pa.schema([("n", pa.int64()), ("s", pa.string())])
+    core = ProducerCore(info(schema, partitions=3), ProducerConfig(batch_bytes=200, linger=60))
+    futures: dict[int, Future[Any]] = {}
+    n = 0
+    for part in (0, 1, 2, None, None):
+        for _ in range(2 if part is not None else 30):
+            futures[n] = Future()
+            assert core.add({"n": n, "s": "x" * (n % 11)}, part, futures[n]) is None
+            n += 1
+    batches = core.acc.drain(time.monotonic(), force=True)
+    assert sum(b.records for b in batches) == n == core.unfinished
+    next_offset = [0, 0, 0]
+    stored: dict[int, tuple[int, int]] = {}
+    for b in batches:
+        b.seal(schema, "none")
+        (decoded,) = decode(b.payload)
+        ids = decoded.column("n").to_pylist()
+        assert ids == sorted(ids)
+        for k, i in enumerate(ids):
+            stored[i] = (b.partition, next_offset[b.partition] + k)
+        done = Finished()
+        done.acked(b, next_offset[b.partition])
+        done.resolve()
+        next_offset[b.partition] += b.records
+    assert sorted(stored) == list(range(n))
+    assert {i: tuple(f.result()) for i, f in futures.items()} == stored
+
+
+def test_a_cancelled_future_does_not_stop_the_others() -> None:
+    async def run() -> None:
+        loop = asyncio.get_running_loop()
+        schema = pa.schema([("n", pa.int64())])
+        core = ProducerCore(info(schema), ProducerConfig(linger=60))
+        futures = [loop.create_future() for _ in range(4)]
+        for i, fut in enumerate(futures):
+            core.add({"n": i}, 0, fut)
+        futures[1].cancel()
+        (batch,) = core.acc.drain(time.monotonic(), force=True)
+        done = Finished()
+        done.acked(batch, 7)
+        done.resolve()
+        assert futures[1].cancelled()
+        assert [futures[i].result() for i in (0, 2, 3)] == [
+            RecordMetadata(0, 7),
+            RecordMetadata(0, 9),
+            RecordMetadata(0, 10),
+        ]
+
+    asyncio.run(run())
+
+
 def test_a_batch_arrow_refuses_at_seal_fails_alone() -> None:
     """The safety net behind the check: rows it let through that Arrow still refuses fail
     their own batch's sends with SchemaMismatch; other batches go on."""
@@ -211,12 +379,19 @@ def test_a_batch_arrow_refuses_at_seal_fails_alone() -> None:
     core = ProducerCore(info(schema, partitions=2), ProducerConfig(linger=60))
     good = core.add({"n": 1}, 0)
     doomed = core.add({"n": 2}, 1)
-    core.acc.open[1].chunks[-1].append(("not a number",))  # what the check never passes
+    assert good is not None and doomed is not None
+    single: Future[Any] = Future()
+    assert core.add({"n": 3}, 1, single) is None  # the future stands for the send
+    core.acc.open[1].columns[0].append("not a number")  # what the check never passes
     core.acc.open[1].records += 1
     core.unfinished += 1
     assert core.outgoing(time.monotonic(), force=True) == []  # no stream open yet
     failed = core.take_rejected()
-    assert failed == [doomed] and isinstance(doomed.error, SchemaMismatch)
+    assert failed.deliveries == [doomed] and isinstance(doomed.error, SchemaMismatch)
+    failed.resolve()
+    err = single.exception()
+    assert isinstance(err, SchemaMismatch) and err is doomed.error
+    assert "'n'" in err.message and "'not a number'" in err.message, err.message
     assert good.error is None and [b.partition for b in core.queues[0].waiting] == [0]
     assert core.unfinished == 1 and not core.queues[1].waiting
 

@@ -117,7 +117,8 @@ def test_rows_are_validated_before_buffering() -> None:
     )
     acc.add(widened, 1)
     (batch,) = acc.drain(time.monotonic(), force=True)
-    assert batch.chunks[0].schema == SCHEMA
+    chunk = batch.chunks[0]
+    assert isinstance(chunk, pa.RecordBatch) and chunk.schema == SCHEMA
 
 
 def test_partition_queue_sequences_in_flight_and_rewind() -> None:
