@@ -82,19 +82,21 @@ class AppendOps(CoreBase):
             )
         if producer_id is not None:
             check_text("producer_id", producer_id, 128)
-        as_is = stream is not None and self._as_is(table, batches, stream)
-        try:
-            if as_is:
+
+        def validate(table: TableView) -> tuple[list[pa.RecordBatch], bool]:
+            """The rows in the table's schema, and whether ``stream`` may be stored."""
+            if stream is not None and self._as_is(table, batches, stream):
                 # Exactly the table's schema: only the values need checking, in place.
-                conformed = [b for b in batches if b.num_rows]
-                for b in conformed:
+                kept = [b for b in batches if b.num_rows]
+                for b in kept:
                     check_values(b, table.schema)
-            else:
-                conformed = [
-                    conform_batch(b, table.schema, table.added_columns)
-                    for b in batches
-                    if b.num_rows
-                ]
+                return kept, True
+            return [
+                conform_batch(b, table.schema, table.added_columns) for b in batches if b.num_rows
+            ], False
+
+        try:
+            conformed, as_is = validate(table)
         except SchemaMismatch as exc:
             if not exc.details.get("unexpected"):
                 raise
@@ -102,10 +104,7 @@ class AppendOps(CoreBase):
             # through another gateway since it cached the table: look again, once.
             table = await self.table(tenant, namespace, name, fresh=True)
             d = table.definition
-            as_is = False
-            conformed = [
-                conform_batch(b, table.schema, table.added_columns) for b in batches if b.num_rows
-            ]
+            conformed, as_is = validate(table)
         if not conformed:
             raise InvalidRequest("an append needs at least one row")
         routes = self._route(table, conformed, partition, producer_id, sequence)

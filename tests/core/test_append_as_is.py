@@ -13,12 +13,14 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
+from gateway.client._batching import ProducerBatch
 from gateway.config import Settings
 from gateway.core import ClientStream, StreamTables
 from gateway.hot import PartitionId
 from gateway.server.app import build_service
 from gateway.wire.codec import check_request, decode_stream, decode_valid, inspect_stream
 from gateway.wire.errors import SchemaMismatch
+from gateway.wire.schema import parse_fields
 from gateway.wire.types import AppendRange
 from tests.services import RedisServer
 
@@ -317,3 +319,49 @@ async def test_a_huge_record_batch_is_cut_into_chunks(service: StreamTables) -> 
     (payload,) = await t.stored()
     assert payload != body(big)
     assert len(decode_stream(payload)[1]) > 1
+
+
+async def test_the_sdk_producers_batches_are_stored_as_sent(service: StreamTables) -> None:
+    """The SDK producer seals a batch in the schema it reads from describe and names its
+    partition: the gateway stores that request's stream as it is."""
+    t = await Table.create(service, partitions=3, keys=("id",))
+    view = await service.table(TENANT, "ns", t.name)
+    schema = parse_fields(
+        [{"name": f["name"], "type": f["type"], "nullable": f["nullable"]} for f in view.fields]
+    )
+    batch = ProducerBatch(partition=2)
+    batch.chunks.append(rows(0, 4))
+    batch.chunks.append([(4, "four", None), (5, None, None)])
+    batch.seal(schema, "lz4")
+    await t.append(batch.payload, partition=batch.partition)
+    assert await t.stored(2) == [batch.payload]
+    assert [r["id"] for r in await t.read(2)] == list(range(6))
+
+
+async def test_a_gateway_with_a_stale_schema_looks_again_and_stores_the_new_schema_as_is(
+    tmp_path: Path, request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Redis only: two gateways share the tier. One adds a column while the other still
+    holds the old schema; a body in the new schema makes that one look again, and it is
+    then stored as it came."""
+    import gateway.core.base
+
+    monkeypatch.setattr(gateway.core.base, "_TABLE_CACHE_TTL_S", 3600.0)
+    a, b = (make_service("redis", tmp_path, request, "producer") for _ in range(2))
+    try:
+        t = await Table.create(a)
+        t.svc = b
+        await t.append(body(rows(0, 2)))
+        await a.alter_schema(
+            TENANT, "ns", t.name, [{"op": "add_column", "column": "extra", "type": "int32"}]
+        )
+        newer = rows(2, 2).append_column(
+            pa.field("extra", pa.int32()), pa.array([7, None], pa.int32())
+        )
+        await t.append(body(newer))
+        assert (await b.table(TENANT, "ns", t.name)).schema_version == 1
+        assert (await t.stored())[1] == body(newer)
+        assert [r["extra"] for r in await t.read()] == [None, None, 7, None]
+    finally:
+        a.close()
+        b.close()
