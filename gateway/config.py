@@ -493,8 +493,12 @@ class Settings(BaseSettings):
         "tests); served gateways always authenticate.",
     )
     hot: HotConfig = Field(default_factory=DiskHotConfig, description="Hot log tier backend.")
-    compression: Literal["zstd", "lz4", "none"] = Field(
-        "zstd", description="Arrow IPC compression of hot-tier batches."
+    compression: Literal["producer", "zstd", "lz4", "none"] = Field(
+        "producer",
+        description="Arrow IPC compression of hot-tier batches: `producer` stores an "
+        "appended Arrow stream with the compression the client chose (none included) and "
+        "encodes with zstd what the gateway encodes itself; `zstd`, `lz4` or `none` "
+        "re-encodes every batch not already so compressed.",
     )
     metadata: MetadataConfig = Field(default_factory=MetadataConfig)
     server: ServerConfig = Field(default_factory=ServerConfig)

@@ -5,6 +5,7 @@ and the metadata store through their interfaces and never imports a backend (red
 pyiceberg, boto3, a disk layout).
 """
 
+from gateway.core.appends import ClientStream
 from gateway.core.service import StreamTables
 from gateway.core.views import (
     HotRange,
@@ -17,6 +18,7 @@ from gateway.core.views import (
 )
 
 __all__ = [
+    "ClientStream",
     "HotRange",
     "MaintenanceView",
     "PartitionView",

@@ -6,20 +6,35 @@ import asyncio
 import itertools
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 
+import numpy as np
 import pyarrow as pa
 
 from gateway.core.base import CoreBase
 from gateway.core.names import INT64_MAX, check_text
 from gateway.core.views import TableView
 from gateway.hot import AppendResult, PartitionId, ProducerSequence
-from gateway.wire.codec import encode_batch
+from gateway.wire.codec import PAYLOAD_CHUNK_BYTES, Compression, StreamInfo, encode_batch
 from gateway.wire.errors import InvalidIdempotentAppend, InvalidRequest, SchemaMismatch
 from gateway.wire.routing import partition_for_key, route_by_key
-from gateway.wire.schema import conform_batch
+from gateway.wire.schema import check_values, conform_batch
 from gateway.wire.types import AppendRange
 
-__all__ = ["AppendOps"]
+__all__ = ["AppendOps", "ClientStream"]
+
+#: Schema messages remembered per table schema version (a client sends one or a few).
+_KNOWN_SCHEMAS = 64
+
+
+@dataclass(frozen=True, slots=True)
+class ClientStream:
+    """The Arrow IPC stream an append's batches were decoded from, as the client sent
+    it (already checked and validated in full by the edge), with what its metadata
+    declares: stored as it came when it fits the table (see :meth:`AppendOps.append`)."""
+
+    data: bytes
+    info: StreamInfo
 
 
 class AppendOps(CoreBase):
@@ -33,12 +48,19 @@ class AppendOps(CoreBase):
         partition: int | None = None,
         producer_id: str | None = None,
         sequence: int | None = None,
+        stream: ClientStream | None = None,
     ) -> list[AppendRange]:
         """Validate, route and store rows; one contiguous offset range per partition.
 
         Every check happens before anything is written: a request that fails validation
         stores nothing. A request whose rows span several partitions is stored per
         partition (not atomically across partitions, as in Kafka).
+
+        ``stream``, the client's Arrow IPC stream ``batches`` were decoded from, is stored
+        as it came (not combined nor compressed again) when its schema is exactly the
+        table's (columns, order, types, nullability, no metadata), its rows go to one
+        partition and its compression is the one ``compression`` asks (any, for
+        ``producer``); its values are checked all the same.
 
         Raises:
             TableNotFound, SchemaMismatch, InvalidPartition, InvalidRequest,
@@ -60,10 +82,21 @@ class AppendOps(CoreBase):
             )
         if producer_id is not None:
             check_text("producer_id", producer_id, 128)
-        try:
-            conformed = [
+
+        def validate(table: TableView) -> tuple[list[pa.RecordBatch], bool]:
+            """The rows in the table's schema, and whether ``stream`` may be stored."""
+            if stream is not None and self._as_is(table, batches, stream):
+                # Exactly the table's schema: only the values need checking, in place.
+                kept = [b for b in batches if b.num_rows]
+                for b in kept:
+                    check_values(b, table.schema)
+                return kept, True
+            return [
                 conform_batch(b, table.schema, table.added_columns) for b in batches if b.num_rows
-            ]
+            ], False
+
+        try:
+            conformed, as_is = validate(table)
         except SchemaMismatch as exc:
             if not exc.details.get("unexpected"):
                 raise
@@ -71,17 +104,10 @@ class AppendOps(CoreBase):
             # through another gateway since it cached the table: look again, once.
             table = await self.table(tenant, namespace, name, fresh=True)
             d = table.definition
-            conformed = [
-                conform_batch(b, table.schema, table.added_columns) for b in batches if b.num_rows
-            ]
+            conformed, as_is = validate(table)
         if not conformed:
             raise InvalidRequest("an append needs at least one row")
-        batch = (
-            conformed[0]
-            if len(conformed) == 1
-            else pa.Table.from_batches(conformed, table.schema).combine_chunks().to_batches()[0]
-        )
-        routes = self._route(table, batch, partition, producer_id, sequence)
+        routes = self._route(table, conformed, partition, producer_id, sequence)
         if producer_id is not None and len(routes) != 1:
             raise InvalidIdempotentAppend(
                 f"an idempotent append must target one partition, but its rows route to "
@@ -94,7 +120,31 @@ class AppendOps(CoreBase):
             else None
         )
         timestamp_us = time.time_ns() // 1000
-        compression = self.settings.compression
+        compression = self._encoding()
+        if as_is and len(routes) == 1 and stream is not None:
+            # The client's stream is stored as it came: its rows, in one partition.
+            count = sum(b.num_rows for b in conformed)
+            p = next(iter(routes))
+            part = PartitionId(d.tenant, d.table_id, p)
+            res = await self._run(self.hot.append, part, stream.data, count, timestamp_us, producer)
+            self._notifier.notify(part)
+            return [AppendRange(p, res.base_offset, res.count, res.duplicate)]
+        whole: list[pa.RecordBatch] = []
+
+        def combined() -> pa.RecordBatch:
+            # The rows as one batch, built once (on an I/O thread) for every partition.
+            if not whole:
+                whole.append(
+                    conformed[0]
+                    if len(conformed) == 1
+                    else pa.Table.from_batches(conformed, table.schema)
+                    .combine_chunks()
+                    .to_batches()[0]
+                )
+            return whole[0]
+
+        if any(idx is not None for idx in routes.values()):
+            combined()  # before the writes fan out, so that they share it
 
         async def store(p: int, idx: pa.Array | None) -> AppendRange:
             part = PartitionId(d.tenant, d.table_id, p)
@@ -102,6 +152,7 @@ class AppendOps(CoreBase):
             def write() -> AppendResult:
                 # Selecting and compressing the rows run here, on the I/O thread, with the
                 # write: off the event loop, and in parallel for several partitions.
+                batch = combined()
                 rows = batch if idx is None else batch.take(idx)
                 payload = encode_batch(rows, compression)
                 return self.hot.append(part, payload, rows.num_rows, timestamp_us, producer)
@@ -113,23 +164,70 @@ class AppendOps(CoreBase):
         jobs = [store(p, idx) for p, idx in routes.items()]
         return list(await asyncio.gather(*jobs))
 
+    def _encoding(self) -> Compression:
+        """How the gateway compresses a payload it encodes itself (``producer``, keeping a
+        client's compression, has nothing to keep there: zstd)."""
+        setting = self.settings.compression
+        return "zstd" if setting == "producer" else setting
+
+    def _as_is(
+        self, table: TableView, batches: Sequence[pa.RecordBatch], stream: ClientStream
+    ) -> bool:
+        """Whether ``stream`` may be stored as it came: its compression is allowed and its
+        schema is exactly the table's. A schema message found to match is remembered by
+        its bytes, per table schema version, so a client's next request is not compared
+        again."""
+        setting = self.settings.compression
+        if setting != "producer" and stream.info.compression != setting:
+            return False
+        if not batches or stream.info.largest_batch_bytes > 2 * PAYLOAD_CHUNK_BYTES:
+            # A huge record batch is cut into chunks, so that a read of a few of its rows
+            # decompresses only the chunks that hold them.
+            return False
+        d = table.definition
+        key = (d.table_id, d.schema_version)
+        known = self._append_schemas.get(key)
+        fingerprint = stream.info.schema_message
+        if fingerprint and known is not None and fingerprint in known:
+            return True
+        if not batches[0].schema.equals(table.schema, check_metadata=True):
+            return False
+        if len(self._append_schemas) >= 16 * _KNOWN_SCHEMAS:
+            self._append_schemas.clear()  # dropped tables' entries, among others
+        if known is None or len(known) >= _KNOWN_SCHEMAS:
+            # A new version (or a client sending ever-new schema bytes): start again.
+            for stale in [k for k in self._append_schemas if k[0] == d.table_id]:
+                del self._append_schemas[stale]
+            known = self._append_schemas[key] = set()
+        if fingerprint:
+            known.add(fingerprint)
+        return True
+
     def _route(
         self,
         table: TableView,
-        batch: pa.RecordBatch,
+        batches: Sequence[pa.RecordBatch],
         partition: int | None,
         producer_id: str | None,
         sequence: int | None,
     ) -> dict[int, pa.Array | None]:
+        """Where the rows go: partition -> indices of the rows of ``batches`` (as one
+        batch) it takes, None for all of them."""
         d = table.definition
         if partition is not None:
             self._part(table, partition)
             return {partition: None}
         if d.key_columns:
-            groups = route_by_key(batch, d.key_columns, d.partitions)
+            # Row indices over the batches in order, as if they were one.
+            groups: dict[int, list[np.ndarray]] = {}
+            at = 0
+            for b in batches:
+                for p, idx in route_by_key(b, d.key_columns, d.partitions).items():
+                    groups.setdefault(p, []).append(idx.to_numpy() + at)
+                at += b.num_rows
             if len(groups) == 1:
                 return {next(iter(groups)): None}
-            return dict(groups)
+            return {p: pa.array(np.concatenate(groups[p])) for p in sorted(groups)}
         if producer_id is not None:
             # Deterministic, so a retry lands where the first attempt did.
             return {partition_for_key([producer_id], d.partitions): None}

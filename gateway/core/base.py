@@ -76,6 +76,9 @@ class CoreBase:
         #: (table id, schema version, schema message) of hot payloads known to read
         #: under that version's schema (see ``ReadOps._check_stored_schema``).
         self._known_schemas: set[tuple[str, int, bytes]] = set()
+        #: (table id, schema version) -> IPC schema messages of appended streams known to
+        #: be exactly that version's schema (see ``AppendOps._as_is``).
+        self._append_schemas: dict[tuple[str, int], set[bytes]] = {}
         self._notifier = _Notifier()
         #: Read data held at once, for the process and per tenant.
         self.budget = ReadBudget(

@@ -18,7 +18,7 @@ from typing import Any, TypeVar
 import pyarrow as pa
 
 from gateway import metrics
-from gateway.core import ReadPlan, ReadResult, ScanResult, StreamTables, TableView
+from gateway.core import ClientStream, ReadPlan, ReadResult, ScanResult, StreamTables, TableView
 from gateway.core.budget import READ_COPIES
 from gateway.tenancy import Gate
 from gateway.wire.errors import TidegateError
@@ -43,12 +43,14 @@ OFFLOAD_BYTES = 256 * 1024
 
 @dataclass(frozen=True, slots=True)
 class AppendBody:
-    """A decoded append request: its rows and where they go."""
+    """A decoded append request: its rows and where they go (and the Arrow IPC stream
+    they were decoded from, which the core may store as it came)."""
 
     batches: Sequence[pa.RecordBatch]
     partition: int | None = None
     producer_id: str | None = None
     sequence: int | None = None
+    stream: ClientStream | None = None
 
 
 def wire_error(exc: BaseException, where: str = "a call") -> TidegateError:
@@ -125,6 +127,7 @@ class DataCalls:
                 partition=body.partition,
                 producer_id=body.producer_id,
                 sequence=body.sequence,
+                stream=body.stream,
             )
         records = sum(r.count for r in ranges)
         metrics.record_append(records, nbytes)

@@ -19,7 +19,7 @@ from grpc_health.v1._async import HealthServicer
 from grpc_reflection.v1alpha import reflection
 
 from gateway.config import Settings
-from gateway.core import MaintenanceView, ReadResult, StreamTables, TableView
+from gateway.core import ClientStream, MaintenanceView, ReadResult, StreamTables, TableView
 from gateway.server.calls import OFFLOAD_BYTES, AppendBody, DataCalls, pieces, wire_error
 from gateway.server.grpc_calls import (
     ADMIN_SERVICE_NAME,
@@ -310,6 +310,7 @@ class TidegateServicer(pb_grpc.TidegateServicer):  # type: ignore[misc]
                 request.partition if request.HasField("partition") else None,
                 request.producer_id or None,
                 request.sequence if request.HasField("sequence") else None,
+                ClientStream(body, info),
             )
 
         ranges = await self.calls.append(

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Literal
 
 import pyarrow as pa
@@ -12,6 +12,7 @@ import pyarrow as pa
 from gateway.wire.errors import MalformedPayload, RequestTooLarge
 
 __all__ = [
+    "BodyCompression",
     "Compression",
     "StreamInfo",
     "check_request",
@@ -32,6 +33,8 @@ _I64 = struct.Struct("<q")
 _BUFFER = struct.Struct("<qq")
 
 Compression = Literal["zstd", "lz4", "none"]
+#: What an Arrow IPC stream's record batches declare (``mixed``: not all the same).
+BodyCompression = Literal["zstd", "lz4", "none", "mixed"]
 
 
 def _options(compression: Compression) -> pa.ipc.IpcWriteOptions:
@@ -139,6 +142,13 @@ class StreamInfo:
     rows: int
     #: Bytes the stream takes in the body (the rest would be a second stream).
     stream_bytes: int
+    #: Bytes of Arrow data of its largest record batch once decompressed.
+    largest_batch_bytes: int = 0
+    #: The compression its record batches declare (``none`` when it has none).
+    compression: BodyCompression = "none"
+    #: The schema message's metadata (flatbuffer) exactly as it came: a stream whose
+    #: schema is known is recognised by these bytes without parsing them.
+    schema_message: bytes = field(default=b"", repr=False)
 
 
 def _field(meta: bytes, table: int, slot: int) -> int | None:
@@ -187,6 +197,24 @@ def _batch_sizes(meta: bytes, body: pa.Buffer) -> tuple[int, int]:
     return total, rows
 
 
+#: BodyCompression.codec of Arrow's Message.fbs (absent: LZ4_FRAME, its default).
+_CODECS: dict[int, BodyCompression] = {0: "lz4", 1: "zstd"}
+
+
+def _batch_compression(meta: bytes) -> BodyCompression:
+    """The codec a record batch message declares (``none`` without a compression table).
+    The message was already read by :func:`_batch_sizes`, so its offsets are sound."""
+    batch = _deref(meta, _field(meta, _deref(meta, 0), 2) or 0)
+    at = _field(meta, batch, 3)
+    if at is None:
+        return "none"
+    codec_at = _field(meta, _deref(meta, at), 0)
+    codec = meta[codec_at] if codec_at is not None else 0
+    if codec not in _CODECS:
+        raise ValueError(f"unknown compression codec {codec}")
+    return _CODECS[codec]
+
+
 def inspect_stream(data: bytes | pa.Buffer) -> StreamInfo:
     """Read an Arrow IPC stream's messages (not their data) and sum what they declare.
 
@@ -198,7 +226,9 @@ def inspect_stream(data: bytes | pa.Buffer) -> StreamInfo:
             carry (dictionaries, tensors).
     """
     source = pa.BufferReader(pa.py_buffer(data) if isinstance(data, bytes) else data)
-    decoded = rows = 0
+    decoded = rows = largest = 0
+    schema_message = b""
+    codecs: set[BodyCompression] = set()
     try:
         reader = pa.ipc.MessageReader.open_stream(source)
         first = True
@@ -209,8 +239,10 @@ def inspect_stream(data: bytes | pa.Buffer) -> StreamInfo:
                 break
             if first and message.type != "schema":
                 raise MalformedPayload("the Arrow stream does not start with a schema message")
-            first = False
             if message.type == "schema":
+                if first:
+                    schema_message = message.metadata.to_pybytes()
+                first = False
                 continue
             if message.type != "record batch":
                 raise MalformedPayload(
@@ -218,8 +250,11 @@ def inspect_stream(data: bytes | pa.Buffer) -> StreamInfo:
                     "record batches (no dictionary-encoded columns)"
                 )
             body = message.body if message.body is not None else pa.py_buffer(b"")
-            size, n = _batch_sizes(message.metadata.to_pybytes(), body)
+            meta = message.metadata.to_pybytes()
+            size, n = _batch_sizes(meta, body)
+            codecs.add(_batch_compression(meta))
             decoded += size
+            largest = max(largest, size)
             rows += n
     except MalformedPayload:
         raise
@@ -227,7 +262,10 @@ def inspect_stream(data: bytes | pa.Buffer) -> StreamInfo:
         raise MalformedPayload(f"body is not a valid Arrow IPC stream: {exc}") from exc
     if first:
         raise MalformedPayload("body is not a valid Arrow IPC stream: it is empty")
-    return StreamInfo(decoded, rows, source.tell())
+    compression: BodyCompression = (
+        "none" if not codecs else next(iter(codecs)) if len(codecs) == 1 else "mixed"
+    )
+    return StreamInfo(decoded, rows, source.tell(), largest, compression, schema_message)
 
 
 def check_request(data: bytes | pa.Buffer, max_decoded_bytes: int) -> StreamInfo:

@@ -29,6 +29,7 @@ __all__ = [
     "added_columns",
     "check_column_name",
     "check_doc",
+    "check_values",
     "columns_mismatch",
     "conform_batch",
     "fields_to_json",
@@ -474,11 +475,27 @@ def conform_batch(
                 raise SchemaMismatch(
                     f"column {f.name!r} cannot be stored as {f.type}: {exc}"
                 ) from exc
-        if not f.nullable and col.null_count:
-            raise SchemaMismatch(f"column {f.name!r} is not nullable but holds nulls")
-        _check_temporal(col, f.name)
+        _check_values(col, f)
         columns.append(col)
     return pa.RecordBatch.from_arrays(columns, schema=schema)
+
+
+def check_values(batch: pa.RecordBatch, schema: pa.Schema) -> None:
+    """Refuse the values :func:`conform_batch` refuses, in a batch already in exactly
+    ``schema`` (its columns, order and types): nulls in a non-nullable column, dates,
+    times and timestamps outside years 1 to 9999. Nothing is copied.
+
+    Raises:
+        SchemaMismatch: naming the column (and the value).
+    """
+    for f, col in zip(schema, batch.columns, strict=True):
+        _check_values(col, f)
+
+
+def _check_values(col: pa.Array, f: pa.Field) -> None:
+    if not f.nullable and col.null_count:
+        raise SchemaMismatch(f"column {f.name!r} is not nullable but holds nulls")
+    _check_temporal(col, f.name)
 
 
 #: Arrow type -> (its integer storage, lowest, highest): what a reader can turn into a

@@ -8,7 +8,7 @@ from typing import Annotated
 from fastapi import APIRouter, Path, Query, Request
 from fastapi.responses import JSONResponse, Response
 
-from gateway.core import ReadResult
+from gateway.core import ClientStream, ReadResult
 from gateway.server.calls import OFFLOAD_BYTES, AppendBody, DataCalls
 from gateway.server.http.bodies import (
     json_rows,
@@ -31,7 +31,7 @@ from gateway.server.http.models import (
     ErrorResponse,
     ReadResponse,
 )
-from gateway.wire.codec import check_request, decode_valid
+from gateway.wire.codec import StreamInfo, check_request, decode_valid
 from gateway.wire.errors import SchemaMismatch, UnsupportedMediaType
 
 __all__ = ["records_router"]
@@ -97,6 +97,7 @@ def records_router(calls: DataCalls) -> APIRouter:
         body = await read_body(request, limit)
         big = len(body) >= OFFLOAD_BYTES
         charge = len(body)
+        info: StreamInfo | None = None
         if media == ARROW_STREAM:
             info = await calls.offload(big, check_request, body, limit)
             charge = info.decoded_bytes
@@ -105,7 +106,8 @@ def records_router(calls: DataCalls) -> APIRouter:
         async def decode() -> AppendBody:
             if media == ARROW_STREAM:
                 _, batches = await calls.offload(big, decode_valid, body)
-                return AppendBody(batches, partition, producer_id, sequence)
+                stream = ClientStream(body, info) if info is not None else None
+                return AppendBody(batches, partition, producer_id, sequence, stream)
             # The cached definition (no live offsets): JSON rows are typed by its schema.
             table = await service.table(caller.tenant, namespace, name)
             try:
