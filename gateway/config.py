@@ -494,11 +494,12 @@ class Settings(BaseSettings):
     )
     hot: HotConfig = Field(default_factory=DiskHotConfig, description="Hot log tier backend.")
     compression: Literal["producer", "zstd", "lz4", "none"] = Field(
-        "producer",
-        description="Arrow IPC compression of hot-tier batches: `producer` stores an "
-        "appended Arrow stream with the compression the client chose (none included) and "
-        "encodes with zstd what the gateway encodes itself; `zstd`, `lz4` or `none` "
-        "re-encodes every batch not already so compressed.",
+        "zstd",
+        description="Arrow IPC compression of hot-tier batches. An appended Arrow stream "
+        "already compressed so (zstd by default, as the SDK producer sends) is stored as it "
+        "came; any other is compressed again. `producer` keeps whatever the client sent, "
+        "none included (Kafka's compression.type=producer), and uses zstd for what the "
+        "gateway encodes itself.",
     )
     metadata: MetadataConfig = Field(default_factory=MetadataConfig)
     server: ServerConfig = Field(default_factory=ServerConfig)
