@@ -331,8 +331,8 @@ async def test_the_sdk_producers_batches_are_stored_as_sent(service: StreamTable
     )
     batch = ProducerBatch(partition=2)
     batch.chunks.append(rows(0, 4))
-    batch.chunks.append([(4, "four", None), (5, None, None)])
-    batch.seal(schema, "lz4")
+    batch.chunks.append([[4, 5], ["four", None], [None, None]])  # dict rows, by column
+    batch.seal(schema, "zstd")
     await t.append(batch.payload, partition=batch.partition)
     assert await t.stored(2) == [batch.payload]
     assert [r["id"] for r in await t.read(2)] == list(range(6))
