@@ -102,15 +102,16 @@ def machine() -> dict[str, Any]:
 
 def overridden(w: Workload, settings: list[str]) -> Workload:
     """``w`` with ``--set key=value`` settings applied (values read as YAML; a list
-    becomes a tuple), for workloads that have the key."""
+    becomes a tuple); a key that is no workload setting is refused, not ignored."""
     import yaml
 
     changes: dict[str, Any] = {}
     for item in settings:
         key, _, text = item.partition("=")
-        if hasattr(w, key):
-            value = yaml.safe_load(text)
-            changes[key] = tuple(value) if isinstance(value, list) else value
+        if key not in Workload.__dataclass_fields__ or key == "name":
+            raise SystemExit(f"--set {item}: {key!r} is not a workload setting")
+        value = yaml.safe_load(text)
+        changes[key] = tuple(value) if isinstance(value, list) else value
     return replace(w, **changes)
 
 
