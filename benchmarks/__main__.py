@@ -100,7 +100,24 @@ def machine() -> dict[str, Any]:
     }
 
 
-async def run_suite(mode: str, workdir: Path, only: str | None) -> list[dict[str, Any]]:
+def overridden(w: Workload, settings: list[str]) -> Workload:
+    """``w`` with ``--set key=value`` settings applied (values read as YAML; a list
+    becomes a tuple); a key that is no workload setting is refused, not ignored."""
+    import yaml
+
+    changes: dict[str, Any] = {}
+    for item in settings:
+        key, _, text = item.partition("=")
+        if key not in Workload.__dataclass_fields__ or key == "name":
+            raise SystemExit(f"--set {item}: {key!r} is not a workload setting")
+        value = yaml.safe_load(text)
+        changes[key] = tuple(value) if isinstance(value, list) else value
+    return replace(w, **changes)
+
+
+async def run_suite(
+    mode: str, workdir: Path, only: str | None, settings: list[str] | None = None
+) -> list[dict[str, Any]]:
     redis = RedisServer(workdir / "redis").start()
     # No embedded compaction or expiry: a scenario's table must not change under it (the
     # compaction scenario compacts its table itself).
@@ -126,12 +143,14 @@ async def run_suite(mode: str, workdir: Path, only: str | None) -> list[dict[str
         for gw in gateways.values():
             gw.start()
         for path in sorted((HERE / "workloads").glob("*.yaml")):
-            w = Workload.load(path, mode)
+            w = overridden(Workload.load(path, mode), settings or [])
             if only and not any(part in w.name for part in only.split(",")):
                 continue
             print(f"== {w.name}: {w.description}", flush=True)
             # A hang fails the run instead of stalling it.
-            limit = w.timeout_s or 3 * (w.warmup_s + w.duration_s) + 240
+            limit = w.timeout_s or (3 * (w.warmup_s + w.duration_s) + 240) * max(
+                1, len(w.read_sizes)
+            )
             rows = await asyncio.wait_for(SCENARIOS[w.kind](bench, w), limit)
             for row in rows:
                 row.setdefault("workload", row.get("name") or w.name)
@@ -167,13 +186,21 @@ def main() -> int:
         default=None,
         help="only workloads whose name contains one of these (comma-separated)",
     )
+    parser.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override a workload setting where the workload has it, e.g. "
+        "--set read_sizes=[400000,2000000,4000000] (spark-read at three table sizes)",
+    )
     ns = parser.parse_args()
     out = ns.out or (
         HERE / "results" if ns.mode != "smoke" else Path(tempfile.mkdtemp()) / "results"
     )
     with tempfile.TemporaryDirectory(prefix="tidegate-bench-") as tmp:
         started = time.monotonic()
-        results = asyncio.run(run_suite(ns.mode, Path(tmp), ns.only))
+        results = asyncio.run(run_suite(ns.mode, Path(tmp), ns.only, ns.set))
         elapsed = time.monotonic() - started
     failed = [r for r in results if r["batches_per_s"] == 0 and not r.get("no_traffic_ok")]
     doc = {

@@ -56,6 +56,9 @@ class Workload:
     #: records per Read call.
     read_records: int = 200_000
     read_chunk: int = 10_000
+    #: Table sizes (records) of the spark-read scenario, each a table of its own in one
+    #: run; empty: ``read_records`` alone.
+    read_sizes: tuple[int, ...] = ()
     #: Records appended after tiering, so that reads cross the cold/hot boundary.
     hot_records: int = 50_000
     #: Table sizes, in data files, of the read-cost scenario, and records per data file.
@@ -85,7 +88,7 @@ class Workload:
         doc.pop("quick", None)
         doc.pop("smoke", None)
         doc.update(overrides)
-        for key in ("files", "backlog_mb"):
+        for key in ("files", "backlog_mb", "read_sizes"):
             if key in doc:
                 doc[key] = tuple(doc[key])
         return cls(**doc)

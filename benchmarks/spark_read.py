@@ -6,12 +6,17 @@ The table is all cold (tiered in this process, as ``tidegate tier`` would), so b
 the same Parquet files; the connector adds its plan (one PlanRead) and its own pyarrow
 readers in Python workers. Ratios are records/s of the table against records/s; the two
 readers take turns, query by query.
+
+``python -m benchmarks --only spark-read --set read_sizes=[400000,2000000,4000000]``
+runs the queries over tables of each size in one run (rows ``spark-read-2M-count``...;
+the workload's own size keeps its plain names).
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
+from dataclasses import replace
 from typing import Any
 
 from benchmarks.cold import _local_path, _tier
@@ -47,30 +52,53 @@ async def run(b: Bench, w: Workload) -> list[dict[str, Any]]:
     # Started before any gRPC channel of this process is open: launching the JVM forks.
     spark = spark_session("local[2]", "tidegate-bench")
     gateway.spark.register(spark)
-    async with b.stub(gw) as stub:
-        ref = await create_table(stub, "spark", w.partitions, md)
-        try:
-            n = await fill_workload(stub, ref, md, w, partitions=w.partitions)
-            await _tier(b, ref)
-            table = await asyncio.to_thread(b.iceberg_table, ref)
-            paths = [_local_path(t.file.file_path) for t in table.scan().plan_files()]
-            options = {
-                "endpoint": gw.grpc_target,
-                "api_key": gw.api_key or "",
-                "table": f"{ref.namespace}.{ref.name}",
-            }
-            parquet = spark.read.parquet(*paths)
-            reps = max(1, round(w.duration_s * 1.25))
-            for name, (query, columns) in _queries(n, w.partitions).items():
-                read = spark.read.format("tidegate").options(**options)
-                tidegate = (read.option("columns", columns) if columns else read).load()
-                base, res = await asyncio.to_thread(
-                    _measure, f"{w.name}-{name}", query, parquet, tidegate, n, reps
-                )
-                rows += [base.summary(), compare(res.summary(), [base.summary()])]
-        finally:
-            await drop_table(stub, ref, md)
-            spark.stop()
+    try:
+        async with b.stub(gw) as stub:
+            for size in w.read_sizes or (w.read_records,):
+                # Rows of other sizes than the workload's own say theirs in the name.
+                name = w.name if size == w.read_records else f"{w.name}-{_short(size)}"
+                sized = replace(w, name=name, read_records=size)
+                rows += await _one_table(b, gw, md, stub, spark, sized)
+    finally:
+        spark.stop()
+    return rows
+
+
+def _short(n: int) -> str:
+    """400000 -> "400k", 2000000 -> "2M"."""
+    for unit, scale in (("M", 1_000_000), ("k", 1_000)):
+        if n >= scale and n % scale == 0:
+            return f"{n // scale}{unit}"
+    return str(n)
+
+
+async def _one_table(
+    b: Bench, gw: Any, md: Any, stub: Any, spark: Any, w: Workload
+) -> list[dict[str, Any]]:
+    """The queries of :func:`_queries` over one table of ``w.read_records`` records."""
+    rows: list[dict[str, Any]] = []
+    ref = await create_table(stub, "spark", w.partitions, md)
+    try:
+        n = await fill_workload(stub, ref, md, w, partitions=w.partitions)
+        await _tier(b, ref)
+        table = await asyncio.to_thread(b.iceberg_table, ref)
+        paths = [_local_path(t.file.file_path) for t in table.scan().plan_files()]
+        options = {
+            "endpoint": gw.grpc_target,
+            "api_key": gw.api_key or "",
+            "table": f"{ref.namespace}.{ref.name}",
+        }
+        parquet = spark.read.parquet(*paths)
+        reps = max(1, round(w.duration_s * 1.25))
+        for name, (query, columns) in _queries(n, w.partitions).items():
+            read = spark.read.format("tidegate").options(**options)
+            tidegate = (read.option("columns", columns) if columns else read).load()
+            base, res = await asyncio.to_thread(
+                _measure, f"{w.name}-{name}", query, parquet, tidegate, n, reps
+            )
+            rows += [base.summary(), compare(res.summary(), [base.summary()])]
+    finally:
+        await drop_table(stub, ref, md)
     return rows
 
 

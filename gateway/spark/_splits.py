@@ -92,10 +92,13 @@ class ReadSpec:
             expr = expr & t
         return expr
 
-    def conform(self, batch: pa.RecordBatch) -> pa.RecordBatch:
+    def conform(self, batch: pa.RecordBatch, out: pa.Schema | None = None) -> pa.RecordBatch:
         """``batch`` with exactly the output columns and types (files store int8/int16 as
-        int32; Spark wants the table's types)."""
-        out = self.output
+        int32; Spark wants the table's types). ``out``: :attr:`output`, when the caller
+        keeps it for a split's batches (it is built afresh at each use)."""
+        out = self.output if out is None else out
+        if batch.schema.equals(out):
+            return batch
         arrays = []
         for f in out:
             col = batch.column(batch.schema.get_field_index(f.name))
@@ -161,6 +164,7 @@ def _scan_schema(spec: ReadSpec, fragment: ds.Fragment) -> pa.Schema:
 
 
 def _read_files(spec: ReadSpec, split: FilesSplit) -> Iterator[pa.RecordBatch]:
+    out = spec.output
     for f in split.files:
         fragment = _fragment(f.url, f.size)
         for batch in fragment.to_batches(
@@ -171,7 +175,7 @@ def _read_files(spec: ReadSpec, split: FilesSplit) -> Iterator[pa.RecordBatch]:
             use_threads=False,
         ):
             if batch.num_rows:
-                yield spec.conform(batch)
+                yield spec.conform(batch, out)
 
 
 def _read_hot(spec: ReadSpec, split: HotSplit) -> Iterator[pa.RecordBatch]:
