@@ -180,6 +180,26 @@ def _numpy(column: pa.Array | pa.ChunkedArray) -> Any:
     return column.to_numpy()
 
 
+def _dictionary_columns(schema: pa.Schema, first: pa.Table) -> list[str]:
+    """The Parquet columns worth a dictionary, judged on a file's first rows: every
+    column but ``_offset`` (it never repeats) and the top-level columns whose first rows
+    are mostly distinct (ids, times, measurements), for which a dictionary only costs
+    time and bytes. Parquet-mr makes the same call after a column's first page; Arrow's
+    writer never does, and would keep a dictionary of every value of a 16k-row group."""
+    import pyarrow.compute as pc
+
+    keep = []
+    for path in _leaf_paths(schema):
+        if path == OFFSET_COLUMN:
+            continue
+        if path in first.column_names and not pa.types.is_nested(first.schema.field(path).type):
+            column = first.column(path)
+            if len(column) > 1 and pc.count_distinct(column).as_py() > len(column) // 2:
+                continue
+        keep.append(path)
+    return keep
+
+
 class DataFileWriter:
     """Streams the rows of one partition, in increasing offset order, into one new
     Parquet data file in ``folder`` (a :meth:`ColdTable.data_location`), in
@@ -188,9 +208,9 @@ class DataFileWriter:
     the current row group is held in memory, and no row is sorted or copied on the
     Python side. Pure pyarrow: runs in a Spark task without pyiceberg or a catalog.
 
-    ``_offset`` is written plain (it never repeats: a dictionary would only cost time and
-    bytes); every other column keeps Parquet's dictionary encoding. The writer's own
-    footer is handed back with the :class:`DataFile`, so the commit builds the Iceberg
+    ``_offset``, and the columns whose first rows are mostly distinct, are written plain
+    (:func:`_dictionary_columns`); the others keep Parquet's dictionary encoding. The
+    writer's own footer is handed back with the :class:`DataFile`, so the commit builds the Iceberg
     column statistics without reading the file again.
 
     Use :meth:`write` then :meth:`close` (or :meth:`abort`)."""
@@ -205,26 +225,14 @@ class DataFileWriter:
     ) -> None:
         import uuid
 
-        import pyarrow.parquet as pq
-
         self.path = f"{folder.rstrip('/')}/{uuid.uuid4().hex}.parquet"
         self.schema = file_schema
         fs = filesystem if filesystem is not None else options.filesystem()[0]
         if not folder.startswith(("s3://", "s3a://")):
             fs.create_dir(fs_path(folder), recursive=True)
-        # Flagged as sorted by offset, so readers stream it instead of reading it whole.
-        metadata = {**(file_schema.metadata or {}), SORTED_KEY: OFFSET_SORT}
-        self._out = fs.open_output_stream(fs_path(self.path))
-        try:
-            self._writer = pq.ParquetWriter(
-                self._out,
-                file_schema.with_metadata(metadata),
-                compression="zstd",
-                use_dictionary=[c for c in _leaf_paths(file_schema) if c != OFFSET_COLUMN],
-            )
-        except BaseException:
-            self._out.close()
-            raise
+        self._filesystem = fs
+        self._writer: Any = None  # opened with the first row group (see _open)
+        self._out: Any = None
         self._pending: list[pa.Table] = []
         self._pending_rows = 0
         #: Rows written so far, and their Arrow bytes.
@@ -278,7 +286,30 @@ class DataFileWriter:
         self._pending = [rows.slice(rows.num_rows - keep)] if keep else []
         self._pending_rows = keep
         if out.num_rows:
-            self._writer.write_table(self._conform(out), row_group_size=ROW_GROUP_ROWS)
+            rows = self._conform(out)
+            if self._writer is None:
+                self._open(rows)
+            self._writer.write_table(rows, row_group_size=ROW_GROUP_ROWS)
+
+    def _open(self, first: pa.Table) -> None:
+        """Open the file, choosing the columns to dictionary-encode from its first rows
+        (:func:`_dictionary_columns`)."""
+        import pyarrow.parquet as pq
+
+        # Flagged as sorted by offset, so readers stream it instead of reading it whole.
+        metadata = {**(self.schema.metadata or {}), SORTED_KEY: OFFSET_SORT}
+        out = self._filesystem.open_output_stream(fs_path(self.path))
+        try:
+            self._writer = pq.ParquetWriter(
+                out,
+                self.schema.with_metadata(metadata),
+                compression="zstd",
+                use_dictionary=_dictionary_columns(self.schema, first),
+            )
+        except BaseException:
+            out.close()
+            raise
+        self._out = out
 
     def _conform(self, rows: pa.Table) -> pa.Table:
         """``rows`` in the file schema: reordered, cast, and columns added to the table
@@ -304,7 +335,8 @@ class DataFileWriter:
             self._writer.close()
             size = self._out.tell()
         finally:
-            self._out.close()
+            if self._out is not None:
+                self._out.close()
         footer = pa.BufferOutputStream()
         self._writer.writer.metadata.write_metadata_file(footer)
         return DataFile(
@@ -319,9 +351,11 @@ class DataFileWriter:
 
     def abort(self) -> None:
         """Give the file up (what was written stays an orphan until the clean-up)."""
-        with contextlib.suppress(Exception):
-            self._writer.close()
-        self._out.close()
+        if self._writer is not None:
+            with contextlib.suppress(Exception):
+                self._writer.close()
+        if self._out is not None:
+            self._out.close()
 
 
 def write_data_file(

@@ -362,7 +362,7 @@ def test_commit_takes_the_statistics_from_the_writers_footer(
     assert [(g.min_offset, g.max_offset) for g in table.files(snap, 1, 0, 100)] == [(7, 46)]
 
 
-def test_data_files_stream_whole_row_groups_with_plain_offsets(
+def test_data_files_stream_whole_row_groups_and_skip_useless_dictionaries(
     cold_store: IcebergColdStore,
 ) -> None:
     schema = pa.schema([pa.field("k", pa.string()), pa.field("n", pa.int64())])
@@ -402,7 +402,9 @@ def test_data_files_stream_whole_row_groups_with_plain_offsets(
             meta.row_group(0).column(i).path_in_schema: meta.row_group(0).column(i).encodings
             for i in range(meta.num_columns)
         }
+        # _offset and the all-distinct n plain; k (three values) with a dictionary.
         assert not any("DICTIONARY" in e for e in encodings["_offset"])
+        assert not any("DICTIONARY" in e for e in encodings["n"])
         assert any("DICTIONARY" in e for e in encodings["k"])
         rows = parquet.read()
     assert rows.column("_offset").to_pylist() == list(range(10, 10 + total))
