@@ -180,6 +180,10 @@ def _numpy(column: pa.Array | pa.ChunkedArray) -> Any:
     return column.to_numpy()
 
 
+#: Rows of a file's first row group that decide which columns get a dictionary.
+_DICTIONARY_SAMPLE = 4096
+
+
 def _dictionary_columns(schema: pa.Schema, first: pa.Table) -> list[str]:
     """The Parquet columns worth a dictionary, judged on a file's first rows: every
     column but ``_offset`` (it never repeats) and the top-level columns whose first rows
@@ -193,8 +197,8 @@ def _dictionary_columns(schema: pa.Schema, first: pa.Table) -> list[str]:
         if path == OFFSET_COLUMN:
             continue
         if path in first.column_names and not pa.types.is_nested(first.schema.field(path).type):
-            column = first.column(path)
-            if len(column) > 1 and pc.count_distinct(column).as_py() > len(column) // 2:
+            sample = first.column(path).slice(0, _DICTIONARY_SAMPLE)
+            if len(sample) > 1 and pc.count_distinct(sample).as_py() > len(sample) // 2:
                 continue
         keep.append(path)
     return keep

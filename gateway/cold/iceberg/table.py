@@ -190,6 +190,11 @@ def _watermarks(summary: Any) -> dict[int, int]:
     return {int(k): int(v) for k, v in json.loads(raw).items()}
 
 
+def _current_id(table: Any) -> int | None:
+    snap = table.current_snapshot()
+    return None if snap is None else int(snap.snapshot_id)
+
+
 def _cold_snapshot(snap: Any) -> ColdSnapshot:
     if snap is None:
         return ColdSnapshot(None, {}, None)
@@ -435,10 +440,13 @@ class IcebergColdTable(ColdTable):
         watermarks: Mapping[int, int],
         base: ColdSnapshot,
     ) -> ColdSnapshot:
-
-        table = self._load()
-        current = table.current_snapshot()
-        current_id = current.snapshot_id if current is not None else None
+        # The metadata loaded last (by the run's file_schema) when it is still at ``base``:
+        # the catalog checks the branch head against its own current metadata at commit
+        # time anyway, so a reload here would only cost a round trip.
+        table = self._cached
+        if table is None or _current_id(table) != base.snapshot_id:
+            table = self._load()
+        current_id = _current_id(table)
         if current_id != base.snapshot_id:
             raise CommitConflict(
                 f"the table moved from snapshot {base.snapshot_id} to {current_id}; re-plan",
