@@ -476,13 +476,15 @@ class IcebergColdTable(ColdTable):
         """
         from pyiceberg.exceptions import CommitFailedException
 
+        # The transaction starts from this metadata: no need for its (deep-copied) view.
+        new_files = _iceberg_data_files(table.io, table.metadata, added)
         try:
             with table.transaction() as tx:
                 update = tx.update_snapshot(snapshot_properties=props)
                 with update.overwrite() if deleted else update.merge_append() as producer:
                     for old in deleted:
                         producer.delete_data_file(old)
-                    for f in _iceberg_data_files(table.io, tx.table_metadata, added):
+                    for f in new_files:
                         producer.append_data_file(f)
         except CommitFailedException as exc:
             raise CommitConflict(f"a concurrent commit won: {exc}") from exc
