@@ -46,22 +46,24 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar, Generic, Protocol, TypeVar
 
+import numpy as np
 import pyarrow as pa
 
 from gateway.cold.base import (
+    ROW_GROUP_ROWS,
     ColdSnapshot,
     ColdTable,
     DataFile,
+    DataFileWriter,
     StorageOptions,
-    write_data_file,
 )
 from gateway.hot import HotLog, PartitionId
 from gateway.lake.components import Components, TieringError
-from gateway.wire.codec import decode_batch
+from gateway.wire.codec import iter_rows
 from gateway.wire.errors import CommitConflict, NotFound, SnapshotNotFound
 from gateway.wire.evolution import read_as
 from gateway.wire.retry import ExponentialBackoff, Retry
-from gateway.wire.schema import conform_batch, parse_fields, system_schema, with_system_columns
+from gateway.wire.schema import TIMESTAMP_TYPE, conform_batch, parse_fields, system_schema
 
 if TYPE_CHECKING:
     from gateway.meta import TableDef
@@ -162,13 +164,18 @@ class RangeTask:
 # --------------------------------------------------------------------------------------
 # The task: hot range -> Parquet files
 # --------------------------------------------------------------------------------------
-def _iter_range(hot: HotLog, task: RangeTask, schema: pa.Schema) -> Iterator[pa.RecordBatch]:
-    """Records ``[start, end)`` of the partition in the stored schema, in offset order."""
+def _iter_range(
+    hot: HotLog, task: RangeTask, user: pa.Schema
+) -> Iterator[tuple[int, int, pa.RecordBatch]]:
+    """Records ``[start, end)`` of the partition, in offset order, as ``(first offset,
+    timestamp_us, rows)`` with the rows in the user schema ``user``: each record batch of
+    each hot payload as it is decoded (any IPC compression, any number of record batches
+    per payload), sliced at the ends of the range, never copied or concatenated."""
     part = task.part
-    user = parse_fields(list(task.fields), stored=True)
     offset = task.start
     while offset < task.end:
         stored = hot.read(part, offset, min(_READ_RECORDS, task.end - offset), _READ_BYTES)
+        read_from = offset
         if not stored:
             raise TieringError(
                 f"the hot tier of {task.table} partition {task.partition} ends at {offset}, "
@@ -182,55 +189,126 @@ def _iter_range(hot: HotLog, task: RangeTask, schema: pa.Schema) -> Iterator[pa.
                     f"gap in the hot tier of {task.table} partition {task.partition}: "
                     f"expected offset {offset}, found {sb.base_offset}"
                 )
-            decoded = decode_batch(sb.payload)
-            newer = set(decoded.schema.names) - set(user.names)
-            if newer:  # pragma: no cover - excluded by the order of _tasks' reads
-                raise TieringError(
-                    f"{task.table} partition {task.partition} offset {sb.base_offset} holds "
-                    f"columns {sorted(newer)} unknown to this run's schema; the next run "
-                    "moves them"
-                )
-            # Written under this schema or an older one (added columns read as null).
-            rows = conform_batch(read_as(decoded, user), user)
-            rows = with_system_columns(rows, task.partition, sb.base_offset, sb.timestamp_us)
-            start = offset - sb.base_offset
-            length = min(rows.num_rows - start, task.end - offset)
-            if length <= 0:
+            skip = offset - sb.base_offset
+            if skip >= sb.count:
                 continue
-            batch = rows.slice(start, length)
-            if not batch.schema.equals(schema):
-                batch = pa.RecordBatch.from_arrays(batch.columns, schema=schema)
-            yield batch
-            offset += length
+            left = task.end - offset
+            rows = (
+                iter_rows(sb.payload, threads=False)  # all of it: decoded in one go
+                if skip == 0 and sb.count <= left
+                else iter_rows(sb.payload, skip, left, threads=False)
+            )
+            for at, data in rows:
+                first = sb.base_offset + at
+                if first >= task.end:
+                    break
+                if data.num_rows > task.end - first:
+                    data = data.slice(0, task.end - first)
+                if not data.schema.equals(user):
+                    newer = set(data.schema.names) - set(user.names)
+                    if newer:  # pragma: no cover - excluded by the order of _tasks' reads
+                        raise TieringError(
+                            f"{task.table} partition {task.partition} offset "
+                            f"{sb.base_offset} holds columns {sorted(newer)} unknown to this "
+                            "run's schema; the next run moves them"
+                        )
+                    # Written under an older schema (added columns read as null).
+                    data = conform_batch(read_as(data, user), user)
+                yield first, sb.timestamp_us, data
+                offset = first + data.num_rows
+        if offset == read_from:
+            raise TieringError(
+                f"the hot tier of {task.table} partition {task.partition} holds no record "
+                f"at offset {offset}"
+            )
+
+
+@dataclass
+class _Group:
+    """Consecutive hot records on their way to one row group: user columns as decoded,
+    the system columns built for all of them at once by :meth:`rows`."""
+
+    first: int = -1
+    records: int = 0
+    nbytes: int = 0
+    batches: list[pa.RecordBatch] = field(default_factory=list)
+    stamps: list[int] = field(default_factory=list)
+    counts: list[int] = field(default_factory=list)
+
+    def add(self, first: int, timestamp_us: int, rows: pa.RecordBatch) -> None:
+        if self.first < 0:
+            self.first = first
+        elif first != self.first + self.records:  # pragma: no cover - _iter_range is dense
+            raise TieringError(f"offset {first} does not follow {self.first + self.records}")
+        self.batches.append(rows)
+        self.stamps.append(timestamp_us)
+        self.counts.append(rows.num_rows)
+        self.records += rows.num_rows
+        self.nbytes += rows.nbytes
+
+    def rows(self, user: pa.Schema, partition: int) -> pa.Table:
+        """The group in the stored schema (``user`` plus the system columns)."""
+        n = self.records
+        offsets = np.arange(self.first, self.first + n, dtype=np.int64)
+        stamps = np.repeat(np.asarray(self.stamps, dtype=np.int64), self.counts)
+        return pa.Table.from_arrays(
+            [
+                *pa.Table.from_batches(self.batches, user).columns,
+                pa.repeat(pa.scalar(partition, pa.int32()), n),
+                _wrap(pa.int64(), offsets),
+                _wrap(TIMESTAMP_TYPE, stamps),
+            ],
+            schema=system_schema(user),
+        )
+
+
+def _wrap(kind: pa.DataType, values: np.ndarray[Any, Any]) -> pa.Array:
+    """A numpy int64 array as an Arrow array of ``kind`` without nulls, sharing its memory
+    (``pa.array`` would copy nothing either, but imports ``numpy.ma`` on first use: a
+    sixth of a one-shot tiering run's CPU)."""
+    return pa.Array.from_buffers(kind, len(values), [None, pa.py_buffer(values)])
 
 
 def write_range(task: RangeTask, hot: HotLog) -> list[DataFile]:
     """Write the task's records as Parquet files of about ``target_file_bytes`` of
     Arrow data each (sorted by offset, one partition per file, in the table's file
-    schema) and return their metadata. Nothing is committed here.
+    schema) and return their metadata. Nothing is committed here. The records go from
+    the hot payloads to the Parquet writer a row group at a time, with the system
+    columns built once per row group.
 
     Raises:
         TieringError: the hot range has a gap or ends early; or the hot tier's error.
     """
-    schema = system_schema(parse_fields(list(task.fields), stored=True))
+    user = parse_fields(list(task.fields), stored=True)
+    filesystem, _ = task.storage.filesystem()
     files: list[DataFile] = []
-    pending: list[pa.RecordBatch] = []
-    size = 0
+    writer: DataFileWriter | None = None
+    group = _Group()
 
-    def flush() -> None:
-        nonlocal size
-        if pending:
-            rows = pa.Table.from_batches(pending, schema)
-            files.append(write_data_file(task.storage, task.location, rows, task.file_schema))
-            pending.clear()
-            size = 0
+    def flush(roll: bool) -> None:
+        nonlocal writer, group
+        if group.records:
+            if writer is None:
+                writer = DataFileWriter(
+                    task.storage, task.location, task.file_schema, filesystem=filesystem
+                )
+            writer.write(group.rows(user, task.partition))
+            group = _Group()
+        if writer is not None and (roll or writer.nbytes >= task.target_file_bytes):
+            files.append(writer.close())
+            writer = None
 
-    for batch in _iter_range(hot, task, schema):
-        pending.append(batch)
-        size += batch.nbytes
-        if size >= task.target_file_bytes:
-            flush()
-    flush()
+    try:
+        for first, stamp, rows in _iter_range(hot, task, user):
+            group.add(first, stamp, rows)
+            if group.records >= ROW_GROUP_ROWS:
+                flush(False)
+            elif group.nbytes + (writer.nbytes if writer else 0) >= task.target_file_bytes:
+                flush(True)
+        flush(True)
+    finally:
+        if writer is not None:
+            writer.abort()
     return files
 
 

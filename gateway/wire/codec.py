@@ -75,15 +75,19 @@ def encode_batch(
 
 
 def iter_rows(
-    payload: bytes | pa.Buffer, start: int = 0, length: int | None = None
+    payload: bytes | pa.Buffer,
+    start: int = 0,
+    length: int | None = None,
+    *,
+    threads: bool = True,
 ) -> Iterator[tuple[int, pa.RecordBatch]]:
     """Rows ``[start, start + length)`` of a hot-tier payload, as ``(row index, batch)``
     pairs in order, decompressing only the record batches that hold them (their row
     counts are read from the stream's metadata). All of it (``start`` 0, no ``length``):
-    every batch, decoded in one go."""
+    every batch, decoded in one go (``threads``: as :func:`decode_stream`)."""
     if start == 0 and length is None:
         at = 0
-        for batch in decode_stream(payload)[1]:
+        for batch in decode_stream(payload, threads=threads)[1]:
             yield at, batch
             at += batch.num_rows
         return
@@ -107,14 +111,24 @@ def iter_rows(
         at += rows
 
 
-def decode_stream(data: bytes | pa.Buffer) -> tuple[pa.Schema, list[pa.RecordBatch]]:
-    """Schema and batches of an Arrow IPC stream.
+_NO_THREADS = pa.ipc.IpcReadOptions(use_threads=False)
+
+
+def decode_stream(
+    data: bytes | pa.Buffer, *, threads: bool = True
+) -> tuple[pa.Schema, list[pa.RecordBatch]]:
+    """Schema and batches of an Arrow IPC stream. ``threads=False`` decompresses on the
+    calling thread (for callers that already run one decoding thread per core: handing
+    each small buffer to Arrow's pool costs more than it saves).
 
     Raises:
         MalformedPayload: the bytes are not a complete Arrow IPC stream.
     """
     try:
-        reader = pa.ipc.open_stream(pa.py_buffer(data) if isinstance(data, bytes) else data)
+        reader = pa.ipc.open_stream(
+            pa.py_buffer(data) if isinstance(data, bytes) else data,
+            options=None if threads else _NO_THREADS,
+        )
         batches = list(reader)
         return reader.schema, batches
     except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError, OSError) as exc:

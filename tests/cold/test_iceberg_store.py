@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import json
 import random
@@ -22,6 +23,7 @@ from gateway.cold import (
     load_cold_store,
     write_data_file,
 )
+from gateway.cold.base import OFFSET_SORT, ROW_GROUP_ROWS, SORTED_KEY, DataFileWriter
 from gateway.cold.iceberg import IcebergColdStore, IcebergColdTable, arrow_to_iceberg
 from gateway.config import Settings
 from gateway.meta import TableDef
@@ -326,3 +328,86 @@ def test_drop_purges_the_files(cold_store: IcebergColdStore) -> None:
         pafs.FileSelector(fs_path(location), recursive=True, allow_not_found=True)
     )
     assert [i.path for i in leftover if i.type == pafs.FileType.File] == []
+
+
+# The statistics are computed by pyiceberg from a footer either way: one storage suffices.
+@pytest.mark.parametrize("storage", ["local-sqlite"], indirect=True)
+def test_commit_takes_the_statistics_from_the_writers_footer(
+    cold_store: IcebergColdStore,
+) -> None:
+    from gateway.cold.iceberg.table import _iceberg_data_files
+
+    table = cold_store.create_table(table_def(ALL_TYPES), ALL_TYPES)
+    _, f = write(cold_store, table, 1, 7, 40)
+    assert f.footer is not None
+    ice = table._load()
+    from_footer = _iceberg_data_files(ice.io, ice.metadata, [f])[0]
+    from_file = _iceberg_data_files(ice.io, ice.metadata, [dataclasses.replace(f, footer=None)])[0]
+    for name in (
+        "file_path",
+        "partition",
+        "record_count",
+        "file_size_in_bytes",
+        "column_sizes",
+        "value_counts",
+        "null_value_counts",
+        "nan_value_counts",
+        "lower_bounds",
+        "upper_bounds",
+        "split_offsets",
+    ):
+        assert getattr(from_footer, name) == getattr(from_file, name), name
+    assert from_footer.record_count == 40
+    snap = table.commit_tiered([f], {1: 47}, table.snapshot())
+    assert [(g.min_offset, g.max_offset) for g in table.files(snap, 1, 0, 100)] == [(7, 46)]
+
+
+def test_data_files_stream_whole_row_groups_and_skip_useless_dictionaries(
+    cold_store: IcebergColdStore,
+) -> None:
+    schema = pa.schema([pa.field("k", pa.string()), pa.field("n", pa.int64())])
+    table = cold_store.create_table(table_def(schema), schema)
+    writer = DataFileWriter(
+        cold_store.storage_options(), table.data_location(0), table.file_schema()
+    )
+    total = ROW_GROUP_ROWS * 2 + 100
+    start = 0
+    for size in (1000, ROW_GROUP_ROWS + 5, 3, total - ROW_GROUP_ROWS - 1008):
+        user = pa.RecordBatch.from_pydict(
+            {
+                "k": [f"k{i % 3}" for i in range(start, start + size)],
+                "n": range(start, start + size),
+            },
+            schema=schema,
+        )
+        writer.write(with_system_columns(user, 0, 10 + start, 1_700_000_000_000_000))
+        start += size
+    with pytest.raises(ValueError, match="increasing offset order"):
+        writer.write(with_system_columns(user.slice(0, 1), 0, 10, 1_700_000_000_000_000))
+    with pytest.raises(ValueError, match="one partition"):
+        writer.write(with_system_columns(user.slice(0, 1), 1, 10 + total, 1_700_000_000_000_000))
+    f = writer.close()
+    assert (f.record_count, f.min_offset, f.max_offset) == (total, 10, 10 + total - 1)
+    filesystem, _ = cold_store.storage_options().filesystem()
+    with filesystem.open_input_file(fs_path(f.path)) as source:
+        parquet = pq.ParquetFile(source)
+        meta = parquet.metadata
+        assert [meta.row_group(i).num_rows for i in range(meta.num_row_groups)] == [
+            ROW_GROUP_ROWS,
+            ROW_GROUP_ROWS,
+            100,
+        ]
+        assert parquet.schema_arrow.metadata[SORTED_KEY] == OFFSET_SORT
+        encodings = {
+            meta.row_group(0).column(i).path_in_schema: meta.row_group(0).column(i).encodings
+            for i in range(meta.num_columns)
+        }
+        # _offset and the all-distinct n plain; k (three values) with a dictionary.
+        assert not any("DICTIONARY" in e for e in encodings["_offset"])
+        assert not any("DICTIONARY" in e for e in encodings["n"])
+        assert any("DICTIONARY" in e for e in encodings["k"])
+        rows = parquet.read()
+    assert rows.column("_offset").to_pylist() == list(range(10, 10 + total))
+    assert rows.column("n").to_pylist() == list(range(total))
+    assert meta.num_rows == f.record_count
+    assert f.file_size_bytes == filesystem.get_file_info(fs_path(f.path)).size

@@ -9,13 +9,25 @@ import threading
 import time
 from typing import Any
 
+import pyarrow.parquet as pq
 import pytest
 
+from gateway.cold import fs_path
 from gateway.config import Settings
 from gateway.hot import PartitionId
 from gateway.lake.scheduler import PARALLEL_TENANTS, embedded_parallel_tenants, run_once
-from gateway.lake.tiering import LocalRunner, each_table, tier_all, tier_table, trim_hot
+from gateway.lake.tiering import (
+    LocalRunner,
+    RangeTask,
+    each_table,
+    tier_all,
+    tier_table,
+    trim_hot,
+    write_range,
+)
+from gateway.wire.codec import Compression, encode_stream
 from gateway.wire.errors import CommitConflict
+from gateway.wire.jsonrows import rows_to_batch
 from gateway.wire.retry import ExponentialBackoff, Retry
 from gateway.wire.schema import parse_fields
 from tests.lake.conftest import FIELDS, Harness, tier_settings
@@ -259,3 +271,53 @@ def test_embedded_local_jobs_take_one_tenant_at_a_time(tmp_path: Any) -> None:
         assert all(h.watermarks(d) == {0: 5} for d in defs)
     finally:
         h.close()
+
+
+@pytest.mark.parametrize("compression", ["none", "lz4", "zstd"])
+def test_payloads_of_several_record_batches_in_any_compression(
+    harness: Harness, compression: Compression
+) -> None:
+    """Hot payloads as a client may send them: several record batches, compressed or not.
+    A pass moves each record once, with the offset and timestamp of its payload; a range
+    cut inside payloads and inside record batches writes exactly that range."""
+    d = harness.create_table(partitions=1)
+    schema = parse_fields(d.fields, stored=True)
+    part = PartitionId(d.tenant, d.table_id, 0)
+    stamps = []
+    for j in range(3):  # 10 records per payload, in record batches of 4, 4 and 2
+        rows = _rows(j * 10, 10)
+        batches = [rows_to_batch(rows[i : i + 4], schema) for i in range(0, 10, 4)]
+        stamps.append(1_700_000_000_000_000 + j)
+        harness.c.hot.append(part, encode_stream(batches, schema, compression), 10, stamps[-1])
+    cold = harness.c.cold.table(d)
+    task = RangeTask(
+        tenant=d.tenant,
+        table_id=d.table_id,
+        table=d.qualified_name,
+        partition=0,
+        start=5,
+        end=23,
+        fields=tuple(d.fields),
+        location=cold.data_location(0),
+        storage=harness.c.cold.storage_options(),
+        file_schema=cold.file_schema(),
+        target_file_bytes=1 << 30,
+        run_id="test",
+    )
+    [f] = write_range(task, harness.c.hot)
+    assert (f.partition, f.record_count, f.min_offset, f.max_offset) == (0, 18, 5, 22)
+    filesystem, _ = harness.c.cold.storage_options().filesystem()
+    got = pq.read_table(fs_path(f.path), filesystem=filesystem)
+    assert got.column("_offset").to_pylist() == list(range(5, 23))
+    assert got.column("n").to_pylist() == list(range(5, 23))
+    assert [t.timestamp() * 1e6 for t in got.column("_timestamp").to_pylist()] == [
+        stamps[o // 10] for o in range(5, 23)
+    ]
+
+    result = tier_table(harness.c, d, trim=False)
+    assert result.moved == {0: (0, 30)}
+    rows = harness.cold_rows(d)
+    assert [(r["_offset"], r["n"], r["k"]) for r in rows] == [(i, i, f"k{i}") for i in range(30)]
+    assert [int(r["_timestamp"].timestamp() * 1e6) for r in rows] == [
+        stamps[o // 10] for o in range(30)
+    ]

@@ -113,6 +113,58 @@ def _file_batches(
             yield from table.to_batches()
 
 
+def _iceberg_data_files(io: Any, metadata: Any, files: Sequence[DataFile]) -> list[Any]:
+    """pyiceberg's data files (column sizes, counts and bounds) for ``files``: from the
+    Parquet footer their writer handed back when there is one (the file is not read
+    again, and the footer's schema is checked against the table's once per commit), else
+    from the footer read from storage, as pyiceberg's ``add_files`` does."""
+    from pyiceberg.io.pyarrow import (
+        _check_pyarrow_schema_compatible,
+        compute_statistics_plan,
+        data_file_statistics_from_parquet_metadata,
+        parquet_file_to_data_file,
+        parquet_path_to_id_mapping,
+    )
+    from pyiceberg.manifest import DataFile as IcebergDataFile
+    from pyiceberg.manifest import DataFileContent, FileFormat
+
+    schema = metadata.schema()
+    plan: Any = None
+    mapping: Any = None
+    checked: list[pa.Schema] = []
+    out = []
+    for f in files:
+        if f.footer is None:
+            out.append(parquet_file_to_data_file(io, metadata, f.path))
+            continue
+        footer = pq.read_metadata(pa.BufferReader(f.footer))
+        arrow = footer.schema.to_arrow_schema()
+        if not any(arrow.equals(c, check_metadata=True) for c in checked):
+            _check_pyarrow_schema_compatible(schema, arrow, format_version=metadata.format_version)
+            checked.append(arrow)
+        if plan is None:
+            plan = compute_statistics_plan(schema, metadata.properties)
+            mapping = parquet_path_to_id_mapping(schema)
+        stats = data_file_statistics_from_parquet_metadata(
+            parquet_metadata=footer, stats_columns=plan, parquet_column_mapping=mapping
+        )
+        out.append(
+            IcebergDataFile.from_args(
+                content=DataFileContent.DATA,
+                file_path=f.path,
+                file_format=FileFormat.PARQUET,
+                partition=stats.partition(metadata.spec(), schema),
+                file_size_in_bytes=f.file_size_bytes,
+                sort_order_id=None,
+                spec_id=metadata.default_spec_id,
+                equality_ids=None,
+                key_metadata=None,
+                **stats.to_serialized_dict(),
+            )
+        )
+    return out
+
+
 def _promotes(have: Any, want: Any) -> bool:
     """Whether Iceberg type ``want`` is a widening of ``have`` (int to long, float to
     double); the table may already be wider than the gateway's schema after a change
@@ -136,6 +188,11 @@ def _watermarks(summary: Any) -> dict[int, int]:
     if not raw:
         return {}
     return {int(k): int(v) for k, v in json.loads(raw).items()}
+
+
+def _current_id(table: Any) -> int | None:
+    snap = table.current_snapshot()
+    return None if snap is None else int(snap.snapshot_id)
 
 
 def _cold_snapshot(snap: Any) -> ColdSnapshot:
@@ -383,10 +440,13 @@ class IcebergColdTable(ColdTable):
         watermarks: Mapping[int, int],
         base: ColdSnapshot,
     ) -> ColdSnapshot:
-
-        table = self._load()
-        current = table.current_snapshot()
-        current_id = current.snapshot_id if current is not None else None
+        # The metadata loaded last (by the run's file_schema) when it is still at ``base``:
+        # the catalog checks the branch head against its own current metadata at commit
+        # time anyway, so a reload here would only cost a round trip.
+        table = self._cached
+        if table is None or _current_id(table) != base.snapshot_id:
+            table = self._load()
+        current_id = _current_id(table)
         if current_id != base.snapshot_id:
             raise CommitConflict(
                 f"the table moved from snapshot {base.snapshot_id} to {current_id}; re-plan",
@@ -415,18 +475,17 @@ class IcebergColdTable(ColdTable):
             CommitConflict: a concurrent commit moved the table.
         """
         from pyiceberg.exceptions import CommitFailedException
-        from pyiceberg.io.pyarrow import parquet_file_to_data_file
 
+        # The transaction starts from this metadata: no need for its (deep-copied) view.
+        new_files = _iceberg_data_files(table.io, table.metadata, added)
         try:
             with table.transaction() as tx:
                 update = tx.update_snapshot(snapshot_properties=props)
                 with update.overwrite() if deleted else update.merge_append() as producer:
                     for old in deleted:
                         producer.delete_data_file(old)
-                    for f in added:
-                        producer.append_data_file(
-                            parquet_file_to_data_file(table.io, tx.table_metadata, f.path)
-                        )
+                    for f in new_files:
+                        producer.append_data_file(f)
         except CommitFailedException as exc:
             raise CommitConflict(f"a concurrent commit won: {exc}") from exc
         # The transaction left ``table`` at the metadata it committed: that snapshot is
