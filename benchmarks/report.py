@@ -49,6 +49,11 @@ def _notes(r: dict[str, Any]) -> str:
         notes.append(f"{r['data_files']} data files")
     if r.get("tier_every_s") is not None:
         notes.append(f"e2e = append → in an Iceberg snapshot, job every {r['tier_every_s']:g} s")
+    if r.get("tiered_share"):
+        notes.append(
+            f"{r['tiered_share']:.0%} of the records were tiered by the gateway's embedded "
+            "schedule during the run and read from Iceberg"
+        )
     if r.get("retries"):
         notes.append(f"{r['retries']} retried batches")
     return "; ".join(notes)

@@ -293,6 +293,12 @@ async def read_via_gateway(w: Workload, grpc_target: str, metadata: Any = None) 
             return await read(0, offset, w.read_chunk)  # type: ignore[no-any-return]
 
         await _closed_reads(w, result, total, read_chunk)
+        # The disk gateway runs its embedded tiering schedule: records it tiered during
+        # the run were read from Iceberg, not from the hot tier. Say how many.
+        info = await stub.DescribeTable(pb.DescribeTableRequest(table=ref), metadata=metadata)
+        tiered = min(p.tiered_watermark for p in info.partition_info)
+        if tiered:
+            result.extra["tiered_share"] = min(1.0, tiered / max(1, total))
         await drop_table(stub, ref, metadata)
     return result
 
