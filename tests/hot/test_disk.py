@@ -373,6 +373,33 @@ while True:
 """
 
 
+def _acks_until_killed(args: list[str], target: int, env: dict[str, str]) -> list[bytes]:
+    """Run ``python -c *args``, SIGKILL it once it has printed ``target`` lines, and answer
+    its complete lines (an unfinished line was not an acknowledgement)."""
+    proc = subprocess.Popen(
+        [sys.executable, "-c", *args],
+        cwd=REPO_ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    assert proc.stdout is not None and proc.stderr is not None
+    lines: list[bytes] = []
+    for line in proc.stdout:
+        lines.append(line)
+        if len(lines) >= target:
+            break
+    proc.send_signal(signal.SIGKILL)
+    proc.wait(30)
+    lines.extend(proc.stdout.read().splitlines(keepends=True))
+    stderr = proc.stderr.read().decode(errors="replace")
+    proc.stdout.close()
+    proc.stderr.close()
+    assert proc.returncode == -signal.SIGKILL, stderr
+    assert len(lines) >= target, stderr
+    return [line for line in lines if line.endswith(b"\n")]
+
+
 def crash_batch(rnd: int, i: int) -> tuple[bytes, int]:
     """The payload and count the crash child appends as batch ``i`` of round ``rnd``."""
     size = (i * 7919 + rnd * 104729) % 60_000
@@ -387,32 +414,10 @@ def test_kill_9_during_appends_loses_nothing_acknowledged(root: Path) -> None:
     acked: dict[tuple[int, int], tuple[int, int]] = {}
     rounds = 3
     for rnd in range(rounds):
-        proc = subprocess.Popen(
-            [sys.executable, "-c", script, str(root), tenant, str(rnd)],
-            cwd=REPO_ROOT,
-            env=env,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-        )
-        assert proc.stdout is not None and proc.stderr is not None
-        lines: list[bytes] = []
-        target = 25 + 20 * rnd
-        for line in proc.stdout:
-            lines.append(line)
-            if len(lines) >= target:
-                break
-        proc.send_signal(signal.SIGKILL)
-        proc.wait(30)
-        lines.extend(proc.stdout.read().splitlines(keepends=True))
-        stderr = proc.stderr.read().decode(errors="replace")
-        proc.stdout.close()
-        proc.stderr.close()
-        assert proc.returncode == -signal.SIGKILL, stderr
-        assert len(lines) >= target, stderr
+        lines = _acks_until_killed([script, str(root), tenant, str(rnd)], 25 + 20 * rnd, env)
         for line in lines:
-            if line.endswith(b"\n"):  # an unfinished line was not an acknowledgement
-                r, i, base, count = map(int, line.split())
-                acked[(r, i)] = (base, count)
+            r, i, base, count = map(int, line.split())
+            acked[(r, i)] = (base, count)
 
     log = DiskHotLog(root)
     try:
@@ -492,32 +497,10 @@ def test_kill_9_during_group_commits_loses_nothing_acknowledged(root: Path) -> N
     env = {**os.environ, "PYTHONPATH": str(REPO_ROOT), "PYTHONUNBUFFERED": "1"}
     acked: dict[tuple[int, int, int], tuple[int, int, int]] = {}
     for rnd in range(rounds):
-        proc = subprocess.Popen(
-            [sys.executable, "-c", script, str(root), tenant, str(rnd), str(writers)],
-            cwd=REPO_ROOT,
-            env=env,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-        )
-        assert proc.stdout is not None and proc.stderr is not None
-        lines: list[bytes] = []
-        target = 60 + 40 * rnd
-        for line in proc.stdout:
-            lines.append(line)
-            if len(lines) >= target:
-                break
-        proc.send_signal(signal.SIGKILL)
-        proc.wait(30)
-        lines.extend(proc.stdout.read().splitlines(keepends=True))
-        stderr = proc.stderr.read().decode(errors="replace")
-        proc.stdout.close()
-        proc.stderr.close()
-        assert proc.returncode == -signal.SIGKILL, stderr
-        assert len(lines) >= target, stderr
-        for line in lines:
-            if line.endswith(b"\n"):  # an unfinished line was not an acknowledgement
-                r, w, i, base, count = map(int, line.split())
-                acked[(r, w, i)] = (w % 2, base, count)
+        args = [script, str(root), tenant, str(rnd), str(writers)]
+        for line in _acks_until_killed(args, 60 + 40 * rnd, env):
+            r, w, i, base, count = map(int, line.split())
+            acked[(r, w, i)] = (w % 2, base, count)
 
     log = DiskHotLog(root)
     try:

@@ -14,22 +14,11 @@ import pytest
 from gateway.client import Client
 from gateway.wire.codec import encode_stream
 from gateway.wire.errors import MalformedPayload, SchemaMismatch
+from tests.core.test_append_as_is import FIELDS, SCHEMA
 
 pytestmark = pytest.mark.integration
 
 ARROW = "application/vnd.apache.arrow.stream"
-FIELDS = [
-    {"name": "id", "type": "int64", "nullable": False},
-    {"name": "name", "type": "string"},
-    {"name": "at", "type": "timestamp[us, tz=UTC]"},
-]
-SCHEMA = pa.schema(
-    [
-        pa.field("id", pa.int64(), nullable=False),
-        pa.field("name", pa.string()),
-        pa.field("at", pa.timestamp("us", tz="UTC")),
-    ]
-)
 
 
 def rows(start: int, n: int) -> pa.RecordBatch:
