@@ -23,9 +23,6 @@ from gateway.wire.types import AppendRange
 
 __all__ = ["AppendOps", "ClientStream"]
 
-#: Schema messages remembered per table schema version (a client sends one or a few).
-_KNOWN_SCHEMAS = 64
-
 
 @dataclass(frozen=True, slots=True)
 class ClientStream:
@@ -185,22 +182,13 @@ class AppendOps(CoreBase):
             # decompresses only the chunks that hold them.
             return False
         d = table.definition
-        key = (d.table_id, d.schema_version)
-        known = self._append_schemas.get(key)
-        fingerprint = stream.info.schema_message
-        if fingerprint and known is not None and fingerprint in known:
+        key = ("append", d.table_id, d.schema_version, stream.info.schema_message)
+        if key[3] and key in self._schemas_checked:
             return True
         if not batches[0].schema.equals(table.schema, check_metadata=True):
             return False
-        if len(self._append_schemas) >= 16 * _KNOWN_SCHEMAS:
-            self._append_schemas.clear()  # dropped tables' entries, among others
-        if known is None or len(known) >= _KNOWN_SCHEMAS:
-            # A new version (or a client sending ever-new schema bytes): start again.
-            for stale in [k for k in self._append_schemas if k[0] == d.table_id]:
-                del self._append_schemas[stale]
-            known = self._append_schemas[key] = set()
-        if fingerprint:
-            known.add(fingerprint)
+        if key[3]:
+            self._schemas_checked.add(key)
         return True
 
     def _route(

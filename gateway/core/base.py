@@ -48,6 +48,25 @@ class _Notifier:
             ev.set()
 
 
+class SchemaMemo:
+    """A bounded set of ``(check, table id, schema version, schema message)``: the schema
+    messages that passed ``check`` for that version. It forgets everything once full
+    (dropped tables and clients sending ever-new schema bytes cannot grow it); forgetting
+    only costs a check again."""
+
+    def __init__(self, limit: int = 4096) -> None:
+        self._seen: set[tuple[str, str, int, bytes]] = set()
+        self._limit = limit
+
+    def __contains__(self, key: tuple[str, str, int, bytes]) -> bool:
+        return key in self._seen
+
+    def add(self, key: tuple[str, str, int, bytes]) -> None:
+        if len(self._seen) >= self._limit:
+            self._seen.clear()
+        self._seen.add(key)
+
+
 class CoreBase:
     """The state the operation groups (:mod:`~gateway.core.tables`,
     :mod:`~gateway.core.appends`, :mod:`~gateway.core.reads`, :mod:`~gateway.core.scans`,
@@ -73,12 +92,11 @@ class CoreBase:
         self._pool = ThreadPoolExecutor(settings.server.io_threads, thread_name_prefix="tg-io")
         self._tables: dict[tuple[str, str, str], tuple[float, TableView]] = {}
         self._round_robin: dict[str, itertools.count[int]] = {}
-        #: (table id, schema version, schema message) of hot payloads known to read
-        #: under that version's schema (see ``ReadOps._check_stored_schema``).
-        self._known_schemas: set[tuple[str, int, bytes]] = set()
-        #: (table id, schema version) -> IPC schema messages of appended streams known to
-        #: be exactly that version's schema (see ``AppendOps._as_is``).
-        self._append_schemas: dict[tuple[str, int], set[bytes]] = {}
+        #: Arrow schema messages already checked against a table's schema version, so a
+        #: schema seen before is recognised by its bytes: appended streams found to be
+        #: exactly it (``AppendOps._as_is``), hot payloads found to read under it
+        #: (``ReadOps._check_stored_schema``).
+        self._schemas_checked = SchemaMemo()
         self._notifier = _Notifier()
         #: Read data held at once, for the process and per tenant.
         self.budget = ReadBudget(

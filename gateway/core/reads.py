@@ -22,8 +22,6 @@ __all__ = ["ReadOps"]
 
 #: Longest a follow stream waits for room in the read budget before it is refused.
 _FOLLOW_WAIT_S = 60.0
-#: Schema messages of hot payloads remembered as readable under a table's schema.
-_KNOWN_SCHEMAS = 4096
 
 
 class ReadOps(CoreBase):
@@ -290,15 +288,13 @@ class ReadOps(CoreBase):
         Raises:
             StaleSchema: the payload was appended under a schema newer than ``table``'s.
         """
-        key = (table.definition.table_id, table.schema_version, schema_message(payload))
-        if key in self._known_schemas:
+        key = ("read", table.definition.table_id, table.schema_version, schema_message(payload))
+        if key in self._schemas_checked:
             return
-        stored = pa.ipc.read_schema(pa.py_buffer(key[2])) if key[2] else None
+        stored = pa.ipc.read_schema(pa.py_buffer(key[3])) if key[3] else None
         if stored is not None:
             read_as(pa.RecordBatch.from_pylist([], schema=stored), table.schema)
-        if len(self._known_schemas) >= _KNOWN_SCHEMAS:
-            self._known_schemas.clear()
-        self._known_schemas.add(key)
+        self._schemas_checked.add(key)
 
 
 def _out_of_range(offset: object, partition: int, earliest: int, high: int) -> str:
