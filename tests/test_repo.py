@@ -166,3 +166,25 @@ def test_run_command_serves_on_embedded_defaults(tmp_path: Path) -> None:
         out, _ = proc.communicate(timeout=30)
     assert b"stopped" in out, out.decode(errors="replace")[-2000:]
     assert operator.encode() in out, "the generated operator key is printed at first start"
+
+
+def test_design_log_is_one_copy_with_unique_dated_headings() -> None:
+    """Every design decision is recorded once: ``##`` headings are unique across the pages
+    of ``docs/decisions/``, each dated, and the index links every page."""
+    pages = sorted((REPO_ROOT / "docs" / "decisions").glob("*.md"))
+    assert pages, "docs/decisions/ holds the design log"
+    index = (REPO_ROOT / "docs" / "design-choices.md").read_text()
+    seen: dict[str, str] = {}
+    for page in pages:
+        assert f"(decisions/{page.name})" in index, f"docs/design-choices.md must link {page.name}"
+        lines = page.read_text().splitlines()
+        for i, line in enumerate(lines):
+            if not line.startswith("## "):
+                continue
+            heading = line[3:].strip()
+            assert heading not in seen, f"{heading!r} is in {seen.get(heading)} and {page.name}"
+            seen[heading] = page.name
+            assert i + 1 < len(lines) and re.fullmatch(
+                r"\*Recorded \d{4}-\d{2}-\d{2}\.\*", lines[i + 1]
+            ), f"{page.name}: {heading!r} must be followed by its '*Recorded YYYY-MM-DD.*' line"
+    assert "\n## " not in index, "decisions go in docs/decisions/, the index holds none"
