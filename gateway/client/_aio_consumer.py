@@ -121,6 +121,8 @@ class AsyncConsumer:
         while True:
             await self._maybe_auto_commit()
             out = await self._fetch_round()
+            for batch in out:  # handed out: what auto-commit and close() commit
+                mark_consumed(self.consumed, batch)
             if out or (deadline is not None and time.monotonic() >= deadline):
                 return out
             await asyncio.sleep(self.poll_interval)

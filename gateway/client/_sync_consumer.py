@@ -120,6 +120,8 @@ class Consumer:
         while True:
             self._maybe_auto_commit()
             out = self._fetch_round()
+            for batch in out:  # handed out: what auto-commit and close() commit
+                mark_consumed(self.consumed, batch)
             if out or (deadline is not None and time.monotonic() >= deadline):
                 return out
             time.sleep(self.poll_interval)

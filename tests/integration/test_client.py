@@ -233,6 +233,33 @@ def test_consumer_group_commits_and_resumes(
     assert body["offsets"] == [{"partition": 0, "offset": 30}, {"partition": 1, "offset": 30}]
 
 
+def test_poll_only_consumption_commits_what_poll_returned(sdk: Any, namespace: str) -> None:
+    """What ``poll`` returned counts as consumed: close() and auto-commit store the
+    offset after the last record handed out, as Kafka's poll does (issue 31)."""
+    table = f"{namespace}.polled"
+    sdk.create_table(table, {"n": "int64"}, partitions=2)
+    _fill(sdk, table, 2, 3)
+    with sdk.consumer(table, group="pollers", follow=False, partitions=[0, 1]) as c:
+        got = c.poll(timeout=5)
+        assert got, "poll returned nothing"
+        returned = {
+            b.column("_partition")[0].as_py(): b.column("_offset")[-1].as_py() + 1 for b in got
+        }
+    assert sdk.fetch_offsets("pollers", table) == returned
+    # Auto-commit at the next poll stores what the previous one returned.
+    _fill(sdk, table, 2, 2)
+    with sdk.consumer(
+        table, group="pollers", follow=False, partitions=[0, 1], auto_commit_interval=0
+    ) as c:
+        seen: list[int] = []
+        deadline = time.monotonic() + 30
+        while len(seen) < 4 and time.monotonic() < deadline:
+            seen.extend(v for b in c.poll(timeout=1) for v in b.column("_offset").to_pylist())
+        assert sorted(seen) == [3, 3, 4, 4]
+        c.poll(timeout=0.05)  # commits before it fetches
+        assert sdk.fetch_offsets("pollers", table) == {0: 5, 1: 5}
+
+
 def test_follow_mode_sees_new_records(sdk: Any, namespace: str) -> None:
     table = f"{namespace}.follow"
     sdk.create_table(table, {"n": "int64"}, partitions=2)
