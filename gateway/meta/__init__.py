@@ -5,7 +5,22 @@ PostgreSQL (production), migrated by the alembic scripts shipped in
 ``gateway/meta/migrations``, which run automatically when a store opens.
 """
 
-from gateway.meta.records import TABLE_VIEW_TTL_S, PartitionState, Placement, TableDef
+from gateway.meta.records import (
+    TABLE_VIEW_TTL_S,
+    GroupMember,
+    GroupState,
+    PartitionState,
+    Placement,
+    TableDef,
+)
 from gateway.meta.store import MetadataStore
 
-__all__ = ["TABLE_VIEW_TTL_S", "MetadataStore", "PartitionState", "Placement", "TableDef"]
+__all__ = [
+    "TABLE_VIEW_TTL_S",
+    "GroupMember",
+    "GroupState",
+    "MetadataStore",
+    "PartitionState",
+    "Placement",
+    "TableDef",
+]

@@ -28,7 +28,8 @@ __all__ = ["MetaBase"]
 
 class MetaBase:
     """The state the operation groups (:mod:`~gateway.meta.tables`,
-    :mod:`~gateway.meta.partitions`, :mod:`~gateway.meta.maintenance`,
+    :mod:`~gateway.meta.partitions`, :mod:`~gateway.meta.groups`,
+    :mod:`~gateway.meta.maintenance`,
     :mod:`~gateway.meta.placement`) share: the engine, migrated when opened, and
     :meth:`_session`, the one way they reach the database."""
 

@@ -38,6 +38,7 @@ __all__ = [
     "ApiKey",
     "Base",
     "GroupOffset",
+    "GroupRecord",
     "MaintenanceRun",
     "PartitionRecord",
     "QuotaRecord",
@@ -219,6 +220,30 @@ class GroupOffset(Base):
     partition: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=False)
     offset: Mapped[int] = mapped_column(BigInteger)
     committed_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
+class GroupRecord(Base):
+    """A consumer group's membership on one table: its generation and live members
+    (:class:`gateway.meta.records.GroupState`). One row per group and table, locked by
+    every heartbeat and every member's commit, so replicas of the gateway coordinate the
+    group through it."""
+
+    __tablename__ = "tg_groups"
+
+    tenant_id: Mapped[str] = mapped_column(
+        String(255), ForeignKey("tg_tenants.id"), primary_key=True
+    )
+    group_id: Mapped[str] = mapped_column(String(255), primary_key=True)
+    table_id: Mapped[str] = mapped_column(
+        String(36), ForeignKey("tg_tables.id", ondelete="CASCADE"), primary_key=True
+    )
+    #: Raised at every change of membership (join, leave, session timeout).
+    generation: Mapped[int] = mapped_column(BigInteger, default=0)
+    #: JSON list of the live members (:meth:`GroupState.to_json`).
+    members_json: Mapped[str] = mapped_column(Text, default="[]")
+    #: Since when (epoch ms) the current rebalance is converging; null when settled.
+    rebalance_since_ms: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
+    updated_at: Mapped[datetime] = mapped_column(default=utcnow)
 
 
 class ApiKey(Base):

@@ -1,6 +1,6 @@
 """Per-partition state in the metadata store: the partitions of a table, their earliest
-readable offsets, the cached high and tiered watermarks (only ever raised), and the offsets
-consumer groups commit.
+readable offsets and the cached high and tiered watermarks (only ever raised). What
+consumer groups commit is in :mod:`gateway.meta.groups`.
 """
 
 from __future__ import annotations
@@ -8,10 +8,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from sqlalchemy import Table, bindparam, select, update
-from sqlalchemy.exc import IntegrityError
 
 from gateway.meta.base import MetaBase
-from gateway.meta.models import GroupOffset, PartitionRecord, utcnow
+from gateway.meta.models import PartitionRecord
 from gateway.meta.records import PartitionState
 
 __all__ = ["PartitionOps"]
@@ -66,73 +65,6 @@ class PartitionOps(MetaBase):
         """Raise the cached tiered watermarks (a cache of the Iceberg snapshot summary,
         which wins). Like :meth:`update_high_watermarks`, a value is only ever raised."""
         self._raise_cached(table_id, "tiered_watermark", watermarks)
-
-    # Consumer groups --------------------------------------------------------------------
-    def commit_offsets(
-        self, tenant: str, group: str, table_id: str, offsets: Mapping[int, int]
-    ) -> None:
-        """Store ``group``'s committed offsets (partition -> next offset to consume).
-
-        The last commit wins, also when it moves an offset backwards (a consumer that
-        rewinds on purpose). All partitions of one call are stored in one transaction.
-        """
-        if not offsets:
-            return
-        for attempt in range(2):
-            try:
-                with self._session(write=True) as session:
-                    existing = {
-                        r.partition: r
-                        for r in session.scalars(
-                            select(GroupOffset).where(
-                                GroupOffset.tenant_id == tenant,
-                                GroupOffset.group_id == group,
-                                GroupOffset.table_id == table_id,
-                                GroupOffset.partition.in_(list(offsets)),
-                            )
-                        )
-                    }
-                    now = utcnow()
-                    for p, off in sorted(offsets.items()):
-                        row = existing.get(p)
-                        if row is None:
-                            session.add(
-                                GroupOffset(
-                                    tenant_id=tenant,
-                                    group_id=group,
-                                    table_id=table_id,
-                                    partition=p,
-                                    offset=off,
-                                    committed_at=now,
-                                )
-                            )
-                        else:
-                            row.offset = off
-                            row.committed_at = now
-                return
-            except IntegrityError:
-                if attempt:  # a concurrent first commit of the same partition: redo once
-                    raise
-
-    def fetch_offsets(self, tenant: str, group: str, table_id: str) -> dict[int, int]:
-        """``group``'s committed offsets for the table; partitions never committed are absent."""
-        stmt = select(GroupOffset.partition, GroupOffset.offset).where(
-            GroupOffset.tenant_id == tenant,
-            GroupOffset.group_id == group,
-            GroupOffset.table_id == table_id,
-        )
-        with self._session(write=False) as session:
-            return {int(p): int(o) for p, o in session.execute(stmt)}
-
-    def list_groups(self, tenant: str, table_id: str | None = None) -> list[tuple[str, str]]:
-        """``(group, table_id)`` pairs with committed offsets, of one table when given."""
-        stmt = select(GroupOffset.group_id, GroupOffset.table_id).where(
-            GroupOffset.tenant_id == tenant
-        )
-        if table_id is not None:
-            stmt = stmt.where(GroupOffset.table_id == table_id)
-        with self._session(write=False) as session:
-            return sorted({(str(g), str(t)) for g, t in session.execute(stmt.distinct())})
 
     def _raise_cached(self, table_id: str, column: str, watermarks: Mapping[int, int]) -> None:
         """Raise a cached per-partition watermark column; never lower it (a smaller value

@@ -3,17 +3,21 @@
 Frozen dataclasses, free of SQLAlchemy: a table's definition (:class:`TableDef`), a
 partition's cached state (:class:`PartitionState`), a partition's placement on hot-tier
 shards (:class:`Placement`, its segments as :data:`SegmentRow`), a snapshot lease
-(:class:`Lease`) and the last run of a maintenance job (:class:`JobRun`).
+(:class:`Lease`), the last run of a maintenance job (:class:`JobRun`), and a consumer
+group's membership (:class:`GroupState` of :class:`GroupMember`, mutable: the
+coordinator in :mod:`gateway.core.coordinator` changes them inside one transaction).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
 __all__ = [
     "TABLE_VIEW_TTL_S",
+    "GroupMember",
+    "GroupState",
     "JobRun",
     "Lease",
     "PartitionState",
@@ -124,3 +128,80 @@ class Placement:
             "move_target": self.move_target,
             "segments": [{"shard": s, "start": a, "end": b} for _, s, a, b in self.segments],
         }
+
+
+@dataclass
+class GroupMember:
+    """One live member of a consumer group, as the coordinator keeps it.
+
+    ``assigned`` is what the member was last told it may read and ``owned`` what it last
+    said it holds, each as partition -> the generation at which the member was given it
+    (the member's commits for that partition must come from that generation or later).
+    A partition in ``owned`` but not ``assigned`` is being revoked: nobody else gets it
+    until the member says it let it go, or its session times out. ``target`` is where
+    the member converges. Times are wall-clock milliseconds since the epoch.
+    """
+
+    member_id: str
+    client_id: str
+    generation: int
+    assigned: dict[int, int]
+    owned: dict[int, int]
+    target: list[int]
+    session_timeout_ms: int
+    joined_ms: int
+    seen_ms: int
+
+    def held(self) -> dict[int, int]:
+        """Partitions the member may still hold, with the generation it got each at (the
+        older one when it was given one again before letting it go)."""
+        return {**self.assigned, **self.owned}
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "member_id": self.member_id,
+            "client_id": self.client_id,
+            "generation": self.generation,
+            "assigned": {str(p): g for p, g in sorted(self.assigned.items())},
+            "owned": {str(p): g for p, g in sorted(self.owned.items())},
+            "target": sorted(self.target),
+            "session_timeout_ms": self.session_timeout_ms,
+            "joined_ms": self.joined_ms,
+            "seen_ms": self.seen_ms,
+        }
+
+    @classmethod
+    def from_json(cls, raw: dict[str, Any]) -> GroupMember:
+        return cls(
+            member_id=str(raw["member_id"]),
+            client_id=str(raw.get("client_id", "")),
+            generation=int(raw["generation"]),
+            assigned={int(p): int(g) for p, g in raw.get("assigned", {}).items()},
+            owned={int(p): int(g) for p, g in raw.get("owned", {}).items()},
+            target=[int(p) for p in raw.get("target", [])],
+            session_timeout_ms=int(raw["session_timeout_ms"]),
+            joined_ms=int(raw["joined_ms"]),
+            seen_ms=int(raw["seen_ms"]),
+        )
+
+
+@dataclass
+class GroupState:
+    """A consumer group's membership on one table: its generation (raised at every
+    change of membership), its live members, and since when its current rebalance has
+    been converging (None when every member holds its target)."""
+
+    generation: int = 0
+    members: dict[str, GroupMember] = field(default_factory=dict)
+    rebalance_since_ms: int | None = None
+
+    def to_json(self) -> list[dict[str, Any]]:
+        """The members as stored (the other fields are columns of their own)."""
+        return [m.to_json() for _, m in sorted(self.members.items())]
+
+    @classmethod
+    def load(
+        cls, generation: int, members: list[dict[str, Any]], rebalance_since_ms: int | None
+    ) -> GroupState:
+        parsed = [GroupMember.from_json(m) for m in members]
+        return cls(generation, {m.member_id: m for m in parsed}, rebalance_since_ms)

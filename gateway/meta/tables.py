@@ -17,6 +17,7 @@ from sqlalchemy.orm import Session
 from gateway.meta.base import MetaBase
 from gateway.meta.models import (
     GroupOffset,
+    GroupRecord,
     PartitionRecord,
     SegmentRecord,
     TableRecord,
@@ -228,6 +229,7 @@ class TableOps(MetaBase):
             # Explicit, not only ON DELETE CASCADE, so it holds whatever the backend enforces.
             session.execute(delete(PartitionRecord).where(PartitionRecord.table_id == record.id))
             session.execute(delete(GroupOffset).where(GroupOffset.table_id == record.id))
+            session.execute(delete(GroupRecord).where(GroupRecord.table_id == record.id))
             session.execute(delete(SegmentRecord).where(SegmentRecord.table_id == record.id))
             deleted = session.execute(
                 delete(TableRecord).where(

@@ -30,6 +30,13 @@ for retryable errors), the FastAPI handler into ``{"error": {"reason", "message"
     ├── QuotaExceeded                  RESOURCE_EXHAUSTED / 429: a table or partition count
     │                                  quota; not retryable as is
     ├── OffsetOutOfRange               OUT_OF_RANGE / 416, carries earliest and latest
+    ├── MemberFenced                   FAILED_PRECONDITION / 409: a consumer-group member
+    │   │                              that may no longer act for the group (zombie fencing)
+    │   ├── IllegalGeneration          a commit for a partition the member no longer holds
+    │   │                              at that generation (Kafka's ILLEGAL_GENERATION)
+    │   └── UnknownMember              the member left or missed its session timeout
+    ├── GroupNotEmpty                  FAILED_PRECONDITION / 409: offsets committed from
+    │                                  outside a group that has live members
     └── RetryableError                 safe to retry the same request unchanged
         ├── OutOfOrderSequence         ABORTED / 409: an earlier sequence is missing
         ├── CommitConflict             ABORTED / 409: the Iceberg table moved; re-plan
@@ -46,12 +53,15 @@ import grpc
 __all__ = [
     "AlreadyExists",
     "CommitConflict",
+    "GroupNotEmpty",
+    "IllegalGeneration",
     "InvalidIdempotentAppend",
     "InvalidPartition",
     "InvalidRequest",
     "InvalidSchema",
     "KeyNotFound",
     "MalformedPayload",
+    "MemberFenced",
     "NotFound",
     "OffsetOutOfRange",
     "OutOfOrderSequence",
@@ -71,6 +81,7 @@ __all__ = [
     "TidegateError",
     "Unauthenticated",
     "Unavailable",
+    "UnknownMember",
     "UnsupportedMediaType",
     "error_for_reason",
 ]
@@ -231,6 +242,36 @@ class OffsetOutOfRange(TidegateError):
 
     def __init__(self, message: str, *, offset: int, earliest: int, latest: int) -> None:
         super().__init__(message, offset=offset, earliest=earliest, latest=latest)
+
+
+class MemberFenced(TidegateError):
+    """A consumer-group member acted for the group after it stopped being the one that
+    holds the partitions (its session timed out, it left, or they were reassigned).
+    Details: ``group``, ``member`` and the group's current ``generation``."""
+
+    grpc_code = grpc.StatusCode.FAILED_PRECONDITION
+    http_status = 409
+    reason = "MEMBER_FENCED"
+
+
+class IllegalGeneration(MemberFenced):
+    """A commit from a generation in which the member no longer holds the partition."""
+
+    reason = "ILLEGAL_GENERATION"
+
+
+class UnknownMember(MemberFenced):
+    """The member is not in the group (it left, or missed its session timeout)."""
+
+    reason = "UNKNOWN_MEMBER_ID"
+
+
+class GroupNotEmpty(TidegateError):
+    """Offsets committed without membership while the group has live members."""
+
+    grpc_code = grpc.StatusCode.FAILED_PRECONDITION
+    http_status = 409
+    reason = "NON_EMPTY_GROUP"
 
 
 class RetryableError(TidegateError):

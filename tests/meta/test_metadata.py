@@ -19,7 +19,7 @@ from sqlalchemy import Connection, create_engine, inspect, make_url, text
 from sqlalchemy.pool import NullPool
 
 from gateway.config import Settings
-from gateway.meta import MetadataStore, PartitionState, TableDef
+from gateway.meta import GroupMember, GroupState, MetadataStore, PartitionState, TableDef
 from gateway.meta.engine import alembic_config
 from gateway.meta.models import VERSION_TABLE, Base
 from gateway.wire.errors import InvalidRequest, TableAlreadyExists, TableNotFound, TenantNotFound
@@ -39,6 +39,7 @@ STORE_TABLES = {
     "tg_quotas",
     "tg_usage",
     "tg_group_offsets",
+    "tg_groups",
     VERSION_TABLE,
 }
 
@@ -406,8 +407,11 @@ def test_group_offsets_commit_fetch_and_isolation(store: MetadataStore) -> None:
 def test_dropping_a_table_forgets_its_group_offsets(store: MetadataStore) -> None:
     old = store.create_table("acme", "ns", "t", FIELDS, 1)
     store.commit_offsets("acme", "g", old.table_id, {0: 4})
+    store.update_group("acme", "g", old.table_id, lambda s: _join(s, "m1"))
     store.drop_table("acme", "ns", "t")
     assert store.fetch_offsets("acme", "g", old.table_id) == {}
+    assert store.read_group("acme", "g", old.table_id) == GroupState()
+    assert store.list_groups("acme") == []
     new = store.create_table("acme", "ns", "t", FIELDS, 1)
     assert store.fetch_offsets("acme", "g", new.table_id) == {}
 
@@ -416,3 +420,62 @@ def test_concurrent_group_commits_keep_one_row(store: MetadataStore) -> None:
     table = store.create_table("acme", "ns", "t", FIELDS, 1)
     _in_threads(6, lambda i: store.commit_offsets("acme", "g", table.table_id, {0: i}))
     assert store.fetch_offsets("acme", "g", table.table_id)[0] in range(6)
+
+
+# Group membership ---------------------------------------------------------------------
+def _join(state: GroupState, member: str) -> int:
+    """A stand-in for the coordinator: add a member, raise the generation."""
+    state.generation += 1
+    state.members[member] = GroupMember(
+        member, f"host/{member}", state.generation, {0: state.generation}, {}, [0], 1000, 1, 2
+    )
+    return state.generation
+
+
+def test_group_membership_round_trips_and_is_listed(store: MetadataStore) -> None:
+    table = store.create_table("acme", "ns", "t", FIELDS, 2)
+    assert store.read_group("acme", "g", table.table_id) == GroupState()
+    assert store.update_group("acme", "g", table.table_id, lambda s: _join(s, "m1")) == 1
+    got = store.read_group("acme", "g", table.table_id)
+    assert got.generation == 1 and list(got.members) == ["m1"]
+    assert got.members["m1"].assigned == {0: 1} and got.members["m1"].client_id == "host/m1"
+    # Listed although it never committed; other tenants see nothing of it.
+    assert store.list_groups("acme") == [("g", table.table_id)]
+    assert store.list_groups("globex") == []
+    assert store.read_group("globex", "g", table.table_id) == GroupState()
+    # A change that changes nothing writes nothing (and returns what it returned).
+    assert store.update_group("acme", "g", table.table_id, lambda s: s.generation) == 1
+
+
+def test_concurrent_group_changes_are_serialised(open_store: Callable[[], MetadataStore]) -> None:
+    """Gateways (here: stores of their own) change one group at once: every change sees
+    the one before it, as heartbeats from members on different replicas must."""
+    stores = [open_store() for _ in range(4)]
+    stores[0].ensure_tenant("acme")
+    table = stores[0].create_table("acme", "ns", "t", FIELDS, 1)
+    gens = _in_threads(
+        8,
+        lambda i: stores[i % 4].update_group(
+            "acme", "g", table.table_id, lambda s: _join(s, f"m{i}")
+        ),
+    )
+    assert sorted(gens) == list(range(1, 9))
+    state = stores[1].read_group("acme", "g", table.table_id)
+    assert state.generation == 8 and len(state.members) == 8
+
+
+def test_a_refused_commit_stores_no_offset_but_keeps_the_checks_changes(
+    store: MetadataStore,
+) -> None:
+    table = store.create_table("acme", "ns", "t", FIELDS, 2)
+    store.commit_offsets("acme", "g", table.table_id, {0: 1})
+
+    def refuse(state: GroupState) -> str:
+        state.generation = 7  # e.g. members expired by the check
+        return "refused"
+
+    assert store.commit_offsets("acme", "g", table.table_id, {0: 5}, refuse) == "refused"
+    assert store.fetch_offsets("acme", "g", table.table_id) == {0: 1}
+    assert store.read_group("acme", "g", table.table_id).generation == 7
+    assert store.commit_offsets("acme", "g", table.table_id, {0: 5}, lambda s: None) is None
+    assert store.fetch_offsets("acme", "g", table.table_id) == {0: 5}
