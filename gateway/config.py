@@ -36,6 +36,7 @@ __all__ = [
     "CustomHotConfig",
     "DiskHotConfig",
     "ExpiryConfig",
+    "GroupsConfig",
     "LogConfig",
     "MetadataConfig",
     "MeteringConfig",
@@ -336,6 +337,23 @@ class MeteringConfig(_Section):
     )
 
 
+class GroupsConfig(_Section):
+    """Consumer groups: the bounds of a member's session timeout, and group metrics."""
+
+    min_session_timeout_ms: int = Field(
+        500, ge=100, description="Shortest session timeout a member may ask for."
+    )
+    max_session_timeout_ms: int = Field(
+        1_800_000, ge=100, description="Longest session timeout a member may ask for."
+    )
+    metrics_max_groups: int = Field(
+        100,
+        ge=0,
+        description="Groups labelled by name in tidegate_groups_lag_records (those with the "
+        'largest lag); the others share group="_other".',
+    )
+
+
 class TieringConfig(_Section):
     """Tiering: moving each partition's hot range into the Iceberg table (``tiering/``)."""
 
@@ -506,6 +524,7 @@ class Settings(BaseSettings):
     auth: AuthConfig = Field(default_factory=AuthConfig)
     quota: QuotaConfig = Field(default_factory=QuotaConfig)
     metering: MeteringConfig = Field(default_factory=MeteringConfig)
+    groups: GroupsConfig = Field(default_factory=GroupsConfig)
     tiering: TieringConfig = Field(default_factory=TieringConfig)
     compaction: CompactionConfig = Field(default_factory=CompactionConfig)
     expiry: ExpiryConfig = Field(default_factory=ExpiryConfig)

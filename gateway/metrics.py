@@ -17,7 +17,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from prometheus_client import Counter, Gauge, Histogram
@@ -35,6 +35,8 @@ __all__ = [
     "observe_http_request",
     "on_scrape",
     "record_append",
+    "record_fenced",
+    "record_group_changes",
     "record_lake_job",
     "record_move",
     "record_move_outcome",
@@ -44,6 +46,7 @@ __all__ = [
     "record_tiering",
     "record_tiering_failure",
     "refresh",
+    "set_group_lags",
     "set_lake_stats",
     "set_shard_stats",
     "set_tiering_lag",
@@ -117,6 +120,66 @@ def observe_http_request(route: str, method: str, status: int, seconds: float) -
     """Count one answered HTTP request and its latency. ``route`` must be a template."""
     HTTP_REQUESTS.labels(route=route, method=method, status=str(status)).inc()
     HTTP_DURATION.labels(route=route, method=method).observe(seconds)
+
+
+GROUP_REBALANCES = Counter(
+    "tidegate_groups_rebalances_total",
+    "Consumer-group rebalances this gateway started, by the change of membership that "
+    "caused them: join, leave, expire (a member's session timed out).",
+    ["reason"],
+)
+GROUP_REBALANCE_SECONDS = Histogram(
+    "tidegate_groups_rebalance_duration_seconds",
+    "From a change of membership until every member holds its new target, observed by the "
+    "gateway that saw the group settle.",
+    buckets=(0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0),
+)
+GROUP_FENCED = Counter(
+    "tidegate_groups_fenced_requests_total",
+    "Consumer-group heartbeats and commits refused, by reason: ILLEGAL_GENERATION and "
+    "UNKNOWN_MEMBER_ID (a fenced member), NON_EMPTY_GROUP (a commit from outside a live group).",
+    ["reason"],
+)
+GROUP_MEMBERS = Gauge(
+    "tidegate_groups_members",
+    "Live consumer-group members of every tenant, as stored in the metadata store.",
+)
+GROUP_LAG = Gauge(
+    "tidegate_groups_lag_records",
+    "Records appended and not yet committed, per consumer group and table (the "
+    'groups.metrics_max_groups largest; the others are summed under group="_other").',
+    ["tenant", "group", "table"],
+)
+#: The label value that stands for every group past ``groups.metrics_max_groups``.
+OTHER_GROUPS = "_other"
+
+
+def record_group_changes(rebalances: Sequence[str], settled_after_ms: int | None) -> None:
+    """Count the rebalances a group call started, and the one it saw complete."""
+    for reason in rebalances:
+        GROUP_REBALANCES.labels(reason=reason).inc()
+    if settled_after_ms is not None:
+        GROUP_REBALANCE_SECONDS.observe(settled_after_ms / 1000)
+
+
+def record_fenced(reason: str) -> None:
+    """Count one group request refused with ``reason``."""
+    GROUP_FENCED.labels(reason=reason).inc()
+
+
+def set_group_lags(lags: Sequence[tuple[str, str, str, int]], members: int, most: int) -> None:
+    """Set the group gauges: ``lags`` is ``(tenant, group, table, lag)`` of every group;
+    the ``most`` largest are labelled, the rest summed into one ``_other`` series."""
+    GROUP_MEMBERS.set(members)
+    GROUP_LAG.clear()
+    ranked = sorted(lags, key=lambda row: (-row[3], row[:3]))
+    for tenant, group, table, lag in ranked[:most]:
+        GROUP_LAG.labels(tenant=tenant, group=group, table=table).set(lag)
+    rest = ranked[most:]
+    if rest:
+        GROUP_LAG.labels(tenant=OTHER_GROUPS, group=OTHER_GROUPS, table=OTHER_GROUPS).set(
+            sum(row[3] for row in rest)
+        )
 
 
 TIERING_RECORDS = Counter(

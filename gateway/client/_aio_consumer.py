@@ -1,31 +1,45 @@
-"""The asyncio consumer: reads partitions from start positions or a group's commits."""
+"""The asyncio consumer: the twin of :mod:`gateway.client._sync_consumer`, with a
+heartbeat task instead of a heartbeat thread."""
 
 from __future__ import annotations
 
 import asyncio
-import datetime as dt
+import inspect
+import logging
 import time
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Collection, Mapping, Sequence
+from contextlib import suppress
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
-from gateway.client._reading import mark_consumed, skip_removed, start_positions
-from gateway.client._types import (
-    StartAt,
-    TableRef,
-)
-from gateway.wire.errors import OffsetOutOfRange
+from gateway.client._consuming import NO_RETRY, Callback, ConsumerBase
+from gateway.client._reading import skip_removed
+from gateway.client._requests import offsets_of
+from gateway.client._types import StartAt, TableRef
+from gateway.wire.errors import MemberFenced, OffsetOutOfRange, TidegateError, UnknownMember
+from gateway.wire.retry import Retry
 
 if TYPE_CHECKING:
     from gateway.client.aio import AsyncClient
 
 __all__ = ["AsyncConsumer"]
 
+log = logging.getLogger("tidegate.client")
 
-class AsyncConsumer:
-    """The asyncio twin of :class:`gateway.client.Consumer`: ``async for`` records, or
-    ``async for`` over :meth:`batches`. Get one with ``client.consumer(table, ...)``.
+
+async def _call_back(callback: Callback | None, partitions: Collection[int]) -> None:
+    if callback is not None:
+        done = callback(sorted(partitions))
+        if inspect.isawaitable(done):
+            await done
+
+
+class AsyncConsumer(ConsumerBase):
+    """The asyncio twin of :class:`gateway.client.Consumer` (same options and
+    behaviour): ``async for`` records, ``async for`` over :meth:`batches`, or ``await``
+    :meth:`poll`. Rebalance callbacks may be coroutine functions. Get one with
+    ``client.consumer(table, ...)``; it starts on ``async with`` or the first read.
     """
 
     def __init__(
@@ -41,53 +55,54 @@ class AsyncConsumer:
         max_records: int = 10_000,
         poll_interval: float = 0.1,
         with_tier: bool = False,
+        on_assign: Callback | None = None,
+        on_revoke: Callback | None = None,
+        on_lost: Callback | None = None,
+        session_timeout: float = 10.0,
+        heartbeat_interval: float = 1.0,
+        max_poll_interval: float = 300.0,
+        reconnect_timeout: float | None = None,
+        client_id: str | None = None,
     ) -> None:
+        super().__init__(
+            client.reach.target,
+            client.retry.timeout,
+            group=group,
+            partitions=partitions,
+            start=start,
+            follow=follow,
+            auto_commit_interval=auto_commit_interval,
+            max_records=max_records,
+            poll_interval=poll_interval,
+            with_tier=with_tier,
+            on_assign=on_assign,
+            on_revoke=on_revoke,
+            on_lost=on_lost,
+            session_timeout=session_timeout,
+            heartbeat_interval=heartbeat_interval,
+            max_poll_interval=max_poll_interval,
+            reconnect_timeout=reconnect_timeout,
+            client_id=client_id,
+        )
         self.client = client
         self._table_name = table
         self._started = False
-        self.group = group
-        self._partitions = partitions
-        self._start = start
-        self.follow = follow
-        #: Where a position below the earliest offset goes (auto.offset.reset).
-        self._reset: StartAt = "latest" if start == "latest" else "earliest"
-        self.auto_commit_interval = auto_commit_interval
-        self.max_records = max_records
-        self.poll_interval = poll_interval
-        self.with_tier = with_tier
-        self.positions: dict[int, int] = {}
-        self.consumed: dict[int, int] = {}
-        self._committed: dict[int, int] = {}
-        self._last_commit = time.monotonic()
-        self._next = 0
+        self._beats: asyncio.Task[None] | None = None
+        self._wake = asyncio.Event()
+        self._beat_error: TidegateError | None = None
 
     async def start(self) -> None:
-        """Look the table and the group's commits up (idempotent)."""
+        """Look the table up, then start the partitions, or join the group (idempotent)."""
         if self._started:
             return
         self._started = True
-        self.table = await self.client.table_info(self._table_name)
-        self.ref = self.table.ref
-        self.partitions = (
-            list(range(self.table.partitions))
-            if self._partitions is None
-            else list(self._partitions)
-        )
-        committed = (
-            await self.client.fetch_offsets(self.group, self.ref, self.partitions)
-            if self.group
-            else {}
-        )
-        by_time = (
-            await self.client.offsets_for_times(self.ref, self._start, self.partitions)
-            if isinstance(self._start, dt.datetime)
-            else None
-        )
-        self.positions = start_positions(
-            self.table, self.partitions, committed, self._start, by_time
-        )
-        self.consumed = dict(self.positions)
-        self._committed = dict(committed)
+        parts = self._configure(await self.client.table_info(self._table_name))
+        if parts is not None:
+            await self._start_partitions(parts)
+            return
+        await self._heartbeat()  # join now: the first fetch already has a share
+        self._raise_beat_error()
+        self._beats = asyncio.create_task(self._heartbeats())
 
     async def __aenter__(self) -> AsyncConsumer:
         await self.start()
@@ -97,63 +112,197 @@ class AsyncConsumer:
         await self.close()
 
     async def close(self) -> None:
-        if self._started and self.group and self.auto_commit_interval is not None:
-            await self.commit()
+        """Commit what was handed out (with a group and auto-commit), then leave the
+        group, so its partitions go to the other members at once."""
+        if self._closed or not self._started:
+            return
+        self._closed = True
+        try:
+            if self.group and self.auto_commit_interval is not None:
+                await self._commit_quietly()
+        finally:
+            if self._beats is not None:
+                self._beats.cancel()
+                with suppress(asyncio.CancelledError):
+                    await self._beats
+            if self.member is not None:
+                await self._leave()
 
+    # Commits ---------------------------------------------------------------------------
     async def commit(self, offsets: Mapping[int, int] | None = None) -> None:
-        if not self.group:
-            raise ValueError("commit needs a consumer group")
+        """See :meth:`gateway.client.Consumer.commit`."""
         await self.start()
-        wanted = dict(self.consumed if offsets is None else offsets)
-        changed = {p: o for p, o in wanted.items() if self._committed.get(p) != o}
-        if changed:
-            await self.client.commit_offsets(self.group, self.ref, changed)
-            self._committed.update(changed)
-        self._last_commit = time.monotonic()
+        await self._commit(offsets, retry=self.client.retry)
 
-    def seek(self, partition: int, offset: int) -> None:
-        self.positions[partition] = offset
-        self.consumed[partition] = offset
+    async def _commit(
+        self,
+        offsets: Mapping[int, int] | None,
+        only: Collection[int] | None = None,
+        retry: Retry = NO_RETRY,
+    ) -> None:
+        request = self._commit_request(offsets, only)
+        if request is not None:
+            try:
+                await self.client._call("CommitOffsets", request, idempotent=True, retry=retry)
+            except TidegateError as err:
+                self._fenced_commit(err)
+                raise
+        self._committed(request)
+
+    async def _commit_quietly(self, only: Collection[int] | None = None) -> None:
+        try:
+            await self._commit(None, only)
+        except MemberFenced as err:
+            log.warning("%s: %s", self.outage.what, err.message)
+        except TidegateError as err:
+            if not err.retryable:
+                raise
+            log.info("%s: auto-commit failed: %s", self.outage.what, err.message)
+
+    async def _maybe_auto_commit(self) -> None:
+        if self._auto_commit_due():
+            await self._commit_quietly()
+
+    # Membership ------------------------------------------------------------------------
+    async def _beat(self, leave: bool = False) -> Any:
+        assert self.member is not None
+        asked = self.member.request(leave=leave)
+        timeout = min(self.client.timeout, self.member.session_timeout)
+        answer = await self.client._call("GroupHeartbeat", asked, retry=NO_RETRY, timeout=timeout)
+        return asked, answer
+
+    async def _leave(self) -> None:
+        try:
+            await self._beat(leave=True)
+        except TidegateError as err:
+            log.info("%s: could not leave the group: %s", self.outage.what, err.message)
+
+    async def _heartbeat(self) -> None:
+        assert self.member is not None
+        try:
+            asked, answer = await self._beat()
+        except UnknownMember as err:
+            log.warning("%s: %s", self.outage.what, err.message)
+            self.member.fenced()
+        except TidegateError as err:
+            if not err.retryable:
+                self._beat_error = err
+        else:
+            self.member.answer(answer, asked)
+
+    async def _heartbeats(self) -> None:
+        member = self.member
+        assert member is not None
+        while True:
+            with suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), member.interval())
+            self._wake.clear()
+            if member.parked:
+                continue
+            if self._parked_too_long():
+                log.warning(
+                    "%s: no fetch for %g s (max_poll_interval): leaving the group, to rejoin "
+                    "at the next fetch",
+                    self.outage.what,
+                    self.max_poll_interval,
+                )
+                member.parked = True
+                await self._leave()
+                member.fenced()
+                continue
+            await self._heartbeat()
+
+    def _raise_beat_error(self) -> None:
+        err, self._beat_error = self._beat_error, None
+        if err is not None:
+            raise err
+
+    async def _start_partitions(self, parts: Sequence[int]) -> None:
+        asked, when = self._start_requests(parts)
+        committed = (
+            offsets_of(await self._retried("FetchOffsets", asked)) if asked and parts else {}
+        )
+        by_time = (
+            offsets_of(await self._retried("OffsetsForTimes", when)) if when and parts else None
+        )
+        self._pos.add(self.table, parts, committed, by_time)
+
+    async def _rebalance(self) -> None:
+        member = self.member
+        if member is None:
+            return
+        self._raise_beat_error()
+        if member.parked:
+            member.parked = False
+            self._wake.set()
+        plan = member.rebalance()
+        if plan.lost:
+            self._pos.remove(plan.lost)
+            await _call_back(self.on_lost, plan.lost)
+        if plan.revoked:
+            if self.auto_commit_interval is not None:
+                await self._commit_quietly(plan.revoked)
+            await _call_back(self.on_revoke, plan.revoked)
+            self._pos.remove(plan.revoked)
+            member.released(plan.revoked)
+        if plan.added:
+            await self._start_partitions(sorted(plan.added))
+            member.took(plan.added)
+            await _call_back(self.on_assign, plan.added)
+        if plan:
+            self._wake.set()
+
+    # Fetching --------------------------------------------------------------------------
+    async def _retried(self, method: str, request: Any) -> Any:
+        while True:
+            try:
+                got = await self.client._call(method, request, idempotent=True, retry=NO_RETRY)
+                self.outage.ok()
+                return got
+            except TidegateError as err:
+                await asyncio.sleep(self.outage.failed(err))
+
+    async def _fetch_round(self) -> list[pa.RecordBatch]:
+        self._last_fetch = time.monotonic()
+        await self._rebalance()
+        out: list[pa.RecordBatch] = []
+        for p in self._pos.order():
+            while True:
+                try:
+                    batches, nxt = await self.client._read_once(
+                        self.ref,
+                        p,
+                        self._pos.positions[p],
+                        self.max_records,
+                        self.with_tier,
+                        retry=NO_RETRY,
+                    )
+                    self.outage.ok()
+                    break
+                except OffsetOutOfRange as err:
+                    # Retention removed records this consumer had not read: go on as
+                    # Kafka's auto.offset.reset would.
+                    skip_removed(err, p, self._pos.positions, self._pos.consumed, self._pos.reset)
+                except TidegateError as err:
+                    await asyncio.sleep(self.outage.failed(err))
+            out.extend(batches)
+            self._pos.positions[p] = nxt
+        return out
 
     async def poll(self, timeout: float | None = None) -> list[pa.RecordBatch]:
+        """See :meth:`gateway.client.Consumer.poll`."""
         await self.start()
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
             await self._maybe_auto_commit()
             out = await self._fetch_round()
-            for batch in out:  # handed out: what auto-commit and close() commit
-                mark_consumed(self.consumed, batch)
-            if out or (deadline is not None and time.monotonic() >= deadline):
+            self._pos.hand_out(out)
+            left = None if deadline is None else deadline - time.monotonic()
+            if out or (left is not None and left <= 0):
                 return out
-            await asyncio.sleep(self.poll_interval)
-
-    async def _fetch_round(self) -> list[pa.RecordBatch]:
-        out: list[pa.RecordBatch] = []
-        n = len(self.partitions)
-        for k in range(n):
-            p = self.partitions[(self._next + k) % n]
-            while True:
-                try:
-                    batches, nxt = await self.client._read_once(
-                        self.ref, p, self.positions[p], self.max_records, self.with_tier
-                    )
-                    break
-                except OffsetOutOfRange as err:
-                    # Retention removed records this consumer had not read: go on as
-                    # Kafka's auto.offset.reset would.
-                    skip_removed(err, p, self.positions, self.consumed, self._reset)
-            out.extend(batches)
-            self.positions[p] = nxt
-        self._next = (self._next + 1) % max(1, n)
-        return out
-
-    async def _maybe_auto_commit(self) -> None:
-        if (
-            self.group
-            and self.auto_commit_interval is not None
-            and time.monotonic() - self._last_commit >= self.auto_commit_interval
-        ):
-            await self.commit()
+            await asyncio.sleep(
+                self.poll_interval if left is None else min(left, self.poll_interval)
+            )
 
     async def batches(self) -> AsyncIterator[pa.RecordBatch]:
         await self.start()
@@ -161,17 +310,18 @@ class AsyncConsumer:
             await self._maybe_auto_commit()
             got = await self._fetch_round()
             if not got:
-                if not self.follow:
+                if self._caught_up():
                     return
                 await asyncio.sleep(self.poll_interval)
                 continue
             for batch in got:
-                mark_consumed(self.consumed, batch)
+                self._pos.hand_out([batch])
                 yield batch
 
     async def __aiter__(self) -> AsyncIterator[dict[str, Any]]:
         async for batch in self.batches():
             p = batch.column("_partition")[0].as_py()
             for row in batch.to_pylist():
-                self.consumed[p] = row["_offset"] + 1
+                if p in self._pos.consumed:
+                    self._pos.consumed[p] = row["_offset"] + 1
                 yield row

@@ -116,19 +116,29 @@ class SyncCalls(_Channel):
         """The raw gRPC stub (pass ``metadata=client.metadata`` with each call)."""
         return self._stub
 
-    def _call(self, method: str, request: Any, *, idempotent: bool = False) -> Any:
+    def _call(
+        self,
+        method: str,
+        request: Any,
+        *,
+        idempotent: bool = False,
+        retry: Retry | None = None,
+        timeout: float | None = None,
+    ) -> Any:
+        """One unary call; an idempotent one is retried by ``retry`` (default the
+        client's policy), each attempt waiting ``timeout`` (default the client's)."""
         started = time.monotonic()
         failures = 0
         while True:
             try:
                 answer = getattr(self._stub, method)(
-                    request, timeout=self.timeout, metadata=self.metadata
+                    request, timeout=timeout or self.timeout, metadata=self.metadata
                 )
             except grpc.RpcError as exc:
                 err = error_from_rpc(exc)
                 failures += 1
                 delay = (
-                    self.reach.next_delay(self.retry, err, failures, started)
+                    self.reach.next_delay(retry or self.retry, err, failures, started)
                     if idempotent
                     else None
                 )
@@ -163,19 +173,29 @@ class AsyncCalls(_Channel):
     def stub(self) -> pb_grpc.TidegateStub:
         return self._stub
 
-    async def _call(self, method: str, request: Any, *, idempotent: bool = False) -> Any:
+    async def _call(
+        self,
+        method: str,
+        request: Any,
+        *,
+        idempotent: bool = False,
+        retry: Retry | None = None,
+        timeout: float | None = None,
+    ) -> Any:
+        """One unary call; an idempotent one is retried by ``retry`` (default the
+        client's policy), each attempt waiting ``timeout`` (default the client's)."""
         started = time.monotonic()
         failures = 0
         while True:
             try:
                 answer = await getattr(self._stub, method)(
-                    request, timeout=self.timeout, metadata=self.metadata
+                    request, timeout=timeout or self.timeout, metadata=self.metadata
                 )
             except grpc.RpcError as exc:
                 err = error_from_rpc(exc)
                 failures += 1
                 delay = (
-                    self.reach.next_delay(self.retry, err, failures, started)
+                    self.reach.next_delay(retry or self.retry, err, failures, started)
                     if idempotent
                     else None
                 )

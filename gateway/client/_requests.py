@@ -106,12 +106,18 @@ def offsets_for_times_request(
 
 
 def commit_offsets_request(
-    group: str, table: str | TableRef, offsets: Mapping[int, int]
+    group: str,
+    table: str | TableRef,
+    offsets: Mapping[int, int],
+    member_id: str | None = None,
+    generation: int = 0,
 ) -> pb.CommitOffsetsRequest:
     return pb.CommitOffsetsRequest(
         group=group,
         table=ref(table),
         offsets=[pb.PartitionOffset(partition=p, offset=o) for p, o in offsets.items()],
+        member_id=member_id or "",
+        generation=generation,
     )
 
 

@@ -18,6 +18,9 @@ from gateway.wire.types import AppendRange
 __all__ = [
     "AppendRange",
     "Field",
+    "GroupInfo",
+    "GroupMemberInfo",
+    "GroupPartitionInfo",
     "JobRun",
     "Maintenance",
     "PartitionInfo",
@@ -290,3 +293,82 @@ def timestamp_us(when: dt.datetime | float | int) -> int:
         delta = when - dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
         return (delta.days * 86_400 + delta.seconds) * 1_000_000 + delta.microseconds
     return int(when * 1_000_000)
+
+
+@dataclass(frozen=True, slots=True)
+class GroupMemberInfo:
+    """One live member of a consumer group: what it reads now (``assigned``), gives up
+    (``revoking``) and waits for (``pending``)."""
+
+    member_id: str
+    client_id: str
+    generation: int
+    assigned: tuple[int, ...]
+    revoking: tuple[int, ...]
+    pending: tuple[int, ...]
+    session_timeout_ms: int
+    joined_at: dt.datetime
+    last_heartbeat: dt.datetime
+
+
+@dataclass(frozen=True, slots=True)
+class GroupPartitionInfo:
+    """A partition of a group's table: its member (None: nobody reads it), the group's
+    committed offset (None: never committed), the high watermark, and the lag."""
+
+    partition: int
+    member_id: str | None
+    committed: int | None
+    high_watermark: int
+    lag: int
+
+
+@dataclass(frozen=True, slots=True)
+class GroupInfo:
+    """A consumer group on a table (``describe_group``): ``state`` is ``empty`` (no live
+    member), ``stable`` or ``rebalancing``."""
+
+    group: str
+    table: TableRef
+    generation: int
+    state: str
+    members: tuple[GroupMemberInfo, ...]
+    partitions: tuple[GroupPartitionInfo, ...]
+    lag: int
+
+    @classmethod
+    def from_pb(cls, g: pb.DescribeGroupResponse) -> GroupInfo:
+        def when(ms: int) -> dt.datetime:
+            return dt.datetime.fromtimestamp(ms / 1000, dt.UTC)
+
+        return cls(
+            group=g.group,
+            table=TableRef(g.table.namespace, g.table.name),
+            generation=g.generation,
+            state=g.state,
+            members=tuple(
+                GroupMemberInfo(
+                    m.member_id,
+                    m.client_id,
+                    m.generation,
+                    tuple(m.assigned),
+                    tuple(m.revoking),
+                    tuple(m.pending),
+                    m.session_timeout_ms,
+                    when(m.joined_at_ms),
+                    when(m.last_heartbeat_ms),
+                )
+                for m in g.members
+            ),
+            partitions=tuple(
+                GroupPartitionInfo(
+                    p.partition,
+                    p.member_id or None,
+                    p.committed if p.HasField("committed") else None,
+                    p.high_watermark,
+                    p.lag,
+                )
+                for p in g.partitions
+            ),
+            lag=g.lag,
+        )

@@ -52,6 +52,7 @@ from gateway.client._requests import (
 )
 from gateway.client._types import (
     AppendRange,
+    GroupInfo,
     Snapshot,
     TableInfo,
     TableRef,
@@ -61,6 +62,7 @@ from gateway.client._types import (
 from gateway.wire._proto.tidegate.v1 import tidegate_pb2 as pb
 from gateway.wire.codec import Compression
 from gateway.wire.errors import TableAlreadyExists, TidegateError
+from gateway.wire.retry import Retry
 from gateway.wire.status import error_from_rpc
 
 __all__ = ["AsyncClient", "AsyncConsumer", "AsyncProducer", "Client", "Consumer", "Producer"]
@@ -261,7 +263,13 @@ class AsyncClient(AsyncCalls):
         return pa.Table.from_batches(batches)
 
     async def _read_once(
-        self, ref: TableRef, partition: int, offset: int, max_records: int, with_tier: bool = False
+        self,
+        ref: TableRef,
+        partition: int,
+        offset: int,
+        max_records: int,
+        with_tier: bool = False,
+        retry: Retry | None = None,
     ) -> tuple[list[pa.RecordBatch], int]:
         started = time.monotonic()
         failures = 0
@@ -282,7 +290,7 @@ class AsyncClient(AsyncCalls):
                 return out, nxt
             except TidegateError as err:
                 failures += 1
-                delay = self.reach.next_delay(self.retry, err, failures, started)
+                delay = self.reach.next_delay(retry or self.retry, err, failures, started)
                 if delay is None:
                     raise self.reach.explain(err) from None
                 await asyncio.sleep(delay)
@@ -369,10 +377,30 @@ class AsyncClient(AsyncCalls):
         return offsets_of(response)
 
     async def commit_offsets(
-        self, group: str, table: str | TableRef, offsets: Mapping[int, int]
+        self,
+        group: str,
+        table: str | TableRef,
+        offsets: Mapping[int, int],
+        *,
+        member_id: str | None = None,
+        generation: int = 0,
     ) -> None:
-        request = commit_offsets_request(group, table, offsets)
+        """Store ``group``'s committed offsets: partition -> next offset to consume.
+
+        As a member (``member_id`` and its ``generation``; a consumer with ``group=``
+        does this itself) the commit is refused with
+        :class:`~gateway.wire.errors.IllegalGeneration` or
+        :class:`~gateway.wire.errors.UnknownMember` unless the member still holds the
+        partitions; without one, with :class:`~gateway.wire.errors.GroupNotEmpty` while
+        the group has live members."""
+        request = commit_offsets_request(group, table, offsets, member_id, generation)
         await self._call("CommitOffsets", request, idempotent=True)
+
+    async def describe_group(self, group: str, table: str | TableRef) -> GroupInfo:
+        """The group on ``table``: its generation and state, its live members and what
+        each holds, and per partition its member, committed offset and lag."""
+        request = pb.DescribeGroupRequest(group=group, table=ref(table))
+        return GroupInfo.from_pb(await self._call("DescribeGroup", request, idempotent=True))
 
     async def list_groups(self, table: str | TableRef | None = None) -> list[tuple[str, TableRef]]:
         """``(group, table)`` for every consumer group with committed offsets (of ``table``

@@ -6,8 +6,12 @@ pyiceberg, boto3, a disk layout).
 """
 
 from gateway.core.appends import ClientStream
+from gateway.core.coordinator import Answer as GroupAnswer
 from gateway.core.service import StreamTables
 from gateway.core.views import (
+    GroupMemberView,
+    GroupPartitionView,
+    GroupView,
     HotRange,
     MaintenanceView,
     PartitionView,
@@ -19,6 +23,10 @@ from gateway.core.views import (
 
 __all__ = [
     "ClientStream",
+    "GroupAnswer",
+    "GroupMemberView",
+    "GroupPartitionView",
+    "GroupView",
     "HotRange",
     "MaintenanceView",
     "PartitionView",

@@ -1,27 +1,75 @@
-"""Consumer groups: committed offsets per group, table and partition."""
+"""Consumer groups: committed offsets per group, table and partition, and membership
+(heartbeats, rebalancing and fencing, decided by :mod:`gateway.core.coordinator` inside
+one metadata-store transaction, so members may talk to different gateway replicas)."""
 
 from __future__ import annotations
 
+import time
+import uuid
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
+from gateway import metrics
 from gateway.core.base import CoreBase
-from gateway.core.names import INT64_MAX, check_group
-from gateway.wire.errors import InvalidRequest
+from gateway.core.coordinator import Answer, Changes, Heartbeat, check_commit, heartbeat
+from gateway.core.names import INT64_MAX, check_group, check_text
+from gateway.core.views import GroupMemberView, GroupPartitionView, GroupView, TableView
+from gateway.hot import PartitionId
+from gateway.meta import GroupState
+from gateway.wire.errors import InvalidRequest, TidegateError
 
 __all__ = ["GroupOps"]
 
+#: Longest member id and client id a member may give.
+_MAX_ID = 255
+
+
+def _now_ms() -> int:
+    # Wall-clock time: members of one group may talk to different gateway replicas, which
+    # compare the times they store (keep replicas' clocks in sync, as NTP does).
+    return int(time.time() * 1000)
+
+
+def _record(changes: Changes, refused: TidegateError | None = None) -> None:
+    metrics.record_group_changes(changes.rebalances, changes.settled_after_ms)
+    if refused is not None:
+        metrics.record_fenced(refused.reason)
+
+
+def _where(table: TableView) -> str:
+    return f"{table.definition.namespace}.{table.definition.name}"
+
 
 class GroupOps(CoreBase):
+    if TYPE_CHECKING:  # from TableOps, its sibling in StreamTables
+
+        async def describe_table(self, tenant: str, namespace: str, name: str) -> TableView: ...
+
     async def commit_offsets(
-        self, tenant: str, group: str, namespace: str, name: str, offsets: dict[int, int]
+        self,
+        tenant: str,
+        group: str,
+        namespace: str,
+        name: str,
+        offsets: dict[int, int],
+        *,
+        member_id: str = "",
+        generation: int = 0,
     ) -> None:
         """Store a group's committed offsets (partition -> next offset to consume).
+
+        From a member (``member_id`` and the ``generation`` it knows), only for partitions
+        it holds at that generation; without one, only while the group has no live member.
 
         Raises:
             TableNotFound, InvalidPartition, InvalidRequest: a bad group name or a
             negative offset.
+            IllegalGeneration, UnknownMember: a fenced member.
+            GroupNotEmpty: a commit from outside a group with live members.
         """
         check_group(group)
+        if member_id:
+            check_text("member id", member_id, _MAX_ID)
         table = await self.table(tenant, namespace, name)
         for p, off in offsets.items():
             self._part(table, p)
@@ -30,9 +78,31 @@ class GroupOps(CoreBase):
                     f"offset {off!r:.40} of partition {p} must be from 0 to {INT64_MAX}",
                     partition=p,
                 )
-        await self._run(
-            self.meta.commit_offsets, tenant, group, table.definition.table_id, dict(offsets)
+        d = table.definition
+        now = _now_ms()
+        changes = Changes()
+
+        def check(state: GroupState) -> TidegateError | None:
+            refused, seen = check_commit(
+                state,
+                member_id,
+                generation,
+                list(offsets),
+                d.partitions,
+                now,
+                group=group,
+                table=_where(table),
+            )
+            changes.rebalances[:] = seen.rebalances
+            changes.settled_after_ms = seen.settled_after_ms
+            return refused
+
+        refused = await self._run(
+            self.meta.commit_offsets, tenant, group, d.table_id, dict(offsets), check
         )
+        _record(changes, refused)
+        if refused is not None:
+            raise refused
 
     async def fetch_offsets(
         self,
@@ -56,8 +126,8 @@ class GroupOps(CoreBase):
     async def list_groups(
         self, tenant: str, namespace: str | None = None, name: str | None = None
     ) -> list[tuple[str, str, str]]:
-        """``(group, namespace, table)`` for every group with committed offsets, of one
-        table when ``namespace`` and ``name`` are given.
+        """``(group, namespace, table)`` for every group with committed offsets or
+        members, of one table when ``namespace`` and ``name`` are given.
 
         Raises:
             TableNotFound: the table named does not exist.
@@ -71,3 +141,158 @@ class GroupOps(CoreBase):
             for d in await self._run(self.meta.list_tables, tenant, None)
         }
         return sorted((group, *names[tid]) for group, tid in found if tid in names)
+
+    # Membership ---------------------------------------------------------------------
+    async def group_heartbeat(
+        self,
+        tenant: str,
+        group: str,
+        namespace: str,
+        name: str,
+        *,
+        member_id: str,
+        generation: int,
+        owned: Sequence[int],
+        session_timeout_ms: int,
+        client_id: str = "",
+        leave: bool = False,
+    ) -> Answer:
+        """A member's heartbeat: join (``generation`` 0; an empty ``member_id`` gets one
+        drawn here), stay (with the partitions it holds), or ``leave``. The answer says
+        what it may read now, at which generation.
+
+        Raises:
+            TableNotFound, InvalidPartition, InvalidRequest: a bad name, partition,
+            generation or session timeout.
+            UnknownMember: a member the group no longer knows (rejoin with generation 0).
+        """
+        check_group(group)
+        check_text("member id", member_id, _MAX_ID)
+        check_text("client id", client_id, _MAX_ID)
+        if not member_id:
+            if generation or leave:
+                raise InvalidRequest("a heartbeat needs the member id its join was answered")
+            member_id = uuid.uuid4().hex
+        if isinstance(generation, bool) or not 0 <= generation <= INT64_MAX:
+            raise InvalidRequest(f"generation {generation!r:.40} must be from 0 to {INT64_MAX}")
+        limits = self.settings.groups
+        if not leave and not (
+            limits.min_session_timeout_ms <= session_timeout_ms <= limits.max_session_timeout_ms
+        ):
+            raise InvalidRequest(
+                f"session timeout {session_timeout_ms} ms is outside what this gateway "
+                f"allows: {limits.min_session_timeout_ms} to {limits.max_session_timeout_ms} ms",
+                minimum=limits.min_session_timeout_ms,
+                maximum=limits.max_session_timeout_ms,
+            )
+        table = await self.table(tenant, namespace, name)
+        for p in owned:
+            self._part(table, p)
+        beat = Heartbeat(
+            member_id, generation, frozenset(owned), session_timeout_ms, client_id, leave
+        )
+        d = table.definition
+        now = _now_ms()
+        answer: Answer = await self._run(
+            self.meta.update_group,
+            tenant,
+            group,
+            d.table_id,
+            lambda state: heartbeat(
+                state, beat, d.partitions, now, group=group, table=_where(table)
+            ),
+        )
+        _record(answer.changes, answer.error)
+        if answer.error is not None:
+            raise answer.error
+        return answer
+
+    async def describe_group(self, tenant: str, group: str, namespace: str, name: str) -> GroupView:
+        """The group on the table: generation, members and what each holds, and per
+        partition its member, committed offset and lag. Members whose session timed out
+        are removed first (that starts a rebalance, as their next heartbeat would).
+
+        Raises:
+            TableNotFound, InvalidRequest: a bad group name.
+        """
+        check_group(group)
+        view = await self.describe_table(tenant, namespace, name)
+        d = view.definition
+        now = _now_ms()
+        state = await self._run(self.meta.read_group, tenant, group, d.table_id)
+        if any(now - m.seen_ms > m.session_timeout_ms for m in state.members.values()):
+            changes = Changes()
+
+            def sweep(current: GroupState) -> GroupState:
+                # A commit check from outside the group: it refuses nothing here, but
+                # removes the expired members and rebalances, as a heartbeat would.
+                _, seen = check_commit(
+                    current, "", 0, (), d.partitions, now, group=group, table=_where(view)
+                )
+                changes.rebalances[:] = seen.rebalances
+                changes.settled_after_ms = seen.settled_after_ms
+                return current
+
+            state = await self._run(self.meta.update_group, tenant, group, d.table_id, sweep)
+            _record(changes)
+        committed = await self._run(self.meta.fetch_offsets, tenant, group, d.table_id)
+        holder = {p: m.member_id for m in state.members.values() for p in m.held()}
+        members = tuple(
+            GroupMemberView(
+                member_id=m.member_id,
+                client_id=m.client_id,
+                generation=m.generation,
+                assigned=tuple(sorted(m.assigned)),
+                revoking=tuple(sorted(set(m.owned) - set(m.assigned))),
+                pending=tuple(sorted(set(m.target) - set(m.assigned))),
+                session_timeout_ms=m.session_timeout_ms,
+                joined_ms=m.joined_ms,
+                last_heartbeat_ms=m.seen_ms,
+            )
+            for m in sorted(state.members.values(), key=lambda m: (m.joined_ms, m.member_id))
+        )
+        parts = []
+        for p in view.partitions:
+            at = committed.get(p.partition)
+            start = p.earliest_offset if at is None else at
+            parts.append(
+                GroupPartitionView(
+                    p.partition,
+                    holder.get(p.partition),
+                    at,
+                    p.high_watermark,
+                    max(0, p.high_watermark - start),
+                )
+            )
+        if not state.members:
+            status = "empty"
+        elif state.rebalance_since_ms is None:
+            status = "stable"
+        else:
+            status = "rebalancing"
+        return GroupView(
+            group, d.namespace, d.name, state.generation, status, members, tuple(parts)
+        )
+
+    def group_lags(self) -> tuple[list[tuple[str, str, str, int]], int]:
+        """``(tenant, group, table, lag)`` of every group with commits, and the live
+        members of all groups (blocking: the /metrics scrape hook). A partition's lag is
+        its high watermark less the group's committed offset (the earliest offset when
+        never committed); the high watermarks are the hot tier's."""
+        lags: list[tuple[str, str, str, int]] = []
+        members = 0
+        now = _now_ms()
+        tables = {d.table_id: d for d in self.meta.all_tables()}
+        for tenant, group, table_id, committed, state in self.meta.all_groups():
+            members += sum(
+                1 for m in state.members.values() if now - m.seen_ms <= m.session_timeout_ms
+            )
+            d = tables.get(table_id)
+            if d is None:
+                continue
+            lag = 0
+            for p in range(d.partitions):
+                high = self.hot.offsets(PartitionId(d.tenant, d.table_id, p)).high
+                lag += max(0, high - committed.get(p, 0))
+            lags.append((tenant, group, f"{d.namespace}.{d.name}", lag))
+        return lags, members

@@ -1,4 +1,5 @@
-"""What the core answers with: table and partition views, read results, read plans."""
+"""What the core answers with: table and partition views, read results, read plans,
+consumer groups."""
 
 from __future__ import annotations
 
@@ -20,6 +21,9 @@ if TYPE_CHECKING:
     from gateway.meta.records import JobRun, Lease
 
 __all__ = [
+    "GroupMemberView",
+    "GroupPartitionView",
+    "GroupView",
     "HotRange",
     "MaintenanceView",
     "PartitionView",
@@ -222,3 +226,49 @@ def slice_batches(
         if cut:
             break
     return out, next_offset
+
+
+@dataclass(frozen=True, slots=True)
+class GroupMemberView:
+    """One live member of a consumer group: what it reads now (``assigned``), what it is
+    giving up (``revoking``), what it waits for (``pending``: given up by others soon)."""
+
+    member_id: str
+    client_id: str
+    generation: int
+    assigned: tuple[int, ...]
+    revoking: tuple[int, ...]
+    pending: tuple[int, ...]
+    session_timeout_ms: int
+    joined_ms: int
+    last_heartbeat_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class GroupPartitionView:
+    """One partition of a group's table: its member (None: nobody reads it), committed
+    offset (None: never committed), high watermark and lag in records."""
+
+    partition: int
+    member_id: str | None
+    committed: int | None
+    high_watermark: int
+    lag: int
+
+
+@dataclass(frozen=True, slots=True)
+class GroupView:
+    """A consumer group on one table: ``state`` is ``empty`` (no live member), ``stable``
+    (every member holds its target) or ``rebalancing``."""
+
+    group: str
+    namespace: str
+    name: str
+    generation: int
+    state: str
+    members: tuple[GroupMemberView, ...]
+    partitions: tuple[GroupPartitionView, ...]
+
+    @property
+    def lag(self) -> int:
+        return sum(p.lag for p in self.partitions)

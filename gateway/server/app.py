@@ -192,6 +192,8 @@ async def serve(settings: Settings) -> None:
     calls = DataCalls(service, tenancy)
     if settings.hot.type == "redis":  # per-shard gauges, read from the shards at scrape
         metrics.on_scrape(lambda: metrics.set_shard_stats(shard_stats(service)))
+    most_groups = settings.groups.metrics_max_groups
+    metrics.on_scrape(lambda: metrics.set_group_lags(*service.group_lags(), most_groups))
     ready = asyncio.Event()
     stopping = asyncio.Event()
     loop = asyncio.get_running_loop()

@@ -19,7 +19,14 @@ from grpc_health.v1._async import HealthServicer
 from grpc_reflection.v1alpha import reflection
 
 from gateway.config import Settings
-from gateway.core import ClientStream, MaintenanceView, ReadResult, StreamTables, TableView
+from gateway.core import (
+    ClientStream,
+    GroupView,
+    MaintenanceView,
+    ReadResult,
+    StreamTables,
+    TableView,
+)
 from gateway.server.calls import OFFLOAD_BYTES, AppendBody, DataCalls, pieces, wire_error
 from gateway.server.grpc_calls import (
     ADMIN_SERVICE_NAME,
@@ -194,6 +201,40 @@ def _read_messages(result: ReadResult) -> tuple[list[pb.ReadResponse], int]:
                 )
                 group, size = [], 0
     return out, nbytes
+
+
+def group_info(view: GroupView) -> pb.DescribeGroupResponse:
+    return pb.DescribeGroupResponse(
+        group=view.group,
+        table=pb.TableRef(namespace=view.namespace, name=view.name),
+        generation=view.generation,
+        state=view.state,
+        members=[
+            pb.GroupMemberInfo(
+                member_id=m.member_id,
+                client_id=m.client_id,
+                generation=m.generation,
+                assigned=m.assigned,
+                revoking=m.revoking,
+                pending=m.pending,
+                session_timeout_ms=m.session_timeout_ms,
+                joined_at_ms=m.joined_ms,
+                last_heartbeat_ms=m.last_heartbeat_ms,
+            )
+            for m in view.members
+        ],
+        partitions=[
+            pb.GroupPartitionInfo(
+                partition=p.partition,
+                member_id=p.member_id or "",
+                committed=p.committed,
+                high_watermark=p.high_watermark,
+                lag=p.lag,
+            )
+            for p in view.partitions
+        ],
+        lag=view.lag,
+    )
 
 
 def _partition_offsets(offsets: dict[int, int]) -> list[pb.PartitionOffset]:
@@ -401,6 +442,8 @@ class TidegateServicer(pb_grpc.TidegateServicer):  # type: ignore[misc]
             request.table.namespace,
             request.table.name,
             {o.partition: o.offset for o in request.offsets},
+            member_id=request.member_id,
+            generation=request.generation,
         )
         return pb.CommitOffsetsResponse()
 
@@ -429,6 +472,37 @@ class TidegateServicer(pb_grpc.TidegateServicer):  # type: ignore[misc]
                 for g, ns, n in found
             ]
         )
+
+    async def GroupHeartbeat(
+        self, request: pb.GroupHeartbeatRequest, context: Any
+    ) -> pb.GroupHeartbeatResponse:
+        answer = await self.service.group_heartbeat(
+            current_call().tenant,
+            request.group,
+            request.table.namespace,
+            request.table.name,
+            member_id=request.member_id,
+            generation=request.generation,
+            owned=list(request.owned),
+            session_timeout_ms=request.session_timeout_ms,
+            client_id=request.client_id,
+            leave=request.leave,
+        )
+        return pb.GroupHeartbeatResponse(
+            member_id=answer.member_id,
+            generation=answer.generation,
+            assigned=answer.assigned,
+            pending=answer.pending,
+            settling=answer.settling,
+        )
+
+    async def DescribeGroup(
+        self, request: pb.DescribeGroupRequest, context: Any
+    ) -> pb.DescribeGroupResponse:
+        view = await self.service.describe_group(
+            current_call().tenant, request.group, request.table.namespace, request.table.name
+        )
+        return group_info(view)
 
     # Scans and plans ---------------------------------------------------------------------
     async def Scan(self, request: pb.ScanRequest, context: Any) -> AsyncIterator[pb.ScanResponse]:

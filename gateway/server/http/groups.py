@@ -1,15 +1,26 @@
-"""``/v1/groups/{group}/tables/{namespace}/{name}/offsets``: consumer-group offsets."""
+"""``/v1/groups/...``: consumer groups: committed offsets, membership (heartbeats) and
+describe."""
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Any
 
 from fastapi import APIRouter, Path, Query
 from fastapi.responses import JSONResponse
 
+from gateway.core import GroupView
 from gateway.server.calls import DataCalls
 from gateway.server.http.deps import Caller, Name, Namespace
-from gateway.server.http.models import ERRORS, CommitOffsetsRequest, GroupList, GroupOffsets
+from gateway.server.http.models import (
+    ERRORS,
+    GROUP_ERRORS,
+    CommitOffsetsRequest,
+    GroupDescription,
+    GroupList,
+    GroupOffsets,
+    HeartbeatRequest,
+    HeartbeatResponse,
+)
 from gateway.wire.errors import InvalidRequest
 
 __all__ = ["groups_router"]
@@ -26,6 +37,42 @@ def _offsets(group: str, namespace: str, name: str, got: dict[int, int]) -> JSON
             "offsets": [{"partition": p, "offset": o} for p, o in sorted(got.items())],
         }
     )
+
+
+def group_json(view: GroupView) -> dict[str, Any]:
+    """A group as ``GET /v1/groups/{group}/tables/{namespace}/{name}`` answers it."""
+    return {
+        "group": view.group,
+        "namespace": view.namespace,
+        "name": view.name,
+        "generation": view.generation,
+        "state": view.state,
+        "members": [
+            {
+                "member_id": m.member_id,
+                "client_id": m.client_id,
+                "generation": m.generation,
+                "assigned": list(m.assigned),
+                "revoking": list(m.revoking),
+                "pending": list(m.pending),
+                "session_timeout_ms": m.session_timeout_ms,
+                "joined_at_ms": m.joined_ms,
+                "last_heartbeat_ms": m.last_heartbeat_ms,
+            }
+            for m in view.members
+        ],
+        "partitions": [
+            {
+                "partition": p.partition,
+                "member_id": p.member_id,
+                "committed": p.committed,
+                "high_watermark": p.high_watermark,
+                "lag": p.lag,
+            }
+            for p in view.partitions
+        ],
+        "lag": view.lag,
+    }
 
 
 def groups_router(calls: DataCalls) -> APIRouter:
@@ -64,7 +111,7 @@ def groups_router(calls: DataCalls) -> APIRouter:
     @router.post(
         "/{group}/tables/{namespace}/{name}/offsets",
         response_model=GroupOffsets,
-        responses=ERRORS,
+        responses=GROUP_ERRORS,
         summary="Commit a consumer group's offsets for a table.",
     )
     async def commit_offsets(
@@ -80,8 +127,62 @@ def groups_router(calls: DataCalls) -> APIRouter:
             if o.partition in offsets:
                 raise InvalidRequest(f"partition {o.partition} is committed twice")
             offsets[o.partition] = o.offset
-        await service.commit_offsets(caller.tenant, group, namespace, name, offsets)
+        await service.commit_offsets(
+            caller.tenant,
+            group,
+            namespace,
+            name,
+            offsets,
+            member_id=body.member_id,
+            generation=body.generation,
+        )
         got = await service.fetch_offsets(caller.tenant, group, namespace, name)
         return _offsets(group, namespace, name, got)
+
+    @router.post(
+        "/{group}/tables/{namespace}/{name}/heartbeat",
+        response_model=HeartbeatResponse,
+        responses=GROUP_ERRORS,
+        summary="Join a consumer group, stay in it, or leave it.",
+    )
+    async def heartbeat(
+        group: Group, namespace: Namespace, name: Name, body: HeartbeatRequest, caller: Caller
+    ) -> JSONResponse:
+        """Join with generation 0, then heartbeat within the session timeout with the
+        partitions held; the answer says what the member may read now (Kafka's KIP-848
+        protocol in small). An unknown member gets 409 UNKNOWN_MEMBER_ID: rejoin."""
+        answer = await service.group_heartbeat(
+            caller.tenant,
+            group,
+            namespace,
+            name,
+            member_id=body.member_id,
+            generation=body.generation,
+            owned=body.owned,
+            session_timeout_ms=body.session_timeout_ms,
+            client_id=body.client_id,
+            leave=body.leave,
+        )
+        return JSONResponse(
+            {
+                "member_id": answer.member_id,
+                "generation": answer.generation,
+                "assigned": list(answer.assigned),
+                "pending": answer.pending,
+                "settling": answer.settling,
+            }
+        )
+
+    @router.get(
+        "/{group}/tables/{namespace}/{name}",
+        response_model=GroupDescription,
+        responses=ERRORS,
+        summary="A consumer group on a table: members, partitions, generation and lag.",
+    )
+    async def describe_group(
+        group: Group, namespace: Namespace, name: Name, caller: Caller
+    ) -> JSONResponse:
+        view = await service.describe_group(caller.tenant, group, namespace, name)
+        return JSONResponse(group_json(view))
 
     return router

@@ -11,6 +11,7 @@ __all__ = [
     "ARROW_BINARY",
     "ARROW_STREAM",
     "ERRORS",
+    "GROUP_ERRORS",
     "HEADER_HIGH_WATERMARK",
     "HEADER_NEXT_OFFSET",
     "HEADER_TIERED_WATERMARK",
@@ -21,8 +22,11 @@ __all__ = [
     "CommitOffsetsRequest",
     "CreateTableRequest",
     "ErrorResponse",
+    "GroupDescription",
     "GroupList",
     "GroupOffsets",
+    "HeartbeatRequest",
+    "HeartbeatResponse",
     "PlanRequest",
     "ReadResponse",
     "ScanRequest",
@@ -291,6 +295,74 @@ class CommitOffsetsRequest(_Request):
     """``POST /v1/groups/{group}/tables/{namespace}/{name}/offsets``."""
 
     offsets: list[PartitionOffset] = Field(description="Committed offsets per partition.")
+    member_id: str = Field(
+        "",
+        description="A member's commit: refused (409 ILLEGAL_GENERATION / UNKNOWN_MEMBER_ID) "
+        "unless the member holds every partition at `generation`. Without it the commit is "
+        "refused (409 NON_EMPTY_GROUP) while the group has live members.",
+    )
+    generation: int = Field(0, description="The member's generation (its last heartbeat's).")
+
+
+class HeartbeatRequest(_Request):
+    """``POST /v1/groups/{group}/tables/{namespace}/{name}/heartbeat``."""
+
+    member_id: str = Field(
+        "", description="The member's id; empty on a join: the gateway draws one."
+    )
+    generation: int = Field(0, description="0 to join; then the last answer's generation.")
+    owned: list[int] = Field(
+        default_factory=list, description="The partitions the member holds now."
+    )
+    session_timeout_ms: int = Field(
+        10_000, description="Without a heartbeat for this long the member is removed."
+    )
+    leave: bool = Field(False, description="Leave the group: its partitions move at once.")
+    client_id: str = Field("", description="Who the member is, for describe (host/pid...).")
+
+
+class HeartbeatResponse(BaseModel):
+    member_id: str
+    generation: int = Field(description="The member's generation: its commits carry it.")
+    assigned: list[int] = Field(
+        description="What the member may read now; a partition it holds and is not named "
+        "here it must give up (commit, stop reading, say so in its next heartbeat)."
+    )
+    pending: int = Field(description="Partitions of its target still held by other members.")
+    settling: bool = Field(description="The group has not converged: heartbeat again soon.")
+
+
+class GroupMember(BaseModel):
+    member_id: str
+    client_id: str
+    generation: int
+    assigned: list[int] = Field(description="What it reads now.")
+    revoking: list[int] = Field(description="What it is giving up.")
+    pending: list[int] = Field(description="What it waits for (held by others still).")
+    session_timeout_ms: int
+    joined_at_ms: int
+    last_heartbeat_ms: int
+
+
+class GroupPartition(BaseModel):
+    partition: int
+    member_id: str | None = Field(description="Its member; null when nobody reads it.")
+    committed: int | None = Field(description="The committed offset; null: never committed.")
+    high_watermark: int
+    lag: int = Field(description="Records appended and not committed yet.")
+
+
+class GroupDescription(BaseModel):
+    """``GET /v1/groups/{group}/tables/{namespace}/{name}``."""
+
+    group: str
+    namespace: str
+    name: str
+    generation: int
+    state: str = Field(description="empty (no live member), stable or rebalancing.")
+    members: list[GroupMember]
+    partitions: list[GroupPartition]
+    lag: int
 
 
 class GroupOffsets(BaseModel):
@@ -320,6 +392,15 @@ ERRORS: dict[int | str, dict[str, Any]] = {
     404: {"model": ErrorResponse, "description": "No such table"},
     429: {"model": ErrorResponse, "description": "Over a quota; see Retry-After"},
     503: {"model": ErrorResponse, "description": "A backend is unavailable"},
+}
+#: The answers of the group routes: ERRORS and the refusals of membership.
+GROUP_ERRORS: dict[int | str, dict[str, Any]] = {
+    **ERRORS,
+    409: {
+        "model": ErrorResponse,
+        "description": "A fenced member (ILLEGAL_GENERATION, UNKNOWN_MEMBER_ID) or a commit "
+        "from outside a group with live members (NON_EMPTY_GROUP)",
+    },
 }
 ARROW_BINARY = {"schema": {"type": "string", "format": "binary"}}
 WATERMARK_HEADERS = {

@@ -372,14 +372,18 @@ class OffsetsForTimesResponse(_message.Message):
     def __init__(self, offsets: _Optional[_Iterable[_Union[PartitionOffset, _Mapping]]] = ...) -> None: ...
 
 class CommitOffsetsRequest(_message.Message):
-    __slots__ = ("group", "table", "offsets")
+    __slots__ = ("group", "table", "offsets", "member_id", "generation")
     GROUP_FIELD_NUMBER: _ClassVar[int]
     TABLE_FIELD_NUMBER: _ClassVar[int]
     OFFSETS_FIELD_NUMBER: _ClassVar[int]
+    MEMBER_ID_FIELD_NUMBER: _ClassVar[int]
+    GENERATION_FIELD_NUMBER: _ClassVar[int]
     group: str
     table: TableRef
     offsets: _containers.RepeatedCompositeFieldContainer[PartitionOffset]
-    def __init__(self, group: _Optional[str] = ..., table: _Optional[_Union[TableRef, _Mapping]] = ..., offsets: _Optional[_Iterable[_Union[PartitionOffset, _Mapping]]] = ...) -> None: ...
+    member_id: str
+    generation: int
+    def __init__(self, group: _Optional[str] = ..., table: _Optional[_Union[TableRef, _Mapping]] = ..., offsets: _Optional[_Iterable[_Union[PartitionOffset, _Mapping]]] = ..., member_id: _Optional[str] = ..., generation: _Optional[int] = ...) -> None: ...
 
 class CommitOffsetsResponse(_message.Message):
     __slots__ = ()
@@ -420,6 +424,102 @@ class ListGroupsResponse(_message.Message):
     GROUPS_FIELD_NUMBER: _ClassVar[int]
     groups: _containers.RepeatedCompositeFieldContainer[GroupTable]
     def __init__(self, groups: _Optional[_Iterable[_Union[GroupTable, _Mapping]]] = ...) -> None: ...
+
+class GroupHeartbeatRequest(_message.Message):
+    __slots__ = ("group", "table", "member_id", "generation", "owned", "session_timeout_ms", "leave", "client_id")
+    GROUP_FIELD_NUMBER: _ClassVar[int]
+    TABLE_FIELD_NUMBER: _ClassVar[int]
+    MEMBER_ID_FIELD_NUMBER: _ClassVar[int]
+    GENERATION_FIELD_NUMBER: _ClassVar[int]
+    OWNED_FIELD_NUMBER: _ClassVar[int]
+    SESSION_TIMEOUT_MS_FIELD_NUMBER: _ClassVar[int]
+    LEAVE_FIELD_NUMBER: _ClassVar[int]
+    CLIENT_ID_FIELD_NUMBER: _ClassVar[int]
+    group: str
+    table: TableRef
+    member_id: str
+    generation: int
+    owned: _containers.RepeatedScalarFieldContainer[int]
+    session_timeout_ms: int
+    leave: bool
+    client_id: str
+    def __init__(self, group: _Optional[str] = ..., table: _Optional[_Union[TableRef, _Mapping]] = ..., member_id: _Optional[str] = ..., generation: _Optional[int] = ..., owned: _Optional[_Iterable[int]] = ..., session_timeout_ms: _Optional[int] = ..., leave: _Optional[bool] = ..., client_id: _Optional[str] = ...) -> None: ...
+
+class GroupHeartbeatResponse(_message.Message):
+    __slots__ = ("member_id", "generation", "assigned", "pending", "settling")
+    MEMBER_ID_FIELD_NUMBER: _ClassVar[int]
+    GENERATION_FIELD_NUMBER: _ClassVar[int]
+    ASSIGNED_FIELD_NUMBER: _ClassVar[int]
+    PENDING_FIELD_NUMBER: _ClassVar[int]
+    SETTLING_FIELD_NUMBER: _ClassVar[int]
+    member_id: str
+    generation: int
+    assigned: _containers.RepeatedScalarFieldContainer[int]
+    pending: int
+    settling: bool
+    def __init__(self, member_id: _Optional[str] = ..., generation: _Optional[int] = ..., assigned: _Optional[_Iterable[int]] = ..., pending: _Optional[int] = ..., settling: _Optional[bool] = ...) -> None: ...
+
+class DescribeGroupRequest(_message.Message):
+    __slots__ = ("group", "table")
+    GROUP_FIELD_NUMBER: _ClassVar[int]
+    TABLE_FIELD_NUMBER: _ClassVar[int]
+    group: str
+    table: TableRef
+    def __init__(self, group: _Optional[str] = ..., table: _Optional[_Union[TableRef, _Mapping]] = ...) -> None: ...
+
+class GroupMemberInfo(_message.Message):
+    __slots__ = ("member_id", "client_id", "generation", "assigned", "revoking", "pending", "session_timeout_ms", "joined_at_ms", "last_heartbeat_ms")
+    MEMBER_ID_FIELD_NUMBER: _ClassVar[int]
+    CLIENT_ID_FIELD_NUMBER: _ClassVar[int]
+    GENERATION_FIELD_NUMBER: _ClassVar[int]
+    ASSIGNED_FIELD_NUMBER: _ClassVar[int]
+    REVOKING_FIELD_NUMBER: _ClassVar[int]
+    PENDING_FIELD_NUMBER: _ClassVar[int]
+    SESSION_TIMEOUT_MS_FIELD_NUMBER: _ClassVar[int]
+    JOINED_AT_MS_FIELD_NUMBER: _ClassVar[int]
+    LAST_HEARTBEAT_MS_FIELD_NUMBER: _ClassVar[int]
+    member_id: str
+    client_id: str
+    generation: int
+    assigned: _containers.RepeatedScalarFieldContainer[int]
+    revoking: _containers.RepeatedScalarFieldContainer[int]
+    pending: _containers.RepeatedScalarFieldContainer[int]
+    session_timeout_ms: int
+    joined_at_ms: int
+    last_heartbeat_ms: int
+    def __init__(self, member_id: _Optional[str] = ..., client_id: _Optional[str] = ..., generation: _Optional[int] = ..., assigned: _Optional[_Iterable[int]] = ..., revoking: _Optional[_Iterable[int]] = ..., pending: _Optional[_Iterable[int]] = ..., session_timeout_ms: _Optional[int] = ..., joined_at_ms: _Optional[int] = ..., last_heartbeat_ms: _Optional[int] = ...) -> None: ...
+
+class GroupPartitionInfo(_message.Message):
+    __slots__ = ("partition", "member_id", "committed", "high_watermark", "lag")
+    PARTITION_FIELD_NUMBER: _ClassVar[int]
+    MEMBER_ID_FIELD_NUMBER: _ClassVar[int]
+    COMMITTED_FIELD_NUMBER: _ClassVar[int]
+    HIGH_WATERMARK_FIELD_NUMBER: _ClassVar[int]
+    LAG_FIELD_NUMBER: _ClassVar[int]
+    partition: int
+    member_id: str
+    committed: int
+    high_watermark: int
+    lag: int
+    def __init__(self, partition: _Optional[int] = ..., member_id: _Optional[str] = ..., committed: _Optional[int] = ..., high_watermark: _Optional[int] = ..., lag: _Optional[int] = ...) -> None: ...
+
+class DescribeGroupResponse(_message.Message):
+    __slots__ = ("group", "table", "generation", "state", "members", "partitions", "lag")
+    GROUP_FIELD_NUMBER: _ClassVar[int]
+    TABLE_FIELD_NUMBER: _ClassVar[int]
+    GENERATION_FIELD_NUMBER: _ClassVar[int]
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    MEMBERS_FIELD_NUMBER: _ClassVar[int]
+    PARTITIONS_FIELD_NUMBER: _ClassVar[int]
+    LAG_FIELD_NUMBER: _ClassVar[int]
+    group: str
+    table: TableRef
+    generation: int
+    state: str
+    members: _containers.RepeatedCompositeFieldContainer[GroupMemberInfo]
+    partitions: _containers.RepeatedCompositeFieldContainer[GroupPartitionInfo]
+    lag: int
+    def __init__(self, group: _Optional[str] = ..., table: _Optional[_Union[TableRef, _Mapping]] = ..., generation: _Optional[int] = ..., state: _Optional[str] = ..., members: _Optional[_Iterable[_Union[GroupMemberInfo, _Mapping]]] = ..., partitions: _Optional[_Iterable[_Union[GroupPartitionInfo, _Mapping]]] = ..., lag: _Optional[int] = ...) -> None: ...
 
 class ScanRequest(_message.Message):
     __slots__ = ("table", "columns", "filter", "as_of", "limit")

@@ -104,6 +104,16 @@ class TidegateStub:
                 request_serializer=gateway_dot_wire_dot___proto_dot_tidegate_dot_v1_dot_tidegate__pb2.ListGroupsRequest.SerializeToString,
                 response_deserializer=gateway_dot_wire_dot___proto_dot_tidegate_dot_v1_dot_tidegate__pb2.ListGroupsResponse.FromString,
                 _registered_method=True)
+        self.GroupHeartbeat = channel.unary_unary(
+                '/tidegate.v1.Tidegate/GroupHeartbeat',
+                request_serializer=gateway_dot_wire_dot___proto_dot_tidegate_dot_v1_dot_tidegate__pb2.GroupHeartbeatRequest.SerializeToString,
+                response_deserializer=gateway_dot_wire_dot___proto_dot_tidegate_dot_v1_dot_tidegate__pb2.GroupHeartbeatResponse.FromString,
+                _registered_method=True)
+        self.DescribeGroup = channel.unary_unary(
+                '/tidegate.v1.Tidegate/DescribeGroup',
+                request_serializer=gateway_dot_wire_dot___proto_dot_tidegate_dot_v1_dot_tidegate__pb2.DescribeGroupRequest.SerializeToString,
+                response_deserializer=gateway_dot_wire_dot___proto_dot_tidegate_dot_v1_dot_tidegate__pb2.DescribeGroupResponse.FromString,
+                _registered_method=True)
         self.Scan = channel.unary_stream(
                 '/tidegate.v1.Tidegate/Scan',
                 request_serializer=gateway_dot_wire_dot___proto_dot_tidegate_dot_v1_dot_tidegate__pb2.ScanRequest.SerializeToString,
@@ -226,7 +236,29 @@ class TidegateServicer:
         raise NotImplementedError('Method not implemented!')
 
     def ListGroups(self, request, context):
-        """The groups that committed offsets, per table (of one table when `table` is set).
+        """The groups that committed offsets or have members, per table (of one table when
+        `table` is set).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def GroupHeartbeat(self, request, context):
+        """Membership, as Kafka's next-generation protocol (KIP-848) in small: a member joins
+        with generation 0, then heartbeats (every second or so, at once while `settling`)
+        saying which partitions it holds; the answer says which it may read now and its
+        generation. A member that leaves, or sends no heartbeat within its session timeout,
+        has its partitions reassigned (sticky, cooperative: a partition goes to its new
+        member once its holder said it let it go). An unknown member's heartbeat is
+        FAILED_PRECONDITION with the reason UNKNOWN_MEMBER_ID: rejoin with generation 0.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def DescribeGroup(self, request, context):
+        """The group on a table: members with their partitions and generation, and per
+        partition its member, committed offset and lag.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -329,6 +361,16 @@ def add_TidegateServicer_to_server(servicer, server):
                     servicer.ListGroups,
                     request_deserializer=gateway_dot_wire_dot___proto_dot_tidegate_dot_v1_dot_tidegate__pb2.ListGroupsRequest.FromString,
                     response_serializer=gateway_dot_wire_dot___proto_dot_tidegate_dot_v1_dot_tidegate__pb2.ListGroupsResponse.SerializeToString,
+            ),
+            'GroupHeartbeat': grpc.unary_unary_rpc_method_handler(
+                    servicer.GroupHeartbeat,
+                    request_deserializer=gateway_dot_wire_dot___proto_dot_tidegate_dot_v1_dot_tidegate__pb2.GroupHeartbeatRequest.FromString,
+                    response_serializer=gateway_dot_wire_dot___proto_dot_tidegate_dot_v1_dot_tidegate__pb2.GroupHeartbeatResponse.SerializeToString,
+            ),
+            'DescribeGroup': grpc.unary_unary_rpc_method_handler(
+                    servicer.DescribeGroup,
+                    request_deserializer=gateway_dot_wire_dot___proto_dot_tidegate_dot_v1_dot_tidegate__pb2.DescribeGroupRequest.FromString,
+                    response_serializer=gateway_dot_wire_dot___proto_dot_tidegate_dot_v1_dot_tidegate__pb2.DescribeGroupResponse.SerializeToString,
             ),
             'Scan': grpc.unary_stream_rpc_method_handler(
                     servicer.Scan,
@@ -724,6 +766,60 @@ class Tidegate:
             '/tidegate.v1.Tidegate/ListGroups',
             gateway_dot_wire_dot___proto_dot_tidegate_dot_v1_dot_tidegate__pb2.ListGroupsRequest.SerializeToString,
             gateway_dot_wire_dot___proto_dot_tidegate_dot_v1_dot_tidegate__pb2.ListGroupsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GroupHeartbeat(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tidegate.v1.Tidegate/GroupHeartbeat',
+            gateway_dot_wire_dot___proto_dot_tidegate_dot_v1_dot_tidegate__pb2.GroupHeartbeatRequest.SerializeToString,
+            gateway_dot_wire_dot___proto_dot_tidegate_dot_v1_dot_tidegate__pb2.GroupHeartbeatResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DescribeGroup(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tidegate.v1.Tidegate/DescribeGroup',
+            gateway_dot_wire_dot___proto_dot_tidegate_dot_v1_dot_tidegate__pb2.DescribeGroupRequest.SerializeToString,
+            gateway_dot_wire_dot___proto_dot_tidegate_dot_v1_dot_tidegate__pb2.DescribeGroupResponse.FromString,
             options,
             channel_credentials,
             insecure,
