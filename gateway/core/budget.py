@@ -77,11 +77,13 @@ class ReadBudget:
 
     def release(self, tenant: str, nbytes: int) -> None:
         self.held -= nbytes
-        left_held = self._tenants[tenant] - nbytes
-        if left_held:
+        # An empty answer holds 0 bytes: another read of the tenant may have emptied and
+        # removed its entry meanwhile.
+        left_held = self._tenants.get(tenant, 0) - nbytes
+        if left_held > 0:
             self._tenants[tenant] = left_held
         else:
-            del self._tenants[tenant]
+            self._tenants.pop(tenant, None)
         freed, self._freed = self._freed, asyncio.Event()
         freed.set()
 
