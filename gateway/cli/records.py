@@ -12,7 +12,7 @@ from typing import IO, Annotated, Any
 import pyarrow as pa
 import typer
 
-from gateway.cli._common import TableArg, app, client_for, columns, group_app
+from gateway.cli._common import JsonFlag, TableArg, app, client_for, columns, group_app
 from gateway.wire.errors import InvalidRequest
 from gateway.wire.schema import SYSTEM_COLUMNS
 
@@ -202,7 +202,21 @@ def read(
     output: Annotated[
         Path | None, typer.Option(help="Write Parquet here instead of printing JSON lines.")
     ] = None,
-    follow: Annotated[bool, typer.Option(help="Keep waiting for new records.")] = False,
+    follow: Annotated[
+        bool,
+        typer.Option(
+            help="Keep waiting for new records; through a gateway restart it reconnects and "
+            "goes on where it was (one line on stderr per outage)."
+        ),
+    ] = False,
+    reconnect_timeout: Annotated[
+        float | None,
+        typer.Option(
+            help="Seconds to keep reconnecting to a gateway that went away before giving up "
+            "(default: for ever with --follow, else 30).",
+            show_default=False,
+        ),
+    ] = None,
     show_tier: Annotated[
         bool,
         typer.Option(help="Add _tier to each record: 'iceberg' or 'hot', the tier that served it."),
@@ -215,6 +229,7 @@ def read(
     batches: list[pa.RecordBatch] = []
     total = 0
     begin = _start_at(str(offset) if offset is not None else start)
+    say_outages()
     with client_for() as c:
         parts = _partitions(c.describe_table(table), table, partition)
         with c.consumer(
@@ -225,6 +240,7 @@ def read(
             follow=follow,
             auto_commit_interval=None,
             with_tier=show_tier,
+            reconnect_timeout=reconnect_timeout,
         ) as consumer:
             for batch in consumer.batches():
                 if max_records and total + batch.num_rows > max_records:
@@ -296,23 +312,100 @@ def group_list(
             typer.echo(f"{group}\t{ref}")
 
 
+def say_outages() -> None:
+    """Show the SDK's one line per gateway outage on stderr, as it is (no traceback)."""
+    import logging
+
+    sdk = logging.getLogger("tidegate.client")
+    if any(getattr(h, "tidegate_cli", False) for h in sdk.handlers):
+        return
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("tidegate: %(message)s"))
+    handler.tidegate_cli = True  # type: ignore[attr-defined]
+    sdk.addHandler(handler)
+    sdk.setLevel(logging.WARNING)
+    sdk.propagate = False
+
+
+def _ago(when: dt.datetime) -> str:
+    return f"{max(0.0, (dt.datetime.now(dt.UTC) - when).total_seconds()):.1f} s ago"
+
+
+def _describe_group_text(info: Any) -> str:
+    members = len(info.members)
+    lines = [
+        f"group {info.group} on {info.table}: generation {info.generation}, {info.state}, "
+        f"{members} member{'' if members == 1 else 's'}, lag {info.lag}"
+    ]
+    if info.members:
+        rows = [["member", "client", "generation", "partitions", "last heartbeat"]]
+        for m in info.members:
+            held = ",".join(map(str, m.assigned)) or "-"
+            if m.revoking:
+                held += " (giving up " + ",".join(map(str, m.revoking)) + ")"
+            if m.pending:
+                held += " (waiting for " + ",".join(map(str, m.pending)) + ")"
+            rows.append(
+                [m.member_id, m.client_id or "-", str(m.generation), held, _ago(m.last_heartbeat)]
+            )
+        lines += ["", *columns(rows)]
+    rows = [["partition", "member", "committed", "high watermark", "lag"]]
+    for p in info.partitions:
+        rows.append(
+            [
+                str(p.partition),
+                p.member_id or "-",
+                "-" if p.committed is None else str(p.committed),
+                str(p.high_watermark),
+                str(p.lag),
+            ]
+        )
+    return "\n".join([*lines, "", *columns(rows)])
+
+
 @group_app.command("describe")
 def group_describe(
     group: Annotated[str, typer.Argument(help="The consumer group.")],
     table: TableArg,
+    as_json: JsonFlag = False,
 ) -> None:
-    """The group's committed offset and lag per partition of a table."""
+    """The group on a table: generation and state, its live members with the partitions
+    each holds, and per partition its member, committed offset and lag."""
     with client_for() as c:
-        info = c.describe_table(table)
-        committed = c.fetch_offsets(group, table)
-    rows = [["partition", "committed", "high watermark", "lag"]]
-    for p in info.partition_info:
-        at = committed.get(p.partition)
-        lag = p.high_watermark - (at if at is not None else p.earliest_offset)
-        rows.append(
-            [str(p.partition), "-" if at is None else str(at), str(p.high_watermark), str(lag)]
-        )
-    typer.echo("\n".join(columns(rows)))
+        info = c.describe_group(group, table)
+    if not as_json:
+        typer.echo(_describe_group_text(info))
+        return
+    body = {
+        "group": info.group,
+        "table": str(info.table),
+        "generation": info.generation,
+        "state": info.state,
+        "lag": info.lag,
+        "members": [
+            {
+                "member_id": m.member_id,
+                "client_id": m.client_id,
+                "generation": m.generation,
+                "assigned": list(m.assigned),
+                "revoking": list(m.revoking),
+                "pending": list(m.pending),
+                "last_heartbeat": m.last_heartbeat.isoformat(),
+            }
+            for m in info.members
+        ],
+        "partitions": [
+            {
+                "partition": p.partition,
+                "member_id": p.member_id,
+                "committed": p.committed,
+                "high_watermark": p.high_watermark,
+                "lag": p.lag,
+            }
+            for p in info.partitions
+        ],
+    }
+    typer.echo(json.dumps(body, indent=2))
 
 
 @group_app.command("reset")

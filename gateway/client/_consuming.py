@@ -253,6 +253,12 @@ class Membership:
             )
 
 
+def _went_away(err: TidegateError) -> bool:
+    """A call the gateway cancelled: it was shutting down (a drain that outlasted its
+    grace). The consumer never cancels its own calls, so it is safe to send again."""
+    return err.details.get("grpc_code") == "CANCELLED"
+
+
 class Outage:
     """Rides a consumer through a gateway outage (a restart, a rolling deploy): every
     retryable failure waits a backoff and is tried again, for ``timeout`` seconds at most
@@ -271,7 +277,7 @@ class Outage:
 
     def failed(self, err: TidegateError) -> float:
         """Seconds to wait before trying again; raises when the consumer must give up."""
-        if not self.retry.retryable(err):
+        if not (self.retry.retryable(err) or _went_away(err)):
             raise err
         now = time.monotonic()
         if self.since is None:
@@ -304,6 +310,8 @@ class Outage:
 
     def describe(self, err: TidegateError) -> str:
         """The failure in plain words (never gRPC's transport text)."""
+        if _went_away(err):
+            return f"the gateway at {self.target} went away mid-call (shutting down)"
         if err.details.get("transport") or err.details.get("grpc_code") == "DEADLINE_EXCEEDED":
             text = err.message.lower()
             why = (

@@ -12,6 +12,7 @@ from typing import Any
 
 from gateway.client import Client, TableInfo, TableRef
 from gateway.wire.errors import InvalidRequest, TidegateError
+from gateway.wire.retry import Retry
 
 __all__ = ["Connection", "Options", "SparkOptionError"]
 
@@ -27,7 +28,13 @@ BATCH_READ = (
     "hot_split_records",
 )
 #: Options of streaming reads.
-STREAM_READ = ("partitions", "columns", "startingoffsets", "maxrecordspertrigger")
+STREAM_READ = (
+    "partitions",
+    "columns",
+    "startingoffsets",
+    "maxrecordspertrigger",
+    "reconnecttimeout",
+)
 #: Options of writes.
 WRITE = ("write_id", "batch_rows", "batch_bytes", "test_fail_after_batches")
 #: Spark's own options, which it hands to sources and sinks too.
@@ -36,7 +43,7 @@ ACCEPTED = frozenset(COMMON + BATCH_READ + STREAM_READ + WRITE + SPARKS)
 
 
 #: This process's clients, by (process id, endpoint, api key): see :meth:`Connection.shared`.
-_SHARED: dict[tuple[int, str, str | None], Client] = {}
+_SHARED: dict[tuple[int, str, str | None, bool], Client] = {}
 _SHARED_LOCK = threading.Lock()
 
 
@@ -54,11 +61,14 @@ class Connection:
     api_key: str | None
     table: TableRef
 
-    def client(self) -> Client:
-        """A client of its own, which the caller closes."""
+    def client(self, *, unretried: bool = False) -> Client:
+        """A client of its own, which the caller closes; ``unretried``: one whose calls
+        fail at once, for a caller that rides outages itself (a streaming query)."""
+        if unretried:
+            return Client(self.endpoint, api_key=self.api_key, retry=Retry.none())
         return Client(self.endpoint, api_key=self.api_key)
 
-    def shared(self) -> Client:
+    def shared(self, *, unretried: bool = False) -> Client:
         """This process's client of the gateway for this key, opened at first use and
         kept open (never close it).
 
@@ -68,17 +78,17 @@ class Connection:
         Flight edge. The process id is part of the key: a forked child opens its own, as
         gRPC channels do not survive a fork.
         """
-        key = (os.getpid(), self.endpoint, self.api_key)
+        key = (os.getpid(), self.endpoint, self.api_key, unretried)
         with _SHARED_LOCK:
             client = _SHARED.get(key)
             if client is None:
-                client = _SHARED[key] = self.client()
+                client = _SHARED[key] = self.client(unretried=unretried)
         return client
 
-    def table_info(self) -> TableInfo:
+    def table_info(self, *, unretried: bool = False) -> TableInfo:
         """The table as the gateway describes it, or a clear error naming table and cause."""
         try:
-            return self.shared().table_info(self.table)
+            return self.shared(unretried=unretried).table_info(self.table)
         except TidegateError as err:
             raise described(err, f"table {self.table} at {self.endpoint}") from None
 
@@ -117,6 +127,24 @@ class Options:
         if value < minimum:
             raise SparkOptionError(
                 f"tidegate: option {name!r} is {text!r}; give an integer >= {minimum}"
+            )
+        return value
+
+    def reconnect_timeout(self) -> float | None:
+        """``reconnectTimeout``: seconds a streaming query keeps reconnecting to a gateway
+        that went away (a restart, a rolling deploy) before it fails; unset: for ever, as
+        a Kafka consumer does."""
+        text = self.get("reconnectTimeout")
+        if text is None:
+            return None
+        try:
+            value = float(text)
+        except ValueError:
+            value = -1.0
+        if not value > 0:
+            raise SparkOptionError(
+                f"tidegate: option 'reconnectTimeout' is {text!r}; give a number of seconds "
+                "> 0, or leave it out to reconnect for ever"
             )
         return value
 

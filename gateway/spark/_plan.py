@@ -61,11 +61,14 @@ class PinnedPlan:
         return files, hot
 
 
-def fetch_plan(connection: Connection, row_filter: Expr | None, as_of: str | None) -> PinnedPlan:
+def fetch_plan(
+    connection: Connection, row_filter: Expr | None, as_of: str | None, *, unretried: bool = False
+) -> PinnedPlan:
     """Ask the gateway for a plan (files pruned by ``row_filter``'s partition values and
-    column statistics), or raise a clear error naming the table."""
+    column statistics), or raise a clear error naming the table; ``unretried``: fail at
+    once when the gateway is away (the caller rides the outage)."""
     try:
-        response: pb.PlanReadResponse = connection.shared().plan_read(
+        response: pb.PlanReadResponse = connection.shared(unretried=unretried).plan_read(
             connection.table,
             filter=to_text(row_filter) if row_filter is not None else "",
             as_of=as_of,

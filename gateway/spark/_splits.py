@@ -5,6 +5,7 @@ gateway with the tenant's key."""
 from __future__ import annotations
 
 import io
+import time
 import urllib.request
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -16,7 +17,9 @@ import pyarrow.dataset as ds
 import pyarrow.fs as pafs
 from pyspark.sql.datasource import InputPartition
 
+from gateway.client._consuming import Outage
 from gateway.spark._options import Connection
+from gateway.wire.errors import TidegateError
 from gateway.wire.filters import Expr, bind, to_arrow
 from gateway.wire.schema import OFFSET_COLUMN
 
@@ -70,6 +73,9 @@ class ReadSpec:
     columns: tuple[str, ...]
     #: The pushed filter, unbound (None: every row).
     filter: Expr | None = None
+    #: Seconds a hot-range read keeps reconnecting to a gateway that went away (None:
+    #: for ever, as streaming reads do).
+    reconnect_timeout: float | None = 30.0
 
     @property
     def output(self) -> pa.Schema:
@@ -180,19 +186,34 @@ def _read_files(spec: ReadSpec, split: FilesSplit) -> Iterator[pa.RecordBatch]:
 
 def _read_hot(spec: ReadSpec, split: HotSplit) -> Iterator[pa.RecordBatch]:
     keep = spec.arrow_filter(split.start, split.end)
-    # Over the gateway's Flight edge when it offers one: the hot range is bulk data.
-    for chunk in spec.connection.shared().read_range(
-        spec.connection.table, partition=split.partition, start=split.start, end=split.end
-    ):
-        batches = [b for b in chunk if b.num_rows]
-        if not batches:
-            continue
-        # The gateway's batches have the table's current schema, which may have gained
-        # columns since the DataFrame was loaded: keep the columns asked for.
-        rows = pa.Table.from_batches(batches)
-        for batch in rows.filter(keep).select(list(spec.columns)).to_batches():
-            if batch.num_rows:
-                yield spec.conform(batch)
+    table = spec.connection.table
+    outage = Outage(
+        spec.connection.endpoint,
+        f"tidegate read of {table} partition {split.partition}",
+        spec.reconnect_timeout,
+    )
+    offset = split.start
+    while offset < split.end:
+        try:
+            # Over the gateway's Flight edge when it offers one: the hot range is bulk
+            # data. Through an outage it goes on after the last record it yielded.
+            for chunk in spec.connection.shared().read_range(
+                table, partition=split.partition, start=offset, end=split.end
+            ):
+                batches = [b for b in chunk if b.num_rows]
+                if not batches:
+                    continue
+                offset = batches[-1].column(OFFSET_COLUMN)[-1].as_py() + 1
+                # The gateway's batches have the table's current schema, which may have
+                # gained columns since the DataFrame was loaded: keep the columns asked.
+                rows = pa.Table.from_batches(batches)
+                for batch in rows.filter(keep).select(list(spec.columns)).to_batches():
+                    if batch.num_rows:
+                        yield spec.conform(batch)
+            outage.ok()
+            return
+        except TidegateError as err:
+            time.sleep(outage.failed(err))
 
 
 def read_split(spec: ReadSpec, split: InputPartition) -> Iterator[pa.RecordBatch]:

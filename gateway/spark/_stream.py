@@ -4,13 +4,17 @@ A micro-batch ``[start, end)`` is planned like a batch read: the gateway pins a 
 the cold part of each partition's range is read from the snapshot's data files and the
 rest through the gateway. Offsets are all the state there is, so a query restarted from
 its checkpoint re-plans the same ranges; ``commit()`` is not needed (Spark does not call it
-for the last batch of ``Trigger.AvailableNow``).
+for the last batch of ``Trigger.AvailableNow``). Through a gateway outage the driver's calls
+and the tasks' hot-range reads wait and reconnect with backoff (one log line per outage)
+for ``reconnectTimeout`` seconds (default: for ever), then go on where they were.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
-from typing import Any
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import replace
+from typing import Any, TypeVar
 
 import pyarrow as pa
 from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
@@ -22,14 +26,18 @@ from pyspark.sql.streaming.datasource import (
 )
 from pyspark.sql.types import StructType
 
+from gateway.client._consuming import Outage
 from gateway.spark._options import Options, SparkOptionError
 from gateway.spark._plan import fetch_plan
 from gateway.spark._source import read_spec
 from gateway.spark._splits import plan_splits, read_split
+from gateway.wire.errors import TidegateError
 from gateway.wire.filters import And, Compare, Expr, Or
 from gateway.wire.schema import OFFSET_COLUMN, PARTITION_COLUMN
 
 __all__ = ["TidegateStreamReader", "share_rows"]
+
+T = TypeVar("T")
 
 
 def share_rows(backlog: Mapping[int, int], max_rows: int) -> dict[int, int]:
@@ -76,7 +84,14 @@ class TidegateStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     """Micro-batches over a table's partitions, in offset order per partition."""
 
     def __init__(self, options: Options, schema: StructType) -> None:
-        self.spec, count = read_spec(options, schema)
+        spec, count = read_spec(options, schema)
+        # A stream rides through gateway outages (a restart, a rolling deploy), on the
+        # driver (offsets, plans) and in its tasks (hot ranges), for reconnectTimeout.
+        timeout = options.reconnect_timeout()
+        self.spec = replace(spec, reconnect_timeout=timeout)
+        self.outage = Outage(
+            spec.connection.endpoint, f"tidegate stream of {spec.connection.table}", timeout
+        )
         self.parts = options.partitions(count) or list(range(count))
         self.starting = options.starting_offsets(self.parts)
         self.max_rows = options.integer("maxRecordsPerTrigger", 0, minimum=0)
@@ -84,8 +99,18 @@ class TidegateStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         #: Trigger.AvailableNow's target: the high watermarks when the query started.
         self.target: dict[int, int] | None = None
 
+    def _ride(self, call: Callable[[], T]) -> T:
+        """``call()``, tried again with backoff while the gateway is away."""
+        while True:
+            try:
+                got = call()
+                self.outage.ok()
+                return got
+            except TidegateError as err:
+                time.sleep(self.outage.failed(err))
+
     def _watermarks(self) -> tuple[dict[int, int], dict[int, int]]:
-        info = self.spec.connection.table_info()
+        info = self._ride(lambda: self.spec.connection.table_info(unretried=True))
         earliest = {p: info.earliest_offsets[p] for p in self.parts}
         return earliest, {p: info.high_watermarks[p] for p in self.parts}
 
@@ -130,7 +155,9 @@ class TidegateStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         begin = {p: begin.get(p, stop[p]) for p in stop}
         if all(begin[p] >= stop[p] for p in stop):
             return []
-        plan = fetch_plan(self.spec.connection, _ranges_filter(begin, stop), None)
+        plan = self._ride(
+            lambda: fetch_plan(self.spec.connection, _ranges_filter(begin, stop), None)
+        )
         files, hot = plan.stream_slices(begin, stop)
         # One split per file: a micro-batch's files are few and already small.
         return plan_splits(

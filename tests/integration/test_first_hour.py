@@ -234,10 +234,12 @@ def test_groups_stdin_system_columns_and_as_of(
     # A consumer group: first read takes 20, the second nothing; reset moves it back.
     assert len(rows(cli(gateway, "read", table, "--group", "g").stdout)) == 20
     assert rows(cli(gateway, "read", table, "--group", "g").stdout) == []
-    described = cli(gateway, "group", "describe", "g", table).stdout
-    assert described.splitlines()[0].split() == ["partition", "committed", "high", "watermark",
-                                                  "lag"]  # fmt: skip
-    assert all(line.split()[-1] == "0" for line in described.splitlines()[1:])
+    described = cli(gateway, "group", "describe", "g", table).stdout.splitlines()
+    assert described[0] == f"group g on {table}: generation 0, empty, 0 members, lag 0"
+    assert described[2].split() == ["partition", "member", "committed", "high", "watermark",
+                                    "lag"]  # fmt: skip
+    assert [line.split() for line in described[3:]] == [["0", "-", "10", "10", "0"],
+                                                         ["1", "-", "10", "10", "0"]]  # fmt: skip
     assert f"g\t{table}" in cli(gateway, "group", "list").stdout.splitlines()
     assert cli(gateway, "group", "list", table).stdout.splitlines() == [f"g\t{table}"]
     with gateway.http_client() as http:
