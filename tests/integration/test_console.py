@@ -277,7 +277,24 @@ def test_operator_and_tenant_in_the_browser(
     group = page.locator("section[data-group=dashboard]")
     assert group.locator("tr[data-partition='0'] [data-field=lag]").text_content() == "25"
     assert group.locator("tr[data-partition='1'] [data-field=lag]").text_content() == "20"
-    shot(page, "groups")
+    assert group.locator("[data-field=state]").text_content() == "empty"
+    # A group with a live member: its partitions, generation and the member of each.
+    with (
+        connect(gw.grpc_target, api_key=key) as client,
+        client.consumer(
+            f"web.{names['table']}", group="live", session_timeout=60, client_id="worker-1"
+        ) as member,
+    ):
+        page.goto(f"{origin}/console/tenants/{names['tenant']}/groups")
+        live = page.locator("section[data-group=live]")
+        assert live.locator("[data-field=state]").text_content() == "stable"
+        row = live.locator(f"tr[data-member='{member.member_id}']")
+        assert "worker-1" in row.text_content()
+        assert row.locator("[data-field=partitions]").text_content() == "0,1"
+        assert row.locator("[data-field=generation]").text_content() == str(member.generation)
+        holders = live.locator("tr[data-partition] [data-field=member]").all_text_contents()
+        assert holders == [member.member_id] * 2
+        shot(page, "groups")
 
     # Usage charts (the operator's view of the tenant), drawn from the metered minutes.
     page = operator.pages[0]

@@ -4,6 +4,7 @@ member's commit is refused on both edges."""
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -251,3 +252,52 @@ def test_the_http_edge_serves_membership(gateway: GatewayProcess, namespace: str
         assert 'tidegate_groups_rebalances_total{reason="leave"}' in metrics
         assert 'tidegate_groups_fenced_requests_total{reason="UNKNOWN_MEMBER_ID"}' in metrics
         assert f'tidegate_groups_lag_records{{group="web",table="{namespace}.h"' in metrics
+
+
+def test_cli_group_describe_shows_members_partitions_generation_and_lag(
+    gateway: GatewayProcess, namespace: str
+) -> None:
+    from tests.integration.test_first_hour import cli
+
+    table = f"{namespace}.described"
+    with gateway.client() as c:
+        c.create_table(table, {"n": "int64"}, partitions=3)
+        _fill(c, table, 3, 4)
+        options = {**MEMBER, "session_timeout": 30.0, "auto_commit_interval": None}
+        with (
+            c.consumer(table, group="ops", client_id="first", **options) as a,
+            c.consumer(table, group="ops", client_id="second", **options) as b,
+        ):
+
+            def settled() -> bool:
+                a.poll(0.02)
+                b.poll(0.02)
+                stable = c.describe_group("ops", table).state == "stable"
+                return stable and len(a.assignment()) + len(b.assignment()) == 3
+
+            wait_for("the members to settle", settled)
+            a.commit()
+            text = cli(gateway, "group", "describe", "ops", table).stdout.splitlines()
+            generation = c.describe_group("ops", table).generation
+            lag = 12 - 4 * len(a.assignment())
+            assert text[0] == (
+                f"group ops on {table}: generation {generation}, stable, 2 members, lag {lag}"
+            )
+            members = {line.split()[0]: line.split() for line in text[3:5]}
+            assert members[a.member_id][1:4] == [
+                "first",
+                str(a.generation),
+                ",".join(map(str, a.assignment())),
+            ]
+            assert members[b.member_id][1:4] == [
+                "second",
+                str(b.generation),
+                ",".join(map(str, b.assignment())),
+            ]
+            rows = {int(line.split()[0]): line.split() for line in text[7:]}
+            for p in a.assignment():
+                assert rows[p][1:3] == [a.member_id, "4"] and rows[p][-1] == "0"
+            for p in b.assignment():
+                assert rows[p][1] == b.member_id and rows[p][-1] == "4"  # b has not committed
+            described = json.loads(cli(gateway, "group", "describe", "ops", table, "--json").stdout)
+            assert described["state"] == "stable" and len(described["members"]) == 2

@@ -151,35 +151,44 @@ async def table_page(calls: DataCalls, tenant: str, namespace: str, name: str) -
 
 
 async def group_lags(service: StreamTables, tenant: str) -> list[dict[str, Any]]:
-    """Every consumer group of the tenant per table, with its committed offset and lag in
-    records per partition (``HW(p) - committed``; the whole partition when never
-    committed)."""
-    views: dict[tuple[str, str], TableView] = {}
+    """Every consumer group of the tenant per table, as ``tidegate group describe`` shows
+    it: generation and state, the live members with the partitions each holds, and per
+    partition its member, committed offset and lag in records (``HW(p) - committed``;
+    the whole partition when never committed)."""
     out = []
+    now = time.time() * 1000
     for group, namespace, name in await service.list_groups(tenant):
-        if (namespace, name) not in views:
-            views[namespace, name] = await service.describe_table(tenant, namespace, name)
-        view = views[namespace, name]
-        committed = await service.fetch_offsets(tenant, group, namespace, name)
-        parts: list[dict[str, Any]] = []
-        for p in view.partitions:
-            at = committed.get(p.partition)
-            start = p.earliest_offset if at is None else at
-            parts.append(
-                {
-                    "partition": p.partition,
-                    "committed": at,
-                    "high_watermark": p.high_watermark,
-                    "lag": max(0, p.high_watermark - start),
-                }
-            )
+        view = await service.describe_group(tenant, group, namespace, name)
         out.append(
             {
                 "group": group,
                 "namespace": namespace,
                 "name": name,
-                "partitions": parts,
-                "lag": sum(p["lag"] for p in parts),
+                "generation": view.generation,
+                "state": view.state,
+                "members": [
+                    {
+                        "member_id": m.member_id,
+                        "client_id": m.client_id,
+                        "generation": m.generation,
+                        "assigned": list(m.assigned),
+                        "revoking": list(m.revoking),
+                        "pending": list(m.pending),
+                        "heartbeat_ago_s": max(0.0, (now - m.last_heartbeat_ms) / 1000),
+                    }
+                    for m in view.members
+                ],
+                "partitions": [
+                    {
+                        "partition": p.partition,
+                        "member_id": p.member_id,
+                        "committed": p.committed,
+                        "high_watermark": p.high_watermark,
+                        "lag": p.lag,
+                    }
+                    for p in view.partitions
+                ],
+                "lag": view.lag,
             }
         )
     return out
