@@ -15,6 +15,7 @@ from typing import Any
 from gateway.core import ReadResult, StreamTables, TableView
 from gateway.server.calls import DataCalls
 from gateway.server.http.bodies import iso
+from gateway.server.http.groups import group_json
 from gateway.tenancy import Tenancy
 from gateway.wire.errors import InvalidRequest, TidegateError
 from gateway.wire.jsonrows import batch_to_rows
@@ -151,46 +152,17 @@ async def table_page(calls: DataCalls, tenant: str, namespace: str, name: str) -
 
 
 async def group_lags(service: StreamTables, tenant: str) -> list[dict[str, Any]]:
-    """Every consumer group of the tenant per table, as ``tidegate group describe`` shows
-    it: generation and state, the live members with the partitions each holds, and per
-    partition its member, committed offset and lag in records (``HW(p) - committed``;
-    the whole partition when never committed)."""
+    """Every consumer group of the tenant per table, as ``GET /v1/groups/...`` answers
+    it (``tidegate group describe`` shows the same): generation and state, the live
+    members with the partitions each holds and how long ago each heartbeat came, and per
+    partition its member, committed offset and lag in records."""
     out = []
-    now = time.time() * 1000
     for group, namespace, name in await service.list_groups(tenant):
-        view = await service.describe_group(tenant, group, namespace, name)
-        out.append(
-            {
-                "group": group,
-                "namespace": namespace,
-                "name": name,
-                "generation": view.generation,
-                "state": view.state,
-                "members": [
-                    {
-                        "member_id": m.member_id,
-                        "client_id": m.client_id,
-                        "generation": m.generation,
-                        "assigned": list(m.assigned),
-                        "revoking": list(m.revoking),
-                        "pending": list(m.pending),
-                        "heartbeat_ago_s": max(0.0, (now - m.last_heartbeat_ms) / 1000),
-                    }
-                    for m in view.members
-                ],
-                "partitions": [
-                    {
-                        "partition": p.partition,
-                        "member_id": p.member_id,
-                        "committed": p.committed,
-                        "high_watermark": p.high_watermark,
-                        "lag": p.lag,
-                    }
-                    for p in view.partitions
-                ],
-                "lag": view.lag,
-            }
-        )
+        described = group_json(await service.describe_group(tenant, group, namespace, name))
+        now = time.time() * 1000
+        for m in described["members"]:
+            m["heartbeat_ago_s"] = max(0.0, (now - m["last_heartbeat_ms"]) / 1000)
+        out.append(described)
     return out
 
 
