@@ -228,8 +228,10 @@ class Membership:
             )
 
     def took(self, partitions: Collection[int]) -> None:
+        """The consumer holds ``partitions`` now (all of them: one taken back by an
+        answer that came meanwhile is still held, and given up at the next rebalance)."""
         with self.lock:
-            self.owned |= set(partitions) & self.assigned
+            self.owned |= set(partitions)
 
     def released(self, partitions: Collection[int]) -> None:
         with self.lock:
