@@ -21,7 +21,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from benchmarks import cold, maintenance, neighbours, sdk, shards, spark_read
+from benchmarks import cold, groups, maintenance, neighbours, sdk, shards, spark_read
 from benchmarks.harness import Bench, compare
 from benchmarks.loadgen import Result, Workload
 from benchmarks.report import write_report
@@ -67,6 +67,7 @@ SCENARIOS: dict[str, Scenario] = {
     "spark-read": spark_read.run,
     "compaction": maintenance.run_compaction,
     "shards": shards.run,
+    "groups": groups.run,
 }
 
 

@@ -75,6 +75,8 @@ class Workload:
     #: during the append-latency run.
     backlog_mb: tuple[int, ...] = (10, 500)
     move_every_s: float = 0.25
+    #: Consumer groups: the members' session timeout (what notices a dead member).
+    session_timeout_s: float = 3.0
     duration_s: float = 10.0
     warmup_s: float = 2.0
     #: Longest the scenario may take (0: three times warm-up and duration, plus 240 s).

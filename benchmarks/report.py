@@ -54,6 +54,13 @@ def _notes(r: dict[str, Any]) -> str:
             f"{r['tiered_share']:.0%} of the records were tiered by the gateway's embedded "
             "schedule during the run and read from Iceberg"
         )
+    if r.get("settled_with_backlog") is not None:
+        notes.append(f"from a settled group with {r['settled_with_backlog']:,} records to read")
+    if r.get("rebalance_s") is not None:
+        note = f"rebalanced in {r['rebalance_s']:.2f} s"
+        if r.get("session_timeout_s") is not None:
+            note += f", of which the {r['session_timeout_s']:g} s session timeout"
+        notes.append(note)
     if r.get("retries"):
         notes.append(f"{r['retries']} retried batches")
     return "; ".join(notes)
