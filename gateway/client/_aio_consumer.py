@@ -100,8 +100,8 @@ class AsyncConsumer(ConsumerBase):
         if parts is not None:
             await self._start_partitions(parts)
             return
-        await self._heartbeat()  # join now: the first fetch already has a share
-        self._raise_beat_error()
+        await self._heartbeat()  # join now, and start what the answer gives
+        await self._rebalance()
         self._beats = asyncio.create_task(self._heartbeats())
 
     async def __aenter__(self) -> AsyncConsumer:

@@ -127,8 +127,8 @@ class Consumer(ConsumerBase):
         if parts is not None:
             self._start_partitions(parts)
             return
-        self._heartbeat()  # join now: the first fetch already has a share
-        self._raise_beat_error()
+        self._heartbeat()  # join now, and start what the answer gives
+        self._rebalance()
         self._beats = threading.Thread(
             target=self._heartbeats, name=f"tidegate-heartbeat-{group}", daemon=True
         )

@@ -32,6 +32,15 @@ def test_client_guide_runs(gateway: GatewayProcess) -> None:
     assert "typed error: TABLE_NOT_FOUND" in lines
     assert "4 ('user',) ['user', 'page', 'ms']" in lines
     assert "0" in lines  # the resumed group consumer found nothing left
+    # Two members of one group share the table's four partitions, each read once.
+    assert "a holds [0, 1, 2, 3] at generation 1" in lines
+    assert "each partition once: [0, 1, 2, 3]" in lines
+    assert any(line.startswith("stable generation ") for line in lines)
+    assert "[]" in lines  # the tail that rides outages, started at the end
+    # The asyncio member polled every record and auto-committed it on close.
+    (async_line,) = [line for line in lines if line.endswith("}") and line[0].isdigit()]
+    count, offsets = async_line.split(" ", 1)
+    assert int(count) == sum(eval(offsets).values())
     assert "schema version 1 ['ref']" in lines
     assert "refused: SCHEMA_CHANGE_REFUSED" in lines
     assert "over Flight: True" in lines  # the test gateways have a Flight edge
