@@ -264,7 +264,16 @@ def requests() -> st.SearchStrategy[tuple[str, Any]]:
         st.tuples(st.just("CommitOffsets"), st.builds(
             pb.CommitOffsetsRequest, group=names, table=refs,
             offsets=st.lists(
-                st.builds(pb.PartitionOffset, partition=small, offset=i64), max_size=3))),
+                st.builds(pb.PartitionOffset, partition=small, offset=i64), max_size=3),
+            member_id=st.one_of(st.just(""), names), generation=st.one_of(small, i64))),
+        st.tuples(st.just("GroupHeartbeat"), st.builds(
+            pb.GroupHeartbeatRequest, group=names, table=refs,
+            member_id=st.one_of(st.just(""), names, st.text(min_size=200, max_size=300)),
+            generation=st.one_of(small, i64), owned=st.lists(st.one_of(small, i32), max_size=3),
+            session_timeout_ms=st.one_of(small, i32), leave=st.booleans(),
+            client_id=st.text(max_size=20))),
+        st.tuples(st.just("DescribeGroup"), st.builds(
+            pb.DescribeGroupRequest, group=names, table=refs)),
         st.tuples(st.just("FetchOffsets"), st.builds(
             pb.FetchOffsetsRequest, group=names, table=refs,
             partitions=st.lists(small, max_size=3))),
