@@ -18,6 +18,8 @@ from sqlalchemy.orm import Session
 
 from gateway.meta.models import (
     ApiKey,
+    GroupOffset,
+    GroupRecord,
     PartitionRecord,
     QuotaRecord,
     TableRecord,
@@ -133,6 +135,9 @@ class TenantStore:
                 raise _tenant_not_found(name)
             table_ids = select(TableRecord.id).where(TableRecord.tenant_id == name)
             session.execute(delete(PartitionRecord).where(PartitionRecord.table_id.in_(table_ids)))
+            # Explicit, not only ON DELETE CASCADE, as drop_table does.
+            session.execute(delete(GroupOffset).where(GroupOffset.tenant_id == name))
+            session.execute(delete(GroupRecord).where(GroupRecord.tenant_id == name))
             session.execute(delete(TableRecord).where(TableRecord.tenant_id == name))
             session.execute(delete(UsageRecord).where(UsageRecord.tenant_id == name))
             session.execute(delete(QuotaRecord).where(QuotaRecord.tenant_id == name))

@@ -84,8 +84,10 @@ def test_delete_tenant_removes_every_row(tenants: TenantStore) -> None:
     meta = tenants.store
     tenants.create_tenant("acme")
     tenants.create_tenant("globex")
-    meta.create_table("acme", "ns", "t", [{"name": "v", "type": "int64"}], 2)
+    table = meta.create_table("acme", "ns", "t", [{"name": "v", "type": "int64"}], 2)
     meta.create_table("globex", "ns", "t", [{"name": "v", "type": "int64"}], 1)
+    meta.commit_offsets("acme", "g", table.table_id, {0: 1})
+    meta.update_group("acme", "g", table.table_id, lambda s: setattr(s, "generation", 1))
     tenants.add_key("acme", "0123456789abcdef", "00", "00")
     tenants.set_quota("acme", {"max_tables": 1})
     tenants.add_usage({("acme", MINUTE): {"requests": 1}})
@@ -97,6 +99,8 @@ def test_delete_tenant_removes_every_row(tenants: TenantStore) -> None:
             ("tg_api_keys", "tenant_id"),
             ("tg_quotas", "tenant_id"),
             ("tg_usage", "tenant_id"),
+            ("tg_group_offsets", "tenant_id"),
+            ("tg_groups", "tenant_id"),
         ):
             count = conn.execute(
                 text(f"SELECT count(*) FROM {table} WHERE {column} = 'acme'")
