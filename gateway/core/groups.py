@@ -277,12 +277,13 @@ class GroupOps(CoreBase):
     def group_lags(self) -> tuple[list[tuple[str, str, str, int]], int]:
         """``(tenant, group, table, lag)`` of every group with commits, and the live
         members of all groups (blocking: the /metrics scrape hook). A partition's lag is
-        its high watermark less the group's committed offset (the earliest offset when
-        never committed); the high watermarks are the hot tier's."""
+        its high watermark (the hot tier's) less the group's committed offset, 0 when
+        never committed (``describe_group`` counts from the earliest offset instead)."""
         lags: list[tuple[str, str, str, int]] = []
         members = 0
         now = _now_ms()
         tables = {d.table_id: d for d in self.meta.all_tables()}
+        highs: dict[str, list[int]] = {}  # per table, read once whatever its groups
         for tenant, group, table_id, committed, state in self.meta.all_groups():
             members += sum(
                 1 for m in state.members.values() if now - m.seen_ms <= m.session_timeout_ms
@@ -290,9 +291,11 @@ class GroupOps(CoreBase):
             d = tables.get(table_id)
             if d is None:
                 continue
-            lag = 0
-            for p in range(d.partitions):
-                high = self.hot.offsets(PartitionId(d.tenant, d.table_id, p)).high
-                lag += max(0, high - committed.get(p, 0))
+            if table_id not in highs:
+                highs[table_id] = [
+                    self.hot.offsets(PartitionId(d.tenant, d.table_id, p)).high
+                    for p in range(d.partitions)
+                ]
+            lag = sum(max(0, high - committed.get(p, 0)) for p, high in enumerate(highs[table_id]))
             lags.append((tenant, group, f"{d.namespace}.{d.name}", lag))
         return lags, members
