@@ -243,6 +243,10 @@ SHARD_SEALED_RETRIES = Counter(
     "Appends a shard refused because a move had sealed the segment (sent again elsewhere).",
     ["shard"],
 )
+HOT_RESEEDS = Counter(
+    "tidegate_hot_reseeds_total",
+    "Partitions re-seeded because the hot tier had lost (or rolled back) their state.",
+)
 MOVES = Counter(
     "tidegate_hot_moves_total",
     "Partition moves between hot-tier shards run or finished by this process.",
@@ -258,6 +262,10 @@ MOVE_SECONDS = Histogram(
 def record_shard_append(shard: str, records: int, nbytes: int) -> None:
     SHARD_APPEND_RECORDS.labels(shard=shard).inc(records)
     SHARD_APPEND_BYTES.labels(shard=shard).inc(nbytes)
+
+
+def record_hot_reseed() -> None:
+    HOT_RESEEDS.inc()
 
 
 def record_sealed_retry(shard: str) -> None:

@@ -23,6 +23,7 @@ from gateway.client.aio import AsyncClient, AsyncConsumer, AsyncProducer
 from gateway.wire.errors import (
     AlreadyExists,
     CommitConflict,
+    HotStateLost,
     InvalidIdempotentAppend,
     InvalidPartition,
     InvalidRequest,
@@ -67,6 +68,7 @@ __all__ = [
     "Consumer",
     "ExponentialBackoff",
     "Field",
+    "HotStateLost",
     "InvalidIdempotentAppend",
     "InvalidPartition",
     "InvalidRequest",

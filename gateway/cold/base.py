@@ -30,6 +30,7 @@ if TYPE_CHECKING:
     from gateway.wire.filters import Expr
 
 __all__ = [
+    "LOST_PROPERTY",
     "OFFSET_SORT",
     "OPERATION_PROPERTY",
     "ROW_GROUP_ROWS",
@@ -50,6 +51,10 @@ __all__ = [
 ]
 
 WATERMARKS_PROPERTY = "tidegate.watermarks"
+#: Snapshot summary property holding the offsets lost with a hot tier's state, per
+#: partition, as ``{"p": [[start, end], ...]}``: ranges below ``T(p)`` no data file holds
+#: and no record will ever have (see ``ColdTable.commit_lost``). Carried by every commit.
+LOST_PROPERTY = "tidegate.lost"
 #: Snapshot summary property naming the lake job that committed it (``compact``...).
 OPERATION_PROPERTY = "tidegate.operation"
 #: Parquet key-value metadata of data files written sorted by ``_offset`` (by tiering and
@@ -80,9 +85,22 @@ class ColdSnapshot:
     #: ``T(p)`` per partition, from the snapshot summary; a missing partition is 0.
     watermarks: Mapping[int, int] = field(default_factory=dict)
     timestamp_ms: int | None = None
+    #: Offsets lost with a hot tier's state (``LOST_PROPERTY``): partition -> ranges
+    #: ``(start, end)``, ordered and disjoint. Reads pass over them.
+    lost: Mapping[int, tuple[tuple[int, int], ...]] = field(default_factory=dict)
 
     def watermark(self, partition: int) -> int:
         return int(self.watermarks.get(partition, 0))
+
+    def lost_through(self, partition: int, start: int, end: int) -> bool:
+        """Whether every offset of ``[start, end)`` of ``partition`` was lost."""
+        at = start
+        for lo, hi in self.lost.get(partition, ()):
+            if lo <= at < hi:
+                at = hi
+            if at >= end:
+                return True
+        return at >= end
 
 
 @dataclass(frozen=True, slots=True)
@@ -504,6 +522,18 @@ class ColdTable(ABC):
         Exactly once: if the current snapshot is no longer ``base`` (a concurrent commit),
         nothing is committed and ``CommitConflict`` (retryable) is raised so the caller
         re-plans from the new snapshot. Watermarks never move backwards.
+        """
+
+    @abstractmethod
+    def commit_lost(self, partition: int, end: int, base: ColdSnapshot) -> ColdSnapshot:
+        """Record that the offsets ``[T(p), end)`` of ``partition`` are lost (a hot tier
+        lost them before tiering did, and re-seeded the partition at ``end``): one commit
+        that raises ``T(p)`` to ``end`` without data and adds the range to
+        ``tidegate.lost``, so that tiering goes on from ``end`` and reads pass over it.
+        Nothing is committed when ``T(p)`` is already at or above ``end``.
+
+        Raises:
+            CommitConflict: the table moved since ``base``; retry from the new snapshot.
         """
 
     @abstractmethod

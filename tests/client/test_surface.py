@@ -26,6 +26,7 @@ def test_public_surface_is_pinned() -> None:
         "Consumer",
         "ExponentialBackoff",
         "Field",
+        "HotStateLost",
         "InvalidIdempotentAppend",
         "InvalidPartition",
         "InvalidRequest",
