@@ -103,20 +103,27 @@ def check_grpc(fn: Any, what: str) -> None:
 
 
 # HTTP: schemathesis --------------------------------------------------------------------
-def test_http_api_fuzzed_from_its_openapi_document(fuzz_tenant: Tenant) -> None:
+def openapi_cases(t: Tenant, real: dict[str, Any], select: Any) -> st.SearchStrategy[Any]:
+    """Requests made from the gateway's OpenAPI document (the operations ``select`` keeps),
+    positive and negative, half of them with the ``real`` names in the path (so they reach
+    the routes' work instead of answering 404)."""
     import schemathesis
 
-    t = fuzz_tenant
     with t.gw.http_client(api_key=None) as h:
         doc = h.get("/openapi.json").json()
-    schema = schemathesis.openapi.from_dict(doc).exclude(path_regex="^/v1/admin")
-    real = {"namespace": "app", "name": "ev", "partition": 0, "group": "g1"}
-    cases = st.one_of(
+    schema = select(schemathesis.openapi.from_dict(doc))
+    return st.one_of(
         schema.as_strategy(schemathesis.GenerationMode.POSITIVE),
         schema.as_strategy(schemathesis.GenerationMode.NEGATIVE),
         schema.as_strategy(schemathesis.GenerationMode.POSITIVE, path_parameters=real),
         schema.as_strategy(schemathesis.GenerationMode.NEGATIVE, path_parameters=real),
     )
+
+
+def test_http_api_fuzzed_from_its_openapi_document(fuzz_tenant: Tenant) -> None:
+    t = fuzz_tenant
+    real = {"namespace": "app", "name": "ev", "partition": 0, "group": "g1"}
+    cases = openapi_cases(t, real, lambda s: s.exclude(path_regex="^/v1/admin"))
     headers = {"authorization": f"Bearer {t.key}"}
 
     @seed(18)
@@ -321,19 +328,9 @@ def check_iceberg(r: httpx.Response, what: str) -> None:
 
 
 def test_iceberg_catalog_fuzzed_from_its_openapi_document(fuzz_tenant: Tenant) -> None:
-    import schemathesis
-
     t = fuzz_tenant
-    with t.gw.http_client(api_key=None) as h:
-        doc = h.get("/openapi.json").json()
-    schema = schemathesis.openapi.from_dict(doc).include(path_regex="^/iceberg/")
     real = {"namespace": "app", "table": "ev"}
-    cases = st.one_of(
-        schema.as_strategy(schemathesis.GenerationMode.POSITIVE),
-        schema.as_strategy(schemathesis.GenerationMode.NEGATIVE),
-        schema.as_strategy(schemathesis.GenerationMode.POSITIVE, path_parameters=real),
-        schema.as_strategy(schemathesis.GenerationMode.NEGATIVE, path_parameters=real),
-    )
+    cases = openapi_cases(t, real, lambda s: s.include(path_regex="^/iceberg/"))
     headers = {"authorization": f"Bearer {t.key}"}
 
     @seed(27)
