@@ -437,3 +437,35 @@ def test_parent_and_paging_parameters(gw: GatewayProcess, tiered: Tenant) -> Non
         config = h.get(f"{CATALOG}/config", params={"warehouse": "anything"}).json()
         assert set(config) == {"defaults", "overrides", "endpoints"}
         assert "GET /v1/{prefix}/namespaces/{namespace}/tables/{table}" in config["endpoints"]
+
+
+# --------------------------------------------------------------------------------------
+# Operations
+# --------------------------------------------------------------------------------------
+def test_metrics_count_each_route_and_what_engines_were_given(
+    gw: GatewayProcess, tiered: Tenant
+) -> None:
+    with catalog_http(gw, tiered.key) as h:
+        h.get(f"{CATALOG}/namespaces/app/tables/events")
+        h.post(f"{CATALOG}/oauth/tokens", data={"grant_type": "client_credentials",
+                                               "client_secret": tiered.key})  # fmt: skip
+        text = h.get("/metrics").text
+    route = 'route="/iceberg/v1/namespaces/{namespace}/tables/{table}"'
+    assert any(route in line and 'status="200"' in line for line in text.splitlines())
+    assert 'tidegate_iceberg_catalog_table_access_total{access="none"}' in text
+    assert "tidegate_iceberg_catalog_tokens_total" in text
+
+
+def test_the_operator_can_turn_the_catalog_off(tmp_path: Any) -> None:
+    off = GatewayProcess(
+        tmp_path / "gw",
+        {"TIDEGATE_HOT__TYPE": "disk", "TIDEGATE_COLD__REST_CATALOG__ENABLED": "false"},
+    ).start()
+    try:
+        with off.http_client() as h:
+            for path in ("/config", "/namespaces", "/oauth/tokens"):
+                status, _, message = iceberg_error(h.get(f"{CATALOG}{path}"))
+                assert status == 404 and "cold.rest_catalog.enabled=true" in message
+            assert h.get("/v1/tables").status_code == 200
+    finally:
+        off.stop()

@@ -174,6 +174,7 @@ def create_app(
     )
     app.state.tenant_of = tenant_of or gate_tenant_of(gate)
     app.state.gate = gate
+    app.state.iceberg = False
 
     async def handle_tidegate_error(request: Request, exc: Exception) -> Response:
         assert isinstance(exc, TidegateError)
@@ -188,6 +189,12 @@ def create_app(
         if _is_iceberg(request.url.path):
             # Unknown routes and methods of the catalog answer in the spec's shape too.
             what = f"{request.method} {request.url.path[:200]}"
+            if not request.app.state.iceberg and exc.status_code == 404:
+                message = (
+                    f"this gateway serves no Iceberg catalog ({what}): it needs the cold "
+                    "tier and cold.rest_catalog.enabled=true"
+                )
+                return iceberg_error(404, message, headers=exc.headers)
             message = {
                 404: f"no such route in the Iceberg catalog: {what}; GET "
                 f"{ICEBERG_PREFIX}/v1/config lists the endpoints served",
@@ -217,6 +224,7 @@ def create_app(
             from gateway.server.http.iceberg import iceberg_router
 
             app.include_router(iceberg_router(gate, calls))
+            app.state.iceberg = True
     for router in (tables_router, records_router, groups_router, scans_router):
         app.include_router(router(calls))
     return app
