@@ -35,6 +35,8 @@ __all__ = [
     "observe_http_request",
     "on_scrape",
     "record_append",
+    "record_catalog_access",
+    "record_catalog_token",
     "record_lake_job",
     "record_move",
     "record_move_outcome",
@@ -117,6 +119,30 @@ def observe_http_request(route: str, method: str, status: int, seconds: float) -
     """Count one answered HTTP request and its latency. ``route`` must be a template."""
     HTTP_REQUESTS.labels(route=route, method=method, status=str(status)).inc()
     HTTP_DURATION.labels(route=route, method=method).observe(seconds)
+
+
+CATALOG_TOKENS = Counter(
+    "tidegate_iceberg_catalog_tokens_total",
+    "Access tokens the Iceberg REST catalog issued for tenants' keys (/iceberg/v1/oauth/tokens).",
+)
+CATALOG_ACCESS = Counter(
+    "tidegate_iceberg_catalog_table_access_total",
+    "Table loads and credential requests of the Iceberg REST catalog, by what the engine "
+    "was given to read the files ('credentials': vended temporary ones, 'none': a local "
+    "warehouse or no role to vend with). Requests per route are "
+    'tidegate_http_requests_total{route=~"/iceberg/.*"}.',
+    ["access"],
+)
+
+
+def record_catalog_token() -> None:
+    """Count one access token issued by the Iceberg catalog."""
+    CATALOG_TOKENS.inc()
+
+
+def record_catalog_access(vended: bool) -> None:
+    """Count one table load or credential request of the Iceberg catalog."""
+    CATALOG_ACCESS.labels(access="credentials" if vended else "none").inc()
 
 
 TIERING_RECORDS = Counter(

@@ -36,9 +36,11 @@ __all__ = [
     "ROW_GROUP_ROWS",
     "SORTED_KEY",
     "WATERMARKS_PROPERTY",
+    "CatalogEntry",
     "ColdSnapshot",
     "ColdStore",
     "ColdTable",
+    "DataAccess",
     "DataFile",
     "DataFileWriter",
     "FileStats",
@@ -429,6 +431,35 @@ class SnapshotInfo:
     summary: Mapping[str, str]
 
 
+@dataclass(frozen=True, slots=True)
+class CatalogEntry:
+    """A table as an Iceberg REST catalog serves it: its current committed metadata file
+    and that file's JSON document (the spec's ``TableMetadata``)."""
+
+    metadata_location: str
+    metadata: Mapping[str, Any]
+
+    @property
+    def location(self) -> str:
+        return str(self.metadata.get("location", ""))
+
+
+@dataclass(frozen=True, slots=True)
+class DataAccess:
+    """How an engine outside Tidegate reads one table's files without the warehouse's
+    keys: FileIO properties for the table (region, endpoint, addressing: no secret) and,
+    where the warehouse needs them, temporary credentials valid only under ``prefix``
+    (the Iceberg REST spec's ``storage-credentials``)."""
+
+    config: Mapping[str, str] = field(default_factory=dict)
+    #: ``s3.access-key-id``, ``s3.secret-access-key``, ``s3.session-token``... Empty when
+    #: the files need none (a local folder) or none can be vended (no role configured).
+    credentials: Mapping[str, str] = field(default_factory=dict)
+    prefix: str = ""
+    #: Unix milliseconds the credentials stop working; None without credentials.
+    expires_at_ms: int | None = None
+
+
 class ColdTable(ABC):
     """One stream-table's Iceberg table."""
 
@@ -445,6 +476,15 @@ class ColdTable(ABC):
     @abstractmethod
     def snapshots(self) -> list[SnapshotInfo]:
         """Every retained snapshot, oldest first."""
+
+    @abstractmethod
+    def catalog_entry(self) -> CatalogEntry:
+        """The table's current committed metadata file and its document, read afresh
+        (what an Iceberg REST catalog answers ``loadTable`` with).
+
+        Raises:
+            NotFound: the Iceberg table does not exist.
+        """
 
     @abstractmethod
     def snapshot(self, as_of: int | dt.datetime | None = None) -> ColdSnapshot:
@@ -662,6 +702,17 @@ class ColdStore(ABC):
     @abstractmethod
     def storage_options(self) -> StorageOptions:
         """How tasks elsewhere reach the warehouse."""
+
+    @abstractmethod
+    def data_access(self, tenant: str, location: str) -> DataAccess:
+        """How an engine of ``tenant`` reads the files of the table at ``location`` (a
+        folder of that tenant) without the warehouse's keys: a local warehouse needs
+        nothing; object storage gets temporary credentials limited to reads under
+        ``location`` when the store can vend them. Never the warehouse's own keys.
+
+        Raises:
+            Unavailable: the credential service refused or could not be reached.
+        """
 
     @abstractmethod
     def close(self) -> None:

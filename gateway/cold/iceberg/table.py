@@ -21,6 +21,7 @@ from gateway.cold.base import (
     OPERATION_PROPERTY,
     SORTED_KEY,
     WATERMARKS_PROPERTY,
+    CatalogEntry,
     ColdSnapshot,
     ColdTable,
     DataFile,
@@ -281,6 +282,13 @@ class IcebergColdTable(ColdTable):
     def metadata_location(self) -> str:
         """The current metadata file (what an engine outside Tidegate opens)."""
         return str(self._load().metadata_location)
+
+    def catalog_entry(self) -> CatalogEntry:
+        table = self._load()
+        # Serialised as pyiceberg writes the metadata file itself (no nulls), so the
+        # document is the file's content for the committed metadata location.
+        document = json.loads(table.metadata.model_dump_json(exclude_none=True))
+        return CatalogEntry(str(table.metadata_location), document)
 
     def snapshots(self) -> list[SnapshotInfo]:
         out = []
