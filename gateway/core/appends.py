@@ -24,6 +24,7 @@ from gateway.wire.errors import (
     InvalidIdempotentAppend,
     InvalidRequest,
     SchemaMismatch,
+    SnapshotNotFound,
 )
 from gateway.wire.routing import partition_for_key, route_by_key
 from gateway.wire.schema import check_values, conform_batch
@@ -217,7 +218,11 @@ class AppendOps(CoreBase):
         if self.cold is None:
             return 0
         cold = self._cold_table(table)
-        return self._read_snapshot(table, cold, fresh=fresh).watermark(part.partition)
+        try:
+            return self._read_snapshot(table, cold, fresh=fresh).watermark(part.partition)
+        except SnapshotNotFound:
+            # No Iceberg table (yet: another gateway is creating it): nothing is tiered.
+            return 0
 
     def _reseed(self, table: TableView, part: PartitionId, why: str) -> None:
         """Re-open a partition whose hot state was lost at the highest offset known to be
@@ -251,7 +256,10 @@ class AppendOps(CoreBase):
             return
         cold = self._cold_table(table)
         for _ in range(5):
-            snap = self._read_snapshot(table, cold, fresh=True)
+            try:
+                snap = self._read_snapshot(table, cold, fresh=True)
+            except SnapshotNotFound:
+                return  # no Iceberg table yet: nothing tiered, nothing to record
             tiered = snap.watermark(part.partition)
             if tiered >= start:
                 return
