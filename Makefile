@@ -67,9 +67,14 @@ proto-check: setup
 	$(PY) scripts/gen_proto.py --check
 
 ## The long fuzz run of both edges (10,000 examples per part; CI runs 60): see
-## tests/hostile/test_fuzz.py. Prints the requests sent per edge.
+## tests/hostile/test_fuzz.py. Prints the requests sent per edge. Then every conversion of
+## values into Arrow over 5,000 edge values per column type, in a child process
+## (tests/hostile/conversions.py; CI runs 60).
 fuzz: setup
-	TIDEGATE_FUZZ_EXAMPLES=$${TIDEGATE_FUZZ_EXAMPLES:-10000} $(PY) -m pytest -p no:cacheprovider -q -s --timeout 0 tests/hostile/test_fuzz.py
+	TIDEGATE_FUZZ_EXAMPLES=$${TIDEGATE_FUZZ_EXAMPLES:-10000} \
+	TIDEGATE_CONVERSION_EXAMPLES=$${TIDEGATE_CONVERSION_EXAMPLES:-5000} \
+	$(PY) -m pytest -p no:cacheprovider -q -s --timeout 0 tests/hostile/test_fuzz.py \
+	  tests/hostile/test_conversions.py
 
 ## The fault suite (tests/faults, docs/durability.md): SEEDS seeds from FIRST (default 4
 ## from 1; `make faults SEEDS=200` is the long run), or one seed alone (`make faults SEED=17`).

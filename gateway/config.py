@@ -44,6 +44,7 @@ __all__ = [
     "RedisHotConfig",
     "RestCatalogConfig",
     "S3Config",
+    "ServedCatalogConfig",
     "ServerConfig",
     "Settings",
     "SqlCatalogConfig",
@@ -170,6 +171,37 @@ class S3Config(_Section):
     path_style: bool = Field(False, description="Path-style addressing (MinIO, moto).")
 
 
+class ServedCatalogConfig(_Section):
+    """The Iceberg REST catalog the gateway serves at ``/iceberg`` on its HTTP port:
+    read-only, each tenant sees its own tables (docs/engines.md)."""
+
+    enabled: bool = Field(
+        True, description="Serve the catalog (only with a cold tier: cold.enabled)."
+    )
+    token_ttl_s: int = Field(
+        3600,
+        ge=60,
+        le=24 * 3600,
+        description="Lifetime of the tokens /iceberg/v1/oauth/tokens issues for a tenant's "
+        "key (a revoked key or suspended tenant ends them within auth.key_cache_ttl_s).",
+    )
+    role_arn: str | None = Field(
+        None,
+        description="S3 warehouse: the IAM role assumed (STS AssumeRole) to vend a tenant "
+        "temporary read credentials for one table's files; '{tenant}' is replaced by the "
+        "tenant's name (one role per tenant). Unset: engines get no S3 credentials.",
+    )
+    credentials_duration_s: int = Field(
+        3600, ge=900, le=43200, description="Lifetime of vended S3 credentials."
+    )
+    sts_endpoint: str | None = Field(
+        None, description="STS endpoint URL; None: AWS's for cold.s3.region."
+    )
+    external_id: str | None = Field(
+        None, description="ExternalId sent with AssumeRole when the role's trust policy asks."
+    )
+
+
 class ColdConfig(_Section):
     """The cold tier: Iceberg catalog and warehouse."""
 
@@ -183,6 +215,10 @@ class ColdConfig(_Section):
     s3: S3Config = Field(default_factory=S3Config, description="Object storage access.")
     presign_expiry_s: int = Field(
         3600, ge=1, le=7 * 24 * 3600, description="Lifetime of presigned URLs in read plans."
+    )
+    rest_catalog: ServedCatalogConfig = Field(
+        default_factory=ServedCatalogConfig,
+        description="The tenant-scoped Iceberg REST catalog served at /iceberg.",
     )
     snapshot_cache_ms: int = Field(
         500,

@@ -35,6 +35,8 @@ __all__ = [
     "observe_http_request",
     "on_scrape",
     "record_append",
+    "record_catalog_access",
+    "record_catalog_token",
     "record_fenced",
     "record_group_changes",
     "record_lake_job",
@@ -182,6 +184,30 @@ def set_group_lags(lags: Sequence[tuple[str, str, str, int]], members: int, most
         )
 
 
+CATALOG_TOKENS = Counter(
+    "tidegate_iceberg_catalog_tokens_total",
+    "Access tokens the Iceberg REST catalog issued for tenants' keys (/iceberg/v1/oauth/tokens).",
+)
+CATALOG_ACCESS = Counter(
+    "tidegate_iceberg_catalog_table_access_total",
+    "Table loads and credential requests of the Iceberg REST catalog, by what the engine "
+    "was given to read the files ('credentials': vended temporary ones, 'none': a local "
+    "warehouse or no role to vend with). Requests per route are "
+    'tidegate_http_requests_total{route=~"/iceberg/.*"}.',
+    ["access"],
+)
+
+
+def record_catalog_token() -> None:
+    """Count one access token issued by the Iceberg catalog."""
+    CATALOG_TOKENS.inc()
+
+
+def record_catalog_access(vended: bool) -> None:
+    """Count one table load or credential request of the Iceberg catalog."""
+    CATALOG_ACCESS.labels(access="credentials" if vended else "none").inc()
+
+
 TIERING_RECORDS = Counter(
     "tidegate_tiering_records_total",
     "Records committed to Iceberg by tiering runs.",
@@ -306,6 +332,10 @@ SHARD_SEALED_RETRIES = Counter(
     "Appends a shard refused because a move had sealed the segment (sent again elsewhere).",
     ["shard"],
 )
+HOT_RESEEDS = Counter(
+    "tidegate_hot_reseeds_total",
+    "Partitions re-seeded because the hot tier had lost (or rolled back) their state.",
+)
 MOVES = Counter(
     "tidegate_hot_moves_total",
     "Partition moves between hot-tier shards run or finished by this process.",
@@ -321,6 +351,10 @@ MOVE_SECONDS = Histogram(
 def record_shard_append(shard: str, records: int, nbytes: int) -> None:
     SHARD_APPEND_RECORDS.labels(shard=shard).inc(records)
     SHARD_APPEND_BYTES.labels(shard=shard).inc(nbytes)
+
+
+def record_hot_reseed() -> None:
+    HOT_RESEEDS.inc()
 
 
 def record_sealed_retry(shard: str) -> None:

@@ -419,6 +419,63 @@ class MotoServer:
     def stop(self) -> None:
         stop_process(self.proc, 10)
 
+    # IAM enforcement ------------------------------------------------------------------
+    ACCOUNT = "123456789012"
+
+    def iam(self, access_key: str | None = None, secret_key: str | None = None) -> Any:
+        import boto3
+
+        return boto3.client(
+            "iam",
+            endpoint_url=self.endpoint,
+            aws_access_key_id=access_key or self.ACCESS_KEY,
+            aws_secret_access_key=secret_key or self.SECRET_KEY,
+            region_name=self.REGION,
+        )
+
+    def user_with_policy(self, name: str, statements: list[dict[str, Any]]) -> tuple[str, str]:
+        """An IAM user with an inline policy of ``statements``: its (access key, secret)."""
+        import json
+
+        iam = self.iam(*self.admin_keys) if self.enforcing else self.iam()
+        iam.create_user(UserName=name)
+        policy = {"Version": "2012-10-17", "Statement": statements}
+        iam.put_user_policy(UserName=name, PolicyName="p", PolicyDocument=json.dumps(policy))
+        made = iam.create_access_key(UserName=name)["AccessKey"]
+        return made["AccessKeyId"], made["SecretAccessKey"]
+
+    def role_with_policy(self, name: str, statements: list[dict[str, Any]]) -> str:
+        """An IAM role any principal of the account may assume, with an inline policy of
+        ``statements``: its ARN."""
+        import json
+
+        iam = self.iam(*self.admin_keys) if self.enforcing else self.iam()
+        trust = {
+            "Version": "2012-10-17",
+            "Statement": [
+                {"Effect": "Allow", "Principal": {"AWS": "*"}, "Action": "sts:AssumeRole"}
+            ],
+        }
+        arn = iam.create_role(RoleName=name, AssumeRolePolicyDocument=json.dumps(trust))
+        policy = {"Version": "2012-10-17", "Statement": statements}
+        iam.put_role_policy(RoleName=name, PolicyName="p", PolicyDocument=json.dumps(policy))
+        return str(arn["Role"]["Arn"])
+
+    enforcing = False
+    admin_keys: tuple[str, str] = ("", "")
+
+    def enforce_iam(self) -> None:
+        """From now on every request must be signed by an IAM user's (or an assumed role's)
+        keys and be allowed by its policies (moto's IAM enforcement). An administrator
+        user (every action allowed) is made first: :attr:`admin_keys`."""
+        import httpx
+
+        self.admin_keys = self.user_with_policy(
+            "tests-admin", [{"Effect": "Allow", "Action": "*", "Resource": "*"}]
+        )
+        httpx.post(f"{self.endpoint}/moto-api/reset-auth", content=b"0").raise_for_status()
+        self.enforcing = True
+
 
 def connect(target: str, **kwargs: Any) -> Client:
     """A gRPC client of the gateway at ``target``: the one place tests (and the child

@@ -15,6 +15,7 @@ import typer
 from gateway.cli._common import JsonFlag, TableArg, app, client_for, columns, group_app
 from gateway.wire.errors import InvalidRequest
 from gateway.wire.schema import SYSTEM_COLUMNS
+from gateway.wire.values import to_decimal
 
 
 def _json_lines(
@@ -83,8 +84,15 @@ def _file_batches(
         if fmt == "csv":
             import pyarrow.csv as pacsv
 
-            simple = {f.name: f.type for f in schema if not pa.types.is_nested(f.type)}
+            # Decimals are read as text and made exact in Python: Arrow's own CSV decimal
+            # parser crashes the process on an extreme exponent (0E-999999999).
+            simple = {
+                f.name: pa.string() if pa.types.is_decimal(f.type) else f.type
+                for f in schema
+                if not pa.types.is_nested(f.type)
+            }
             data = pacsv.read_csv(source, convert_options=pacsv.ConvertOptions(column_types=simple))
+            data = _csv_decimals(data, schema, where)
         else:
             import pyarrow.parquet as pq
 
@@ -96,6 +104,31 @@ def _file_batches(
     if present:
         data = data.drop_columns(present)
     yield from data.to_batches(max_chunksize=batch_rows)
+
+
+def _csv_decimals(data: pa.Table, schema: pa.Schema, where: str) -> pa.Table:
+    """``data`` with its decimal columns (read as text) converted to their types.
+
+    Raises:
+        InvalidRequest: naming the line and column of a value the type cannot hold.
+    """
+    for f in schema:
+        at = data.schema.get_field_index(f.name)
+        if at < 0 or not pa.types.is_decimal(f.type):
+            continue
+        values = []
+        for line, text in enumerate(data.column(at).to_pylist(), 2):
+            try:
+                values.append(
+                    None if text is None else to_decimal(text, f.type.precision, f.type.scale)
+                )
+            except ValueError as exc:
+                raise InvalidRequest(
+                    f"cannot read {where} as CSV: line {line}, column {f.name!r}: {exc}",
+                    column=f.name,
+                ) from None
+        data = data.set_column(at, pa.field(f.name, f.type), pa.array(values, f.type))
+    return data
 
 
 def _csv_header(path: Path | None) -> list[str]:

@@ -23,6 +23,7 @@ from gateway.wire.errors import InvalidPartition, SchemaMismatch
 from gateway.wire.retry import Retry
 from gateway.wire.routing import partition_for_key, route_by_key
 from gateway.wire.schema import conform_batch
+from gateway.wire.values import rescaled_rows
 
 __all__ = ["Accumulator", "Delivery", "Finished", "Piece", "ProducerBatch", "ProducerConfig"]
 
@@ -380,7 +381,7 @@ class Accumulator:
                     )
                 batch = self._arrow_rows(rows)
             else:
-                batch = pa.RecordBatch.from_pylist(rows, schema=self.table.schema)
+                batch = self._arrow_rows(rows, check=False)
         return self._add_batch(batch, partition, single=False)
 
     def add_dict(self, row: dict[str, Any], partition: int | None, future: Any) -> bool:
@@ -426,12 +427,15 @@ class Accumulator:
             self._close(p)
         return True
 
-    def _arrow_rows(self, rows: Sequence[Mapping[str, Any]]) -> pa.RecordBatch:
-        """Dict rows the Python check could not vouch for, converted by Arrow."""
-        for row in rows:
-            self.plan.check_columns(row)
+    def _arrow_rows(self, rows: Sequence[Any], *, check: bool = True) -> pa.RecordBatch:
+        """Dict rows the Python check could not vouch for, converted by Arrow (their
+        decimals made exact first: Arrow may crash on an extreme exponent)."""
+        if check:
+            for row in rows:
+                self.plan.check_columns(row)
         try:
-            return pa.RecordBatch.from_pylist(list(rows), schema=self.table.schema)
+            exact = rescaled_rows(list(rows), self.table.schema)
+            return pa.RecordBatch.from_pylist(list(exact), schema=self.table.schema)
         except (pa.ArrowException, OverflowError, TypeError, ValueError) as exc:
             raise SchemaMismatch(f"rows do not match the table schema: {exc}") from exc
 

@@ -38,6 +38,7 @@ import pyarrow as pa
 
 from gateway.wire.errors import SchemaMismatch
 from gateway.wire.schema import columns_mismatch
+from gateway.wire.values import exact_decimal, rescaled_column
 
 __all__ = ["RowPlan", "columns_to_batch", "values_to_batch"]
 
@@ -140,13 +141,11 @@ def _time_check(v: Any) -> int:
 def _decimal_check(precision: int, scale: int) -> Check:
     def check(v: Any) -> int:
         if type(v) is decimal.Decimal:
-            if not v.is_finite():
-                raise _Refused(f"{v} is not a finite decimal")
-            _, digits, exponent = v.as_tuple()
-            assert isinstance(exponent, int)
-            if exponent >= -scale and len(digits) + exponent + scale <= precision:
-                return 16
-            return UNSURE  # trailing zeros may still rescale; Arrow decides
+            try:
+                exact_decimal(v, precision, scale)  # rescaled so in columns_to_batch
+            except ValueError as exc:
+                raise _Refused(str(exc)) from None
+            return 16
         if isinstance(v, float | str):
             raise _refuse(v, "a Decimal or an int")
         return UNSURE
@@ -353,7 +352,8 @@ def columns_to_batch(columns: Sequence[Sequence[Any]], schema: pa.Schema) -> pa.
     arrays = []
     for f, col in zip(schema, columns, strict=True):
         try:
-            arr = pa.array(col, type=f.type)
+            # Decimals made exact first: Arrow itself may crash on an extreme exponent.
+            arr = pa.array(rescaled_column(col, f), type=f.type)
         except _ARROW_REFUSALS as exc:
             raise _refused_value(f, col, exc) from exc
         if not f.nullable and arr.null_count:
@@ -366,7 +366,7 @@ def _refused_value(f: pa.Field, col: Sequence[Any], exc: BaseException) -> Schem
     """The one-sentence error for the first value of ``col`` Arrow refuses for ``f``."""
     for v in col:
         try:
-            pa.array([v], type=f.type)
+            pa.array(rescaled_column([v], f), type=f.type)
         except _ARROW_REFUSALS as one:
             return SchemaMismatch(
                 f"column {f.name!r} cannot hold {type(v).__name__} {v!r:.60} as {f.type}: {one}",

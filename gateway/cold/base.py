@@ -30,14 +30,17 @@ if TYPE_CHECKING:
     from gateway.wire.filters import Expr
 
 __all__ = [
+    "LOST_PROPERTY",
     "OFFSET_SORT",
     "OPERATION_PROPERTY",
     "ROW_GROUP_ROWS",
     "SORTED_KEY",
     "WATERMARKS_PROPERTY",
+    "CatalogEntry",
     "ColdSnapshot",
     "ColdStore",
     "ColdTable",
+    "DataAccess",
     "DataFile",
     "DataFileWriter",
     "FileStats",
@@ -50,6 +53,10 @@ __all__ = [
 ]
 
 WATERMARKS_PROPERTY = "tidegate.watermarks"
+#: Snapshot summary property holding the offsets lost with a hot tier's state, per
+#: partition, as ``{"p": [[start, end], ...]}``: ranges below ``T(p)`` no data file holds
+#: and no record will ever have (see ``ColdTable.commit_lost``). Carried by every commit.
+LOST_PROPERTY = "tidegate.lost"
 #: Snapshot summary property naming the lake job that committed it (``compact``...).
 OPERATION_PROPERTY = "tidegate.operation"
 #: Parquet key-value metadata of data files written sorted by ``_offset`` (by tiering and
@@ -80,9 +87,22 @@ class ColdSnapshot:
     #: ``T(p)`` per partition, from the snapshot summary; a missing partition is 0.
     watermarks: Mapping[int, int] = field(default_factory=dict)
     timestamp_ms: int | None = None
+    #: Offsets lost with a hot tier's state (``LOST_PROPERTY``): partition -> ranges
+    #: ``(start, end)``, ordered and disjoint. Reads pass over them.
+    lost: Mapping[int, tuple[tuple[int, int], ...]] = field(default_factory=dict)
 
     def watermark(self, partition: int) -> int:
         return int(self.watermarks.get(partition, 0))
+
+    def lost_through(self, partition: int, start: int, end: int) -> bool:
+        """Whether every offset of ``[start, end)`` of ``partition`` was lost."""
+        at = start
+        for lo, hi in self.lost.get(partition, ()):
+            if lo <= at < hi:
+                at = hi
+            if at >= end:
+                return True
+        return at >= end
 
 
 @dataclass(frozen=True, slots=True)
@@ -411,6 +431,35 @@ class SnapshotInfo:
     summary: Mapping[str, str]
 
 
+@dataclass(frozen=True, slots=True)
+class CatalogEntry:
+    """A table as an Iceberg REST catalog serves it: its current committed metadata file
+    and that file's JSON document (the spec's ``TableMetadata``)."""
+
+    metadata_location: str
+    metadata: Mapping[str, Any]
+
+    @property
+    def location(self) -> str:
+        return str(self.metadata.get("location", ""))
+
+
+@dataclass(frozen=True, slots=True)
+class DataAccess:
+    """How an engine outside Tidegate reads one table's files without the warehouse's
+    keys: FileIO properties for the table (region, endpoint, addressing: no secret) and,
+    where the warehouse needs them, temporary credentials valid only under ``prefix``
+    (the Iceberg REST spec's ``storage-credentials``)."""
+
+    config: Mapping[str, str] = field(default_factory=dict)
+    #: ``s3.access-key-id``, ``s3.secret-access-key``, ``s3.session-token``... Empty when
+    #: the files need none (a local folder) or none can be vended (no role configured).
+    credentials: Mapping[str, str] = field(default_factory=dict)
+    prefix: str = ""
+    #: Unix milliseconds the credentials stop working; None without credentials.
+    expires_at_ms: int | None = None
+
+
 class ColdTable(ABC):
     """One stream-table's Iceberg table."""
 
@@ -427,6 +476,15 @@ class ColdTable(ABC):
     @abstractmethod
     def snapshots(self) -> list[SnapshotInfo]:
         """Every retained snapshot, oldest first."""
+
+    @abstractmethod
+    def catalog_entry(self) -> CatalogEntry:
+        """The table's current committed metadata file and its document, read afresh
+        (what an Iceberg REST catalog answers ``loadTable`` with).
+
+        Raises:
+            NotFound: the Iceberg table does not exist.
+        """
 
     @abstractmethod
     def snapshot(self, as_of: int | dt.datetime | None = None) -> ColdSnapshot:
@@ -504,6 +562,18 @@ class ColdTable(ABC):
         Exactly once: if the current snapshot is no longer ``base`` (a concurrent commit),
         nothing is committed and ``CommitConflict`` (retryable) is raised so the caller
         re-plans from the new snapshot. Watermarks never move backwards.
+        """
+
+    @abstractmethod
+    def commit_lost(self, partition: int, end: int, base: ColdSnapshot) -> ColdSnapshot:
+        """Record that the offsets ``[T(p), end)`` of ``partition`` are lost (a hot tier
+        lost them before tiering did, and re-seeded the partition at ``end``): one commit
+        that raises ``T(p)`` to ``end`` without data and adds the range to
+        ``tidegate.lost``, so that tiering goes on from ``end`` and reads pass over it.
+        Nothing is committed when ``T(p)`` is already at or above ``end``.
+
+        Raises:
+            CommitConflict: the table moved since ``base``; retry from the new snapshot.
         """
 
     @abstractmethod
@@ -632,6 +702,17 @@ class ColdStore(ABC):
     @abstractmethod
     def storage_options(self) -> StorageOptions:
         """How tasks elsewhere reach the warehouse."""
+
+    @abstractmethod
+    def data_access(self, tenant: str, location: str) -> DataAccess:
+        """How an engine of ``tenant`` reads the files of the table at ``location`` (a
+        folder of that tenant) without the warehouse's keys: a local warehouse needs
+        nothing; object storage gets temporary credentials limited to reads under
+        ``location`` when the store can vend them. Never the warehouse's own keys.
+
+        Raises:
+            Unavailable: the credential service refused or could not be reached.
+        """
 
     @abstractmethod
     def close(self) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import logging
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -11,17 +12,27 @@ from dataclasses import dataclass
 import numpy as np
 import pyarrow as pa
 
+from gateway import metrics
 from gateway.core.base import CoreBase
 from gateway.core.names import INT64_MAX, check_text
 from gateway.core.views import TableView
 from gateway.hot import AppendResult, PartitionId, ProducerSequence
 from gateway.wire.codec import PAYLOAD_CHUNK_BYTES, Compression, StreamInfo, encode_batch
-from gateway.wire.errors import InvalidIdempotentAppend, InvalidRequest, SchemaMismatch
+from gateway.wire.errors import (
+    CommitConflict,
+    HotStateLost,
+    InvalidIdempotentAppend,
+    InvalidRequest,
+    SchemaMismatch,
+    SnapshotNotFound,
+)
 from gateway.wire.routing import partition_for_key, route_by_key
 from gateway.wire.schema import check_values, conform_batch
 from gateway.wire.types import AppendRange
 
 __all__ = ["AppendOps", "ClientStream"]
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,6 +76,7 @@ class AppendOps(CoreBase):
         """
         table = await self.table(tenant, namespace, name)
         d = table.definition
+        self._start_recording_marks()
         if (producer_id is None) != (sequence is None):
             raise InvalidIdempotentAppend("producer_id and sequence go together")
         if producer_id is not None and (
@@ -123,7 +135,9 @@ class AppendOps(CoreBase):
             count = sum(b.num_rows for b in conformed)
             p = next(iter(routes))
             part = PartitionId(d.tenant, d.table_id, p)
-            res = await self._run(self.hot.append, part, stream.data, count, timestamp_us, producer)
+            res = await self._run(
+                self._hot_append, table, part, stream.data, count, timestamp_us, producer
+            )
             self._notifier.notify(part)
             return [AppendRange(p, res.base_offset, res.count, res.duplicate)]
         whole: list[pa.RecordBatch] = []
@@ -152,7 +166,7 @@ class AppendOps(CoreBase):
                 batch = combined()
                 rows = batch if idx is None else batch.take(idx)
                 payload = encode_batch(rows, compression)
-                return self.hot.append(part, payload, rows.num_rows, timestamp_us, producer)
+                return self._hot_append(table, part, payload, rows.num_rows, timestamp_us, producer)
 
             res = await self._run(write)
             self._notifier.notify(part)
@@ -160,6 +174,114 @@ class AppendOps(CoreBase):
 
         jobs = [store(p, idx) for p, idx in routes.items()]
         return list(await asyncio.gather(*jobs))
+
+    def _hot_append(
+        self,
+        table: TableView,
+        part: PartitionId,
+        payload: bytes,
+        count: int,
+        timestamp_us: int,
+        producer: ProducerSequence | None,
+    ) -> AppendResult:
+        """Store one batch in the hot tier (on an I/O thread), never at an offset the
+        tier may have assigned before.
+
+        The first append of this process to a partition checks that the hot tier's high
+        watermark is not below the tiered watermark ``T(p)`` (a disk tier that lost
+        unsynced writes, a Redis restored from an older snapshot). A hot tier that holds
+        no state for the partition, or an older state than it was seen with, refuses the
+        append (:class:`HotStateLost`): the partition is then re-seeded at the highest
+        offset known to have been assigned, and the batch appended once more.
+        """
+        if part not in self._hot_checked:
+            floor = self._tiered_floor(table, part, fresh=False)
+            high = self.hot.offsets(part).high
+            if high < floor:
+                self._reseed(
+                    table,
+                    part,
+                    f"the hot tier holds partition {part.path} up to offset {high}, below its "
+                    f"tiered watermark {floor}: it lost writes",
+                )
+            self._hot_checked.add(part)
+        try:
+            res = self.hot.append(part, payload, count, timestamp_us, producer, floor=0)
+        except HotStateLost as exc:
+            self._reseed(table, part, exc.message)
+            res = self.hot.append(part, payload, count, timestamp_us, producer, floor=0)
+        self._mark(part, res.base_offset + res.count)
+        return res
+
+    def _tiered_floor(self, table: TableView, part: PartitionId, *, fresh: bool) -> int:
+        """``T(p)`` of the partition, from the table's current (or cached) snapshot."""
+        if self.cold is None:
+            return 0
+        cold = self._cold_table(table)
+        try:
+            return self._read_snapshot(table, cold, fresh=fresh).watermark(part.partition)
+        except SnapshotNotFound:
+            # No Iceberg table (yet: another gateway is creating it): nothing is tiered.
+            return 0
+
+    def _reseed(self, table: TableView, part: PartitionId, why: str) -> None:
+        """Re-open a partition whose hot state was lost at the highest offset known to be
+        assigned: the tiered watermark (fresh from the snapshot), the watermarks the
+        metadata store last saw, and whatever the hot tier itself remembers."""
+        d = table.definition
+        floor = self._tiered_floor(table, part, fresh=True)
+        for state in self.meta.partitions(d.table_id):
+            if state.partition == part.partition:
+                floor = max(floor, state.high_watermark, state.tiered_watermark)
+        hw = self.hot.open_partition(part, floor)
+        metrics.record_hot_reseed()
+        log.warning(
+            "%s; re-seeded partition %d of %s.%s (tenant %s) at offset %d, the highest known "
+            "to have been assigned: new records get offsets from there on (docs/durability.md "
+            "says which hot-tier settings keep acknowledged records through such a loss)",
+            why,
+            part.partition,
+            d.namespace,
+            d.name,
+            d.tenant,
+            hw,
+        )
+        self._record_lost(table, part, hw)
+
+    def _record_lost(self, table: TableView, part: PartitionId, start: int) -> None:
+        """Record in the cold tier that the offsets between ``T(p)`` and ``start``, where
+        the hot tier was re-seeded, are lost: tiering then goes on from ``start`` and
+        reads pass over them. Tiering records it too when this does not get through."""
+        if self.cold is None:
+            return
+        cold = self._cold_table(table)
+        for _ in range(5):
+            try:
+                snap = self._read_snapshot(table, cold, fresh=True)
+            except SnapshotNotFound:
+                return  # no Iceberg table yet: nothing tiered, nothing to record
+            tiered = snap.watermark(part.partition)
+            if tiered >= start:
+                return
+            try:
+                cold.commit_lost(part.partition, start, snap)
+            except CommitConflict:
+                continue
+            self._snapshots.pop(table.definition.table_id, None)
+            d = table.definition
+            log.error(
+                "records at offsets %d to %d of partition %d of %s.%s (tenant %s) were "
+                "acknowledged, then lost with the hot tier's state before tiering moved "
+                "them; those offsets are recorded as lost (snapshot property tidegate.lost) "
+                "and are never assigned again",
+                tiered,
+                start - 1,
+                part.partition,
+                d.namespace,
+                d.name,
+                d.tenant,
+            )
+            return
 
     def _encoding(self) -> Compression:
         """How the gateway compresses a payload it encodes itself (``producer``, keeping a

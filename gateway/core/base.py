@@ -4,11 +4,13 @@ definitions, cold table handles and snapshots."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
+import logging
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import TYPE_CHECKING, ParamSpec, TypeVar
+from typing import TYPE_CHECKING, Generic, ParamSpec, TypeVar
 
 from gateway.config import Settings
 from gateway.core.budget import ReadBudget
@@ -26,8 +28,13 @@ __all__ = ["CoreBase"]
 
 P = ParamSpec("P")
 R = TypeVar("R")
+K = TypeVar("K")
 
 _TABLE_CACHE_TTL_S = TABLE_VIEW_TTL_S
+#: How often a process records the high watermarks it acknowledged (see ``_mark``).
+MARKS_INTERVAL_S = 1.0
+
+log = logging.getLogger(__name__)
 
 
 class _Notifier:
@@ -48,23 +55,34 @@ class _Notifier:
             ev.set()
 
 
-class SchemaMemo:
+class BoundedSet(Generic[K]):
+    """A set that forgets everything once it holds ``limit`` items: for memos whose
+    loss only costs work done again."""
+
+    def __init__(self, limit: int) -> None:
+        self._items: set[K] = set()
+        self._limit = limit
+
+    def __contains__(self, item: K) -> bool:
+        return item in self._items
+
+    def add(self, item: K) -> None:
+        if len(self._items) >= self._limit:
+            self._items.clear()
+        self._items.add(item)
+
+    def discard(self, item: K) -> None:
+        self._items.discard(item)
+
+
+class SchemaMemo(BoundedSet[tuple[str, str, int, bytes]]):
     """A bounded set of ``(check, table id, schema version, schema message)``: the schema
     messages that passed ``check`` for that version. It forgets everything once full
     (dropped tables and clients sending ever-new schema bytes cannot grow it); forgetting
     only costs a check again."""
 
     def __init__(self, limit: int = 4096) -> None:
-        self._seen: set[tuple[str, str, int, bytes]] = set()
-        self._limit = limit
-
-    def __contains__(self, key: tuple[str, str, int, bytes]) -> bool:
-        return key in self._seen
-
-    def add(self, key: tuple[str, str, int, bytes]) -> None:
-        if len(self._seen) >= self._limit:
-            self._seen.clear()
-        self._seen.add(key)
+        super().__init__(limit)
 
 
 class CoreBase:
@@ -97,6 +115,15 @@ class CoreBase:
         #: exactly it (``AppendOps._as_is``), hot payloads found to read under it
         #: (``ReadOps._check_stored_schema``).
         self._schemas_checked = SchemaMemo()
+        #: Partitions whose hot tier this process found at or above ``T(p)`` (checked at
+        #: its first append to each; see ``AppendOps._hot_append``). Bounded: forgetting
+        #: only costs a check again.
+        self._hot_checked: BoundedSet[PartitionId] = BoundedSet(65536)
+        #: Table id -> partition -> the highest offset + 1 this process acknowledged since
+        #: it last recorded them in the metadata store (every second, and at close): what a
+        #: partition is re-seeded above if its hot state is lost (``AppendOps._reseed``).
+        self._marks: dict[str, dict[int, int]] = {}
+        self._marks_task: asyncio.Task[None] | None = None
         self._notifier = _Notifier()
         #: Read data held at once, for the process and per tenant.
         self.budget = ReadBudget(
@@ -118,11 +145,48 @@ class CoreBase:
         return await self._run(fn, *args, **kwargs)
 
     def close(self) -> None:
+        if self._marks_task is not None:
+            self._marks_task.cancel()
         self._pool.shutdown(wait=True, cancel_futures=True)
+        with contextlib.suppress(Exception):  # best effort: the hot tier still has them
+            self._record_marks()
         self.hot.close()
         if self.cold is not None:
             self.cold.close()
         self.meta.close()
+
+    def _mark(self, part: PartitionId, end: int) -> None:
+        """Remember that ``part`` has offsets assigned below ``end`` (an acknowledged
+        append), to be recorded by :meth:`_record_marks`."""
+        marks = self._marks.setdefault(part.table_id, {})
+        if marks.get(part.partition, 0) < end:
+            marks[part.partition] = end
+
+    def _record_marks(self) -> None:
+        """Raise the metadata store's high watermarks to what this process acknowledged."""
+        marks, self._marks = self._marks, {}
+        for i, (table_id, by_partition) in enumerate(marks.items()):
+            try:
+                self.meta.update_high_watermarks(table_id, by_partition)
+            except BaseException:
+                for later, rest in list(marks.items())[i:]:  # kept for the next time
+                    mine = self._marks.setdefault(later, {})
+                    for p, end in rest.items():
+                        mine[p] = max(end, mine.get(p, 0))
+                raise
+
+    def _start_recording_marks(self) -> None:
+        if self._marks_task is None:
+            self._marks_task = asyncio.get_running_loop().create_task(self._record_marks_loop())
+
+    async def _record_marks_loop(self) -> None:
+        while True:
+            await asyncio.sleep(MARKS_INTERVAL_S)
+            if self._marks:
+                try:
+                    await self._run(self._record_marks)
+                except Exception as exc:  # recorded next time; appends go on meanwhile
+                    log.warning("recording high watermarks failed (%s); trying again", exc)
 
     async def table(
         self, tenant: str, namespace: str, name: str, *, fresh: bool = False

@@ -85,7 +85,10 @@ class ScanOps(CoreBase):
         for p in range(d.partitions):
             o = self.hot.offsets(PartitionId(d.tenant, d.table_id, p))
             lo = snap.watermark(p) if snap is not None else o.low
-            lo = max(lo, earliest.get(p, 0))
+            # The hot tier starts above T(p) only when it lost its state and was re-seeded
+            # above it (it trims below committed watermarks only): the offsets in between
+            # are lost, not to be read.
+            lo = max(lo, earliest.get(p, 0), o.low)
             if o.high > lo:
                 ranges.append(HotRange(p, lo, o.high))
         return snap, ranges, earliest

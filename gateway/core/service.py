@@ -6,12 +6,14 @@ batches back. Blocking backend calls run on a dedicated thread pool so the event
 waits on disk or network I/O.
 
 The operations come in groups, one module each, over one shared :class:`CoreBase` (the way
-redis-py composes its command groups): tables, appends, reads, scans, consumer groups.
+redis-py composes its command groups): tables, appends, reads, scans, consumer groups,
+the Iceberg catalog's view.
 """
 
 from __future__ import annotations
 
 from gateway.core.appends import AppendOps
+from gateway.core.catalog import CatalogOps
 from gateway.core.groups import GroupOps
 from gateway.core.reads import ReadOps
 from gateway.core.scans import ScanOps
@@ -20,5 +22,6 @@ from gateway.core.tables import TableOps
 __all__ = ["StreamTables"]
 
 
-class StreamTables(TableOps, AppendOps, ReadOps, ScanOps, GroupOps):
-    """Create, describe, list, drop, append to, read, scan and plan stream-tables."""
+class StreamTables(TableOps, AppendOps, ReadOps, ScanOps, GroupOps, CatalogOps):
+    """Create, describe, list, drop, append to, read, scan and plan stream-tables, and
+    show a tenant's tables as an Iceberg catalog does."""

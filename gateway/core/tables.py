@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import logging
 from collections.abc import Sequence
 from typing import Any
 
@@ -11,13 +12,15 @@ from gateway.core.base import CoreBase
 from gateway.core.names import check_ident, check_retention
 from gateway.core.views import MaintenanceView, PartitionView, TableView
 from gateway.hot import PartitionId
-from gateway.wire.errors import InvalidRequest, InvalidSchema, SchemaChangeRefused
+from gateway.wire.errors import InvalidRequest, InvalidSchema, SchemaChangeRefused, TidegateError
 from gateway.wire.evolution import ACCEPTED, apply_changes
 from gateway.wire.schema import fields_to_json, parse_fields
 
 MAX_PARTITIONS = 4096
 
 __all__ = ["TableOps"]
+
+log = logging.getLogger(__name__)
 
 
 class TableOps(CoreBase):
@@ -81,6 +84,17 @@ class TableOps(CoreBase):
                 with contextlib.suppress(Exception):
                     await self._run(self.meta.drop_table, tenant, namespace, name)
                 raise
+        # The hot tier learns the partitions exist, at offset 0: an append to a partition
+        # it holds no state for means the state was lost (see AppendOps._hot_append). A
+        # failure here is not the caller's: the first append opens them then.
+        parts = [PartitionId(d.tenant, d.table_id, p) for p in range(partitions)]
+        try:
+            await self._run(self.hot.open_partitions, parts)
+        except TidegateError as exc:
+            log.info("opening the partitions of %s.%s later: %s", namespace, name, exc)
+        else:
+            for part in parts:
+                self._hot_checked.add(part)
         return await self.describe_table(tenant, namespace, name)
 
     async def alter_schema(self, tenant: str, namespace: str, name: str, changes: Any) -> TableView:

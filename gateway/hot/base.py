@@ -110,6 +110,8 @@ class HotLog(ABC):
         count: int,
         timestamp_us: int,
         producer: ProducerSequence | None = None,
+        *,
+        floor: int | None = None,
     ) -> AppendResult:
         """Store one batch and assign its offsets atomically.
 
@@ -124,6 +126,10 @@ class HotLog(ABC):
             timestamp_us: append time, microseconds since the epoch (UTC).
             producer: idempotence identity; a batch whose ``(producer_id, sequence)`` was
                 already stored for this partition is not stored again.
+            floor: the lowest high watermark the caller knows the partition has reached;
+                the partition must then exist (see :meth:`open_partition`). None: the
+                caller knows nothing of it, and a partition without state is created at
+                offset 0 (unless this process saw it before).
 
         Returns:
             The assigned range; for a duplicate, the original range and ``duplicate=True``.
@@ -132,8 +138,34 @@ class HotLog(ABC):
             OutOfOrderSequence: ``producer.sequence`` skips one or more sequences.
             InvalidIdempotentAppend: the sequence is older than the de-duplication window,
                 or the retried batch's record count differs from the stored one.
+            HotStateLost: ``floor`` is given and the backend holds no state for the
+                partition (it was never opened with :meth:`open_partition`, or its state
+                was lost), or its high watermark is below ``floor`` or below one this
+                process saw: nothing was stored. The caller opens the partition again at
+                a safe offset and retries.
             Unavailable: the backend cannot be reached.
         """
+
+    @abstractmethod
+    def open_partition(self, part: PartitionId, floor: int) -> int:
+        """Make the partition take appends from ``floor`` on at the lowest: a partition
+        without state is created with its high watermark at ``floor``; one whose high
+        watermark is below ``floor`` (its state was rolled back) starts over, empty, at
+        ``floor``; one already at or above ``floor`` is left as it is. Safe to repeat and to
+        race with other processes doing the same.
+
+        Returns:
+            The partition's high watermark afterwards (``>= floor``).
+
+        Raises:
+            Unavailable: the backend cannot be reached.
+        """
+
+    def open_partitions(self, parts: Sequence[PartitionId]) -> None:
+        """Open new partitions at offset 0 (a new table's): :meth:`open_partition` each;
+        a backend may batch them."""
+        for part in parts:
+            self.open_partition(part, 0)
 
     @abstractmethod
     def read(

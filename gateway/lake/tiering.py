@@ -403,9 +403,23 @@ class RunReport(Generic[R]):
         return not self.failures
 
 
+class _Lost(Exception):
+    """The hot tier of a partition starts above its tiered watermark: it lost its state
+    and was re-seeded higher (see ``AppendOps._hot_append``)."""
+
+    def __init__(self, partition: int, tiered: int, low: int) -> None:
+        super().__init__(partition, tiered, low)
+        self.partition, self.tiered, self.low = partition, tiered, low
+
+
 def _tasks(
     c: Components, d: TableDef, cold: ColdTable, base: ColdSnapshot, run_id: str
 ) -> list[RangeTask]:
+    """The ranges to move, one per partition with records above ``T(p)``.
+
+    Raises:
+        _Lost: a partition's hot tier starts above ``T(p)``.
+    """
     ranges = []
     for p in range(d.partitions):
         part = PartitionId(d.tenant, d.table_id, p)
@@ -414,10 +428,7 @@ def _tasks(
         if o.high <= t:
             continue
         if o.low > t:
-            raise TieringError(
-                f"{d.qualified_name} partition {p}: the hot tier starts at {o.low}, above "
-                f"the tiered watermark {t}; offsets [{t}, {o.low}) are lost"
-            )
+            raise _Lost(p, t, o.low)
         ranges.append((p, t, o.high))
     if not ranges:
         return []
@@ -496,6 +507,31 @@ def tier_table(
         base = cold.snapshot()
         try:
             tasks = _tasks(c, d, cold, base, run_id)
+        except _Lost as lost:
+            # Only ever after the hot tier lost its state (trims stay below committed
+            # watermarks, retention commits before it trims): the gateway that re-seeded
+            # the partition records the range as lost; this does it when that did not
+            # get through. On the current snapshot only (a conflict re-plans).
+            try:
+                cold.commit_lost(lost.partition, lost.low, base)
+            except CommitConflict as err:
+                conflicts += 1
+                delay = retry.next_delay(err, conflicts, started)
+                if delay is None:
+                    raise
+                time.sleep(delay)
+                continue
+            log.error(
+                "%s partition %d: the hot tier starts at %d, above the tiered watermark %d: "
+                "offsets %d to %d were lost with the hot tier's state; recorded as lost",
+                d.qualified_name,
+                lost.partition,
+                lost.low,
+                lost.tiered,
+                lost.tiered,
+                lost.low - 1,
+            )
+            continue
         except TieringError as exc:
             if not _moved_on(c, cold, base, exc, conflicts + 1, retry, started):
                 raise

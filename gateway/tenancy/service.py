@@ -22,11 +22,12 @@ from gateway.core import StreamTables
 from gateway.hot import PartitionId
 from gateway.meta.tenants import TenantStore
 from gateway.tenancy.admin import TenantAdmin
-from gateway.tenancy.auth import Authenticator, Principal, run_blocking
+from gateway.tenancy.auth import Authenticator, Principal, bearer_key, run_blocking
 from gateway.tenancy.buckets import LocalBuckets, RedisBuckets, TokenBuckets
 from gateway.tenancy.gate import Gate
 from gateway.tenancy.metering import Meter
 from gateway.tenancy.quotas import QuotaGuard
+from gateway.tenancy.tokens import TOKEN_PREFIX, CatalogTokens
 from gateway.wire.errors import PermissionDenied, Unauthenticated
 
 __all__ = ["Tenancy"]
@@ -55,6 +56,11 @@ class Tenancy(Gate):
         self.auth = Authenticator(self.tenants, operator_key, settings.auth.key_cache_ttl_s, clock)
         self.guard = QuotaGuard(settings, self.tenants, buckets, self.meter, self.hot_bytes_of)
         self.admin = TenantAdmin(self)
+        #: Tokens of the Iceberg REST catalog's OAuth2 exchange.
+        self.catalog_tokens = CatalogTokens(
+            self.auth.derive_secret("iceberg-catalog-token"),
+            settings.cold.rest_catalog.token_ttl_s,
+        )
         self._flusher: asyncio.Task[None] | None = None
         #: Storage samplers run for every active tenant before a usage flush; each returns
         #: ``{"hot_bytes": n}`` / ``{"cold_bytes": n}``. The hot tier's is built in; the cold
@@ -124,6 +130,46 @@ class Tenancy(Gate):
         self.meter.add(tenant, requests=1)
         await self.guard.charge_request(tenant)
         return tenant
+
+    async def catalog_tenant(self, authorization: str | None) -> str:
+        """The tenant of an Iceberg catalog request: its credential is the tenant's API
+        key or a token of :meth:`catalog_token`, sent as ``Bearer``; counts the request
+        as :meth:`tenant_of` does.
+
+        Raises:
+            Unauthenticated: no, a bad, an expired or a revoked credential.
+            TenantSuspended, PermissionDenied (the operator key), Throttled.
+        """
+        key = bearer_key(authorization)
+        if key.startswith(TOKEN_PREFIX):
+            opened = self.catalog_tokens.open(key)
+            if opened is None:
+                raise Unauthenticated("the catalog token is invalid or has expired")
+            key = opened
+        return await self.tenant_of(f"Bearer {key}")
+
+    async def catalog_token(self, client_id: str | None, secret: str) -> tuple[str, str]:
+        """The OAuth2 client-credentials exchange of the Iceberg catalog: ``secret`` is a
+        tenant's API key (or a token of this method, to refresh it), ``client_id`` the
+        tenant's name or empty. Answers the new token and the tenant.
+
+        Raises:
+            Unauthenticated: a bad key, or a client_id that is not the key's tenant.
+            TenantSuspended, PermissionDenied (the operator key), Throttled.
+        """
+        key = secret.strip()
+        if key.startswith(TOKEN_PREFIX):
+            opened = self.catalog_tokens.open(key)
+            if opened is None:
+                raise Unauthenticated("the catalog token is invalid or has expired")
+            key = opened
+        if not key:
+            raise Unauthenticated("the client secret must be a tenant's API key")
+        tenant = await self.tenant_of(f"Bearer {key}")
+        if client_id and client_id != tenant:
+            # Not the key's tenant: refused like a wrong key, naming nothing of it.
+            raise Unauthenticated("the client id must be the API key's tenant (or empty)")
+        return self.catalog_tokens.issue(key), tenant
 
     async def still_allowed(self, authorization: str | None, tenant: str) -> None:
         principal = await self.auth.authenticate(authorization)

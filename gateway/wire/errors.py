@@ -42,6 +42,8 @@ for retryable errors), the FastAPI handler into ``{"error": {"reason", "message"
         ├── CommitConflict             ABORTED / 409: the Iceberg table moved; re-plan
         ├── Throttled                  RESOURCE_EXHAUSTED / 429, carries retry_after_ms
         └── Unavailable                UNAVAILABLE / 503: a backend is down
+            └── HotStateLost           the hot tier holds no (or an older) state of a
+                                       partition: the core re-seeds it, never reuses offsets
 """
 
 from __future__ import annotations
@@ -54,6 +56,7 @@ __all__ = [
     "AlreadyExists",
     "CommitConflict",
     "GroupNotEmpty",
+    "HotStateLost",
     "IllegalGeneration",
     "InvalidIdempotentAppend",
     "InvalidPartition",
@@ -312,6 +315,16 @@ class Unavailable(RetryableError):
     grpc_code = grpc.StatusCode.UNAVAILABLE
     http_status = 503
     reason = "UNAVAILABLE"
+
+
+class HotStateLost(Unavailable):
+    """The hot tier has no state for a partition, or an older one than was seen
+    (an emptied or rolled-back Redis, a removed partition folder): the append was not
+    applied. The core re-seeds the partition at its tiered watermark (or higher) and
+    appends again; offsets below what was tiered or acknowledged are never assigned again.
+    """
+
+    reason = "HOT_STATE_LOST"
 
 
 def _all_subclasses(cls: type[TidegateError]) -> list[type[TidegateError]]:

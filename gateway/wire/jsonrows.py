@@ -12,6 +12,7 @@ import binascii
 import datetime as dt
 import decimal
 import json
+import sys
 from collections.abc import Collection, Iterable
 from typing import Any
 
@@ -19,6 +20,7 @@ import pyarrow as pa
 
 from gateway.wire.errors import MalformedPayload, SchemaMismatch
 from gateway.wire.schema import columns_mismatch
+from gateway.wire.values import to_decimal
 
 __all__ = ["batch_to_rows", "parse_json", "rows_to_batch"]
 
@@ -53,7 +55,7 @@ def _from_json(value: Any, t: pa.DataType, where: str) -> Any:
         if pa.types.is_decimal(t):
             if isinstance(value, bool) or not isinstance(value, str | int | float):
                 raise TypeError("expected a decimal string or number")
-            return _decimal(value, t)
+            return to_decimal(value, t.precision, t.scale)
         if pa.types.is_timestamp(t):
             return _timestamp_from_json(value, t)
         if pa.types.is_date(t):
@@ -93,28 +95,6 @@ def _from_json(value: Any, t: pa.DataType, where: str) -> Any:
             raise SchemaMismatch(f"{where}: {exc}") from exc
         raise SchemaMismatch(f"{where}: {exc} for type {t}, got {value!r:.80}") from exc
     raise SchemaMismatch(f"{where}: type {t} cannot be written from JSON")  # pragma: no cover
-
-
-def _decimal(value: str | int | float, t: pa.Decimal128Type) -> decimal.Decimal:
-    """``value`` as a decimal that fits ``t`` exactly, or a ValueError that says what fits."""
-    fits = (
-        f"{t} holds up to {t.precision - t.scale} digits before the point and {t.scale} "
-        f'after, e.g. "{"1" * min(2, t.precision - t.scale) or "0"}.{"5" * t.scale}"'
-    )
-    try:
-        d = decimal.Decimal(str(value).strip())
-    except decimal.InvalidOperation:
-        raise ValueError(f"{str(value)[:40]!r} is not a decimal number; {fits}") from None
-    if not d.is_finite():
-        raise ValueError(f"{value!r} is not a finite number; {fits}")
-    _, digits, exponent = d.as_tuple()
-    after = max(0, -int(exponent))
-    before = max(0, len(digits) + int(exponent))
-    if after > t.scale and d != d.quantize(decimal.Decimal(1).scaleb(-t.scale)):
-        raise ValueError(f"{value} has {after} digits after the point; {fits}")
-    if before > t.precision - t.scale and d.adjusted() >= t.precision - t.scale:
-        raise ValueError(f"{value} has {before} digits before the point; {fits}")
-    return d
 
 
 def _timestamp_from_json(value: Any, t: pa.TimestampType) -> Any:
@@ -214,5 +194,12 @@ def parse_json(body: bytes) -> Any:
         return json.loads(body)
     except RecursionError:
         raise MalformedPayload("body is not accepted: JSON nested too deeply") from None
-    except ValueError as exc:  # JSONDecodeError, UnicodeDecodeError, over-long integers
+    except json.JSONDecodeError as exc:
         raise MalformedPayload(f"body is not valid JSON: {exc}") from None
+    except UnicodeDecodeError:
+        raise MalformedPayload("body is not valid JSON: it is not UTF-8 text") from None
+    except ValueError:  # an integer longer than Python converts from text
+        raise MalformedPayload(
+            f"body is not accepted: a number in it has more than {sys.get_int_max_str_digits()} "
+            "digits"
+        ) from None

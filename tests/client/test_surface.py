@@ -30,6 +30,7 @@ def test_public_surface_is_pinned() -> None:
         "GroupMemberInfo",
         "GroupNotEmpty",
         "GroupPartitionInfo",
+        "HotStateLost",
         "IllegalGeneration",
         "InvalidIdempotentAppend",
         "InvalidPartition",

@@ -183,6 +183,42 @@ def test_commit_from_a_stale_base_conflicts(cold_store: IcebergColdStore) -> Non
     assert sum(b.num_rows for b in table.scan(table.snapshot())) == 10
 
 
+@pytest.mark.parametrize("storage", ["local-sqlite"], indirect=True)  # no storage specifics
+def test_lost_offsets_raise_the_watermark_and_every_later_commit_keeps_them(
+    cold_store: IcebergColdStore,
+) -> None:
+    """Issue 33, item 3: offsets lost with a hot tier's state are recorded in the snapshot
+    summary (``tidegate.lost``), with ``T(p)`` raised past them, and kept by tiering,
+    compaction and retention commits alike."""
+    table = cold_store.create_table(table_def(ALL_TYPES), ALL_TYPES)
+    _, f = write(cold_store, table, 0, 0, 10)
+    s1 = table.commit_tiered([f], {0: 10}, table.snapshot())
+    with pytest.raises(CommitConflict):
+        table.commit_lost(0, 25, ColdSnapshot(None, {}, None))  # a stale base
+    s2 = table.commit_lost(0, 25, s1)
+    assert s2.watermarks == {0: 25} and s2.lost == {0: ((10, 25),)}
+    assert table.commit_lost(0, 20, s2) == s2  # already past: nothing committed
+    assert table.snapshot() == s2
+    assert s2.lost_through(0, 10, 25) and s2.lost_through(0, 12, 20)
+    assert not s2.lost_through(0, 9, 25) and not s2.lost_through(0, 10, 26)
+    assert not s2.lost_through(1, 10, 11)
+    _, g = write(cold_store, table, 0, 25, 5)
+    s3 = table.commit_tiered([g], {0: 30}, s2)
+    s4 = table.commit_lost(0, 40, s3)
+    assert s4.lost == {0: ((10, 25), (30, 40))} and s4.watermarks == {0: 40}
+    assert s4.lost_through(0, 10, 25) and not s4.lost_through(0, 10, 31)
+    _, h = write(cold_store, table, 1, 0, 3)
+    s5 = table.commit_tiered([h], {1: 3}, s4)
+    after, _ = table.commit_retention({0: 5})
+    summary = table._load().current_snapshot().summary  # type: ignore[union-attr]
+    assert summary["tidegate.operation"] == "retention"
+    assert after.lost == s5.lost == {0: ((10, 25), (30, 40))}
+    assert json.loads(summary["tidegate.lost"]) == {"0": [[10, 25], [30, 40]]}
+    # The rows around the holes read as before, in offset order.
+    rows = [o for b in table.read_range(after, 0, 5, 40) for o in b.column("_offset").to_pylist()]
+    assert rows == [*range(5, 10), *range(25, 30)]
+
+
 class RecordingFS:
     """The warehouse filesystem, recording which files are opened for reading."""
 

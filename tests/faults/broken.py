@@ -40,6 +40,8 @@ class AckFirstLog(DiskHotLog):
         count: int,
         timestamp_us: int,
         producer: ProducerSequence | None = None,
+        *,
+        floor: int | None = None,
     ) -> AppendResult:
         with self._guard:
             base = self._next.get(part)

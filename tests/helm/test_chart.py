@@ -280,6 +280,17 @@ def test_defaults_are_one_stateful_gateway_that_tiers_itself() -> None:
     assert rendered.one("ConfigMap")["data"]["TIDEGATE_TIERING__ENABLED"] == "true"
 
 
+def test_the_iceberg_catalog_is_served_by_default_and_vends_with_the_role_given() -> None:
+    data = Rendered().one("ConfigMap")["data"]
+    assert data["TIDEGATE_COLD__REST_CATALOG__ENABLED"] == "true"
+    assert "TIDEGATE_COLD__REST_CATALOG__ROLE_ARN" not in data
+    s3 = Rendered(example("redis-postgres-s3")).one("ConfigMap")["data"]
+    assert s3["TIDEGATE_COLD__REST_CATALOG__ROLE_ARN"].endswith(":role/tidegate-{tenant}")
+    assert s3["TIDEGATE_COLD__REST_CATALOG__STS_ENDPOINT"].startswith("http://minio")
+    off = Rendered({"cold": {"restCatalog": {"enabled": False}}}).one("ConfigMap")["data"]
+    assert off["TIDEGATE_COLD__REST_CATALOG__ENABLED"] == "false"
+
+
 def test_tiering_cronjob_turns_the_embedded_schedule_off() -> None:
     rendered = Rendered(example("redis-postgres-s3"))
     assert rendered.one("ConfigMap")["data"]["TIDEGATE_TIERING__ENABLED"] == "false"

@@ -103,20 +103,27 @@ def check_grpc(fn: Any, what: str) -> None:
 
 
 # HTTP: schemathesis --------------------------------------------------------------------
-def test_http_api_fuzzed_from_its_openapi_document(fuzz_tenant: Tenant) -> None:
+def openapi_cases(t: Tenant, real: dict[str, Any], select: Any) -> st.SearchStrategy[Any]:
+    """Requests made from the gateway's OpenAPI document (the operations ``select`` keeps),
+    positive and negative, half of them with the ``real`` names in the path (so they reach
+    the routes' work instead of answering 404)."""
     import schemathesis
 
-    t = fuzz_tenant
     with t.gw.http_client(api_key=None) as h:
         doc = h.get("/openapi.json").json()
-    schema = schemathesis.openapi.from_dict(doc).exclude(path_regex="^/v1/admin")
-    real = {"namespace": "app", "name": "ev", "partition": 0, "group": "g1"}
-    cases = st.one_of(
+    schema = select(schemathesis.openapi.from_dict(doc))
+    return st.one_of(
         schema.as_strategy(schemathesis.GenerationMode.POSITIVE),
         schema.as_strategy(schemathesis.GenerationMode.NEGATIVE),
         schema.as_strategy(schemathesis.GenerationMode.POSITIVE, path_parameters=real),
         schema.as_strategy(schemathesis.GenerationMode.NEGATIVE, path_parameters=real),
     )
+
+
+def test_http_api_fuzzed_from_its_openapi_document(fuzz_tenant: Tenant) -> None:
+    t = fuzz_tenant
+    real = {"namespace": "app", "name": "ev", "partition": 0, "group": "g1"}
+    cases = openapi_cases(t, real, lambda s: s.exclude(path_regex="^/v1/admin"))
     headers = {"authorization": f"Bearer {t.key}"}
 
     @seed(18)
@@ -304,6 +311,127 @@ def test_grpc_request_messages(fuzz_tenant: Tenant) -> None:
         if method == "DropTable":  # pragma: no cover - not generated: keep the table
             return
         check_grpc(lambda: getattr(stub, method)(request, timeout=30), f"{method} {request}")
+
+    run()
+    alive(t)
+
+
+# The Iceberg REST catalog (issue 27) ----------------------------------------------------
+OAUTH_ERRORS = {
+    "invalid_request",
+    "invalid_client",
+    "invalid_grant",
+    "unauthorized_client",
+    "unsupported_grant_type",
+    "invalid_scope",
+}
+
+
+def check_iceberg(r: httpx.Response, what: str) -> None:
+    """Not a 5xx, and an error in the Iceberg spec's shape (``{"error": {message, type,
+    code}}``; HEAD answers carry no body)."""
+    check_http(r, what)
+    if r.status_code >= 400 and r.request.method != "HEAD":
+        err = r.json()["error"]
+        assert err["code"] == r.status_code and err["type"] and err["message"], (what, r.text)
+
+
+def test_iceberg_catalog_fuzzed_from_its_openapi_document(fuzz_tenant: Tenant) -> None:
+    t = fuzz_tenant
+    real = {"namespace": "app", "table": "ev"}
+    cases = openapi_cases(t, real, lambda s: s.include(path_regex="^/iceberg/"))
+    headers = {"authorization": f"Bearer {t.key}"}
+
+    @seed(27)
+    @FUZZ
+    @given(case=cases)
+    def run(case: Any) -> None:
+        r = case.call(base_url=t.gw.http_url, headers=headers, timeout=30)
+        what = f"{case.method} {case.formatted_path} {str(case.body)[:200]}"
+        if case.formatted_path.endswith("/oauth/tokens"):
+            check_http(r, what)
+            if r.status_code >= 400:
+                assert r.json()["error"] in OAUTH_ERRORS, (what, r.text)
+        else:
+            check_iceberg(r, what)
+
+    run()
+    with t.http() as http:  # the table is intact: every change was refused
+        assert http.get("/iceberg/v1/namespaces/app/tables/ev").status_code == 200
+    alive(t)
+
+
+form_values = st.one_of(
+    st.sampled_from(
+        ["client_credentials", "urn:ietf:params:oauth:grant-type:token-exchange", "", "catalog"]
+    ),
+    st.text(max_size=64),
+)
+
+
+@st.composite
+def token_requests(draw: st.DrawFn) -> tuple[bytes, dict[str, str]]:
+    fields = draw(
+        st.dictionaries(
+            st.sampled_from(
+                ["grant_type", "client_id", "client_secret", "scope", "subject_token",
+                 "subject_token_type", "x"]
+            ) | st.text(max_size=8),
+            form_values,
+            max_size=6,
+        )
+    )  # fmt: skip
+    from urllib.parse import urlencode
+
+    body = urlencode(fields).encode()
+    if draw(st.booleans()):
+        body = draw(st.binary(max_size=256)) if draw(st.booleans()) else body + b"&%ff=%"
+    headers = {
+        "content-type": draw(
+            st.sampled_from(
+                ["application/x-www-form-urlencoded", "application/json", "text/plain", ""]
+            )
+        )
+    }
+    auth = draw(st.one_of(st.none(), st.text(max_size=40), st.sampled_from(["Basic", "Basic !"])))
+    if auth is not None and auth.isascii() and "\n" not in auth and "\r" not in auth:
+        headers["authorization"] = auth
+    return body, headers
+
+
+def test_iceberg_token_requests_fuzzed(fuzz_tenant: Tenant) -> None:
+    t = fuzz_tenant
+
+    @seed(27)
+    @FUZZ
+    @given(request=token_requests())
+    def run(request: tuple[bytes, dict[str, str]]) -> None:
+        body, headers = request
+        with t.gw.http_client(api_key=None) as h:
+            r = h.post("/iceberg/v1/oauth/tokens", content=body, headers=headers)
+        check_http(r, f"{headers} {body[:100]!r}")
+        assert r.status_code in (200, 400, 401, 413), r.text
+        if r.status_code != 200:
+            assert r.json()["error"] in OAUTH_ERRORS, r.text
+
+    run()
+    alive(t)
+
+
+def test_iceberg_odd_names_in_paths(fuzz_tenant: Tenant) -> None:
+    t = fuzz_tenant
+    names = st.one_of(st.text(min_size=1, max_size=300), st.sampled_from(["app", "ev"]))
+
+    @seed(27)
+    @FUZZ
+    @given(namespace=names, table=names, method=st.sampled_from(["GET", "HEAD", "POST", "DELETE"]))
+    def run(namespace: str, table: str, method: str) -> None:
+        from urllib.parse import quote
+
+        path = f"/iceberg/v1/namespaces/{quote(namespace, safe='')}/tables/{quote(table, safe='')}"
+        with t.http() as http:
+            r = http.request(method, path)
+        check_iceberg(r, f"{method} {path[:200]}")
 
     run()
     alive(t)

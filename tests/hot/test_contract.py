@@ -28,6 +28,7 @@ from gateway.hot import (
     load_hot_log,
 )
 from gateway.wire.errors import (
+    HotStateLost,
     InvalidIdempotentAppend,
     OffsetOutOfRange,
     OutOfOrderSequence,
@@ -432,6 +433,54 @@ def test_drop_deletes_data_and_producer_state(hot_log: HotLog, part: PartitionId
     hot_log.drop(part)
     hot_log.drop(part)  # dropping twice is harmless
     assert hot_log.offsets(part) == LogOffsets(0, 0, 0)
+
+
+# Lost state (issue 33, item 3) ---------------------------------------------------------------
+def test_an_append_that_knows_the_partition_never_starts_it_over(
+    hot_log: HotLog, part: PartitionId
+) -> None:
+    """A caller that knows the partition (``floor``) is refused, with nothing stored, by a
+    partition without state: it is never silently created again at offset 0."""
+    with pytest.raises(HotStateLost):
+        hot_log.append(part, b"x", 1, 0, floor=0)
+    assert hot_log.offsets(part) == LogOffsets(0, 0, 0)
+    assert hot_log.open_partition(part, 7) == 7
+    assert hot_log.offsets(part) == LogOffsets(7, 7, 0)
+    assert hot_log.append(part, b"ab", 2, 1, floor=0) == AppendResult(7, 2)
+    assert hot_log.open_partition(part, 3) == 9  # at or above the floor: left alone
+    assert hot_log.open_partition(part, 9) == 9
+    assert read_all(hot_log, part) == [StoredBatch(7, 2, 1, b"ab")]
+    with pytest.raises(OffsetOutOfRange):
+        hot_log.read(part, 6, 10, BIG)  # below the re-seeded start
+
+
+def test_a_partition_behind_a_known_floor_is_refused_then_started_over(
+    hot_log: HotLog, part: PartitionId
+) -> None:
+    """A high watermark below what the caller knows was reached (a rolled-back state) is
+    refused; opening it at that floor starts it over, empty, there."""
+    hot_log.open_partition(part, 0)
+    append_batches(hot_log, part, [3, 2])
+    hot_log.append(part, b"p", 1, 0, seq("p", 0), floor=0)
+    with pytest.raises(HotStateLost):
+        hot_log.append(part, b"x", 1, 0, floor=20)
+    assert hot_log.offsets(part).high == 6
+    assert hot_log.open_partition(part, 20) == 20
+    assert hot_log.offsets(part) == LogOffsets(20, 20, 0)
+    assert hot_log.append(part, b"y", 1, 5, floor=20) == AppendResult(20, 1)
+    # The producer state from before is gone with the rest: the sequence is new again.
+    assert hot_log.append(part, b"p", 1, 0, seq("p", 0), floor=0) == AppendResult(21, 1)
+    assert [b.base_offset for b in read_all(hot_log, part)] == [20, 21]
+
+
+def test_new_partitions_open_at_zero(hot_log: HotLog) -> None:
+    parts = [new_partition(p) for p in range(3)]
+    hot_log.open_partitions(parts)
+    hot_log.open_partitions(parts)  # again: nothing changes
+    for p in parts:
+        assert hot_log.append(p, b"x", 2, 0, floor=0) == AppendResult(0, 2)
+    hot_log.open_partitions(parts)
+    assert [hot_log.offsets(p).high for p in parts] == [2, 2, 2]
 
 
 def test_everything_survives_a_new_instance(

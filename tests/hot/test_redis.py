@@ -20,6 +20,7 @@ from redis.crc import key_slot
 from gateway.hot import HotLog, PartitionId, ProducerSequence, StoredBatch, load_hot_log
 from gateway.hot.redis import RedisHotLog, partition_key_pattern, partition_keys
 from gateway.wire.errors import (
+    HotStateLost,
     InvalidIdempotentAppend,
     OffsetOutOfRange,
     OutOfOrderSequence,
@@ -497,3 +498,72 @@ def test_offset_out_of_range_carries_earliest_and_latest(
         log.read(part, 21, 10, 100)
     assert high.value.details == {"offset": 21, "earliest": 10, "latest": 20}
     assert log.read(part, 20, 10, 100) == []
+
+
+# Lost state (issue 33, item 3) ------------------------------------------------------------
+def test_an_emptied_redis_is_refused_then_reopened_where_this_process_left_it(
+    own_redis: RedisServer, part: PartitionId
+) -> None:
+    """Redis restarted without persistence (or FLUSHALL): a process that appended to the
+    partition never appends at offsets it assigned before."""
+    own_redis.extra_args = ["--appendonly", "no"]
+    own_redis.restart()
+    hot = RedisHotLog(own_redis.url)
+    try:
+        assert hot.append(part, b"a", 5, 0).base_offset == 0  # a caller that knows nothing
+        assert hot.append(part, b"b", 3, 0).base_offset == 5
+        own_redis.restart()  # nothing kept on disk: everything is gone
+        with pytest.raises(HotStateLost, match="holds no state"):
+            hot.append(part, b"c", 1, 0)  # even without a floor: this process saw it at 8
+        assert hot.offsets(part).high == 0
+        assert hot.open_partition(part, 0) == 8  # what it saw, over the floor given
+        assert hot.append(part, b"c", 1, 0, floor=0).base_offset == 8
+        assert [b.base_offset for b in read_all(hot, part, 8)] == [8]
+    finally:
+        hot.close()
+
+
+def test_a_redis_restored_from_an_older_snapshot_is_refused(
+    own_redis: RedisServer, part: PartitionId
+) -> None:
+    """``appendonly no`` with RDB snapshots: a restart loads the last dump, older than what
+    was acknowledged since. The high watermark went back: refused, then started over at
+    the highest offset this process saw."""
+    own_redis.extra_args = ["--appendonly", "no"]
+    own_redis.restart()
+    hot = RedisHotLog(own_redis.url)
+    client = redis.Redis(port=own_redis.port)
+    try:
+        hot.append(part, b"a", 4, 0)
+        client.save()  # the dump holds offsets [0, 4)
+        hot.append(part, b"b", 6, 0)
+        own_redis.restart()
+        assert hot.offsets(part).high == 4  # rolled back
+        with pytest.raises(HotStateLost, match="older state"):
+            hot.append(part, b"c", 1, 0, floor=0)
+        assert hot.open_partition(part, 0) == 10
+        assert hot.offsets(part).low == 10
+        assert hot.append(part, b"c", 1, 0, floor=0).base_offset == 10
+    finally:
+        client.close()
+        hot.close()
+
+
+def test_reopening_a_sealed_segment_follows_the_move(own_redis: RedisServer) -> None:
+    """A segment sealed by a move is never opened again: opening the partition goes to
+    the chain's new active segment."""
+    from gateway.hot.redis.scripts import REOPEN_LUA
+
+    client = redis.Redis(port=own_redis.port)
+    try:
+        log_key, meta_key = "tg:{x}:log", "tg:{x}:meta"
+        client.hset(meta_key, mapping={"hw": 3, "sealed": 1})
+        reopen = client.register_script(REOPEN_LUA)
+        assert reopen(keys=[log_key, meta_key], args=[10]) == [0, b"3"]
+        assert client.hget(meta_key, "hw") == b"3"
+        client.delete(meta_key)
+        assert reopen(keys=[log_key, meta_key], args=[10]) == [1, b"10"]
+        assert client.hmget(meta_key, "hw", "low", "start") == [b"10", b"10", b"10"]
+        assert reopen(keys=[log_key, meta_key], args=[4]) == [1, b"10"]
+    finally:
+        client.close()

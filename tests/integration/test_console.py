@@ -584,3 +584,46 @@ def test_every_page_loads_only_what_the_gateway_serves(
     for asset in assets:
         got = s.http.get(asset)
         assert got.status_code == 200 and len(got.content) > 1000, asset
+
+
+def test_the_table_page_gives_the_catalog_and_snippets_that_run(
+    gw: GatewayProcess, signed_in: Callable[[str | None], Session]
+) -> None:
+    """Issue 27: the page names the Iceberg catalog and shows DuckDB, pyiceberg and Spark
+    code with a placeholder for the key (never the key); the first two, once the key is
+    pasted in, read the table's tiered rows."""
+    import html
+
+    from tests.integration.iceberg_catalog import duckdb_with_extensions, pyiceberg_catalog, tier
+
+    tenant, key = new_tenant(gw)
+    table_with_rows(gw, key, "shown", [{"name": "page", "type": "string"}], [{"page": "/a"}])
+    tier(gw)
+    page = signed_in(key).http.get(f"/console/tenants/{tenant}/tables/web/shown").text
+    assert key not in page
+    uri = re.search(r'id="catalog-uri">([^<]+)<', page)
+    assert uri is not None and uri.group(1) == f"{gw.http_url}/iceberg"
+    snippets = {
+        name: html.unescape(m.group(1)).replace("<your API key>", key)
+        for name, m in (
+            (n, re.search(rf'id="snippet-{n}"><code>(.*?)</code>', page, re.DOTALL))
+            for n in ("duckdb", "pyiceberg", "spark")
+        )
+        if m is not None
+    }
+    assert set(snippets) == {"duckdb", "pyiceberg", "spark"}
+    assert f"spark.sql.catalog.tg.uri={gw.http_url}/iceberg" in snippets["spark"]
+    scope: dict[str, Any] = {}
+    exec(snippets["pyiceberg"], scope)  # the page's code, as a user would paste it
+    assert scope["rows"].column("page").to_pylist() == ["/a"]
+    con = duckdb_with_extensions()  # what INSTALL would fetch, from the PyPI packages
+    try:
+        statements = [s for s in snippets["duckdb"].split(";") if s.strip()]
+        assert statements[0].strip() == "INSTALL iceberg"
+        for statement in statements[2:-1]:
+            con.execute(statement)
+        got = con.sql(statements[-1]).arrow().read_all()  # (no pytz for fetchall)
+    finally:
+        con.close()
+    assert got.column("page").to_pylist() == ["/a"]
+    assert pyiceberg_catalog(gw, token=key).table_exists("web.shown")

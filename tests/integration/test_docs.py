@@ -91,16 +91,17 @@ def _duckdb_home(home: Path) -> None:
 
     home.mkdir(exist_ok=True)
     con = duckdb.connect(config={"extension_directory": str(home / ".duckdb" / "extensions")})
-    for name in ("avro", "iceberg"):
+    for name in ("avro", "httpfs", "aws", "iceberg"):
         con.execute(f"INSTALL '{extension_file(name)}'")
     con.close()
 
 
 def test_readme_tiering_and_direct_iceberg_reads(tmp_path: Path) -> None:
-    """The Tiering section's commands and its pyiceberg and DuckDB example, on a gateway that
-    tiers every half second (the text waits one 30 s interval: the test waits one of its)."""
+    """The Tiering section's commands, then "Query it from any engine": pyiceberg and DuckDB
+    through the gateway's Iceberg REST catalog, on a gateway that tiers every half second
+    (the text waits one 30 s interval: the test waits one of its)."""
     (commands,) = blocks("Tiering", "sh")
-    (python,) = blocks("Tiering", "python")
+    (python,) = blocks("Query it from any engine", "python")
     gateway = GatewayProcess(
         tmp_path / "gw",
         {
@@ -125,7 +126,7 @@ def test_readme_tiering_and_direct_iceberg_reads(tmp_path: Path) -> None:
         assert any(line.split()[2:4] == ["append", "2"] for line in lines if line[:1].isdigit())
         _duckdb_home(tmp_path / "home")
         env["HOME"] = str(tmp_path / "home")
-        code = python.replace("127.0.0.1:50051", gateway.grpc_target)
+        code = python.replace("127.0.0.1:8080", gateway.http_url.removeprefix("http://"))
         printed = run(code, env, tmp_path, python=True)
         expected = [line.lstrip("# ") for line in python.splitlines() if line.startswith("# [")]
         assert printed.splitlines() == expected

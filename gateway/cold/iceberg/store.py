@@ -12,9 +12,18 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
-from gateway.cold.base import ColdStore, DataFile, PlannedFile, StorageOptions, fs_path
+from gateway.cold.base import (
+    ColdStore,
+    DataAccess,
+    DataFile,
+    PlannedFile,
+    StorageOptions,
+    fs_path,
+)
 from gateway.cold.iceberg.schema import arrow_to_iceberg
 from gateway.cold.iceberg.table import IcebergColdTable
+from gateway.cold.iceberg.vending import StsVendor
+from gateway.wire.errors import PermissionDenied
 from gateway.wire.schema import OFFSET_COLUMN, PARTITION_COLUMN, parse_fields
 
 if TYPE_CHECKING:
@@ -54,11 +63,14 @@ class IcebergColdStore(ColdStore):
         warehouse: str,
         io_properties: Mapping[str, str],
         presign_expiry_s: int = 3600,
+        vendor: StsVendor | None = None,
     ) -> None:
         self.catalog = catalog
         self.warehouse = warehouse.rstrip("/")
         self.io_properties = dict(io_properties)
         self.presign_expiry_s = presign_expiry_s
+        #: Vends engines temporary S3 credentials (None: a local warehouse, or no role).
+        self.vendor = vendor
         self._s3: Any = None
         self._fs: Any = None
         self._lock = threading.Lock()
@@ -103,7 +115,19 @@ class IcebergColdStore(ColdStore):
             if c.credential:
                 rest["credential"] = c.credential
             catalog = RestCatalog(c.name, **rest)
-        return cls(catalog, warehouse, io, cfg.presign_expiry_s)
+        vendor = None
+        served = cfg.rest_catalog
+        if served.role_arn and warehouse.startswith(("s3://", "s3a://")):
+            sts: dict[str, Any] = {"region_name": cfg.s3.region}
+            if served.sts_endpoint:
+                sts["endpoint_url"] = served.sts_endpoint
+            if cfg.s3.access_key_id:
+                sts["aws_access_key_id"] = cfg.s3.access_key_id
+                sts["aws_secret_access_key"] = cfg.s3.secret_access_key
+            vendor = StsVendor(
+                served.role_arn, served.credentials_duration_s, sts, served.external_id
+            )
+        return cls(catalog, warehouse, io, cfg.presign_expiry_s, vendor)
 
     def _identifier(self, table: TableDef) -> tuple[str, str, str]:
         return (table.tenant, table.namespace, table.name)
@@ -239,6 +263,30 @@ class IcebergColdStore(ColdStore):
 
     def storage_options(self) -> StorageOptions:
         return StorageOptions(self.warehouse, self.io_properties)
+
+    def data_access(self, tenant: str, location: str) -> DataAccess:
+        location = location.rstrip("/")
+        if not location.startswith(f"{self.warehouse}/{tenant}/"):
+            # Every table of a tenant lives under its prefix (create_table); anything else
+            # was not made by this gateway for this tenant: hand out nothing for it.
+            raise PermissionDenied(
+                "this table's files are outside the tenant's folder of the warehouse; "
+                "no access to them can be vended"
+            )
+        if not location.startswith(("s3://", "s3a://")):
+            return DataAccess(prefix=location)
+        # What an engine needs to reach the bucket, and never a key: the warehouse's own
+        # keys stay in io_properties.
+        p = self.io_properties
+        config = {"s3.region": p.get("s3.region", ""), "client.region": p.get("s3.region", "")}
+        if p.get("s3.endpoint"):
+            config["s3.endpoint"] = p["s3.endpoint"]
+        path_style = p.get("s3.force-virtual-addressing") != "true"
+        config["s3.path-style-access"] = "true" if path_style else "false"
+        config["s3.force-virtual-addressing"] = "false" if path_style else "true"
+        if self.vendor is None:
+            return DataAccess(config=config, prefix=location)
+        return self.vendor.vend(tenant, location, config)
 
     def filesystem(self) -> Any:
         """The warehouse's pyarrow filesystem, built once (thread-safe to share)."""

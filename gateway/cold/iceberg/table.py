@@ -16,10 +16,12 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from gateway.cold.base import (
+    LOST_PROPERTY,
     OFFSET_SORT,
     OPERATION_PROPERTY,
     SORTED_KEY,
     WATERMARKS_PROPERTY,
+    CatalogEntry,
     ColdSnapshot,
     ColdTable,
     DataFile,
@@ -190,6 +192,30 @@ def _watermarks(summary: Any) -> dict[int, int]:
     return {int(k): int(v) for k, v in json.loads(raw).items()}
 
 
+def _lost(summary: Any) -> dict[int, tuple[tuple[int, int], ...]]:
+    raw = None if summary is None else summary.additional_properties.get(LOST_PROPERTY)
+    if not raw:
+        return {}
+    return {
+        int(p): tuple((int(lo), int(hi)) for lo, hi in ranges)
+        for p, ranges in json.loads(raw).items()
+    }
+
+
+def _carried(summary: Any) -> dict[str, str]:
+    """The properties every new snapshot carries from the current one besides the
+    watermarks: the lost ranges."""
+    raw = None if summary is None else summary.additional_properties.get(LOST_PROPERTY)
+    return {LOST_PROPERTY: raw} if raw else {}
+
+
+def _lost_props(lost: Mapping[int, Sequence[tuple[int, int]]]) -> dict[str, str]:
+    if not lost:
+        return {}
+    doc = {str(p): [list(r) for r in lost[p]] for p in sorted(lost)}
+    return {LOST_PROPERTY: json.dumps(doc, separators=(",", ":"))}
+
+
 def _current_id(table: Any) -> int | None:
     snap = table.current_snapshot()
     return None if snap is None else int(snap.snapshot_id)
@@ -198,7 +224,9 @@ def _current_id(table: Any) -> int | None:
 def _cold_snapshot(snap: Any) -> ColdSnapshot:
     if snap is None:
         return ColdSnapshot(None, {}, None)
-    return ColdSnapshot(snap.snapshot_id, _watermarks(snap.summary), snap.timestamp_ms)
+    return ColdSnapshot(
+        snap.snapshot_id, _watermarks(snap.summary), snap.timestamp_ms, _lost(snap.summary)
+    )
 
 
 class IcebergColdTable(ColdTable):
@@ -254,6 +282,13 @@ class IcebergColdTable(ColdTable):
     def metadata_location(self) -> str:
         """The current metadata file (what an engine outside Tidegate opens)."""
         return str(self._load().metadata_location)
+
+    def catalog_entry(self) -> CatalogEntry:
+        table = self._load()
+        # Serialised as pyiceberg writes the metadata file itself (no nulls), so the
+        # document is the file's content for the committed metadata location.
+        document = json.loads(table.metadata.model_dump_json(exclude_none=True))
+        return CatalogEntry(str(table.metadata_location), document)
 
     def snapshots(self) -> list[SnapshotInfo]:
         out = []
@@ -456,8 +491,34 @@ class IcebergColdTable(ColdTable):
         merged = dict(base.watermarks)
         for p, w in watermarks.items():
             merged[int(p)] = max(int(w), merged.get(int(p), 0))
-        props = {WATERMARKS_PROPERTY: json.dumps({str(p): merged[p] for p in sorted(merged)})}
+        props = {
+            WATERMARKS_PROPERTY: json.dumps({str(p): merged[p] for p in sorted(merged)}),
+            **_lost_props(base.lost),
+        }
         return self._commit(table, props, files)
+
+    def commit_lost(self, partition: int, end: int, base: ColdSnapshot) -> ColdSnapshot:
+        table = self._load()
+        current = table.current_snapshot()
+        current_id = None if current is None else int(current.snapshot_id)
+        if current_id != base.snapshot_id:
+            raise CommitConflict(
+                f"the table moved from snapshot {base.snapshot_id} to {current_id}; re-plan",
+                base=str(base.snapshot_id),
+                current=str(current_id),
+            )
+        start = base.watermark(partition)
+        if start >= end:
+            return base
+        marks = {**base.watermarks, partition: end}
+        lost = {p: list(r) for p, r in base.lost.items()}
+        lost[partition] = [*lost.get(partition, []), (start, end)]
+        props = {
+            WATERMARKS_PROPERTY: json.dumps({str(p): marks[p] for p in sorted(marks)}),
+            OPERATION_PROPERTY: "lost",
+            **_lost_props(lost),
+        }
+        return self._commit(table, props, [])
 
     def _commit(
         self,
@@ -582,6 +643,7 @@ class IcebergColdTable(ColdTable):
                 {str(p): w for p, w in sorted(_watermarks(current.summary).items())}
             ),
             OPERATION_PROPERTY: "compact",
+            **_carried(current.summary),
         }
         return self._commit(table, props, added, [live[f.path] for f in removed])
 
@@ -636,6 +698,7 @@ class IcebergColdTable(ColdTable):
         props = {
             WATERMARKS_PROPERTY: json.dumps({str(p): merged[p] for p in sorted(merged)}),
             OPERATION_PROPERTY: "retention",
+            **_carried(current.summary if current is not None else None),
         }
         try:
             snap = self._commit(table, props, added, deleted)

@@ -9,8 +9,9 @@ import os
 import shutil
 import socket
 import sys
+import tempfile
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 from gateway.config import DiskHotConfig, Settings
@@ -22,7 +23,12 @@ from gateway.hot.base import (
     ProducerSequence,
     StoredBatch,
 )
-from gateway.hot.disk.partition import Partition, check_component, out_of_range
+from gateway.hot.disk.partition import (
+    Partition,
+    check_component,
+    out_of_range,
+    write_new_state,
+)
 from gateway.hot.disk.records import (
     HEADER_SIZE,
     I64_MAX,
@@ -32,6 +38,7 @@ from gateway.hot.disk.records import (
     FsyncPolicy,
 )
 from gateway.wire.errors import (
+    HotStateLost,
     InvalidIdempotentAppend,
     TidegateError,
     Unavailable,
@@ -201,6 +208,8 @@ class DiskHotLog(HotLog):
         count: int,
         timestamp_us: int,
         producer: ProducerSequence | None = None,
+        *,
+        floor: int | None = None,
     ) -> AppendResult:
         if not 1 <= count <= U32_MAX:
             raise ValueError(f"a batch holds between 1 and {U32_MAX} records, not {count}")
@@ -219,8 +228,19 @@ class DiskHotLog(HotLog):
                     producer_id=producer.producer_id[:64],
                     sequence=producer.sequence,
                 )
-        with self._locked(part, create=True) as p:
-            assert p is not None
+        with self._locked(part, create=floor is None) as p:
+            if p is None:
+                raise HotStateLost(
+                    f"the disk hot tier has no folder for partition {part.path} (never "
+                    "opened, or removed)",
+                    backend="disk",
+                )
+            if floor is not None and p.end < floor:
+                raise HotStateLost(
+                    f"the disk hot tier's partition {part.path} ends at {p.end}, below "
+                    f"{floor}: it lost writes",
+                    backend="disk",
+                )
             p.check_usable()
             result = (
                 p.producers.check(p.directory.name, producer, count)
@@ -233,6 +253,42 @@ class DiskHotLog(HotLog):
         if needs_sync:
             p.sync_to(result.base_offset + result.count)
         return result
+
+    def open_partition(self, part: PartitionId, floor: int) -> int:
+        directory = self.partition_dir(part)
+        if not directory.is_dir():
+            # Made whole under another name, then renamed: a concurrent append sees either
+            # no folder (and waits for this) or one that starts at ``floor``.
+            directory.parent.mkdir(parents=True, exist_ok=True)
+            fresh = Path(tempfile.mkdtemp(prefix=f".{directory.name}-", dir=directory.parent))
+            write_new_state(fresh, floor, sync=self.fsync_policy != "never")
+            try:
+                fresh.rename(directory)
+            except OSError:
+                shutil.rmtree(fresh, ignore_errors=True)  # another process or thread won
+                if not directory.is_dir():
+                    raise
+        with self._locked(part, create=False) as p:
+            assert p is not None
+            p.check_usable()
+            if p.end < floor:
+                log.warning(
+                    "hot log %s ends at %d, below %d: it lost writes (a power cut under "
+                    "fsync=%s?); starting it over at %d",
+                    p.directory,
+                    p.end,
+                    floor,
+                    p.policy,
+                    floor,
+                )
+                p.start_over(floor)
+            return p.end
+
+    def open_partitions(self, parts: Sequence[PartitionId]) -> None:
+        # An empty folder is a partition at offset 0; nothing is opened (no file handle
+        # for a table that may stay idle).
+        for part in parts:
+            self.partition_dir(part).mkdir(parents=True, exist_ok=True)
 
     def read(
         self, part: PartitionId, from_offset: int, max_records: int, max_bytes: int

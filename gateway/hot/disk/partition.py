@@ -44,7 +44,13 @@ from gateway.wire.errors import (
 if TYPE_CHECKING:
     from gateway.hot.disk.log import DiskHotLog
 
-__all__ = ["Partition", "check_component", "is_segment_stem", "out_of_range"]
+__all__ = [
+    "Partition",
+    "check_component",
+    "is_segment_stem",
+    "out_of_range",
+    "write_new_state",
+]
 
 log = logging.getLogger(__name__)
 
@@ -216,6 +222,22 @@ class Partition:
         os.replace(tmp, path)
         self._sync_dir()
 
+    def start_over(self, floor: int) -> None:
+        """Empty the partition and open it again at ``floor`` (above its end: writes were
+        lost, and offsets below ``floor`` must never be assigned again)."""
+        for seg in self.segments:
+            seg.close()
+            self._unlink_segment_files(seg.base)
+        self.segments.clear()
+        self.bases.clear()
+        self.unsynced.clear()
+        self.producers = ProducerWindows()
+        self.low = self.end = self.durable = floor
+        self.payload_bytes = 0
+        self.write_state()
+        self.loaded = False
+        self.load()
+
     def _sync_dir(self) -> None:
         if self.policy != "never":
             fsync_dir(self.directory)
@@ -382,6 +404,21 @@ class Partition:
             for seg in self.segments:
                 seg.close()
             self.retired = True
+
+
+def write_new_state(directory: Path, start: int, *, sync: bool) -> None:
+    """Write the state of a new, empty partition that starts at offset ``start`` into
+    ``directory``: its first segment is created there when it is loaded."""
+    path = directory / STATE_FILE
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+    try:
+        pwrite_all(fd, State(start, start, {}).to_json(), 0)
+        if sync:
+            os.fsync(fd)
+    finally:
+        os.close(fd)
+    if sync:
+        fsync_dir(directory)
 
 
 def is_segment_stem(stem: str) -> bool:

@@ -5,7 +5,9 @@ shard moves it inherits from :class:`~gateway.hot.redis.moves.ShardMoves`)."""
 from __future__ import annotations
 
 import itertools
+import logging
 import time
+from collections import OrderedDict
 from collections.abc import Sequence
 from typing import Any, cast
 
@@ -22,6 +24,7 @@ from gateway.hot.placement import Chain
 from gateway.hot.redis.moves import ShardMoves
 from gateway.hot.redis.scripts import (
     APPEND_DUPLICATE,
+    APPEND_NO_STATE,
     APPEND_OK,
     APPEND_SEALED,
     COUNT_MISMATCH,
@@ -38,6 +41,7 @@ from gateway.hot.redis.scripts import (
 )
 from gateway.hot.redis.shard import Shard, to_int
 from gateway.wire.errors import (
+    HotStateLost,
     InvalidIdempotentAppend,
     OffsetOutOfRange,
     OutOfOrderSequence,
@@ -46,6 +50,12 @@ from gateway.wire.errors import (
 )
 
 __all__ = ["RedisHotLog"]
+
+
+log = logging.getLogger(__name__)
+
+#: Partitions whose highest high watermark :class:`RedisHotLog` remembers.
+_SEEN_LIMIT = 65536
 
 
 class _Stale(Exception):
@@ -108,17 +118,32 @@ class RedisHotLog(ShardMoves):
         self._placements = None
         self._chains = {}
         self._home = "default" if "default" in self._shards else next(iter(self._shards))
+        #: Partition -> the highest high watermark this process saw it reach (its appends),
+        #: most recent last: an append is refused by a segment below it (a rolled-back
+        #: Redis). Bounded; a partition forgotten is still guarded by the tiered watermark.
+        self._seen: OrderedDict[PartitionId, int] = OrderedDict()
 
     @classmethod
     def from_settings(cls, settings: Settings) -> RedisHotLog:
         cfg = settings.hot
         if not isinstance(cfg, RedisHotConfig):
             raise TypeError(f"the redis hot tier needs a redis hot section, not {cfg.type!r}")
-        return cls(
+        hot = cls(
             shards=cfg.shard_list(),
             socket_timeout_s=cfg.socket_timeout_s,
             producer_window=cfg.producer_window,
         )
+        for shard in hot._shards.values():
+            lost = shard.durability()
+            if lost:
+                log.warning(
+                    "%s. Tidegate then never assigns an offset twice (it re-seeds the "
+                    "partitions above every offset it knows was assigned), but acknowledged "
+                    "records are gone: run Redis with appendonly yes and appendfsync always "
+                    "to keep them (docs/durability.md)",
+                    lost,
+                )
+        return hot
 
     # HotLog -----------------------------------------------------------------------------
     def append(
@@ -128,6 +153,8 @@ class RedisHotLog(ShardMoves):
         count: int,
         timestamp_us: int,
         producer: ProducerSequence | None = None,
+        *,
+        floor: int | None = None,
     ) -> AppendResult:
         if count < 1:
             raise ValueError(f"a batch holds at least one record, not {count}")
@@ -142,6 +169,8 @@ class RedisHotLog(ShardMoves):
                     sequence=producer.sequence,
                 )
             args += ["1", producer.producer_id, producer.sequence, self._producer_window]
+        seen = self._seen.get(part)
+        args.append(-1 if floor is None and seen is None else max(floor or 0, seen or 0))
         chain = self.chain(part)
         for attempt in range(self._sealed_retries + 1):
             seg = chain.active
@@ -154,10 +183,19 @@ class RedisHotLog(ShardMoves):
                 retry=False,
             )
             status = to_int(reply[0])
+            if status == APPEND_NO_STATE:
+                hw = to_int(reply[1])
+                raise HotStateLost(
+                    f"the Redis hot tier shard {seg.shard!r} holds "
+                    + ("no state" if hw < 0 else f"an older state (high watermark {hw})")
+                    + f" for partition {part.path}; it was emptied or rolled back",
+                    backend="redis",
+                )
             if status != APPEND_SEALED:
                 result = self._append_result(part, status, reply, count, producer)
                 if not result.duplicate:
                     metrics.record_shard_append(seg.shard, count, len(payload))
+                self._saw(part, result.base_offset + result.count)
                 return result
             # Refused, so not applied: safe to send again to the new active segment.
             metrics.record_sealed_retry(seg.shard)
@@ -167,6 +205,43 @@ class RedisHotLog(ShardMoves):
         raise Unavailable(
             f"partition {part.path} is being moved; try again", backend="redis", retry_after_ms=100
         )
+
+    def _saw(self, part: PartitionId, high: int) -> None:
+        seen = self._seen
+        if seen.get(part, -1) < high:
+            seen[part] = high
+        seen.move_to_end(part)
+        if len(seen) > _SEEN_LIMIT:
+            seen.popitem(last=False)
+
+    def open_partition(self, part: PartitionId, floor: int) -> int:
+        floor = max(floor, self._seen.get(part, 0))
+        for attempt in range(self._sealed_retries + 1):
+            chain = self.chain(part, refresh=attempt > 0)
+            seg = chain.active
+            shard = self._shard(seg.shard)
+            start = max(floor, seg.start)
+            reply = shard.run(
+                f"opening {part.path}",
+                shard.reopen,
+                partition_keys(part, seg.seq),
+                [start],
+                retry=True,
+            )
+            if to_int(reply[0]):
+                hw = to_int(reply[1])
+                self._saw(part, hw)
+                return hw
+            self._settle(part, chain)  # sealed: a move made a newer segment
+        raise Unavailable(f"the placement of {part.path} keeps changing", backend="redis")
+
+    def open_partitions(self, parts: Sequence[PartitionId]) -> None:
+        by_shard: dict[str, list[tuple[str, str]]] = {}
+        for part in parts:
+            seg = self.chain(part).active
+            by_shard.setdefault(seg.shard, []).append(partition_keys(part, seg.seq))
+        for name, keys in by_shard.items():
+            self._shard(name).reopen_many(keys, 0)
 
     @staticmethod
     def _append_result(
@@ -409,6 +484,7 @@ class RedisHotLog(ShardMoves):
 
     def drop(self, part: PartitionId) -> None:
         self._chains.pop(part, None)
+        self._seen.pop(part, None)
         # Segments are numbered 0, 1, 2... and each leaves at least its meta hash (a
         # tombstone once dropped) until now, so deleting them in order until a number no
         # shard holds finds them all, without the placement (gone first) or a SCAN.

@@ -9,6 +9,7 @@ from gateway.hot.base import PartitionId
 __all__ = [
     "APPEND_DUPLICATE",
     "APPEND_LUA",
+    "APPEND_NO_STATE",
     "APPEND_OK",
     "APPEND_SEALED",
     "COUNT_MISMATCH",
@@ -22,6 +23,7 @@ __all__ = [
     "READ_LUA",
     "READ_OK",
     "READ_OUT_OF_RANGE",
+    "REOPEN_LUA",
     "SEAL_LUA",
     "TOO_OLD",
     "TRIM_CHUNK",
@@ -39,7 +41,7 @@ TRIM_CHUNK = 1024
 READ_CHUNK = 256
 
 APPEND_OK, APPEND_DUPLICATE, OUT_OF_ORDER, TOO_OLD, COUNT_MISMATCH = 0, 1, 2, 3, 4
-APPEND_SEALED = 5
+APPEND_SEALED, APPEND_NO_STATE = 5, 6
 READ_OUT_OF_RANGE, READ_AT_END, READ_OK, READ_BROKEN = -1, 0, 1, -2
 
 # Numbers travel as decimal strings and are never formatted by Lua (``tostring`` would
@@ -59,12 +61,23 @@ end
 
 APPEND_LUA = """
 -- KEYS: log, meta
--- ARGV: payload, count, timestamp_us, has_producer ('1'/'0'), producer_id, sequence, window
+-- ARGV: payload, count, timestamp_us, has_producer ('1'/'0'), producer_id, sequence, window,
+--       floor
+-- With `floor` >= 0, refuses with {6, hw} when the segment has no state (never opened, or
+-- lost with an emptied Redis) or its high watermark is below `floor` (rolled back):
+-- offsets are never assigned from a state that may have forgotten some. With `floor` -1
+-- (a caller that knows nothing of it) a segment without state starts at 0.
 local log, meta = KEYS[1], KEYS[2]
 local count = tonumber(ARGV[2])
+local floor = tonumber(ARGV[8])
 local head = redis.call('HMGET', meta, 'hw', 'sealed')
-local hw = head[1] or '0'
-if head[2] then return {5, hw, '0'} end
+local hw = head[1]
+if head[2] then return {5, hw or '0', '0'} end
+if not hw then
+  if floor >= 0 then return {6, '-1', '0'} end
+  hw = '0'
+end
+if tonumber(hw) < floor then return {6, hw, '0'} end
 local pfield, state, seq_s
 if ARGV[4] == '1' then
   pfield = 'p:' .. ARGV[5]
@@ -186,6 +199,22 @@ for i = 2, #ARGV, 2 do
   redis.call('HSET', meta, ARGV[i], ARGV[i + 1])
 end
 return ARGV[1]
+"""
+
+REOPEN_LUA = """
+-- KEYS: log, meta
+-- ARGV: floor
+-- Opens a segment that has no state at `floor`, or starts it over, empty, at `floor` when
+-- its high watermark is below (a rolled-back Redis: its entries and producer states are
+-- from before what was acknowledged). Returns {1, hw}; {0, hw} for a sealed segment, left
+-- alone (a move made a newer one).
+local log, meta = KEYS[1], KEYS[2]
+local m = redis.call('HMGET', meta, 'hw', 'sealed')
+if m[2] then return {0, m[1] or '0'} end
+if m[1] and tonumber(m[1]) >= tonumber(ARGV[1]) then return {1, m[1]} end
+redis.call('DEL', log, meta)
+redis.call('HSET', meta, 'start', ARGV[1], 'hw', ARGV[1], 'low', ARGV[1], 'bytes', '0')
+return {1, ARGV[1]}
 """
 
 DROP_SEGMENT_LUA = """

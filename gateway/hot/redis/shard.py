@@ -19,6 +19,7 @@ from gateway.hot.redis.scripts import (
     DROP_SEGMENT_LUA,
     OPEN_LUA,
     READ_LUA,
+    REOPEN_LUA,
     SEAL_LUA,
     TRIM_LUA,
 )
@@ -87,6 +88,7 @@ class Shard:
         self.trim = client.register_script(TRIM_LUA)
         self.seal = client.register_script(SEAL_LUA)
         self.open = client.register_script(OPEN_LUA)
+        self.reopen = client.register_script(REOPEN_LUA)
         self.drop_segment = client.register_script(DROP_SEGMENT_LUA)
 
     def call(self, what: str, fn: Callable[[], T], *, retry: bool) -> T:
@@ -122,6 +124,53 @@ class Shard:
             lambda: cast("list[Any]", script(keys=keys, args=args, client=self.client)),
             retry=retry,
         )
+
+    def reopen_many(self, keys: Sequence[tuple[str, str]], floor: int) -> None:
+        """Open the segments named by ``keys`` at ``floor`` (the reopen script), in one
+        pipeline: a new table's partitions."""
+
+        def go() -> None:
+            pipe = self.client.pipeline(transaction=False)
+            for log_key, meta_key in keys:
+                self.reopen(keys=[log_key, meta_key], args=[floor], client=pipe)
+            pipe.execute()
+
+        self.call("opening partitions", go, retry=True)
+
+    def durability(self) -> str | None:
+        """What this shard's server loses when it restarts, in a sentence, from its
+        ``CONFIG GET appendonly / appendfsync / save``; None when it keeps every
+        acknowledged write (``appendfsync always``) or will not say (CONFIG disabled, a
+        cluster)."""
+        try:
+            raw = self.client.config_get("append*") | self.client.config_get("save")
+        except (rex.RedisError, AttributeError, TypeError):
+            return None
+        config = {
+            (k.decode() if isinstance(k, bytes) else str(k)): (
+                v.decode() if isinstance(v, bytes) else str(v)
+            )
+            for k, v in raw.items()
+        }
+        where = f"Redis hot tier shard {self.name!r} at {self.where}"
+        if config.get("appendonly") != "yes":
+            save = config.get("save", "").strip()
+            if not save:
+                return (
+                    f"{where} keeps nothing on disk (appendonly no, no RDB snapshots): a "
+                    "restart of Redis loses every record not yet tiered"
+                )
+            return (
+                f"{where} keeps only RDB snapshots (appendonly no, save {save!r}): a "
+                "restart of Redis loses the records acknowledged since the last snapshot "
+                "and not yet tiered"
+            )
+        if config.get("appendfsync") != "always":
+            return (
+                f"{where} fsyncs its append-only file {config.get('appendfsync', '?')!r}, not "
+                "'always': a crash of its host may lose the last second of records"
+            )
+        return None
 
     def meta(self, keys: tuple[str, str]) -> list[Any]:
         """``[low, hw, bytes, sealed, dropped]`` of a segment (None where unset)."""

@@ -30,6 +30,8 @@ from gateway.server.http.bodies import HTTP_REASONS, error_response, invalid
 from gateway.server.http.deps import TenantOf, gate_tenant_of
 from gateway.server.http.groups import groups_router
 from gateway.server.http.health import health_router, metrics_router
+from gateway.server.http.iceberg import PREFIX as ICEBERG_PREFIX
+from gateway.server.http.iceberg import iceberg_error
 from gateway.server.http.models import ErrorResponse
 from gateway.server.http.records import records_router
 from gateway.server.http.scans import scans_router
@@ -46,6 +48,11 @@ log = logging.getLogger("tidegate.server")
 CLIENT_CLOSED_REQUEST = 499
 
 _METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
+
+
+def _is_iceberg(path: str) -> bool:
+    """Whether ``path`` is the Iceberg catalog's, whose errors have the Iceberg spec's shape."""
+    return path == ICEBERG_PREFIX or path.startswith(ICEBERG_PREFIX + "/")
 
 
 class _InternalErrors:
@@ -91,6 +98,9 @@ class _InternalErrors:
             err = wire_error(exc, f"{scope.get('method')} {scope.get('path')}")
             if started:
                 raise  # too late for an error body: let the server drop the connection
+            if _is_iceberg(str(scope.get("path", ""))):
+                await iceberg_error(err.http_status, err.message)(scope, receive, send)
+                return
             await error_response(err)(scope, receive, send)
 
 
@@ -164,6 +174,7 @@ def create_app(
     )
     app.state.tenant_of = tenant_of or gate_tenant_of(gate)
     app.state.gate = gate
+    app.state.iceberg = False
 
     async def handle_tidegate_error(request: Request, exc: Exception) -> Response:
         assert isinstance(exc, TidegateError)
@@ -175,6 +186,21 @@ def create_app(
 
     async def handle_http_error(request: Request, exc: Exception) -> Response:
         assert isinstance(exc, StarletteHTTPException)
+        if _is_iceberg(request.url.path):
+            # Unknown routes and methods of the catalog answer in the spec's shape too.
+            what = f"{request.method} {request.url.path[:200]}"
+            if not request.app.state.iceberg and exc.status_code == 404:
+                message = (
+                    f"this gateway serves no Iceberg catalog ({what}): it needs the cold "
+                    "tier and cold.rest_catalog.enabled=true"
+                )
+                return iceberg_error(404, message, headers=exc.headers)
+            message = {
+                404: f"no such route in the Iceberg catalog: {what}; GET "
+                f"{ICEBERG_PREFIX}/v1/config lists the endpoints served",
+                405: f"method not allowed: {what}",
+            }.get(exc.status_code, str(exc.detail))
+            return iceberg_error(exc.status_code, message, headers=exc.headers)
         reason = HTTP_REASONS.get(exc.status_code, "INVALID_REQUEST")
         body = {"error": {"reason": reason, "message": str(exc.detail)}}
         return JSONResponse(body, status_code=exc.status_code, headers=exc.headers)
@@ -194,6 +220,11 @@ def create_app(
 
         app.include_router(admin_router(gate))
         add_console(app, gate, calls)
+        if service.cold is not None and settings.cold.rest_catalog.enabled:
+            from gateway.server.http.iceberg import iceberg_router
+
+            app.include_router(iceberg_router(gate, calls))
+            app.state.iceberg = True
     for router in (tables_router, records_router, groups_router, scans_router):
         app.include_router(router(calls))
     return app

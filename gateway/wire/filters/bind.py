@@ -12,7 +12,7 @@ from typing import Any
 import pyarrow as pa
 
 from gateway.wire.errors import InvalidRequest
-from gateway.wire.filters.parse import parse
+from gateway.wire.filters.parse import number_literal, parse
 from gateway.wire.filters.tree import (
     ALWAYS_FALSE,
     ALWAYS_TRUE,
@@ -82,7 +82,8 @@ def _grid(t: pa.DataType) -> _Grid | None:
         return _Grid(decimal.Decimal(1), decimal.Decimal(lo), decimal.Decimal(hi), int)
     if pa.types.is_decimal(t):
         step = decimal.Decimal(1).scaleb(-t.scale)
-        top = (decimal.Decimal(10) ** t.precision - 1) * step
+        # Exactly, in _CTX: the default context's 28 digits would round 10**38 - 1 up.
+        top = _CTX.multiply(_CTX.subtract(_CTX.power(10, t.precision), 1), step)
 
         def on_scale(d: decimal.Decimal) -> decimal.Decimal:
             return d.quantize(step, context=_CTX)
@@ -127,9 +128,11 @@ class _Binder:
             raise self.mistyped(f, v, "a number")
         if isinstance(v, str):
             try:
-                v = decimal.Decimal(v.strip())
+                v = number_literal(v.strip())
             except decimal.InvalidOperation:
                 raise self.mistyped(f, v, "a number") from None
+            if v.is_snan():
+                raise self.mistyped(f, v, "a number (NaN is written 'NaN')")
             if not v.is_finite() and not pa.types.is_floating(f.type):
                 raise self.mistyped(f, v, "a finite number")
         if isinstance(v, int):

@@ -26,7 +26,7 @@ from gateway.wire.filters.tree import (
     StartsWith,
 )
 
-__all__ = ["KEYWORDS", "parse"]
+__all__ = ["KEYWORDS", "number_literal", "parse"]
 
 
 _TOKEN = re.compile(
@@ -210,13 +210,39 @@ class _Parser:
                 )
             if re.fullmatch(r"[-+]?\d+", tok.text):
                 return int(tok.text)
-            return decimal.Decimal(tok.text)
+            return number_literal(tok.text)
         if tok.kind == "string":
             return _unquote(tok.text)
         if tok.kind == "keyword" and tok.text in ("true", "false"):
             return tok.text == "true"
         self.i -= 1
         raise self.fail("expected a number, a 'quoted string', true or false")
+
+
+#: Beyond this power of ten a literal compares like any other that far out: larger than
+#: every value of every column type (float64 ends near 1E+308, decimals at 1E+38), or,
+#: the other way, closer to zero than any of them but zero (float64 stops near 1E-324).
+_FAR = 10_000
+
+
+def number_literal(text: str) -> decimal.Decimal:
+    """A number literal with a point or an exponent, exactly, except that one beyond
+    10**±_FAR is taken at 10**±_FAR (same sign): every comparison answers alike, and no
+    decimal arithmetic meets an exponent past its context (``7E-9223372036854775809``)."""
+    m = re.fullmatch(r"([-+]?)(\d*)(?:\.(\d*))?(?:[eE]([-+]?\d+))?", text)
+    if m is None or not (m.group(2) or m.group(3)):
+        return decimal.Decimal(text)  # NaN, Infinity; or InvalidOperation
+    sign, whole, frac = m.group(1), m.group(2), m.group(3) or ""
+    exponent = int(m.group(4) or 0) - len(frac)
+    digits = (whole + frac).lstrip("0")
+    if not digits:
+        return decimal.Decimal(0)
+    adjusted = exponent + len(digits) - 1  # the power of ten of the leading digit
+    if adjusted > _FAR:
+        return decimal.Decimal(f"{sign}1E+{_FAR}")
+    if adjusted < -_FAR:
+        return decimal.Decimal(f"{sign}1E-{_FAR}")
+    return decimal.Decimal(f"{sign}{digits}E{exponent}")
 
 
 def _unquote(text: str) -> str:

@@ -205,6 +205,16 @@ Checks values.schema.json cannot express: what several gateway replicas must sha
 {{- $_ = set $s "TIDEGATE_COLD__S3__REGION" $v.cold.s3.region -}}
 {{- $_ = set $s "TIDEGATE_COLD__S3__PATH_STYLE" (toString $v.cold.s3.pathStyle) -}}
 {{- $_ = set $s "TIDEGATE_COLD__PRESIGN_EXPIRY_S" (toString (int64 $v.cold.presignExpiryS)) -}}
+{{- $rc := $v.cold.restCatalog -}}
+{{- $_ = set $s "TIDEGATE_COLD__REST_CATALOG__ENABLED" (toString $rc.enabled) -}}
+{{- $_ = set $s "TIDEGATE_COLD__REST_CATALOG__TOKEN_TTL_S" (toString (int64 $rc.tokenTtlS)) -}}
+{{- $_ = set $s "TIDEGATE_COLD__REST_CATALOG__CREDENTIALS_DURATION_S" (toString (int64 $rc.credentialsDurationS)) -}}
+{{- if $rc.roleArn -}}
+{{- $_ = set $s "TIDEGATE_COLD__REST_CATALOG__ROLE_ARN" $rc.roleArn -}}
+{{- end -}}
+{{- if $rc.stsEndpoint -}}
+{{- $_ = set $s "TIDEGATE_COLD__REST_CATALOG__STS_ENDPOINT" $rc.stsEndpoint -}}
+{{- end -}}
 {{- end -}}
 {{- $_ = set $s "TIDEGATE_TIERING__ENABLED" (ternary "false" "true" (eq (include "tidegate.tieringJob" .) "true")) -}}
 {{- $_ = set $s "TIDEGATE_TIERING__INTERVAL_S" (toString $v.tiering.intervalS) -}}

@@ -241,3 +241,39 @@ async def usage_series(tenancy: Tenancy, tenant: str, minutes: int) -> dict[str,
     for f in USAGE_FIELDS:
         series[f] = [r.counters.get(f, 0) for r in rows]
     return series
+
+
+def engine_snippets(catalog_uri: str, tenant: str, namespace: str, name: str) -> dict[str, str]:
+    """Copy-paste code that reads the table through the gateway's Iceberg REST catalog
+    (docs/engines.md), with a placeholder where the tenant's API key goes: the page never
+    shows a key."""
+    key = "<your API key>"
+    table = f"{namespace}.{name}"
+    return {
+        "duckdb": (
+            "INSTALL iceberg; LOAD iceberg;\n"
+            f"CREATE SECRET tidegate (TYPE iceberg, CLIENT_ID '{tenant}', "
+            f"CLIENT_SECRET '{key}',\n"
+            f"    OAUTH2_SERVER_URI '{catalog_uri}/v1/oauth/tokens');\n"
+            f"ATTACH 'tidegate' AS tg (TYPE iceberg, ENDPOINT '{catalog_uri}', "
+            "SECRET tidegate);\n"
+            f"SELECT * FROM tg.{table} ORDER BY _partition, _offset LIMIT 10;"
+        ),
+        "pyiceberg": (
+            "from pyiceberg.catalog.rest import RestCatalog\n\n"
+            f'catalog = RestCatalog("tidegate", uri="{catalog_uri}", token="{key}")\n'
+            f'rows = catalog.load_table("{table}").scan().to_arrow()'
+        ),
+        "spark": (
+            "spark-sql --packages org.apache.iceberg:iceberg-spark-runtime-4.0_2.13:1.10.0,"
+            "org.apache.iceberg:iceberg-aws-bundle:1.10.0 \\\n"
+            "  --conf spark.sql.catalog.tg=org.apache.iceberg.spark.SparkCatalog \\\n"
+            "  --conf spark.sql.catalog.tg.type=rest \\\n"
+            f"  --conf spark.sql.catalog.tg.uri={catalog_uri} \\\n"
+            f"  --conf spark.sql.catalog.tg.credential={tenant}:{key} \\\n"
+            f"  --conf spark.sql.catalog.tg.oauth2-server-uri={catalog_uri}/v1/oauth/tokens \\\n"
+            "  --conf spark.sql.catalog.tg.header.X-Iceberg-Access-Delegation="
+            "vended-credentials \\\n"
+            f'  -e "SELECT * FROM tg.{table} LIMIT 10"'
+        ),
+    }

@@ -359,6 +359,10 @@ def console_router(tenancy: Tenancy, calls: DataCalls) -> APIRouter:
     ) -> Response:
         viewer.see(tenant)
         page = await facts.table_page(calls, tenant, namespace, name)
+        catalog = None
+        if request.app.state.iceberg:
+            uri = f"{str(request.base_url).rstrip('/')}/iceberg"
+            catalog = {"uri": uri, **facts.engine_snippets(uri, tenant, namespace, name)}
         return render(
             request,
             "table.html",
@@ -368,6 +372,7 @@ def console_router(tenancy: Tenancy, calls: DataCalls) -> APIRouter:
             table=page.view.definition,
             schema=fields_to_json(page.view.schema),
             iso=iso,
+            catalog=catalog,
         )
 
     @router.post("/tenants/{tenant}/tables/{namespace}/{name}/drop")

@@ -13,14 +13,11 @@ from __future__ import annotations
 
 import base64
 import hmac
-import json
-import os
 import secrets
 import time
 from dataclasses import dataclass
 
-from cryptography.exceptions import InvalidTag
-from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+from gateway.tenancy.tokens import SealedKeys
 
 __all__ = ["LOGIN_COOKIE", "SESSION_COOKIE", "Sealed", "Sessions"]
 
@@ -32,10 +29,6 @@ _AAD = b"tidegate console session v1"
 
 def _b64(data: bytes) -> str:
     return base64.urlsafe_b64encode(data).rstrip(b"=").decode()
-
-
-def _unb64(text: str) -> bytes:
-    return base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,31 +43,18 @@ class Sessions:
     """Seals keys into cookie values and opens them again; makes and checks CSRF tokens."""
 
     def __init__(self, seal_key: bytes, csrf_key: bytes, max_age_s: int) -> None:
-        self._aead = AESGCM(seal_key)
+        self._sealed = SealedKeys(seal_key, _AAD)
         self._csrf_key = csrf_key
         self.max_age_s = max_age_s
 
     def seal(self, key: str, now: float | None = None) -> str:
         expires = int((time.time() if now is None else now) + self.max_age_s)
-        nonce = os.urandom(12)
-        plain = json.dumps({"k": key, "exp": expires}).encode()
-        return _b64(nonce + self._aead.encrypt(nonce, plain, _AAD))
+        return self._sealed.seal(key, expires)
 
     def open(self, cookie: str | None, now: float | None = None) -> Sealed | None:
         """The session in ``cookie``; None when absent, forged, altered or expired."""
-        if not cookie or len(cookie) > 4096:
-            return None
-        try:
-            raw = _unb64(cookie)
-            plain = self._aead.decrypt(raw[:12], raw[12:], _AAD)
-            doc = json.loads(plain)
-        except (ValueError, InvalidTag):
-            return None
-        if not isinstance(doc, dict) or not isinstance(doc.get("k"), str):
-            return None
-        if not isinstance(doc.get("exp"), int) or doc["exp"] <= (now or time.time()):
-            return None
-        return Sealed(doc["k"], cookie)
+        key = self._sealed.open(cookie, now or time.time())
+        return None if key is None or cookie is None else Sealed(key, cookie)
 
     def csrf(self, cookie: str) -> str:
         """The CSRF token of the session in ``cookie``."""

@@ -1,0 +1,220 @@
+"""Issue 33, item 3: a hot tier that lost its state never makes the gateway assign offsets
+it assigned before.
+
+What happened at 8d9a4e4: Redis restarted without persistence (``shutdown nosave``), and
+the gateway appended from offset 0 again, below the tiered watermark ``T(p)``: those records
+were shadowed by the tiered rows and never readable (57 % of the records acknowledged after
+the restart). Here, on both hot tiers, the hot state is lost under a running gateway and
+under a restarted one; every record acknowledged afterwards must read back exactly once,
+at an offset above every offset assigned before, and tiering must go on.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.services import REPO_ROOT, GatewayProcess, RedisServer
+
+pytestmark = pytest.mark.integration
+
+TABLE = "shop.orders"
+PARTITIONS = 2
+
+
+def tier(gw: GatewayProcess) -> str:
+    """One tiering pass of ``tidegate tier``, as an operator runs it beside the gateway."""
+    env = {**gw.env(), "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
+    out = subprocess.run(
+        ["tidegate", "tier"], env=env, cwd=str(REPO_ROOT), capture_output=True, text=True,
+        timeout=120,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stdout + out.stderr
+    return out.stdout + out.stderr
+
+
+def append(gw: GatewayProcess, start: int, n: int) -> dict[int, list[tuple[int, int]]]:
+    """``n`` one-record appends of ids from ``start``, alternating partitions; returns
+    partition -> [(offset, id)] as acknowledged."""
+    acked: dict[int, list[tuple[int, int]]] = {p: [] for p in range(PARTITIONS)}
+    with gw.client() as c:
+        for i in range(start, start + n):
+            p = i % PARTITIONS
+            (r,) = c.append(TABLE, [{"id": i, "note": f"n{i}"}], partition=p)
+            acked[p].append((r.base_offset, i))
+    return acked
+
+
+def stream(gw: GatewayProcess) -> dict[int, list[tuple[int, int]]]:
+    """Every record of every partition, read by offset from 0: partition -> [(offset, id)]."""
+    out: dict[int, list[tuple[int, int]]] = {}
+    with gw.client() as c:
+        for p in range(PARTITIONS):
+            rows = c.read(TABLE, partition=p, offset=0, max_records=10_000).to_pylist()
+            out[p] = [(r["_offset"], r["id"]) for r in rows]
+    return out
+
+
+def describe(gw: GatewayProcess) -> Any:
+    with gw.client() as c:
+        return c.describe_table(TABLE)
+
+
+def check(
+    gw: GatewayProcess,
+    before: dict[int, list[tuple[int, int]]],
+    after: dict[int, list[tuple[int, int]]],
+    tiered_before: dict[int, int],
+) -> None:
+    """Records acknowledged after the loss read back exactly once, above every offset
+    assigned before it; records tiered before it are all still there."""
+    got = stream(gw)
+    for p in range(PARTITIONS):
+        offsets = [o for o, _ in got[p]]
+        assert offsets == sorted(set(offsets)), f"partition {p}: not strictly increasing"
+        assigned_before = max((o for o, _ in before[p]), default=-1)
+        assert all(o > assigned_before for o, _ in after[p]), (p, after[p], assigned_before)
+        assert set(after[p]) <= set(got[p]), f"partition {p}: acknowledged records unreadable"
+        kept = [(o, i) for o, i in before[p] if o < tiered_before[p]]
+        assert set(kept) <= set(got[p]), f"partition {p}: tiered records lost"
+    with gw.client() as c:
+        scanned = {r["id"] for r in c.scan(TABLE, columns=["id"]).to_pylist()}
+    assert {i for p in after for _, i in after[p]} <= scanned
+
+
+def settle(gw: GatewayProcess) -> dict[int, int]:
+    """Tier everything, then return T(p) per partition."""
+    tier(gw)
+    return {p.partition: p.tiered_watermark for p in describe(gw).partition_info}
+
+
+def test_an_emptied_redis_never_makes_the_gateway_reuse_offsets(tmp_path: Path) -> None:
+    redis = RedisServer(tmp_path / "redis")
+    redis.extra_args = ["--appendonly", "no"]  # keeps nothing on disk, as in the report
+    redis.start()
+    gw = GatewayProcess(
+        tmp_path / "gw",
+        {
+            "TIDEGATE_HOT__TYPE": "redis",
+            "TIDEGATE_HOT__URL": redis.url,
+            "TIDEGATE_TIERING__ENABLED": "false",  # `tidegate tier` runs beside it
+            "TIDEGATE_TIERING__HOT_RETENTION_S": "0",
+        },
+    ).start()
+    try:
+        assert "keeps nothing on disk" in gw.log()  # said once, at start
+        with gw.client() as c:
+            c.create_table(TABLE, {"id": "int64", "note": "string"}, partitions=PARTITIONS)
+        before = append(gw, 0, 40)
+        tiered = settle(gw)
+        assert tiered == {0: 20, 1: 20}
+        tail = append(gw, 40, 10)  # acknowledged, not tiered: lost with Redis below
+        for p in tail:
+            before[p] += tail[p]
+
+        # 1. Redis restarts empty under the running gateway.
+        redis.restart()
+        after = append(gw, 100, 30)
+        # The gateway remembered what it acknowledged: offsets go on from there.
+        assert [o for o, _ in after[0]][:1] == [25] and [o for o, _ in after[1]][:1] == [25]
+        check(gw, before, after, tiered)
+        assert "re-seeded partition" in gw.log() and "were acknowledged, then lost" in gw.log()
+
+        # 2. Redis and the gateway both restart: the new process knows only what the
+        # Iceberg table and the metadata store say (each gateway records there every
+        # second, and when it stops, the high watermarks it acknowledged).
+        for p in after:
+            before[p] += after[p]
+        gw.stop()
+        redis.restart()
+        gw.start()
+        again = append(gw, 200, 10)
+        check(gw, before, again, tiered)
+        for p in range(PARTITIONS):
+            lowest = min(o for o, _ in again[p])
+            assert lowest >= 40, f"partition {p}: offset {lowest} was assigned before"
+
+        # 3. Tiering goes on past the lost offsets, and reads stay whole.
+        tiered_now = settle(gw)
+        for p in again:
+            before[p] += again[p]
+        high = {p.partition: p.high_watermark for p in describe(gw).partition_info}
+        assert tiered_now == high
+        check(gw, before, {p: [] for p in range(PARTITIONS)}, tiered)
+        # What is left: the records tiered before the first loss and those acknowledged
+        # after the last one; the untiered ones of each loss are gone (Redis kept nothing).
+        got = stream(gw)
+        for p in range(PARTITIONS):
+            assert [i for _, i in got[p]] == [
+                i for _, i in sorted(before[p]) if i < 40 or i >= 200
+            ], f"partition {p}"
+    finally:
+        gw.stop()
+        redis.stop()
+
+
+def test_a_removed_disk_partition_never_makes_the_gateway_reuse_offsets(tmp_path: Path) -> None:
+    data = tmp_path / "gw"
+    gw = GatewayProcess(
+        data,
+        {"TIDEGATE_TIERING__ENABLED": "false", "TIDEGATE_TIERING__HOT_RETENTION_S": "0"},
+    ).start()
+    try:
+        with gw.client() as c:
+            c.create_table(TABLE, {"id": "int64", "note": "string"}, partitions=PARTITIONS)
+        before = append(gw, 0, 20)
+        gw.stop()
+        tier(gw)  # the disk tier belongs to one process: tier while it is stopped
+        gw.start()
+        tiered = {p.partition: p.tiered_watermark for p in describe(gw).partition_info}
+        assert tiered == {0: 10, 1: 10}
+        tail = append(gw, 20, 6)
+        for p in tail:
+            before[p] += tail[p]
+        gw.stop()
+        # The hot tier's folder of the table is lost (a wiped volume).
+        hot = data / "hot" / gw.tenant
+        assert hot.is_dir(), sorted(p.name for p in (data / "hot").iterdir())
+        shutil.rmtree(hot)
+        gw.start()
+        after = append(gw, 100, 10)
+        for p in range(PARTITIONS):
+            assert min(o for o, _ in after[p]) >= 10  # never below T(p)
+        check(gw, before, after, tiered)
+        gw.stop()
+        tier(gw)
+        gw.start()
+        info = describe(gw).partition_info
+        assert [p.tiered_watermark for p in info] == [p.high_watermark for p in info]
+        for p in after:
+            before[p] += after[p]
+        check(gw, before, {p: [] for p in range(PARTITIONS)}, tiered)
+    finally:
+        gw.stop()
+
+
+def test_the_gateway_waits_for_nothing_when_the_hot_tier_is_fine(tmp_path: Path) -> None:
+    """No warning without a loss: a restart of a gateway on an intact hot tier re-seeds
+    nothing."""
+    gw = GatewayProcess(tmp_path / "gw", {"TIDEGATE_TIERING__INTERVAL_S": "0.5"}).start()
+    try:
+        with gw.client() as c:
+            c.create_table(TABLE, {"id": "int64", "note": "string"}, partitions=PARTITIONS)
+        append(gw, 0, 10)
+        deadline = time.monotonic() + 60
+        while any(p.lag_records for p in describe(gw).partition_info):
+            assert time.monotonic() < deadline, gw.log()
+            time.sleep(0.2)
+        gw.restart()
+        after = append(gw, 10, 4)
+        assert [o for o, _ in after[0]] == [5, 6] and [o for o, _ in after[1]] == [5, 6]
+        assert "re-seeded" not in gw.log()
+    finally:
+        gw.stop()
