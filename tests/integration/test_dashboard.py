@@ -68,6 +68,15 @@ def test_every_metric_the_dashboard_queries_is_exported(gw: GatewayProcess) -> N
         assert h.post("/v1/tables/dash/ev/records", json=rows).status_code == 429
         # A usage read samples the tenant's storage now.
         assert op.get(f"/v1/admin/tenants/{gw.tenant}/usage").status_code == 200
+        # A consumer group: a member joins (a rebalance that settles), commits, an
+        # outsider's commit is refused, the member leaves (another rebalance).
+        group = "/v1/groups/dash-readers/tables/dash/ev"
+        joined = h.post(f"{group}/heartbeat", json={"session_timeout_ms": 10_000}).json()
+        member = {"member_id": joined["member_id"], "generation": joined["generation"]}
+        commit = {"offsets": [{"partition": 0, "offset": 5}]}
+        assert h.post(f"{group}/offsets", json={**commit, **member}).status_code == 200
+        assert h.post(f"{group}/offsets", json=commit).status_code == 409
+        assert h.post(f"{group}/heartbeat", json={**member, "leave": True}).status_code == 200
     deadline = time.monotonic() + 60
     while True:  # the tiering schedule's first run with this table sets its counters
         missing = wanted - exported(gw)
@@ -80,3 +89,5 @@ def test_every_metric_the_dashboard_queries_is_exported(gw: GatewayProcess) -> N
     assert "tidegate_tiering_lag_records" in wanted
     assert "tidegate_tenant_hot_bytes" in wanted
     assert "tidegate_grpc_request_duration_seconds_bucket" in wanted
+    assert "tidegate_groups_lag_records" in wanted
+    assert "tidegate_groups_rebalances_total" in wanted
