@@ -1,4 +1,26 @@
-"""Session-wide real services. Nothing here is mocked."""
+"""Session-wide real services. Nothing here is mocked.
+
+The suite runs on several pytest-xdist workers (``make test``; docs/decisions/test-suite.md).
+Each worker is a pytest session of its own: every session fixture here (redis-server,
+PostgreSQL, moto's S3 server, the SparkSession) starts once per worker that needs it, on
+ports from :func:`tests.services.free_port` and in folders of that worker's own. What keeps
+that safe, and what a new test must do:
+
+- Listen only on :func:`tests.services.free_port` ports (never a fixed one, never a port
+  picked by binding port 0 yourself and handing the number to another process), write only
+  under ``tmp_path``/``tmp_path_factory`` or a ``tempfile.mkdtemp()`` folder, and name
+  tenants, tables, buckets and databases uniquely (``uuid``/``secrets``): the session
+  services are shared by every test of a worker, in any order.
+- Never write into the checkout (``REPO_ROOT``): four workers read it at once.
+- :func:`pytest_collection_modifyitems` below puts tests that must run on one worker in one
+  xdist group: every test that uses the ``spark`` fixture (one JVM for the run, not one per
+  worker), and the tests of a module that uses a module- or class-scoped fixture (so that
+  fixture, often a gateway process or a browser, starts once). A test that asks for the
+  SparkSession with ``request.getfixturevalue("spark")`` must carry
+  ``pytest.mark.xdist_group("spark")`` itself.
+- Run one file serially with ``make pytest PYTEST_WORKERS=0 PYTEST_ARGS=tests/...`` or
+  plain ``.venv/bin/python -m pytest tests/...`` (``-n`` is given by the Makefile alone).
+"""
 
 from __future__ import annotations
 
@@ -58,6 +80,39 @@ def postgres_url() -> Iterator[str]:
     finally:
         server.stop()
         shutil.rmtree(folder, ignore_errors=True)
+
+
+#: The xdist group of the tests that share the one SparkSession of a run.
+SPARK_GROUP = "spark"
+
+
+def xdist_group_of(item: pytest.Item) -> str | None:
+    """The xdist group ``item`` must run in (see the module docstring), or None: any worker.
+
+    ``spark`` for a test that uses the SparkSession; the module's path for a test that uses
+    a module-, class- or package-scoped fixture.
+    """
+    if "spark" in getattr(item, "fixturenames", ()):
+        return SPARK_GROUP
+    info = getattr(item, "_fixtureinfo", None)
+    if info is None:
+        return None
+    for name in item.fixturenames:  # type: ignore[attr-defined]
+        defs = info.name2fixturedefs.get(name)
+        if defs and defs[-1].scope in ("module", "class", "package"):
+            return item.nodeid.split("::", 1)[0].removeprefix("tests/").removesuffix(".py")
+    return None
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist reads the groups (its own hook, in each worker)
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Put each test in the xdist group :func:`xdist_group_of` gives (``--dist loadgroup``
+    runs a group on one worker), unless it names its own."""
+    for item in items:
+        if item.get_closest_marker("xdist_group") is None:
+            group = xdist_group_of(item)
+            if group is not None:
+                item.add_marker(pytest.mark.xdist_group(group))
 
 
 def hot_settings(kind: str, tmp_path: Path, redis_server: RedisServer | None) -> Settings:

@@ -24,10 +24,87 @@ if TYPE_CHECKING:
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
 
+class _PortBlocks:
+    """Ports for the tests' servers, each handed out once per process, none shared by two
+    processes that run at the same time.
+
+    Asking the kernel for a free port (bind to port 0, close, hand the number on) races:
+    between the close and the server's own bind, another pytest-xdist worker asking the
+    same may get the same number, and any outgoing connection of any process may take it
+    as its ephemeral port. So the ports come from below the kernel's ephemeral range
+    (``net.ipv4.ip_local_port_range``), where it never picks one by itself, in blocks of
+    :attr:`BLOCK`: a process owns a block while it holds an ``flock`` on that block's file in
+    the system's temporary folder (the kernel lets go when the process ends, however it
+    ends), so workers of one run, other runs and other checkouts on the machine never
+    hand out the same port. A port something already listens on, or that is still held
+    by a closed connection, is passed over.
+    """
+
+    BLOCK = 100
+    #: The lowest port handed out (below it: well-known and registered services).
+    LOW = 10_000
+
+    def __init__(self) -> None:
+        import threading
+
+        self._lock = threading.Lock()
+        self._held: list[int] = []  # descriptors of the block files this process holds
+        self._next = self._end = 0
+
+    @staticmethod
+    def _high() -> int:
+        """One past the highest port the kernel never hands out by itself."""
+        try:
+            low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+        except (OSError, ValueError, IndexError):
+            low = 32768  # Linux's default
+        return max(low, _PortBlocks.LOW + 10 * _PortBlocks.BLOCK)
+
+    def _claim_block(self) -> None:
+        import fcntl
+        import tempfile
+
+        folder = Path(tempfile.gettempdir()) / "tidegate-test-ports"
+        folder.mkdir(exist_ok=True)
+        with contextlib.suppress(PermissionError):
+            folder.chmod(0o1777)  # any user's test run may claim blocks here
+        blocks = (self._high() - self.LOW) // self.BLOCK
+        first = os.getpid() % blocks  # spread processes out before they contend
+        for i in range(blocks):
+            block = (first + i) % blocks
+            fd = os.open(folder / f"{block}.lock", os.O_RDONLY | os.O_CREAT, 0o644)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError:
+                os.close(fd)
+                continue
+            self._held.append(fd)  # kept open (and locked) until the process ends
+            self._next = self.LOW + block * self.BLOCK
+            self._end = self._next + self.BLOCK
+            return
+        raise RuntimeError(f"every block of test ports under {folder} is held by a process")
+
+    def take(self) -> int:
+        with self._lock:
+            while True:
+                if self._next >= self._end:
+                    self._claim_block()
+                port, self._next = self._next, self._next + 1
+                with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+                    try:
+                        s.bind(("127.0.0.1", port))  # no SO_REUSEADDR: TIME_WAIT counts as used
+                    except OSError:
+                        continue
+                return port
+
+
+_PORTS = _PortBlocks()
+
+
 def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    """A TCP port on 127.0.0.1 nothing listens on, that no other test process (of this run
+    or another) is given: see :class:`_PortBlocks`."""
+    return _PORTS.take()
 
 
 def wait_for_port(
