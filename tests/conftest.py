@@ -12,12 +12,12 @@ that safe, and what a new test must do:
   tenants, tables, buckets and databases uniquely (``uuid``/``secrets``): the session
   services are shared by every test of a worker, in any order.
 - Never write into the checkout (``REPO_ROOT``): four workers read it at once.
-- :func:`pytest_collection_modifyitems` below puts tests that must run on one worker in one
-  xdist group: every test that uses the ``spark`` fixture (one JVM for the run, not one per
-  worker), and the tests of a module that uses a module- or class-scoped fixture (so that
-  fixture, often a gateway process or a browser, starts once). A test that asks for the
-  SparkSession with ``request.getfixturevalue("spark")`` must carry
-  ``pytest.mark.xdist_group("spark")`` itself.
+- :mod:`tests.xdist_groups` (its hooks are imported here) puts tests that must run on one
+  worker in one xdist group: every test that uses the ``spark`` fixture (one JVM for the
+  run, not one per worker), and the tests of a module that uses a module-, class- or
+  package-scoped fixture (so that fixture, often a gateway process or a browser, starts
+  once). A test that asks for the SparkSession with ``request.getfixturevalue("spark")``
+  must carry ``pytest.mark.xdist_group("spark")`` itself.
 - Run one file serially with ``make pytest PYTEST_WORKERS=0 PYTEST_ARGS=tests/...`` or
   plain ``.venv/bin/python -m pytest tests/...`` (``-n`` is given by the Makefile alone).
 """
@@ -37,6 +37,13 @@ from hypothesis import settings as hypothesis_settings
 
 from gateway.config import Settings
 from tests.services import MotoServer, PostgresServer, RedisServer
+from tests.xdist_groups import (  # noqa: F401 - hooks of this conftest
+    pytest_collection_finish,
+    pytest_collection_modifyitems,
+    pytest_configure_node,
+    pytest_unconfigure,
+    pytest_xdist_make_scheduler,
+)
 
 # No per-example deadline anywhere: the suite asserts no timings, and on a loaded 2-core
 # machine the first example of a property test can take longer than Hypothesis's 200 ms.
@@ -80,39 +87,6 @@ def postgres_url() -> Iterator[str]:
     finally:
         server.stop()
         shutil.rmtree(folder, ignore_errors=True)
-
-
-#: The xdist group of the tests that share the one SparkSession of a run.
-SPARK_GROUP = "spark"
-
-
-def xdist_group_of(item: pytest.Item) -> str | None:
-    """The xdist group ``item`` must run in (see the module docstring), or None: any worker.
-
-    ``spark`` for a test that uses the SparkSession; the module's path for a test that uses
-    a module-, class- or package-scoped fixture.
-    """
-    if "spark" in getattr(item, "fixturenames", ()):
-        return SPARK_GROUP
-    info = getattr(item, "_fixtureinfo", None)
-    if info is None:
-        return None
-    for name in item.fixturenames:  # type: ignore[attr-defined]
-        defs = info.name2fixturedefs.get(name)
-        if defs and defs[-1].scope in ("module", "class", "package"):
-            return item.nodeid.split("::", 1)[0].removeprefix("tests/").removesuffix(".py")
-    return None
-
-
-@pytest.hookimpl(tryfirst=True)  # before xdist reads the groups (its own hook, in each worker)
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Put each test in the xdist group :func:`xdist_group_of` gives (``--dist loadgroup``
-    runs a group on one worker), unless it names its own."""
-    for item in items:
-        if item.get_closest_marker("xdist_group") is None:
-            group = xdist_group_of(item)
-            if group is not None:
-                item.add_marker(pytest.mark.xdist_group(group))
 
 
 def hot_settings(kind: str, tmp_path: Path, redis_server: RedisServer | None) -> Settings:

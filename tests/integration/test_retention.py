@@ -106,7 +106,8 @@ def test_retention_by_records_and_by_time_through_the_gateway(
         assert int(caught.value.details["earliest"]) == 15
         assert _offsets(plain.read("r.byrec", partition=0, offset=15)) == list(range(15, 20))
         assert _offsets(c.read("r.byrec", partition=0, offset=17)) == [17, 18, 19]
-        assert _offsets(c.scan("r.byrec")) == list(range(15, 20))
+        # A scan has no order: the records sit in as many files as tiering passes took them.
+        assert sorted(_offsets(c.scan("r.byrec"))) == list(range(15, 20))
         assert _offsets(c.scan("r.bytime")) == []
         plan = plain.plan_read("r.byrec")
         assert plan.files and all(f.max_offset >= 15 for f in plan.files)
