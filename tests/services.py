@@ -512,6 +512,11 @@ def connect_async(target: str, **kwargs: Any) -> AsyncClient:
     return AsyncClient(target, **kwargs)
 
 
+#: Seconds a client the harness builds keeps trying a gateway it started before giving up
+#: (see :meth:`GatewayProcess.client`).
+FIRST_CONTACT_S = 30.0
+
+
 class GatewayProcess:
     """``python -m gateway serve`` as a real process, configured only by the env we give it.
 
@@ -605,13 +610,19 @@ class GatewayProcess:
     def client(self, **kwargs: Any) -> Client:
         """A gRPC client for this gateway. Tests build clients only through here (and
         :meth:`http_client`), so credentials are added in one place: the bootstrap
-        tenant's key unless ``api_key`` is given (``api_key=None``: no credential)."""
+        tenant's key unless ``api_key`` is given (``api_key=None``: no credential).
+
+        The first contact may take :data:`FIRST_CONTACT_S` (not the SDK's 5 s): this gateway
+        answered ``/readyz`` when it started, so a slow first answer is a loaded machine
+        (several test workers on two cores), not a wrong address."""
         kwargs.setdefault("api_key", self.api_key)
+        kwargs.setdefault("connect_timeout", FIRST_CONTACT_S)
         return connect(self.grpc_target, **kwargs)
 
     def async_client(self, **kwargs: Any) -> AsyncClient:
         """An asyncio gRPC client (see :meth:`client`); call it inside the loop that uses it."""
         kwargs.setdefault("api_key", self.api_key)
+        kwargs.setdefault("connect_timeout", FIRST_CONTACT_S)
         return connect_async(self.grpc_target, **kwargs)
 
     def http_client(self, *, api_key: str | bool | None = True, **kwargs: Any) -> httpx.Client:
@@ -630,7 +641,9 @@ class GatewayProcess:
         """A gRPC admin client holding this gateway's operator key."""
         from gateway.client import AdminClient
 
-        return AdminClient(self.grpc_target, operator_key=self.operator_key)
+        return AdminClient(
+            self.grpc_target, operator_key=self.operator_key, connect_timeout=FIRST_CONTACT_S
+        )
 
     def channel(self, api_key: str | bool | None = True, **kwargs: Any) -> grpc.Channel:
         """A raw gRPC channel sending the bootstrap tenant's key (or ``api_key``)."""
