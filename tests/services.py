@@ -107,8 +107,16 @@ def free_port() -> int:
     return _PORTS.take()
 
 
+#: Seconds a service the tests start may take to listen and answer. Generous: a process that
+#: dies is noticed at once (``wait_for_port`` watches it), so the budget is spent only by one
+#: that is slow, as a loaded machine makes every process (four test workers on two cores,
+#: and other builds beside them: at a load average of 40 a gateway once wrote nothing and
+#: listened on nothing for 60 s, and every test of its module errored).
+START_TIMEOUT_S = 120.0
+
+
 def wait_for_port(
-    port: int, timeout: float = 30.0, proc: subprocess.Popen[bytes] | None = None
+    port: int, timeout: float = START_TIMEOUT_S, proc: subprocess.Popen[bytes] | None = None
 ) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -190,7 +198,7 @@ class RedisServer:
         import redis
 
         client = redis.Redis(port=self.port)
-        deadline = time.monotonic() + 30
+        deadline = time.monotonic() + START_TIMEOUT_S
         while True:
             try:
                 client.ping()
@@ -259,7 +267,7 @@ class RedisClusterServer:
         )
         import redis
 
-        deadline = time.monotonic() + 30
+        deadline = time.monotonic() + START_TIMEOUT_S
         for node in self.nodes:
             client = redis.Redis(port=node.port)
             try:
@@ -385,7 +393,7 @@ class PostgresServer:
     def _wait_ready(self) -> None:
         import psycopg
 
-        deadline = time.monotonic() + 30
+        deadline = time.monotonic() + START_TIMEOUT_S
         while True:
             try:
                 with psycopg.connect(
@@ -573,7 +581,7 @@ class GatewayProcess:
         env.update(self.extra_env)
         return env
 
-    def start(self, timeout: float = 60.0) -> GatewayProcess:
+    def start(self, timeout: float = START_TIMEOUT_S) -> GatewayProcess:
         self.data_dir.mkdir(parents=True, exist_ok=True)
         log = open(self.log_path, "ab")  # noqa: SIM115 - owned by the child for its lifetime
         self.proc = subprocess.Popen(
@@ -665,7 +673,7 @@ class GatewayProcess:
             self.proc.send_signal(signal.SIGKILL)
             self.proc.wait(10)
 
-    def restart(self, timeout: float = 60.0) -> GatewayProcess:
+    def restart(self, timeout: float = START_TIMEOUT_S) -> GatewayProcess:
         """SIGKILL, then start again on the same data folder and the same ports, so
         clients connected to it reconnect by themselves."""
         self.kill()
