@@ -18,6 +18,14 @@ that safe, and what a new test must do:
   package-scoped fixture (so that fixture, often a gateway process or a browser, starts
   once). A test that asks for the SparkSession with ``request.getfixturevalue("spark")``
   must carry ``pytest.mark.xdist_group("spark")`` itself.
+- New services (the Iceberg REST catalog, the JVM Spark connector): a session fixture per
+  worker on ``free_port()`` and a temporary folder is safe; one that must start once for
+  the whole run belongs in a group (a module/class fixture groups its module by itself). A
+  Spark test gets the run's one SparkSession from the ``spark`` fixture (never a session of
+  its own: one JVM per worker is about 0.5 GB), and a connector jar is built once into a
+  temporary folder, not into the checkout. Timing: wait on a condition with a generous
+  deadline (see ``START_TIMEOUT_S``, ``FIRST_CONTACT_S`` in tests/services.py), never for a
+  fixed time followed by a check that enough happened in it.
 - Run one file serially with ``make pytest PYTEST_WORKERS=0 PYTEST_ARGS=tests/...`` or
   plain ``.venv/bin/python -m pytest tests/...`` (``-n`` is given by the Makefile alone).
 """
