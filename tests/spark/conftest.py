@@ -43,9 +43,11 @@ class LakeGateway:
             tier_table(c, d, trim=False)
 
 
-def _start(
+def start_lake_gateway(
     tmp: Path, redis_server: RedisServer, cold_env: Mapping[str, str], cold: Mapping[str, Any]
 ) -> LakeGateway:
+    """A gateway over ``redis_server`` that never tiers by itself: :meth:`LakeGateway.tier`
+    does, when a test chooses."""
     env = {
         "TIDEGATE_HOT__TYPE": "redis",
         "TIDEGATE_HOT__URL": redis_server.url,
@@ -65,7 +67,7 @@ def lake(
     redis_server: RedisServer, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[LakeGateway]:
     """A gateway over Redis with a local folder warehouse."""
-    lg = _start(tmp_path_factory.mktemp("spark-gw"), redis_server, {}, {})
+    lg = start_lake_gateway(tmp_path_factory.mktemp("spark-gw"), redis_server, {}, {})
     try:
         yield lg
     finally:
@@ -80,7 +82,7 @@ def s3_lake(
     bucket = moto_server.create_bucket(f"spark-{uuid.uuid4().hex[:10]}")
     warehouse = f"s3://{bucket}/warehouse"
     env = moto_server.gateway_env(warehouse)
-    lg = _start(
+    lg = start_lake_gateway(
         tmp_path_factory.mktemp("spark-gw-s3"),
         redis_server,
         env,
