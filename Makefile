@@ -40,13 +40,19 @@ setup: $(STAMP)
 run: $(RUN_STAMP)
 	$(VENV)/bin/tidegate serve
 
+# pytest-xdist workers of `make pytest` (and so of `make test`): 4 on 2 cores, measured (most
+# tests wait on processes and I/O): docs/decisions/test-suite.md. PYTEST_WORKERS=0 runs the
+# tests in one process, one after another (as plain `.venv/bin/python -m pytest` does).
+PYTEST_WORKERS ?= 4
+
 ## Everything CI checks: lint, types, generated stubs, then the whole test suite.
 test: setup
 	@sh scripts/prereqs.sh test
 	$(MAKE) --no-print-directory lint typecheck proto-check pytest
 
+# --dist loadgroup: tests of one xdist group (tests/conftest.py) run on one worker.
 pytest: setup
-	$(PY) -m pytest $(PYTEST_ARGS)
+	$(PY) -m pytest -n $(PYTEST_WORKERS) --dist loadgroup $(PYTEST_ARGS)
 
 lint: setup
 	$(VENV)/bin/ruff check .

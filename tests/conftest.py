@@ -1,4 +1,34 @@
-"""Session-wide real services. Nothing here is mocked."""
+"""Session-wide real services. Nothing here is mocked.
+
+The suite runs on several pytest-xdist workers (``make test``; docs/decisions/test-suite.md).
+Each worker is a pytest session of its own: every session fixture here (redis-server,
+PostgreSQL, moto's S3 server, the SparkSession) starts once per worker that needs it, on
+ports from :func:`tests.services.free_port` and in folders of that worker's own. What keeps
+that safe, and what a new test must do:
+
+- Listen only on :func:`tests.services.free_port` ports (never a fixed one, never a port
+  picked by binding port 0 yourself and handing the number to another process), write only
+  under ``tmp_path``/``tmp_path_factory`` or a ``tempfile.mkdtemp()`` folder, and name
+  tenants, tables, buckets and databases uniquely (``uuid``/``secrets``): the session
+  services are shared by every test of a worker, in any order.
+- Never write into the checkout (``REPO_ROOT``): four workers read it at once.
+- :mod:`tests.xdist_groups` (its hooks are imported here) puts tests that must run on one
+  worker in one xdist group: every test that uses the ``spark`` fixture (one JVM for the
+  run, not one per worker), and the tests of a module that uses a module-, class- or
+  package-scoped fixture (so that fixture, often a gateway process or a browser, starts
+  once). A test that asks for the SparkSession with ``request.getfixturevalue("spark")``
+  must carry ``pytest.mark.xdist_group("spark")`` itself.
+- New services (the Iceberg REST catalog, the JVM Spark connector): a session fixture per
+  worker on ``free_port()`` and a temporary folder is safe; one that must start once for
+  the whole run belongs in a group (a module/class fixture groups its module by itself). A
+  Spark test gets the run's one SparkSession from the ``spark`` fixture (never a session of
+  its own: one JVM per worker is about 0.5 GB), and a connector jar is built once into a
+  temporary folder, not into the checkout. Timing: wait on a condition with a generous
+  deadline (see ``START_TIMEOUT_S``, ``FIRST_CONTACT_S`` in tests/services.py), never for a
+  fixed time followed by a check that enough happened in it.
+- Run one file serially with ``make pytest PYTEST_WORKERS=0 PYTEST_ARGS=tests/...`` or
+  plain ``.venv/bin/python -m pytest tests/...`` (``-n`` is given by the Makefile alone).
+"""
 
 from __future__ import annotations
 
@@ -15,6 +45,13 @@ from hypothesis import settings as hypothesis_settings
 
 from gateway.config import Settings
 from tests.services import MotoServer, PostgresServer, RedisServer
+from tests.xdist_groups import (  # noqa: F401 - hooks of this conftest
+    pytest_collection_finish,
+    pytest_collection_modifyitems,
+    pytest_configure_node,
+    pytest_unconfigure,
+    pytest_xdist_make_scheduler,
+)
 
 # No per-example deadline anywhere: the suite asserts no timings, and on a loaded 2-core
 # machine the first example of a property test can take longer than Hypothesis's 200 ms.

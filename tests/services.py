@@ -24,14 +24,99 @@ if TYPE_CHECKING:
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
 
+class _PortBlocks:
+    """Ports for the tests' servers, each handed out once per process, none shared by two
+    processes that run at the same time.
+
+    Asking the kernel for a free port (bind to port 0, close, hand the number on) races:
+    between the close and the server's own bind, another pytest-xdist worker asking the
+    same may get the same number, and any outgoing connection of any process may take it
+    as its ephemeral port. So the ports come from below the kernel's ephemeral range
+    (``net.ipv4.ip_local_port_range``), where it never picks one by itself, in blocks of
+    :attr:`BLOCK`: a process owns a block while it holds an ``flock`` on that block's file in
+    the system's temporary folder (the kernel lets go when the process ends, however it
+    ends), so workers of one run, other runs and other checkouts on the machine never
+    hand out the same port. A port something already listens on, or that is still held
+    by a closed connection, is passed over.
+    """
+
+    BLOCK = 100
+    #: The lowest port handed out (below it: well-known and registered services).
+    LOW = 10_000
+
+    def __init__(self) -> None:
+        import threading
+
+        self._lock = threading.Lock()
+        self._held: list[int] = []  # descriptors of the block files this process holds
+        self._next = self._end = 0
+
+    @staticmethod
+    def _high() -> int:
+        """One past the highest port the kernel never hands out by itself."""
+        try:
+            low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+        except (OSError, ValueError, IndexError):
+            low = 32768  # Linux's default
+        return max(low, _PortBlocks.LOW + 10 * _PortBlocks.BLOCK)
+
+    def _claim_block(self) -> None:
+        import fcntl
+        import tempfile
+
+        folder = Path(tempfile.gettempdir()) / "tidegate-test-ports"
+        folder.mkdir(exist_ok=True)
+        with contextlib.suppress(PermissionError):
+            folder.chmod(0o1777)  # any user's test run may claim blocks here
+        blocks = (self._high() - self.LOW) // self.BLOCK
+        first = os.getpid() % blocks  # spread processes out before they contend
+        for i in range(blocks):
+            block = (first + i) % blocks
+            fd = os.open(folder / f"{block}.lock", os.O_RDONLY | os.O_CREAT, 0o644)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError:
+                os.close(fd)
+                continue
+            self._held.append(fd)  # kept open (and locked) until the process ends
+            self._next = self.LOW + block * self.BLOCK
+            self._end = self._next + self.BLOCK
+            return
+        raise RuntimeError(f"every block of test ports under {folder} is held by a process")
+
+    def take(self) -> int:
+        with self._lock:
+            while True:
+                if self._next >= self._end:
+                    self._claim_block()
+                port, self._next = self._next, self._next + 1
+                with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+                    try:
+                        s.bind(("127.0.0.1", port))  # no SO_REUSEADDR: TIME_WAIT counts as used
+                    except OSError:
+                        continue
+                return port
+
+
+_PORTS = _PortBlocks()
+
+
 def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    """A TCP port on 127.0.0.1 nothing listens on, that no other test process (of this run
+    or another) is given: see :class:`_PortBlocks`."""
+    return _PORTS.take()
+
+
+#: Seconds a service the tests start may take to listen and answer. Generous: a process that
+#: dies is noticed at once (``wait_for_port`` watches it), so the budget is spent only by one
+#: that is slow, as a loaded machine makes every process (four test workers on two cores,
+#: and other builds beside them: at a load average of 40 a gateway once wrote nothing and
+#: listened on nothing for 60 s, and every test of its module errored).
+START_TIMEOUT_S = 120.0
 
 
 def wait_for_port(
-    port: int, timeout: float = 30.0, proc: subprocess.Popen[bytes] | None = None
+    port: int, timeout: float = START_TIMEOUT_S, proc: subprocess.Popen[bytes] | None = None
 ) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -113,7 +198,7 @@ class RedisServer:
         import redis
 
         client = redis.Redis(port=self.port)
-        deadline = time.monotonic() + 30
+        deadline = time.monotonic() + START_TIMEOUT_S
         while True:
             try:
                 client.ping()
@@ -182,7 +267,7 @@ class RedisClusterServer:
         )
         import redis
 
-        deadline = time.monotonic() + 30
+        deadline = time.monotonic() + START_TIMEOUT_S
         for node in self.nodes:
             client = redis.Redis(port=node.port)
             try:
@@ -308,7 +393,7 @@ class PostgresServer:
     def _wait_ready(self) -> None:
         import psycopg
 
-        deadline = time.monotonic() + 30
+        deadline = time.monotonic() + START_TIMEOUT_S
         while True:
             try:
                 with psycopg.connect(
@@ -492,6 +577,11 @@ def connect_async(target: str, **kwargs: Any) -> AsyncClient:
     return AsyncClient(target, **kwargs)
 
 
+#: Seconds a client the harness builds keeps trying a gateway it started before giving up
+#: (see :meth:`GatewayProcess.client`).
+FIRST_CONTACT_S = 30.0
+
+
 class GatewayProcess:
     """``python -m gateway serve`` as a real process, configured only by the env we give it.
 
@@ -548,7 +638,7 @@ class GatewayProcess:
         env.update(self.extra_env)
         return env
 
-    def start(self, timeout: float = 60.0) -> GatewayProcess:
+    def start(self, timeout: float = START_TIMEOUT_S) -> GatewayProcess:
         self.data_dir.mkdir(parents=True, exist_ok=True)
         log = open(self.log_path, "ab")  # noqa: SIM115 - owned by the child for its lifetime
         self.proc = subprocess.Popen(
@@ -585,13 +675,19 @@ class GatewayProcess:
     def client(self, **kwargs: Any) -> Client:
         """A gRPC client for this gateway. Tests build clients only through here (and
         :meth:`http_client`), so credentials are added in one place: the bootstrap
-        tenant's key unless ``api_key`` is given (``api_key=None``: no credential)."""
+        tenant's key unless ``api_key`` is given (``api_key=None``: no credential).
+
+        The first contact may take :data:`FIRST_CONTACT_S` (not the SDK's 5 s): this gateway
+        answered ``/readyz`` when it started, so a slow first answer is a loaded machine
+        (several test workers on two cores), not a wrong address."""
         kwargs.setdefault("api_key", self.api_key)
+        kwargs.setdefault("connect_timeout", FIRST_CONTACT_S)
         return connect(self.grpc_target, **kwargs)
 
     def async_client(self, **kwargs: Any) -> AsyncClient:
         """An asyncio gRPC client (see :meth:`client`); call it inside the loop that uses it."""
         kwargs.setdefault("api_key", self.api_key)
+        kwargs.setdefault("connect_timeout", FIRST_CONTACT_S)
         return connect_async(self.grpc_target, **kwargs)
 
     def http_client(self, *, api_key: str | bool | None = True, **kwargs: Any) -> httpx.Client:
@@ -610,7 +706,9 @@ class GatewayProcess:
         """A gRPC admin client holding this gateway's operator key."""
         from gateway.client import AdminClient
 
-        return AdminClient(self.grpc_target, operator_key=self.operator_key)
+        return AdminClient(
+            self.grpc_target, operator_key=self.operator_key, connect_timeout=FIRST_CONTACT_S
+        )
 
     def channel(self, api_key: str | bool | None = True, **kwargs: Any) -> grpc.Channel:
         """A raw gRPC channel sending the bootstrap tenant's key (or ``api_key``)."""
@@ -632,7 +730,7 @@ class GatewayProcess:
             self.proc.send_signal(signal.SIGKILL)
             self.proc.wait(10)
 
-    def restart(self, timeout: float = 60.0) -> GatewayProcess:
+    def restart(self, timeout: float = START_TIMEOUT_S) -> GatewayProcess:
         """SIGKILL, then start again on the same data folder and the same ports, so
         clients connected to it reconnect by themselves."""
         self.kill()

@@ -21,7 +21,9 @@ def _param(seed: int) -> Any:
     # The last seed also reads back through the Spark connector, with the test session's
     # SparkSession (make test starts it once for every Spark test anyway).
     # Starting a SparkSession takes a minute or more on a loaded 2-core machine.
-    marks = [pytest.mark.spark, pytest.mark.timeout(600)] if seed == SEEDS[-1] else []
+    # It shares the run's one SparkSession with the other Spark tests: on their xdist worker.
+    spark = [pytest.mark.spark, pytest.mark.xdist_group("spark"), pytest.mark.timeout(600)]
+    marks = spark if seed == SEEDS[-1] else []
     return pytest.param(seed, id=f"seed{seed}-{tier_of(seed)}", marks=marks)
 
 

@@ -12,7 +12,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from tests.services import GatewayProcess
+from tests.services import FIRST_CONTACT_S, GatewayProcess
 
 pytestmark = pytest.mark.integration
 
@@ -25,6 +25,7 @@ def tidegate(
     env = {k: v for k, v in os.environ.items() if not k.startswith("TIDEGATE_")}
     env["TIDEGATE_API_KEY"] = api_key if api_key is not None else str(gateway.api_key)
     env["TIDEGATE_OPERATOR_KEY"] = gateway.operator_key
+    env["TIDEGATE_CONNECT_TIMEOUT"] = str(FIRST_CONTACT_S)  # a gateway we started: see there
     proc = subprocess.run(
         [sys.executable, "-m", "gateway", *args, "--target", gateway.grpc_target],
         capture_output=True,

@@ -19,7 +19,7 @@ import pytest
 
 from gateway.client import AdminClient, Client, TableInfo, Unavailable
 from gateway.client.aio import AsyncClient
-from tests.services import GatewayProcess, free_port
+from tests.services import FIRST_CONTACT_S, GatewayProcess, free_port
 
 pytestmark = pytest.mark.integration
 
@@ -38,6 +38,7 @@ def cli(
         env["TIDEGATE_API_KEY"] = str(gateway.api_key)
         env["TIDEGATE_OPERATOR_KEY"] = gateway.operator_key
         env["TIDEGATE_TARGET"] = gateway.grpc_target
+        env["TIDEGATE_CONNECT_TIMEOUT"] = str(FIRST_CONTACT_S)  # one we started: see there
     proc = subprocess.run(
         [sys.executable, "-m", "gateway", *args],
         capture_output=True,

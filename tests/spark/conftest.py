@@ -43,10 +43,11 @@ class LakeGateway:
             tier_table(c, d, trim=False)
 
 
-def start_lake(
+def start_lake_gateway(
     tmp: Path, redis_server: RedisServer, cold_env: Mapping[str, str], cold: Mapping[str, Any]
 ) -> LakeGateway:
-    """A gateway process over Redis with the given cold tier (tests tier themselves)."""
+    """A gateway over ``redis_server`` that never tiers by itself: :meth:`LakeGateway.tier`
+    does, when a test chooses."""
     env = {
         "TIDEGATE_HOT__TYPE": "redis",
         "TIDEGATE_HOT__URL": redis_server.url,
@@ -66,7 +67,7 @@ def lake(
     redis_server: RedisServer, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[LakeGateway]:
     """A gateway over Redis with a local folder warehouse."""
-    lg = start_lake(tmp_path_factory.mktemp("spark-gw"), redis_server, {}, {})
+    lg = start_lake_gateway(tmp_path_factory.mktemp("spark-gw"), redis_server, {}, {})
     try:
         yield lg
     finally:
@@ -81,7 +82,7 @@ def s3_lake(
     bucket = moto_server.create_bucket(f"spark-{uuid.uuid4().hex[:10]}")
     warehouse = f"s3://{bucket}/warehouse"
     env = moto_server.gateway_env(warehouse)
-    lg = start_lake(
+    lg = start_lake_gateway(
         tmp_path_factory.mktemp("spark-gw-s3"),
         redis_server,
         env,

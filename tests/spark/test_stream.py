@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from tests.services import RedisServer
-from tests.spark.conftest import LakeGateway, start_lake
+from tests.spark.conftest import LakeGateway, start_lake_gateway
 
 pytestmark = [pytest.mark.spark, pytest.mark.integration]
 
@@ -172,7 +172,7 @@ def test_a_stream_rides_through_two_gateway_restarts(
     waits and reconnects (reconnectTimeout, for ever by default) instead of failing the
     query (its clients do not retry on their own: the stream rides each outage, with one
     log line, on Spark's worker's stderr), and every record reaches the sink once."""
-    lake = start_lake(tmp_path / "gw", redis_server, {}, {})
+    lake = start_lake_gateway(tmp_path / "gw", redis_server, {}, {})
     out, checkpoint = tmp_path / "out", tmp_path / "checkpoint"
     stream = None
     try:

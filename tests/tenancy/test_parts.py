@@ -4,6 +4,7 @@ process and on the session's redis-server), fair admission and the usage meter."
 from __future__ import annotations
 
 import asyncio
+import time
 import uuid
 from pathlib import Path
 
@@ -39,13 +40,21 @@ def buckets(request: pytest.FixtureRequest) -> TokenBuckets:
 def test_bucket_admits_the_burst_then_asks_to_wait(
     buckets: TokenBuckets, unique_tenant: str
 ) -> None:
-    rate, burst = 100.0, 100.0
+    # 1/16 token a second: no pause of a loaded machine within the test's timeout refills
+    # the 20 tokens the second take lacks (320 s), and each wait is checked against the
+    # time that did pass between the two takes (it shortens a wait by that much).
+    rate, burst = 1 / 16, 100.0
+    started = time.monotonic()
     assert buckets.take(unique_tenant, "x", 60, rate, burst) == 0
     wait = buckets.take(unique_tenant, "x", 60, rate, burst)
-    assert 1 <= wait <= 250  # about 200 ms to refill 20 tokens
+    passed_ms = (time.monotonic() - started) * 1000
+    assert 320_000 - passed_ms <= wait <= 320_000  # 20 tokens at 1/16 a second
     # A request larger than the burst is admitted from a full bucket, into debt.
+    started = time.monotonic()
     assert buckets.take(unique_tenant, "big", 500, rate, burst) == 0
-    assert buckets.take(unique_tenant, "big", 1, rate, burst) >= 4000
+    wait = buckets.take(unique_tenant, "big", 1, rate, burst)
+    passed_ms = (time.monotonic() - started) * 1000
+    assert 6_416_000 - passed_ms <= wait <= 6_416_000  # 400 tokens of debt, and 1 more
     # Forced charges (bytes a read returned) always pass and leave debt behind.
     assert buckets.take(unique_tenant, "r", 300, rate, burst, force=True) == 0
     assert buckets.take(unique_tenant, "r", 1, rate, burst) > 0

@@ -17,7 +17,10 @@ from gateway.cold.iceberg.filters import to_pyiceberg
 from gateway.wire.errors import InvalidRequest
 from gateway.wire.filters import (
     ALWAYS_FALSE,
+    Compare,
     FilterLimits,
+    In,
+    IsNull,
     bind,
     compile_filter,
     parse,
@@ -225,3 +228,30 @@ def test_integer_comparisons_match_exact_arithmetic(
         if v is not None and _OPS[op](decimal.Decimal(v), decimal.Decimal(literal)) != negate
     ]
     assert kept == want
+
+
+def test_decimal_grids_of_38_digits_are_exact_at_both_ends() -> None:
+    """Issue 33: the range of a decimal128(38, s) column was computed in 28-digit
+    arithmetic, so its ends rounded to 10**(38-s) and a literal there bound to a value no
+    column holds (Arrow then refused it: a 500)."""
+    schema = pa.schema([pa.field("c", pa.decimal128(38, 38)), pa.field("b", pa.decimal128(38, 0))])
+    top = "0." + "9" * 38
+    assert compile_filter("c in (-1, 1)", schema) == ALWAYS_FALSE
+    assert compile_filter("c = -1", schema) == ALWAYS_FALSE
+    assert compile_filter("c > -1", schema) == IsNull("c", True)
+    assert compile_filter(f"c >= -{top}", schema) == IsNull("c", True)
+    assert compile_filter(f"c <= {top}", schema) == IsNull("c", True)
+    assert compile_filter(f"c = -{top}", schema) == Compare("c", "=", decimal.Decimal(f"-{top}"))
+    big = "9" * 38
+    assert compile_filter(f"b < -{big}", schema) == ALWAYS_FALSE
+    assert compile_filter(f"b = -1{'0' * 38}", schema) == ALWAYS_FALSE
+    assert compile_filter(f"b in (-{big}, {big})", schema) == In(
+        "b", (decimal.Decimal(f"-{big}"), decimal.Decimal(big)), False
+    )
+    # Every bound literal converts to the column's Arrow type.
+    for text in [f"c = -{top}", f"b in (-{big}, {big})", "c > -1", "c >= 7E-9223372036854775809"]:
+        bound = compile_filter(text, schema)
+        if bound is not None:
+            pa.table(
+                {"c": pa.nulls(1, schema.field("c").type), "b": pa.nulls(1, pa.decimal128(38, 0))}
+            ).filter(to_arrow(bound, schema))

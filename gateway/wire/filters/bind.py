@@ -55,7 +55,7 @@ class _Grid:
     def clamp(self, v: decimal.Decimal) -> decimal.Decimal:
         """``v``, or one step past the range when it lies beyond (every value past the
         range compares alike), so that rounding works on bounded numbers only."""
-        return min(max(v, self.lo - self.step), self.hi + self.step)
+        return min(max(v, _CTX.subtract(self.lo, self.step)), _CTX.add(self.hi, self.step))
 
     def round(self, v: decimal.Decimal, rounding: str) -> decimal.Decimal:
         steps = _CTX.divide(self.clamp(v), self.step)
@@ -88,7 +88,7 @@ def _grid(t: pa.DataType) -> _Grid | None:
         def on_scale(d: decimal.Decimal) -> decimal.Decimal:
             return d.quantize(step, context=_CTX)
 
-        return _Grid(step, -top, top, on_scale)
+        return _Grid(step, _CTX.minus(top), top, on_scale)
     return None
 
 
@@ -220,7 +220,7 @@ class _Binder:
             return Compare(e.column, e.op, value)
         v = self.number(f, e.value)
         if isinstance(v, float):  # an infinity (NaN cannot reach a grid column)
-            v = grid.hi + 1 if v > 0 else grid.lo - 1
+            v = _CTX.add(grid.hi, 1) if v > 0 else _CTX.subtract(grid.lo, 1)
         not_null = IsNull(e.column, True)
         op = e.op
         if op in ("=", "!="):
