@@ -50,6 +50,11 @@ TableArg = Annotated[str, typer.Argument(help="The table, as namespace.name.", s
 JsonFlag = Annotated[bool, typer.Option("--json", help="Print JSON instead of text.")]
 
 
+def plural(n: int, word: str) -> str:
+    """``1 record``, ``2 records``, ``0 records``."""
+    return f"{n} {word}" if n == 1 else f"{n} {word}s"
+
+
 def columns(rows: list[list[str]]) -> list[str]:
     """``rows`` as lines of left-aligned columns."""
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]

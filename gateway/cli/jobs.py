@@ -9,7 +9,7 @@ from typing import Annotated, Any, Literal
 
 import typer
 
-from gateway.cli._common import app, fail
+from gateway.cli._common import app, fail, plural
 from gateway.hot.disk.log import HotTierBusy
 from gateway.plugins import BackendError
 from gateway.wire.errors import TidegateError
@@ -199,9 +199,12 @@ def _run_job(
     for name, failure in report.failures.items():
         typer.echo(f"failed: {name}: {failure}", err=True)
     if job in ("tier", "compact", "retention"):
-        typer.echo(f"{_DONE[job]} {report.records} records in {len(report.tables)} tables")
+        typer.echo(
+            f"{_DONE[job]} {plural(report.records, 'record')} in "
+            f"{plural(len(report.tables), 'table')}"
+        )
     else:
-        typer.echo(f"{_DONE[job]} {len(report.tables)} tables")
+        typer.echo(f"{_DONE[job]} {plural(len(report.tables), 'table')}")
     if not report.tables:
         typer.echo(
             f"warning: no tables found (data folder {settings.data_dir.resolve()}, metadata "

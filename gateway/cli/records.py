@@ -12,7 +12,7 @@ from typing import IO, Annotated, Any
 import pyarrow as pa
 import typer
 
-from gateway.cli._common import TableArg, app, client_for, columns, group_app
+from gateway.cli._common import TableArg, app, client_for, columns, group_app, plural
 from gateway.wire.errors import InvalidRequest
 from gateway.wire.schema import SYSTEM_COLUMNS
 from gateway.wire.values import to_decimal
@@ -183,7 +183,7 @@ def append(
         for batch in _file_batches(source, fmt, schema, batch_rows, info.added_columns):
             ranges = c.append(table, batch, partition=partition)
             total += sum(r.count for r in ranges)
-    typer.echo(f"appended {total} records to {table}")
+    typer.echo(f"appended {plural(total, 'record')} to {table}")
 
 
 def _start_at(start: str) -> Any:
@@ -275,7 +275,7 @@ def read(
                     batches.append(batch)
                 if max_records and total >= max_records:
                     typer.echo(
-                        f"stopped after {total} records (--max-records); more may follow",
+                        f"stopped after {plural(total, 'record')} (--max-records); more may follow",
                         err=True,
                     )
                     break
@@ -288,7 +288,7 @@ def read(
             typer.echo("no records", err=True)
             raise typer.Exit(1)
         pq.write_table(pa.Table.from_batches(batches), output)
-        typer.echo(f"wrote {total} records to {output}")
+        typer.echo(f"wrote {plural(total, 'record')} to {output}")
 
 
 @app.command()

@@ -10,7 +10,7 @@ from typing import Annotated, Any
 
 import typer
 
-from gateway.cli._common import JsonFlag, TableArg, client_for, columns, table_app
+from gateway.cli._common import JsonFlag, TableArg, client_for, columns, plural, table_app
 from gateway.wire.errors import InvalidSchema
 from gateway.wire.schema import parse_fields_text
 
@@ -156,7 +156,7 @@ def _retention_text(info: Any) -> str:
     if info.retention_ms:
         kept.append(f"{info.retention_ms} ms after append")
     if info.retention_records:
-        kept.append(f"the last {info.retention_records} records per partition")
+        kept.append(f"the last {plural(info.retention_records, 'record')} per partition")
     return "records kept " + " and ".join(kept) if kept else "none (records kept for ever)"
 
 
@@ -300,7 +300,7 @@ def table_list(
     """List tables."""
     with client_for() as c:
         for info in c.list_tables(namespace):
-            typer.echo(f"{info.table}\t{info.partitions} partitions")
+            typer.echo(f"{info.table}\t{plural(info.partitions, 'partition')}")
 
 
 @table_app.command("describe")

@@ -52,7 +52,7 @@ def test_cli_round_trip(gateway: GatewayProcess, namespace: str, tmp_path: Path)
     )
     assert json.loads(out.stdout)["partitions"] == 1
     assert (
-        f"{table}\t1 partitions"
+        f"{table}\t1 partition"
         in tidegate(gateway, "table", "list", "--namespace", namespace).stdout
     )
 
