@@ -73,7 +73,8 @@ def test_item10_an_int32_overflow_names_the_row_and_the_range(
         with pytest.raises(SchemaMismatch) as err:
             c.append(table, [fine, big])
         assert str(err.value).endswith(f"row 2.small: {expected}")
-        with c.producer(table) as producer, pytest.raises(SchemaMismatch, match=re.escape(expected)):
+        refused = pytest.raises(SchemaMismatch, match=re.escape(expected))
+        with c.producer(table) as producer, refused:
             producer.send(big)
     with gateway.http_client() as http:
         answer = http.post(f"/v1/tables/{namespace}/small/records", json={"rows": [fine, big]})
