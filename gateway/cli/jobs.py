@@ -10,8 +10,6 @@ from typing import Annotated, Any, Literal
 import typer
 
 from gateway.cli._common import app, fail, plural
-from gateway.hot.disk.log import HotTierBusy
-from gateway.plugins import BackendError
 from gateway.wire.errors import TidegateError
 
 LogLevelOption = Annotated[
@@ -48,6 +46,7 @@ def serve(
 
     from gateway.config import Settings
     from gateway.logs import configure as configure_logging
+    from gateway.plugins import BackendError
     from gateway.server.app import serve as serve_async
 
     settings = Settings()
@@ -168,10 +167,12 @@ def _run_job(
     log_format: Any,
 ) -> None:
     from gateway.config import Settings
+    from gateway.hot.disk.log import HotTierBusy
     from gateway.lake.components import Components
     from gateway.lake.runners import make_runner
     from gateway.lake.scheduler import run_forever, run_once
     from gateway.logs import configure as configure_logging
+    from gateway.plugins import BackendError
 
     if runner not in ("local", "spark"):
         raise typer.BadParameter("--runner must be 'local' or 'spark'")
@@ -238,6 +239,7 @@ def migrate(
     from gateway.config import Settings
     from gateway.logs import configure as configure_logging
     from gateway.meta import MetadataStore
+    from gateway.plugins import BackendError
 
     try:
         settings = Settings()

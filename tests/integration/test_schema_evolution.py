@@ -284,7 +284,6 @@ REFUSED = [
     ({"op": "add_column", "column": "_offset", "type": "int64"}, "reserved"),
     ({"op": "add_column", "column": "u", "type": "uint8"}, "not supported"),
     ({"op": "make_optional", "column": "nope"}, "no such column"),
-    ({"op": "make_optional", "column": "score"}, "already optional"),
     ({"op": "truncate", "column": "note"}, "unknown schema change 'truncate'"),
 ]
 
