@@ -90,6 +90,7 @@ def test_the_wheel_serves_from_a_fresh_venv_outside_the_checkout(tmp_path: Path)
         "gateway/py.typed",
         "gateway/server/http/console/templates/table.html",
         "gateway/server/http/console/static/console.js",
+        "gateway/server/http/console/static/favicon.svg",
         "gateway/server/http/console/static/vendor/uPlot.iife.min.js",
         "gateway/meta/migrations/versions/0001_initial.py",
         "gateway/wire/_proto/tidegate/v1/tidegate_pb2.py",
