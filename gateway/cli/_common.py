@@ -184,7 +184,7 @@ def hoist_global_options(argv: list[str]) -> list[str]:
 
 #: Seconds of trying to reach the gateway that a command always has, however long its
 #: start took: a live gateway on a busy machine must not be reported unreachable.
-MIN_CONNECT_S = 2.0
+MIN_CONNECT_S = 3.0
 
 
 def connect_budget(now: float | None = None) -> float:

@@ -44,14 +44,14 @@ def pages() -> list[Path]:
     return [REPO_ROOT / "README.md", *sorted((REPO_ROOT / "docs").rglob("*.md"))]
 
 
-def blocks(page: Path) -> list[Block]:
-    """The fenced code blocks of ``page``, in order."""
+def blocks(page: Path, root: Path = REPO_ROOT) -> list[Block]:
+    """The fenced code blocks of ``page`` (a page of the checkout at ``root``), in order."""
     out: list[Block] = []
     heading, fence, start, lang, lines = "", "", 0, "", []
     for number, line in enumerate(page.read_text().splitlines(), 1):
         if fence:
             if line.strip() == fence:
-                rel = page.relative_to(REPO_ROOT).as_posix()
+                rel = page.relative_to(root).as_posix()
                 out.append(Block(rel, heading, lang, "\n".join(lines) + "\n", start))
                 fence = ""
             else:
@@ -181,7 +181,7 @@ class Shell:
             }
         return self._record(block, proc)
 
-    def python(self, block: Block, name: str, timeout: float = 300) -> Ran:
+    def python(self, block: Block, name: str, timeout: float = 600) -> Ran:
         """A Python block saved as ``name`` in the folder and run as ``python name`` in
         this terminal (the README names that interpreter)."""
         (self.folder / name).write_text(self.prepared(block.text))

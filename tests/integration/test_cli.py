@@ -71,8 +71,8 @@ def test_cli_round_trip(gateway: GatewayProcess, namespace: str, tmp_path: Path)
         ),
         parquet,
     )
-    for f, n in ((csv, 2), (jsonl, 1), (parquet, 1)):
-        assert f"appended {n} records" in tidegate(gateway, "append", table, str(f)).stdout
+    for f, n in ((csv, "2 records"), (jsonl, "1 record"), (parquet, "1 record")):
+        assert f"appended {n} to" in tidegate(gateway, "append", table, str(f)).stdout
 
     lines = tidegate(
         gateway, "read", table, "--partition", "0", "--offset", "1"

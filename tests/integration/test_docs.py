@@ -34,7 +34,7 @@ pytestmark = [
     pytest.mark.integration,
     pytest.mark.slow,
     pytest.mark.spark,
-    pytest.mark.timeout(1200),
+    pytest.mark.timeout(2400),
 ]
 
 README = REPO_ROOT / "README.md"
@@ -123,7 +123,8 @@ def walk(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Walk]:
             if block.lang == "sh":
                 shell.sh(block)
             elif block.lang == "python":
-                shell.python(block, f"example{n}.py")
+                # A Spark job starts a JVM: minutes on a machine as busy as CI's can be.
+                shell.python(block, f"example{n}.py", timeout=900)
             else:  # pragma: no cover - a new kind of block needs a way to run it
                 raise AssertionError(f"how does a reader run a {block.lang!r} block? {block}")
         yield Walk(shell, served)
