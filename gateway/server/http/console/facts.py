@@ -295,11 +295,11 @@ async def usage_series(tenancy: Tenancy, tenant: str, minutes: int) -> dict[str,
     since = int(time.time() // 60 * 60 - minutes * 60) * 1000
     rows = await tenancy.admin.usage(tenant, since, None)
     by_minute = {int(r.minute.timestamp()): r.counters for r in rows}
-    # Every minute from the first recorded one: a minute without a row used nothing (0 for
-    # the counters), and storage not sampled in a minute is unknown (null: a gap in the
-    # chart, never a fall to 0).
-    first = min(by_minute, default=None)
-    axis = [] if first is None else list(range(first, int(time.time() // 60 * 60) + 1, 60))
+    # Every minute of the window once anything was recorded in it (the charts always span
+    # the same time): a minute without a row used nothing (0 for the counters), and storage
+    # not sampled in a minute is unknown (null: a gap in the chart, never a fall to 0).
+    now = int(time.time() // 60 * 60)
+    axis = list(range(since // 1000, now + 1, 60)) if by_minute else []
     series: dict[str, Any] = {"minutes": axis}
     for f in USAGE_FIELDS:
         gauge = f in STORAGE_GAUGES
