@@ -124,7 +124,8 @@
       const fmt = el.dataset.chart === "records" ? count : humanBytes;
       charts.push({
         fields: pairs.map(function (p) { return p[0]; }),
-        chart: makeChart(el, pairs.map(function (p) { return p[1]; }), fmt, true),
+        // Storage is sampled: a lone sample between gaps is drawn as a dot.
+        chart: makeChart(el, pairs.map(function (p) { return p[1]; }), fmt, el.dataset.chart === "storage"),
       });
     });
     const empty = section.querySelector("[data-usage-empty]");
