@@ -51,6 +51,10 @@ def serve(
 
     settings = Settings()
     configure_logging(settings.log, level=log_level, fmt=log_format)
+    if log_format is not None:  # what serve prints follows the format it was given
+        settings = settings.model_copy(
+            update={"log": settings.log.model_copy(update={"format": log_format})}
+        )
     server = settings.server.model_copy(
         update={
             k: v

@@ -303,7 +303,11 @@ async def serve(settings: Settings) -> None:
             settings.hot.type,
             settings.metadata_url.split("@")[-1],
         )
-        print(next_steps(settings, from_file=not settings.auth.operator_key), flush=True)
+        steps = next_steps(settings, from_file=not settings.auth.operator_key)
+        if settings.log.format == "json":  # every line of the output stays a JSON object
+            log.info("%s", steps)
+        else:
+            print(steps, flush=True)
         await stopping.wait()
         log.info("draining")
     finally:
