@@ -13,7 +13,7 @@ RUN_EXTRAS ?= server
 STAMP := $(VENV)/.installed
 RUN_STAMP := $(VENV)/.installed-run
 
-.PHONY: setup run test lint format typecheck proto proto-check pytest bench bench-smoke profile fuzz faults soak prereqs clean
+.PHONY: setup run test lint format typecheck proto proto-check pytest dist wheelhouse bench bench-smoke profile fuzz faults soak prereqs clean
 
 # $(call install,extras,what it is for): create the virtualenv if needed and install tidegate
 # (editable) with those extras, saying what and why first and showing pip's progress (no
@@ -27,7 +27,7 @@ define install
 endef
 
 $(STAMP): pyproject.toml scripts/prereqs.sh
-	$(call install,$(EXTRAS),the tests and every developer target: about 1.6 GB and a few minutes the first time)
+	$(call install,$(EXTRAS),the tests and every developer target: about 2.2 GB and a few minutes the first time)
 	@touch $(STAMP) $(RUN_STAMP)
 
 $(RUN_STAMP): pyproject.toml scripts/prereqs.sh
@@ -51,8 +51,28 @@ test: setup
 	$(MAKE) --no-print-directory lint typecheck proto-check pytest
 
 # --dist loadgroup: tests of one xdist group (tests/conftest.py) run on one worker.
-pytest: setup
+pytest: setup wheelhouse
 	$(PY) -m pytest -n $(PYTEST_WORKERS) --dist loadgroup $(PYTEST_ARGS)
+
+## The wheel and the sdist of tidegate, in $(DIST)/, built with the virtualenv's own
+## setuptools (no download). `pip install dist/tidegate-*.whl` installs the package and
+## its `tidegate` command anywhere (README, "Install from a wheel").
+DIST ?= dist
+dist: setup
+	rm -f $(DIST)/tidegate-*.whl $(DIST)/tidegate-*.tar.gz
+	$(PY) -m build --no-isolation --outdir $(DIST) .
+
+## The wheels of everything `tidegate[server]` needs, kept in the virtualenv, so that the
+## test of the built wheel (tests/test_package.py) installs it into a fresh virtualenv
+## without the network. Made once (pip's cache serves the downloads), again when
+## pyproject.toml changes.
+WHEELHOUSE := $(VENV)/wheelhouse
+$(WHEELHOUSE)/.made: pyproject.toml | $(STAMP)
+	$(PY) -m pip wheel --quiet --no-build-isolation --wheel-dir $(WHEELHOUSE) '.[server]'
+	rm -f $(WHEELHOUSE)/tidegate-*.whl
+	@touch $@
+
+wheelhouse: setup $(WHEELHOUSE)/.made
 
 lint: setup
 	$(VENV)/bin/ruff check .
@@ -111,4 +131,4 @@ profile: setup
 	$(PY) -m benchmarks.profile hot-read cold-read scan append --out benchmarks/results/profiles
 
 clean:
-	rm -rf $(VENV) .mypy_cache .pytest_cache .ruff_cache
+	rm -rf $(VENV) .mypy_cache .pytest_cache .ruff_cache build $(DIST)

@@ -193,6 +193,11 @@ def summarise(raw: Path, frames: list[str], top: int = 15) -> str:
         own[names[-1]] += n
         for name in set(names):
             under[name] += n
+    if total == 0:
+        return (
+            "samples: 0 (py-spy recorded nothing in this window: the gateway was idle or "
+            "the window too short; raise --seconds)"
+        )
     lines = [f"samples: {total}", "", "functions by their own samples:"]
     lines += [f"  {100 * n / max(1, total):5.1f}%  {f}" for f, n in own.most_common(top)]
     lines += ["", "the path's frames, with everything under them:"]

@@ -112,12 +112,70 @@ def _grid(n: int) -> tuple[int, int]:
     return math.ceil(n / cols), cols
 
 
+BASELINE, OURS = "#9aa", "#2a7"
+
+
+def panel(rs: list[dict[str, Any]]) -> tuple[list[str], list[float], list[str], str]:
+    """A throughput panel's bars (labels, values, colours) and their unit, from what the
+    workload measured: a move's seconds, a rebalance's max/mean shard load before and
+    after, or records/s."""
+
+    def colour(r: dict[str, Any]) -> str:
+        return BASELINE if "baseline" in r["system"] else OURS
+
+    if any("max_mean_before" in r for r in rs):
+        labels, values, colours = [], [], []
+        for r in rs:
+            labels += [f"before: {r['system'][:30]}", f"after: {r['system'][:30]}"]
+            values += [r["max_mean_before"], r["max_mean_after"]]
+            colours += [BASELINE, OURS]
+        return labels, values, colours, "max/mean shard load (1 = even)"
+    if any("move_s" in r for r in rs):
+        return (
+            [r["system"][:38] for r in rs],
+            [r["move_s"] for r in rs],
+            [colour(r) for r in rs],
+            "seconds per move (lower is better)",
+        )
+    return (
+        [r["system"][:38] for r in rs],
+        [r["records_per_s"] for r in rs],
+        [colour(r) for r in rs],
+        "records/s",
+    )
+
+
+def throughput_figure(by_workload: dict[str, list[dict[str, Any]]], plt: Any) -> Any:
+    """One panel per workload, a bar per system, in the unit the workload measures
+    (:func:`panel`); the layout keeps the title clear of the first row."""
+    from matplotlib.ticker import EngFormatter
+
+    workloads = list(by_workload)
+    rows, cols = _grid(len(workloads))
+    fig, axes = plt.subplots(
+        rows, cols, figsize=(4.2 * cols, 3.4 * rows), squeeze=False, layout="constrained"
+    )
+    for ax, w in zip(axes.flat, workloads, strict=False):
+        labels, values, colours, unit = panel(by_workload[w])
+        ax.barh(range(len(values)), values, color=colours)
+        ax.set_yticks(range(len(values)), labels, fontsize=6)
+        ax.invert_yaxis()
+        ax.set_title(w, fontsize=8)
+        ax.set_xlabel(unit, fontsize=7)
+        if unit == "records/s":
+            ax.xaxis.set_major_formatter(EngFormatter())
+        ax.tick_params(axis="x", labelsize=6)
+    for ax in list(axes.flat)[len(workloads) :]:
+        ax.axis("off")
+    fig.suptitle("Throughput (grey: baseline)")
+    return fig
+
+
 def _plots(doc: dict[str, Any], out: Path) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    from matplotlib.ticker import EngFormatter
 
     by_workload: dict[str, list[dict[str, Any]]] = defaultdict(list)
     for r in doc["results"]:
@@ -125,30 +183,14 @@ def _plots(doc: dict[str, Any], out: Path) -> None:
     workloads = list(by_workload)
     rows, cols = _grid(len(workloads))
 
-    # Throughput: one panel per workload, a bar per system.
-    fig, axes = plt.subplots(rows, cols, figsize=(4.2 * cols, 3.4 * rows), squeeze=False)
-    for ax, w in zip(axes.flat, workloads, strict=False):
-        rs = by_workload[w]
-        ax.barh(
-            range(len(rs)),
-            [r["records_per_s"] for r in rs],
-            color=["#9aa" if "baseline" in r["system"] else "#2a7" for r in rs],
-        )
-        ax.set_yticks(range(len(rs)), [r["system"][:38] for r in rs], fontsize=6)
-        ax.invert_yaxis()
-        ax.set_title(w, fontsize=8)
-        ax.set_xlabel("records/s", fontsize=7)
-        ax.xaxis.set_major_formatter(EngFormatter())
-        ax.tick_params(axis="x", labelsize=6)
-    for ax in list(axes.flat)[len(workloads) :]:
-        ax.axis("off")
-    fig.suptitle("Throughput (grey: baseline)")
-    fig.tight_layout()
+    fig = throughput_figure(by_workload, plt)
     fig.savefig(out / "throughput.png", dpi=110)
     plt.close(fig)
 
     # Latency percentiles: one panel per workload, a line per system.
-    fig, axes = plt.subplots(rows, cols, figsize=(4.2 * cols, 3.4 * rows), squeeze=False)
+    fig, axes = plt.subplots(
+        rows, cols, figsize=(4.2 * cols, 3.4 * rows), squeeze=False, layout="constrained"
+    )
     pcts = ["p50_ms", "p99_ms", "p999_ms", "max_ms"]
     for ax, w in zip(axes.flat, workloads, strict=False):
         for r in by_workload[w]:
@@ -164,11 +206,11 @@ def _plots(doc: dict[str, Any], out: Path) -> None:
         ax.set_title(w, fontsize=8)
         ax.set_ylabel("ms", fontsize=7)
         ax.tick_params(labelsize=6)
-        ax.legend(fontsize=5)
+        if ax.get_legend_handles_labels()[0]:  # a workload without latencies has none
+            ax.legend(fontsize=5)
     for ax in list(axes.flat)[len(workloads) :]:
         ax.axis("off")
     fig.suptitle("Latency percentiles (acknowledgement; freshness: append → in Iceberg)")
-    fig.tight_layout()
     fig.savefig(out / "latency.png", dpi=110)
     plt.close(fig)
 

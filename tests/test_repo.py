@@ -39,6 +39,13 @@ def quickstart_commands() -> list[str]:
 
 def test_readme_quick_start_is_two_commands() -> None:
     assert quickstart_commands() == ["make run", "make test"]
+    # ... and ends with what to do next: the console with the operator key, and the two
+    # commands that get a tenant's key (issue 32).
+    readme = (REPO_ROOT / "README.md").read_text()
+    section = readme.split("## Quick start", 1)[1].split("\n## ", 1)[0]
+    last = section.strip().split("\n\n")[-1]
+    assert "<http://127.0.0.1:8080/console>" in last and "operator key" in last
+    assert "`tidegate tenant create shop`" in last and "`tidegate tenant key issue shop`" in last
     ci = (REPO_ROOT / ".ci" / "run").read_text()
     assert "make test" in ci
 
@@ -166,6 +173,9 @@ def test_run_command_serves_on_embedded_defaults(tmp_path: Path) -> None:
         out, _ = proc.communicate(timeout=30)
     assert b"stopped" in out, out.decode(errors="replace")[-2000:]
     assert operator.encode() in out, "the generated operator key is printed at first start"
+    # It ends its start with the next steps: the console and a tenant's key (issue 32).
+    assert f"http://127.0.0.1:{http_port}/console".encode() in out
+    assert b"tenant key issue shop" in out
 
 
 def test_design_log_is_one_copy_with_unique_dated_headings() -> None:

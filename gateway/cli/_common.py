@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from typing import Annotated, Any, NoReturn
 
 try:
@@ -50,6 +51,34 @@ TableArg = Annotated[str, typer.Argument(help="The table, as namespace.name.", s
 JsonFlag = Annotated[bool, typer.Option("--json", help="Print JSON instead of text.")]
 
 
+def plural(n: int, word: str) -> str:
+    """``1 record``, ``2 records``, ``0 records``."""
+    return f"{n} {word}" if n == 1 else f"{n} {word}s"
+
+
+def duration(ms: int) -> str:
+    """Milliseconds in the largest unit that holds them exactly: ``7 days``, ``90
+    minutes``, ``1500 ms``."""
+    for unit, size in (("day", 86_400_000), ("hour", 3_600_000), ("minute", 60_000)):
+        if ms >= size and ms % size == 0:
+            return plural(ms // size, unit)
+    if ms >= 1000 and ms % 1000 == 0:
+        return plural(ms // 1000, "second")
+    return f"{ms} ms"
+
+
+def size(n: int) -> str:
+    """Bytes for a reader: ``812 bytes``, ``2.1 KiB``, ``95.0 MiB``."""
+    if n < 1024:
+        return plural(n, "byte")
+    value = float(n)
+    for unit in ("KiB", "MiB", "GiB", "TiB"):
+        value /= 1024
+        if value < 1024 or unit == "TiB":
+            break
+    return f"{value:.1f} {unit}"
+
+
 def columns(rows: list[list[str]]) -> list[str]:
     """``rows`` as lines of left-aligned columns."""
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
@@ -68,6 +97,8 @@ class Globals:
     api_key: str | None = None
     operator_key: str | None = None
     connect_timeout: float = 5.0
+    #: Whose key the command's client sends: "tenant" (client_for) or "operator".
+    speaks_as: str = ""
 
 
 def _version(value: bool) -> None:
@@ -151,10 +182,27 @@ def hoist_global_options(argv: list[str]) -> list[str]:
     return hoisted + rest
 
 
+#: Seconds of trying to reach the gateway that a command always has, however long its
+#: start took: a live gateway on a busy machine must not be reported unreachable.
+MIN_CONNECT_S = 3.0
+
+
+def connect_budget(now: float | None = None) -> float:
+    """What is left of ``--connect-timeout`` once this process has started (Python and
+    its imports take a second or more on a busy machine), so that a gateway that cannot
+    be reached is reported within the time the option says for the whole command; but
+    never less than :data:`MIN_CONNECT_S` of trying."""
+    from gateway.cli import STARTED
+
+    spent = (time.monotonic() if now is None else now) - STARTED
+    return max(min(MIN_CONNECT_S, Globals.connect_timeout), Globals.connect_timeout - spent)
+
+
 def client_for() -> Any:
     from gateway.client import Client
 
-    return Client(Globals.target, api_key=Globals.api_key, connect_timeout=Globals.connect_timeout)
+    Globals.speaks_as = "tenant"
+    return Client(Globals.target, api_key=Globals.api_key, connect_timeout=connect_budget())
 
 
 def admin_for() -> Any:
@@ -167,17 +215,30 @@ def admin_for() -> Any:
             "<data_dir>/operator.key)",
             param_hint="--operator-key",
         )
+    Globals.speaks_as = "operator"
     return AdminClient(
         Globals.target,
         operator_key=Globals.operator_key,
-        connect_timeout=Globals.connect_timeout,
+        connect_timeout=connect_budget(),
     )
+
+
+def error_line(err: TidegateError) -> str:
+    """The one line the command line prints for ``err``: the gateway's words, except where
+    they speak HTTP to a command-line user (a request without a key)."""
+    no_key = not (Globals.api_key or "").strip()
+    if err.reason == "UNAUTHENTICATED" and Globals.speaks_as == "tenant" and no_key:
+        return (
+            "error: UNAUTHENTICATED: no API key was given: set TIDEGATE_API_KEY or pass "
+            "--api-key (with the operator key, 'tidegate tenant key issue TENANT' makes one)"
+        )
+    return f"error: {err.reason}: {err.message}"
 
 
 def fail(err: TidegateError | ValueError) -> NoReturn:
     """Print one line for the error and exit 2 (no traceback)."""
     if isinstance(err, TidegateError):
-        typer.echo(f"error: {err.reason}: {err.message}", err=True)
+        typer.echo(error_line(err), err=True)
     else:
         typer.echo(f"error: {err}", err=True)
     raise typer.Exit(2)
@@ -196,7 +257,7 @@ def run(argv: list[str]) -> int:
         typer.echo("aborted", err=True)
         return 130
     except TidegateError as err:
-        typer.echo(f"error: {err.reason}: {err.message}", err=True)
+        typer.echo(error_line(err), err=True)
         return 2
     except BrokenPipeError:  # `tidegate read ... | head`
         return 0

@@ -9,9 +9,7 @@ from typing import Annotated, Any, Literal
 
 import typer
 
-from gateway.cli._common import app, fail
-from gateway.hot.disk.log import HotTierBusy
-from gateway.plugins import BackendError
+from gateway.cli._common import app, fail, plural
 from gateway.wire.errors import TidegateError
 
 LogLevelOption = Annotated[
@@ -48,10 +46,15 @@ def serve(
 
     from gateway.config import Settings
     from gateway.logs import configure as configure_logging
+    from gateway.plugins import BackendError
     from gateway.server.app import serve as serve_async
 
     settings = Settings()
     configure_logging(settings.log, level=log_level, fmt=log_format)
+    if log_format is not None:  # what serve prints follows the format it was given
+        settings = settings.model_copy(
+            update={"log": settings.log.model_copy(update={"format": log_format})}
+        )
     server = settings.server.model_copy(
         update={
             k: v
@@ -168,10 +171,12 @@ def _run_job(
     log_format: Any,
 ) -> None:
     from gateway.config import Settings
+    from gateway.hot.disk.log import HotTierBusy
     from gateway.lake.components import Components
     from gateway.lake.runners import make_runner
     from gateway.lake.scheduler import run_forever, run_once
     from gateway.logs import configure as configure_logging
+    from gateway.plugins import BackendError
 
     if runner not in ("local", "spark"):
         raise typer.BadParameter("--runner must be 'local' or 'spark'")
@@ -199,9 +204,12 @@ def _run_job(
     for name, failure in report.failures.items():
         typer.echo(f"failed: {name}: {failure}", err=True)
     if job in ("tier", "compact", "retention"):
-        typer.echo(f"{_DONE[job]} {report.records} records in {len(report.tables)} tables")
+        typer.echo(
+            f"{_DONE[job]} {plural(report.records, 'record')} in "
+            f"{plural(len(report.tables), 'table')}"
+        )
     else:
-        typer.echo(f"{_DONE[job]} {len(report.tables)} tables")
+        typer.echo(f"{_DONE[job]} {plural(len(report.tables), 'table')}")
     if not report.tables:
         typer.echo(
             f"warning: no tables found (data folder {settings.data_dir.resolve()}, metadata "
@@ -235,6 +243,7 @@ def migrate(
     from gateway.config import Settings
     from gateway.logs import configure as configure_logging
     from gateway.meta import MetadataStore
+    from gateway.plugins import BackendError
 
     try:
         settings = Settings()

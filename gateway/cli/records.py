@@ -12,8 +12,9 @@ from typing import IO, Annotated, Any
 import pyarrow as pa
 import typer
 
-from gateway.cli._common import JsonFlag, TableArg, app, client_for, columns, group_app
+from gateway.cli._common import JsonFlag, TableArg, app, client_for, columns, group_app, plural
 from gateway.wire.errors import InvalidRequest
+from gateway.wire.retry import Retry
 from gateway.wire.schema import SYSTEM_COLUMNS
 from gateway.wire.values import to_decimal
 
@@ -33,7 +34,10 @@ def _json_lines(
         try:
             rows.append(json.loads(line))
         except json.JSONDecodeError as exc:
-            raise InvalidRequest(f"line {number} is not JSON: {exc.msg}") from None
+            raise InvalidRequest(
+                f"line {number} is not JSON ({exc.msg}): this input is read as JSON lines, "
+                "one object per line; for CSV or Parquet say --format csv or --format parquet"
+            ) from None
         if isinstance(rows[-1], dict):
             for name in SYSTEM_COLUMNS:
                 rows[-1].pop(name, None)
@@ -50,7 +54,7 @@ def _format_of(path: Path | None, fmt: str) -> str:
             raise typer.BadParameter(f"unknown format {fmt!r}: use csv, jsonl or parquet")
         return fmt
     if path is None:
-        return "jsonl"
+        return "auto"  # stdin: told by its first bytes, see _sniff_stdin
     suffix = path.suffix.lower()
     known = {".csv": "csv", ".jsonl": "jsonl", ".ndjson": "jsonl", ".json": "jsonl"}
     if suffix in known:
@@ -61,6 +65,27 @@ def _format_of(path: Path | None, fmt: str) -> str:
         f"cannot tell the format of {path.name} from its name: use a .csv, .jsonl or "
         ".parquet file, or say --format csv|jsonl|parquet"
     )
+
+
+def _sniff_stdin(columns: list[str]) -> str:
+    """The format of stdin from its first bytes, without consuming them: Parquet by its
+    magic number, CSV when the first line is a header of the table's columns (system
+    columns too, as ``read --output`` writes them), else JSON lines."""
+    peek = getattr(sys.stdin.buffer, "peek", None)
+    if peek is None:  # pragma: no cover - stdin is always buffered in a process
+        return "jsonl"
+    head = bytes(peek(64 * 1024))[: 64 * 1024]
+    if head.startswith(b"PAR1"):
+        return "parquet"
+    text = head.lstrip()
+    if text.startswith((b"{", b"[")) or not text:
+        return "jsonl"
+    first = text.split(b"\n", 1)[0].decode("utf-8", "replace").strip().strip("\ufeff")
+    names = [n.strip().strip('"') for n in first.split(",")]
+    known = set(columns) | set(SYSTEM_COLUMNS)
+    if names and set(names) <= known and set(columns) & set(names):
+        return "csv"
+    return "jsonl"
 
 
 def _file_batches(
@@ -160,7 +185,11 @@ def _arrow_reason(exc: Exception, header: list[str]) -> str:
 def append(
     table: TableArg,
     path: Annotated[
-        str, typer.Argument(help="A CSV, JSON lines or Parquet file; '-' reads stdin.")
+        str,
+        typer.Argument(
+            help="A CSV, JSON lines or Parquet file; '-' reads stdin (CSV with a header of "
+            "the table's columns, Parquet or JSON lines, told by its first bytes)."
+        ),
     ],
     format: Annotated[str, typer.Option("--format", help="auto, csv, jsonl or parquet.")] = "auto",
     partition: Annotated[int | None, typer.Option(help="Send every row to this partition.")] = None,
@@ -179,11 +208,27 @@ def append(
         schema = parse_fields(
             [{"name": f.name, "type": f.type, "nullable": f.nullable} for f in info.fields]
         )
-        total = 0
-        for batch in _file_batches(source, fmt, schema, batch_rows, info.added_columns):
-            ranges = c.append(table, batch, partition=partition)
-            total += sum(r.count for r in ranges)
-    typer.echo(f"appended {total} records to {table}")
+        if fmt == "auto":
+            fmt = _sniff_stdin(schema.names)
+        # The SDK's producer routes the rows, numbers each request and resends what the
+        # gateway refused for a while: THROTTLED is waited out for as long as its
+        # retry-after says (a file larger than the tenant's quota loads at the quota's
+        # pace), and no row is stored twice.
+        sent = []
+        retry = Retry(timeout=APPEND_RETRY_S)
+        with c.producer(table, batch_records=batch_rows, retry=retry) as producer:
+            for batch in _file_batches(source, fmt, schema, batch_rows, info.added_columns):
+                sent.append(producer.send(batch, partition=partition))
+        total = sum(len(f.result()) for f in sent if f.exception() is None)
+        failed = next((f.exception() for f in sent if f.exception() is not None), None)
+    if failed is not None:
+        typer.echo(f"appended {plural(total, 'record')} to {table} before an error", err=True)
+        raise failed
+    typer.echo(f"appended {plural(total, 'record')} to {table}")
+
+
+#: Seconds a request of ``append`` keeps being resent (throttled, gateway unreachable).
+APPEND_RETRY_S = 600.0
 
 
 def _start_at(start: str) -> Any:
@@ -291,7 +336,7 @@ def read(
                     batches.append(batch)
                 if max_records and total >= max_records:
                     typer.echo(
-                        f"stopped after {total} records (--max-records); more may follow",
+                        f"stopped after {plural(total, 'record')} (--max-records); more may follow",
                         err=True,
                     )
                     break
@@ -304,7 +349,7 @@ def read(
             typer.echo("no records", err=True)
             raise typer.Exit(1)
         pq.write_table(pa.Table.from_batches(batches), output)
-        typer.echo(f"wrote {total} records to {output}")
+        typer.echo(f"wrote {plural(total, 'record')} to {output}")
 
 
 @app.command()

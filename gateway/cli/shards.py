@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Annotated, TypeVar
 
 import typer
 
-from gateway.cli._common import JsonFlag, admin_for, app, columns, fail
+from gateway.cli._common import JsonFlag, admin_for, app, columns, fail, plural
 from gateway.plugins import BackendError
 from gateway.wire.errors import TidegateError
 
@@ -128,9 +128,9 @@ def shard_drain(
     from gateway.lake.shards import drain_shard
 
     moves, left = _run(lambda c: drain_shard(c, shard, wait_s=wait, force=force))
-    typer.echo(f"moved {len(moves)} partitions off {shard}")
+    typer.echo(f"moved {plural(len(moves), 'partition')} off {shard}")
     if left:
-        typer.echo(f"{len(left)} partitions still hold sealed segments on {shard}")
+        typer.echo(f"{plural(len(left), 'partition')} still hold sealed segments on {shard}")
         raise typer.Exit(1)
     typer.echo(f"{shard} is empty: remove it from hot.shards")
 
@@ -226,6 +226,6 @@ def rebalance(
             tail = "" if o is None else f": {o.state}" + (f" ({o.error})" if o.error else "")
             typer.echo(f"move {m.tenant} {m.table}/{m.partition} {m.source} -> {m.target}{tail}")
         if not dry_run:
-            typer.echo(f"moved {moved} of {len(plan.moves)} partitions")
+            typer.echo(f"moved {moved} of {plural(len(plan.moves), 'partition')}")
     if moved < len(outcomes):
         raise typer.Exit(1)

@@ -10,7 +10,16 @@ from typing import Annotated, Any
 
 import typer
 
-from gateway.cli._common import JsonFlag, TableArg, client_for, columns, table_app
+from gateway.cli._common import (
+    JsonFlag,
+    TableArg,
+    client_for,
+    columns,
+    duration,
+    plural,
+    size,
+    table_app,
+)
 from gateway.wire.errors import InvalidSchema
 from gateway.wire.schema import parse_fields_text
 
@@ -96,11 +105,14 @@ def _lake_text(m: Any) -> list[str]:
     if m is None:
         return []
     runs = ", ".join(
-        f"{job} {r.outcome} at {r.finished_at:%Y-%m-%d %H:%M:%S}Z" for job, r in m.last_runs.items()
+        f"{job} {r.outcome} at {r.finished_at:%Y-%m-%d %H:%M:%S}Z"
+        + (f" ({r.detail})" if r.detail else "")
+        for job, r in sorted(m.last_runs.items())
     )
     return [
-        f"lake        {m.data_files} data files ({m.small_files} small), {m.data_bytes} bytes, "
-        f"{m.snapshots} snapshots, {len(m.leases)} leases",
+        f"lake        {plural(m.data_files, 'data file')} ({m.small_files} small), "
+        f"{size(m.data_bytes)}, {plural(m.snapshots, 'snapshot')}, "
+        f"{plural(len(m.leases), 'lease')}",
         f"lake jobs   {runs or 'none run yet'}",
     ]
 
@@ -154,9 +166,9 @@ def _describe_text(info: Any) -> str:
 def _retention_text(info: Any) -> str:
     kept = []
     if info.retention_ms:
-        kept.append(f"{info.retention_ms} ms after append")
+        kept.append(f"{duration(info.retention_ms)} after append ({info.retention_ms} ms)")
     if info.retention_records:
-        kept.append(f"the last {info.retention_records} records per partition")
+        kept.append(f"the last {plural(info.retention_records, 'record')} per partition")
     return "records kept " + " and ".join(kept) if kept else "none (records kept for ever)"
 
 
@@ -300,7 +312,7 @@ def table_list(
     """List tables."""
     with client_for() as c:
         for info in c.list_tables(namespace):
-            typer.echo(f"{info.table}\t{info.partitions} partitions")
+            typer.echo(f"{info.table}\t{plural(info.partitions, 'partition')}")
 
 
 @table_app.command("describe")

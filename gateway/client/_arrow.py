@@ -3,14 +3,42 @@ through the one codec of :mod:`gateway.wire.codec`."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from typing import Any
 
 import pyarrow as pa
 
 from gateway.wire.codec import Compression, decode_stream, encode_stream
+from gateway.wire.jsonrows import python_rows_to_batch
 
-__all__ = ["decode", "ipc", "to_table"]
+__all__ = ["decode", "dict_rows", "ipc", "rows_ipc", "to_table"]
+
+
+def dict_rows(data: Any) -> list[Mapping[str, Any]] | None:
+    """``data`` as a list of dict rows (one dict, or a list or tuple of them); None when
+    it is something else (Arrow data, a frame, an empty list)."""
+    if isinstance(data, Mapping):
+        return [data]
+    if isinstance(data, list | tuple) and data and all(isinstance(r, Mapping) for r in data):
+        return list(data)
+    return None
+
+
+def rows_ipc(
+    rows: list[Mapping[str, Any]],
+    schema: pa.Schema,
+    omittable: Collection[str],
+    compression: Compression = "none",
+) -> bytes:
+    """Dict rows converted by the table's own ``schema`` (as the producer, HTTP and the
+    CLI convert them: an ``int`` for an ``int32`` column, an ISO-8601 string for a
+    timestamp...) as one Arrow IPC stream.
+
+    Raises:
+        SchemaMismatch: naming the row and the column of a value that does not fit.
+    """
+    batch = python_rows_to_batch(rows, schema, omittable=omittable)
+    return encode_stream([batch], batch.schema, compression)
 
 
 def to_table(data: Any, schema: pa.Schema | None = None) -> pa.Table:

@@ -29,7 +29,7 @@ class AuthMetadata(
     """Adds the bearer credential to every call of a channel."""
 
     def __init__(self, api_key: str) -> None:
-        self._header = ("authorization", f"Bearer {api_key}")
+        self._header = ("authorization", f"Bearer {api_key.strip()}")  # see call_metadata
 
     def _details(self, details: Any) -> _Details:
         metadata = [m for m in (details.metadata or ()) if m[0] != "authorization"]
@@ -59,6 +59,6 @@ class AuthMetadata(
 
 def authorized_channel(channel: grpc.Channel, api_key: str | None) -> grpc.Channel:
     """``channel`` sending ``api_key`` with every call (unchanged when None)."""
-    if not api_key:
+    if not api_key or not api_key.strip():
         return channel
     return grpc.intercept_channel(channel, AuthMetadata(api_key))

@@ -19,11 +19,11 @@ from gateway.client._rows import RowPlan, columns_to_batch
 from gateway.client._types import RecordMetadata, TableInfo, TableRef
 from gateway.wire._proto.tidegate.v1 import tidegate_pb2 as pb
 from gateway.wire.codec import Compression, encode_stream
-from gateway.wire.errors import InvalidPartition, SchemaMismatch
+from gateway.wire.errors import InvalidPartition
+from gateway.wire.jsonrows import python_rows_to_batch
 from gateway.wire.retry import Retry
 from gateway.wire.routing import partition_for_key, route_by_key
 from gateway.wire.schema import conform_batch
-from gateway.wire.values import rescaled_rows
 
 __all__ = ["Accumulator", "Delivery", "Finished", "Piece", "ProducerBatch", "ProducerConfig"]
 
@@ -428,16 +428,13 @@ class Accumulator:
         return True
 
     def _arrow_rows(self, rows: Sequence[Any], *, check: bool = True) -> pa.RecordBatch:
-        """Dict rows the Python check could not vouch for, converted by Arrow (their
-        decimals made exact first: Arrow may crash on an extreme exponent)."""
+        """Dict rows the Python check could not vouch for, converted as every interface
+        converts them (:func:`~gateway.wire.jsonrows.python_rows_to_batch`: the JSON forms
+        of values too, decimals made exact before Arrow sees them)."""
         if check:
             for row in rows:
                 self.plan.check_columns(row)
-        try:
-            exact = rescaled_rows(list(rows), self.table.schema)
-            return pa.RecordBatch.from_pylist(list(exact), schema=self.table.schema)
-        except (pa.ArrowException, OverflowError, TypeError, ValueError) as exc:
-            raise SchemaMismatch(f"rows do not match the table schema: {exc}") from exc
+        return python_rows_to_batch(rows, self.table.schema, omittable=self.table.added_columns)
 
     def _check_partition(self, partition: int | None) -> None:
         if partition is not None and not 0 <= partition < self.table.partitions:

@@ -20,6 +20,7 @@ from gateway.client._channel import (
     normalise_target,
 )
 from gateway.client._flight import FlightReads, flight_location
+from gateway.client._types import TableInfo
 from gateway.wire._proto.tidegate.v1 import tidegate_pb2 as pb
 from gateway.wire._proto.tidegate.v1 import tidegate_pb2_grpc as pb_grpc
 from gateway.wire.errors import TidegateError
@@ -75,6 +76,8 @@ class _Channel:
             else self._secure(target, creds, options=opts)
         )
         self._stub = pb_grpc.TidegateStub(self._channel)
+        #: Table schemas read by ``append`` to convert dict rows, by table name.
+        self._known_schemas: dict[str, TableInfo] = {}
 
     def _use_flight(self, info: pb.GatewayInfo | None) -> FlightReads | None:
         """Remember the Flight edge that ``info`` (or the ``flight`` argument) names."""

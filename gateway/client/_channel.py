@@ -48,7 +48,11 @@ def channel_credentials(
 
 
 def call_metadata(api_key: str | None) -> tuple[tuple[str, str], ...]:
-    return (("authorization", f"Bearer {api_key}"),) if api_key else ()
+    """The authorization header of every call. Whitespace around the key is dropped: a key
+    read from a file (``operator.key`` ends with a newline) is otherwise an invalid
+    header, which gRPC refuses with a C-level log line rather than a sentence."""
+    key = (api_key or "").strip()
+    return (("authorization", f"Bearer {key}"),) if key else ()
 
 
 def normalise_target(endpoint: str) -> tuple[str, bool | None]:

@@ -3,6 +3,7 @@ per partition over one append stream (Kafka's idempotent producer rules)."""
 
 from __future__ import annotations
 
+import logging
 import time
 import uuid
 from collections.abc import Iterable
@@ -15,7 +16,62 @@ from gateway.wire.errors import RetryableError, SchemaMismatch, TidegateError, U
 from gateway.wire.routing import partition_for_key
 from gateway.wire.status import error_from_pb
 
-__all__ = ["PartitionQueue", "ProducerCore", "key_partition", "new_producer_id"]
+__all__ = ["PartitionQueue", "ProducerCore", "RetryLog", "key_partition", "new_producer_id"]
+
+log = logging.getLogger("tidegate.client")
+
+
+class RetryLog:
+    """What the producer says while it resends: a warning at the first retry of an episode
+    and then at most one every ``every`` seconds (a quota can cost thousands of retries a
+    minute), and a line once requests are acknowledged again. Through the logger
+    ``tidegate.client``: Python shows warnings on stderr even where logging was never
+    configured, like Kafka's producer logging its retries."""
+
+    def __init__(self, table: str, every: float = 10.0) -> None:
+        self.table = table
+        self.every = every
+        self.count = 0  # retries of the episode so far
+        self.since: float | None = None  # when the episode began
+        self.logged_at: float | None = None
+        self.logged_count = 0
+
+    def retrying(self, err: BaseException, delay: float, partition: int | None) -> None:
+        now = time.monotonic()
+        self.count += 1
+        if self.since is None:
+            self.since = now
+        if self.logged_at is not None and now - self.logged_at < self.every:
+            return
+        where = "" if partition is None else f" partition {partition}:"
+        reason = getattr(err, "reason", type(err).__name__)
+        message = getattr(err, "message", str(err))
+        if self.logged_at is None:
+            log.warning(
+                "tidegate producer for %s:%s %s: %s; resending in %.1f s (it keeps trying "
+                "for its retry policy's time; producer.retries counts the resends)",
+                self.table, where, reason, message, delay,
+            )  # fmt: skip
+        else:
+            log.warning(
+                "tidegate producer for %s:%s still resending, %d retries in the last %.0f s "
+                "(%d since %.0f s ago); last: %s: %s",
+                self.table, where, self.count - self.logged_count, now - self.logged_at,
+                self.count, now - self.since, reason, message,
+            )  # fmt: skip
+        self.logged_at, self.logged_count = now, self.count
+
+    def delivered(self) -> None:
+        """A request was acknowledged: an episode of retries, if any, is over."""
+        if self.since is None:
+            return
+        log.info(
+            "tidegate producer for %s: acknowledged again after %d retries over %.1f s",
+            self.table,
+            self.count,
+            time.monotonic() - self.since,
+        )
+        self.count, self.since, self.logged_at, self.logged_count = 0, None, None, 0
 
 
 class PartitionQueue:
@@ -116,6 +172,7 @@ class ProducerCore:
         self.retries = 0
         #: Sends whose batch failed to seal, for :meth:`take_rejected`.
         self.rejected = Finished()
+        self.retry_log = RetryLog(str(table.ref))
 
     # Sends ------------------------------------------------------------------------------
     def add(self, data: Any, partition: int | None, future: Any = None) -> Delivery | None:
@@ -213,6 +270,8 @@ class ProducerCore:
         self.stream_failures = 0
         self.stream_answered = True
         if resp.WhichOneof("result") == "ok":
+            if self.retry_log.since is not None:
+                self.retry_log.delivered()
             q.in_flight.remove(batch)
             q.acked_once = True
             self.failures[q.partition] = 0
@@ -236,6 +295,7 @@ class ProducerCore:
         self._forget(q)
         if delay is not None:
             self.retries += len(q.in_flight)
+            self.retry_log.retrying(err, delay, q.partition)
             q.rewind()
             q.paused_until = time.monotonic() + delay
             return Finished()
@@ -269,7 +329,10 @@ class ProducerCore:
         done = Finished()
         now = time.monotonic()
         if retry.retryable(err):
-            self.stream_paused_until = now + retry.delay(err, self.stream_failures)
+            delay = retry.delay(err, self.stream_failures)
+            self.stream_paused_until = now + delay
+            if any(q.in_flight or q.waiting for q in self.queues):
+                self.retry_log.retrying(err, delay, None)
         for q in self.queues:
             self.retries += len(q.in_flight)
             q.rewind()

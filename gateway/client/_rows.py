@@ -17,8 +17,10 @@ The check is conservative, per value:
   ``int64``, a ``str`` for ``string``, a ``datetime`` for ``timestamp``, ...);
 - *does not fit*: Arrow would refuse it too (a ``str`` for ``int64``, ``300`` for
   ``int8``, a ``None`` in a non-nullable column): :class:`SchemaMismatch` at once;
-- *unsure* (numpy scalars, ``bytearray``, ints for timestamps, lists and structs, ...): the
-  row goes the Arrow way, converted at once, which gives exactly the old behaviour.
+- *unsure* (numpy scalars, ``bytearray``, ints for timestamps, the JSON forms HTTP takes
+  such as an ISO-8601 string for a timestamp or a string for a decimal, lists and
+  structs, ...): the row takes the careful way, converted at once by
+  :func:`gateway.wire.jsonrows.python_rows_to_batch`, as every interface converts it.
 
 Keys route by :func:`gateway.wire.routing.partition_for_key` on the values Arrow would hand back
 (``route_by_key`` reads them with ``to_pylist``). That holds for the Python values of
@@ -65,7 +67,7 @@ def _int_check(bits: int) -> Check:
         if type(v) is int:
             if lo <= v <= hi:
                 return width
-            raise _Refused(f"{v} is out of range for int{bits}")
+            raise _Refused(f"{v} is out of range for int{bits} ({lo} to {hi})")
         if isinstance(v, bool | str | bytes):
             raise _refuse(v, "an integer")
         return UNSURE
@@ -113,7 +115,7 @@ def _string_check(v: Any) -> int:
 def _binary_check(v: Any) -> int:
     if type(v) is bytes:
         return len(v) + 4
-    if isinstance(v, int | float):
+    if isinstance(v, int | float):  # a str is base64, as over HTTP: the conversion judges
         raise _refuse(v, "bytes")
     return UNSURE
 
@@ -121,9 +123,9 @@ def _binary_check(v: Any) -> int:
 def _timestamp_check(v: Any) -> int:
     if isinstance(v, dt.datetime):
         return 8
-    if isinstance(v, dt.date | str):
+    if isinstance(v, dt.date):
         raise _refuse(v, "a datetime")
-    return UNSURE
+    return UNSURE  # an ISO-8601 string or integer microseconds: converted as HTTP does
 
 
 def _date_check(v: Any) -> int:
@@ -146,9 +148,7 @@ def _decimal_check(precision: int, scale: int) -> Check:
             except ValueError as exc:
                 raise _Refused(str(exc)) from None
             return 16
-        if isinstance(v, float | str):
-            raise _refuse(v, "a Decimal or an int")
-        return UNSURE
+        return UNSURE  # a decimal string or a float: converted as HTTP does
 
     return check
 

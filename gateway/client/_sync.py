@@ -15,7 +15,7 @@ from typing import Any, cast
 import grpc
 import pyarrow as pa
 
-from gateway.client._arrow import ipc
+from gateway.client._arrow import dict_rows, ipc, rows_ipc
 from gateway.client._calls import SyncCalls
 from gateway.client._flight import flight_read, flight_scan, range_ended_early
 from gateway.client._reading import (
@@ -51,7 +51,7 @@ from gateway.client._types import (
 )
 from gateway.wire._proto.tidegate.v1 import tidegate_pb2 as pb
 from gateway.wire.codec import Compression
-from gateway.wire.errors import TableAlreadyExists, TidegateError
+from gateway.wire.errors import SchemaMismatch, TableAlreadyExists, TidegateError
 from gateway.wire.retry import Retry
 from gateway.wire.status import error_from_rpc
 
@@ -217,13 +217,39 @@ class Client(SyncCalls):
         compression: Compression = "none",
     ) -> list[AppendRange]:
         """Append rows (an Arrow table or batch, a pandas frame, or a list of dicts) in one
-        request; the gateway routes them. For batching and retries use :meth:`producer`."""
+        request; the gateway routes them. For batching and retries use :meth:`producer`.
+
+        Dict rows are converted by the table's schema and take what the producer, HTTP
+        JSON and the CLI take: an ``int`` for an ``int32`` column, an ISO-8601 string or a
+        ``datetime`` for a timestamp, a string or a ``Decimal`` for a decimal."""
+        rows_list = dict_rows(rows)
+        if rows_list is None:
+            return self.append_ipc(
+                table,
+                ipc(rows, compression),
+                partition=partition,
+                producer_id=producer_id,
+                sequence=sequence,
+            )
+        # Dict rows are converted by the table's schema, as every other interface does.
+        # The schema is kept per table and read again, once, when a row does not fit it
+        # (the table may have changed since); nothing is written by a refused append.
+        key = str(TableRef.parse(table))
+        cached = self._known_schemas.get(key)
+        info = cached or self.table_info(table)
+        self._known_schemas[key] = info
+        try:
+            data = rows_ipc(rows_list, info.schema, info.added_columns, compression)
+            return self.append_ipc(
+                table, data, partition=partition, producer_id=producer_id, sequence=sequence
+            )
+        except SchemaMismatch:
+            if cached is None:
+                raise
+        info = self._known_schemas[key] = self.table_info(table)
+        data = rows_ipc(rows_list, info.schema, info.added_columns, compression)
         return self.append_ipc(
-            table,
-            ipc(rows, compression),
-            partition=partition,
-            producer_id=producer_id,
-            sequence=sequence,
+            table, data, partition=partition, producer_id=producer_id, sequence=sequence
         )
 
     def producer(self, table: str | TableRef, **config: Any) -> Producer:

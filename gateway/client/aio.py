@@ -27,7 +27,7 @@ import pyarrow as pa
 
 from gateway.client._aio_consumer import AsyncConsumer
 from gateway.client._aio_producer import AsyncProducer
-from gateway.client._arrow import ipc
+from gateway.client._arrow import dict_rows, ipc, rows_ipc
 from gateway.client._calls import AsyncCalls
 from gateway.client._flight import flight_read, flight_scan, range_ended_early
 from gateway.client._reading import (
@@ -61,7 +61,7 @@ from gateway.client._types import (
 )
 from gateway.wire._proto.tidegate.v1 import tidegate_pb2 as pb
 from gateway.wire.codec import Compression
-from gateway.wire.errors import TableAlreadyExists, TidegateError
+from gateway.wire.errors import SchemaMismatch, TableAlreadyExists, TidegateError
 from gateway.wire.retry import Retry
 from gateway.wire.status import error_from_rpc
 
@@ -170,12 +170,34 @@ class AsyncClient(AsyncCalls):
         sequence: int | None = None,
         compression: Compression = "none",
     ) -> list[AppendRange]:
+        rows_list = dict_rows(rows)
+        if rows_list is None:
+            return await self.append_ipc(
+                table,
+                ipc(rows, compression),
+                partition=partition,
+                producer_id=producer_id,
+                sequence=sequence,
+            )
+        # Dict rows are converted by the table's schema, as every other interface does.
+        # The schema is kept per table and read again, once, when a row does not fit it
+        # (the table may have changed since); nothing is written by a refused append.
+        key = str(TableRef.parse(table))
+        cached = self._known_schemas.get(key)
+        info = cached or await self.table_info(table)
+        self._known_schemas[key] = info
+        try:
+            data = rows_ipc(rows_list, info.schema, info.added_columns, compression)
+            return await self.append_ipc(
+                table, data, partition=partition, producer_id=producer_id, sequence=sequence
+            )
+        except SchemaMismatch:
+            if cached is None:
+                raise
+        info = self._known_schemas[key] = await self.table_info(table)
+        data = rows_ipc(rows_list, info.schema, info.added_columns, compression)
         return await self.append_ipc(
-            table,
-            ipc(rows, compression),
-            partition=partition,
-            producer_id=producer_id,
-            sequence=sequence,
+            table, data, partition=partition, producer_id=producer_id, sequence=sequence
         )
 
     def producer(self, table: str | TableRef, **config: Any) -> AsyncProducer:

@@ -114,6 +114,10 @@ class TableOps(CoreBase):
         table = await self.table(tenant, namespace, name, fresh=True)
         d = table.definition
         fields = apply_changes(d.fields, changes, d.key_columns)
+        if fields == [dict(f) for f in d.fields]:
+            # Every change asked for is already so (a type it has, an optional column
+            # made optional): nothing to commit, and the schema version stays.
+            return await self.describe_table(tenant, namespace, name)
         schema = parse_fields(fields, stored=True)
         cold = self.cold
         if cold is not None:

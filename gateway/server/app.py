@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import gc
 import logging
+import os
 import signal
 from collections.abc import Iterator
 from contextlib import suppress
@@ -135,15 +136,21 @@ def _fixed_mmap_threshold(nbytes: int = 128 * 1024) -> None:
     mallopt(_M_MMAP_THRESHOLD, nbytes)
 
 
-class CannotListen(TidegateError):
-    reason = "CANNOT_LISTEN"
+class CannotStart(TidegateError):
+    reason = "CANNOT_START"
 
 
-def check_ports(settings: Settings) -> None:
-    """Refuse to start, in one sentence, when a port this gateway needs is taken."""
+def check_can_start(settings: Settings) -> None:
+    """Refuse to start, in one message naming every conflict at once, when a port this
+    gateway needs is taken or its disk hot tier's folder is owned by another process (a
+    second gateway started on the same defaults hits all three)."""
     import socket
 
+    from gateway.config import DiskHotConfig
+    from gateway.hot.disk.log import folder_holder
+
     host = settings.server.host
+    conflicts = []
     for port, what, option in (
         (settings.server.grpc_port, "gRPC", "--grpc-port or TIDEGATE_SERVER__GRPC_PORT"),
         (settings.server.http_port, "HTTP", "--http-port or TIDEGATE_SERVER__HTTP_PORT"),
@@ -158,17 +165,62 @@ def check_ports(settings: Settings) -> None:
             try:
                 probe.bind((host, port))
             except OSError as exc:
-                raise CannotListen(
+                conflicts.append(
                     f"cannot listen for {what} on {host}:{port}: {exc.strerror or exc} "
-                    f"(another gateway running?); choose another port with {option}"
-                ) from None
+                    f"(choose another port with {option})"
+                )
+    if isinstance(settings.hot, DiskHotConfig):
+        holder = folder_holder(settings.hot_path)
+        if holder is not None:
+            conflicts.append(
+                f"the disk hot tier at {settings.hot_path} is in use by {holder} (give this "
+                "gateway another data folder with --data-dir or TIDEGATE_DATA_DIR, or share "
+                "a hot tier between gateways with the Redis one, TIDEGATE_HOT__TYPE=redis)"
+            )
+    if conflicts:
+        raise CannotStart(
+            f"{len(conflicts)} conflict{'s' if len(conflicts) > 1 else ''}, another gateway "
+            "may be running: " + "; ".join(conflicts)
+        )
+
+
+def next_steps(settings: Settings, *, from_file: bool) -> str:
+    """What to do once the gateway serves: the console's address and how to make a tenant
+    and its API key, as commands to paste in another shell where this one was started."""
+    import shlex
+    import shutil
+    import sys
+
+    server = settings.server
+    host = "127.0.0.1" if server.host in ("0.0.0.0", "::", "") else server.host
+    command = sys.argv[0] if sys.argv and sys.argv[0].endswith("tidegate") else "tidegate"
+    found = shutil.which("tidegate")
+    if found and os.path.realpath(found) == os.path.realpath(command):
+        command = "tidegate"  # on PATH: the short name
+    key_file = settings.data_dir / OPERATOR_KEY_FILE
+    operator = (
+        f"$(cat {shlex.quote(str(key_file))})" if from_file else "<TIDEGATE_AUTH__OPERATOR_KEY>"
+    )
+    lines = ["tidegate is ready. Next:"]
+    if server.http_port:
+        where = f"http://{host}:{server.http_port}/console"
+        whose = f"the operator key, in {key_file}" if from_file else "the operator key"
+        lines.append(f"  the console: {where} (sign in with {whose})")
+    if server.grpc_port:
+        lines.append("  a tenant and its API key, in another shell here:")
+        lines.append(f"    export TIDEGATE_OPERATOR_KEY={operator}")
+        if (host, server.grpc_port) != ("127.0.0.1", 50051):
+            lines.append(f"    export TIDEGATE_TARGET={host}:{server.grpc_port}")
+        lines.append(f"    {command} tenant create shop")
+        lines.append(f"    export TIDEGATE_API_KEY=$({command} tenant key issue shop)")
+    return "\n".join(lines)
 
 
 async def serve(settings: Settings) -> None:
     """Serve gRPC and HTTP until SIGTERM or SIGINT, then drain and stop."""
     import uvicorn
 
-    check_ports(settings)
+    check_can_start(settings)
 
     _return_freed_memory()
 
@@ -253,6 +305,11 @@ async def serve(settings: Settings) -> None:
             settings.hot.type,
             settings.metadata_url.split("@")[-1],
         )
+        steps = next_steps(settings, from_file=not settings.auth.operator_key)
+        if settings.log.format == "json":  # every line of the output stays a JSON object
+            log.info("%s", steps)
+        else:
+            print(steps, flush=True)
         await stopping.wait()
         log.info("draining")
     finally:

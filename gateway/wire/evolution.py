@@ -142,8 +142,7 @@ def apply_changes(
                 )
             _update_type(current, change)
         elif op == "make_optional":
-            if current.get("nullable", True):
-                raise _refuse("make optional", column, "it is already optional")
+            # Already optional: nothing to do, as pyiceberg's make_column_optional.
             current["nullable"] = True
         else:
             if "doc" not in change:
@@ -192,7 +191,7 @@ def _update_type(current: dict[str, Any], change: Mapping[str, Any]) -> None:
         raise _refuse("change the type of", column, exc.message) from None
     have = parse_type(current["type"])
     if want.equals(have):
-        raise _refuse("change the type of", column, f"it is already {format_type(have)}")
+        return  # already that type: nothing to do, as pyiceberg's update_column
     if _WIDENINGS.get(have) != want:
         narrowing = any(want == k and have == v for k, v in _WIDENINGS.items())
         kind = "narrowing" if narrowing else "a type change"

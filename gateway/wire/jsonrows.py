@@ -1,8 +1,12 @@
-"""JSON rows on the wire: the HTTP edge's ``{"rows": [...]}`` bodies and answers.
+"""Rows as values: the HTTP edge's ``{"rows": [...]}`` bodies and answers, the CLI's JSON
+lines, and the SDK's dict rows.
 
 Values follow the column's Arrow type: timestamps as ISO-8601 strings (``Z`` for UTC) or
 integer microseconds, decimals as strings or numbers, binary as base64, dates and times as
-ISO strings.
+ISO strings. :func:`rows_to_batch` takes exactly that (JSON); :func:`python_rows_to_batch`
+takes the same forms and, besides, the Python objects pyarrow builds columns from
+(``datetime``, ``Decimal``, ``bytes``, numpy scalars...), so a row any interface accepts
+is accepted by every other one.
 """
 
 from __future__ import annotations
@@ -13,16 +17,27 @@ import datetime as dt
 import decimal
 import json
 import sys
-from collections.abc import Collection, Iterable
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from typing import Any
 
 import pyarrow as pa
 
 from gateway.wire.errors import MalformedPayload, SchemaMismatch
 from gateway.wire.schema import columns_mismatch
-from gateway.wire.values import to_decimal
+from gateway.wire.values import exact_decimal, rescaled_column, to_decimal
 
-__all__ = ["batch_to_rows", "parse_json", "rows_to_batch"]
+__all__ = ["batch_to_rows", "parse_json", "python_rows_to_batch", "rows_to_batch"]
+
+
+class _Said(ValueError):
+    """A refusal whose message is the whole sentence (no type and value appended)."""
+
+
+def _int_range(t: pa.DataType) -> tuple[int, int]:
+    bits = t.bit_width
+    if pa.types.is_unsigned_integer(t):
+        return 0, (1 << bits) - 1
+    return -(1 << (bits - 1)), (1 << (bits - 1)) - 1
 
 
 def _from_json(value: Any, t: pa.DataType, where: str) -> Any:
@@ -37,6 +52,9 @@ def _from_json(value: Any, t: pa.DataType, where: str) -> Any:
         if pa.types.is_integer(t):
             if isinstance(value, bool) or not isinstance(value, int):
                 raise TypeError("expected an integer")
+            lo, hi = _int_range(t)
+            if not lo <= value <= hi:
+                raise _Said(f"{str(value)[:80]} is out of range for {t} ({lo} to {hi})")
             return value
         if pa.types.is_floating(t):
             if isinstance(value, bool) or not isinstance(value, int | float):
@@ -73,16 +91,7 @@ def _from_json(value: Any, t: pa.DataType, where: str) -> Any:
         if pa.types.is_struct(t):
             if not isinstance(value, dict):
                 raise TypeError("expected an object")
-            names = {t.field(i).name for i in range(t.num_fields)}
-            extra = set(value) - names
-            if extra:
-                raise TypeError(f"unexpected key(s) {sorted(extra)}")
-            return {
-                t.field(i).name: _from_json(
-                    value.get(t.field(i).name), t.field(i).type, f"{where}.{t.field(i).name}"
-                )
-                for i in range(t.num_fields)
-            }
+            return _struct(value, t, where, _from_json)
     except (
         TypeError,
         ValueError,
@@ -91,10 +100,28 @@ def _from_json(value: Any, t: pa.DataType, where: str) -> Any:
         decimal.InvalidOperation,
         binascii.Error,
     ) as exc:
-        if pa.types.is_decimal(t) and isinstance(exc, ValueError):
-            raise SchemaMismatch(f"{where}: {exc}") from exc
+        if isinstance(exc, _Said) or (pa.types.is_decimal(t) and isinstance(exc, ValueError)):
+            raise SchemaMismatch(f"{where}: {exc}", column=where.rpartition(".")[2]) from exc
         raise SchemaMismatch(f"{where}: {exc} for type {t}, got {value!r:.80}") from exc
     raise SchemaMismatch(f"{where}: type {t} cannot be written from JSON")  # pragma: no cover
+
+
+def _struct(value: Mapping[Any, Any], t: pa.StructType, where: str, convert: Any) -> dict[str, Any]:
+    """A struct value's fields, each converted by ``convert``.
+
+    Raises:
+        TypeError: the value has keys the struct does not.
+    """
+    names = {t.field(i).name for i in range(t.num_fields)}
+    extra = set(value) - names
+    if extra:
+        raise TypeError(f"unexpected key(s) {sorted(map(str, extra))}")
+    return {
+        t.field(i).name: convert(
+            value.get(t.field(i).name), t.field(i).type, f"{where}.{t.field(i).name}"
+        )
+        for i in range(t.num_fields)
+    }
 
 
 def _timestamp_from_json(value: Any, t: pa.TimestampType) -> Any:
@@ -145,15 +172,101 @@ def rows_to_batch(
             raise columns_mismatch(f"{unit} {i}", sorted(extra), sorted(missing))
         for f in schema:
             columns[f.name].append(_from_json(row.get(f.name), f.type, f"{unit} {i}.{f.name}"))
+    return _columns_to_batch(columns, schema, first, unit)
+
+
+def _columns_to_batch(
+    columns: dict[str, list[Any]], schema: pa.Schema, first: int, unit: str
+) -> pa.RecordBatch:
+    """Converted values, one list per column, as a batch; a value Arrow still refuses is
+    named by its row (``unit`` number from ``first``) and column."""
     arrays = []
     for f in schema:
+        values = columns[f.name]
         try:
-            arrays.append(pa.array(columns[f.name], type=f.type))
-        except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError) as exc:
-            raise SchemaMismatch(f"column {f.name!r}: {exc}") from exc
+            arrays.append(pa.array(rescaled_column(values, f), type=f.type))
+        except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError, TypeError, ValueError) as exc:
+            raise _refused_in_column(f, values, first, unit, exc) from exc
         if not f.nullable and arrays[-1].null_count:
-            raise SchemaMismatch(f"column {f.name!r} is not nullable but holds nulls")
+            at = first + next(i for i, v in enumerate(values) if v is None)
+            raise SchemaMismatch(
+                f"{unit} {at}.{f.name}: the column is not nullable but the value is null",
+                column=f.name,
+            )
     return pa.RecordBatch.from_arrays(arrays, schema=schema)
+
+
+def _refused_in_column(
+    f: pa.Field, values: Sequence[Any], first: int, unit: str, exc: BaseException
+) -> SchemaMismatch:
+    """The error for the first value of ``values`` that Arrow refuses for ``f``."""
+    for i, v in enumerate(values):
+        try:
+            pa.array(rescaled_column([v], f), type=f.type)
+        except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError, TypeError, ValueError) as one:
+            reason = str(one).splitlines()[0] if str(one) else type(one).__name__
+            return SchemaMismatch(
+                f"{unit} {first + i}.{f.name}: {type(v).__name__} {v!r:.60} cannot be stored "
+                f"as {f.type} ({reason})",
+                column=f.name,
+            )
+    return SchemaMismatch(f"column {f.name!r} cannot be stored as {f.type}: {exc}", column=f.name)
+
+
+def _from_python(value: Any, t: pa.DataType, where: str) -> Any:
+    """A Python value of a dict row as the value pyarrow builds ``t`` from: the JSON forms
+    converted as :func:`rows_to_batch` converts them (an ISO-8601 string for a timestamp,
+    a string for a decimal...), other objects (``datetime``, ``Decimal``, ``bytes``, numpy
+    scalars) left for Arrow, which knows them."""
+    if value is None:
+        return None
+    if isinstance(value, list | tuple) and (pa.types.is_list(t) or pa.types.is_large_list(t)):
+        return [_from_python(v, t.value_type, f"{where}[{i}]") for i, v in enumerate(value)]
+    if isinstance(value, Mapping) and pa.types.is_struct(t):
+        try:
+            return _struct(value, t, where, _from_python)
+        except TypeError as exc:
+            raise SchemaMismatch(f"{where}: {exc}") from None
+    if isinstance(value, str | int | float | list | dict):  # bool is an int
+        return _from_json(value, t, where)
+    if isinstance(value, decimal.Decimal) and pa.types.is_decimal(t):
+        try:
+            return exact_decimal(value, t.precision, t.scale)
+        except ValueError as exc:
+            raise SchemaMismatch(f"{where}: {exc}", column=where.rpartition(".")[2]) from None
+    return value
+
+
+def python_rows_to_batch(
+    rows: Sequence[Any],
+    schema: pa.Schema,
+    *,
+    first: int = 1,
+    unit: str = "row",
+    omittable: Collection[str] = (),
+) -> pa.RecordBatch:
+    """Dict rows of Python values as a batch of ``schema``: every value the HTTP edge takes
+    in JSON is taken here too (:func:`_from_python`). A column named in ``omittable`` may
+    be left out (null). Errors name the row, counted from ``first``, and the column.
+
+    Raises:
+        SchemaMismatch: a row that is not a mapping, unknown or missing columns, or a
+            value the column's type cannot hold.
+    """
+    names = schema.names
+    name_set = set(names)
+    columns: dict[str, list[Any]] = {n: [] for n in names}
+    for i, row in enumerate(rows, first):
+        if not isinstance(row, Mapping):
+            raise SchemaMismatch(f"{unit} {i} is a {type(row).__name__}, not a dict of columns")
+        keys = set(row)
+        if not keys <= name_set or not name_set - set(omittable) <= keys:
+            extra = sorted(str(k) for k in keys - name_set)
+            missing = [n for n in names if n not in keys and n not in omittable]
+            raise columns_mismatch(f"{unit} {i}", extra, missing)
+        for f in schema:
+            columns[f.name].append(_from_python(row.get(f.name), f.type, f"{unit} {i}.{f.name}"))
+    return _columns_to_batch(columns, schema, first, unit)
 
 
 def _to_json(value: Any) -> Any:

@@ -30,6 +30,7 @@ from gateway.client._batching import Accumulator, Delivery, Finished, ProducerCo
 from gateway.client._producer import ProducerCore
 from gateway.client._rows import RowPlan, values_to_batch
 from gateway.wire._proto.tidegate.v1 import tidegate_pb2 as pb
+from gateway.wire.jsonrows import python_rows_to_batch
 from gateway.wire.routing import partition_for_key, route_by_key
 from gateway.wire.schema import conform_batch
 from tests.integration.flavours import flavoured_client, result
@@ -43,8 +44,9 @@ def info(schema: pa.Schema, partitions: int = 1, keys: tuple[str, ...] = ()) -> 
 
 
 def arrow_way(row: dict[str, Any], schema: pa.Schema) -> pa.RecordBatch:
-    """What ``send`` did with every dict before the fast path (raises on refusal)."""
-    return conform_batch(pa.RecordBatch.from_pylist([row], schema=schema), schema)
+    """What ``send`` does with a dict the fast path cannot vouch for: the conversion every
+    interface shares (raises on refusal)."""
+    return conform_batch(python_rows_to_batch([row], schema), schema)
 
 
 # --------------------------------------------------------------------------------------

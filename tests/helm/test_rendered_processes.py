@@ -196,7 +196,7 @@ def test_rendered_gateway_and_tiering_job_run(
         assert job.argv()[:4] == ["tidegate", "tier", "--runner", "spark"]
         tiered = job.run(timeout=150)
         assert tiered.returncode == 0, tiered.stderr[-3000:]
-        assert "tiered 1 records in 1 tables" in tiered.stdout
+        assert "tiered 1 record in 1 table" in tiered.stdout
         # Spark read the rendered spark-defaults.conf (SPARK_CONF_DIR): its local dir.
         assert (job.mounts["/tmp"] / "spark").is_dir()
         assert tiered_watermark(client) == 1

@@ -53,7 +53,7 @@ def test_cli_round_trip(gateway: GatewayProcess, namespace: str, tmp_path: Path)
     )
     assert json.loads(out.stdout)["partitions"] == 1
     assert (
-        f"{table}\t1 partitions"
+        f"{table}\t1 partition"
         in tidegate(gateway, "table", "list", "--namespace", namespace).stdout
     )
 
@@ -72,8 +72,8 @@ def test_cli_round_trip(gateway: GatewayProcess, namespace: str, tmp_path: Path)
         ),
         parquet,
     )
-    for f, n in ((csv, 2), (jsonl, 1), (parquet, 1)):
-        assert f"appended {n} records" in tidegate(gateway, "append", table, str(f)).stdout
+    for f, n in ((csv, "2 records"), (jsonl, "1 record"), (parquet, "1 record")):
+        assert f"appended {n} to" in tidegate(gateway, "append", table, str(f)).stdout
 
     lines = tidegate(
         gateway, "read", table, "--partition", "0", "--offset", "1"

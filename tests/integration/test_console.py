@@ -42,6 +42,23 @@ CHROMIUM_ARGS = [
 ]
 #: An address no test serves: a cross-site page is fulfilled there by the browser itself.
 EVIL = "http://evil.example"
+#: The width the console is designed for, and its committed screenshots are taken at.
+WIDTH = 1400
+VIEWPORT = {"width": WIDTH, "height": 900}
+#: Committed screenshots of every console page (issue 32): name -> the tallest it may be.
+SCREENSHOTS = REPO_ROOT / "docs" / "console"
+#: What an empty value shows (an en dash) in the console's numbers and legends.
+NO_VALUE = "\u2013"
+PAGES = {
+    "login": 900,
+    "tenants": 900,
+    "tenant": 1800,
+    "key": 900,
+    "table": 1800,
+    "records": 1400,
+    "groups": 900,
+    "shards": 900,
+}
 ASSET = re.compile(r"""(?:src|href|action)\s*=\s*["']?\s*(https?:)?//""", re.IGNORECASE)
 
 
@@ -157,6 +174,59 @@ def table_with_rows(
         assert r.status_code == 200, r.text
 
 
+def png_size(path: Path) -> tuple[int, int]:
+    """A PNG's width and height, from its header."""
+    head = path.read_bytes()[:24]
+    assert head[:8] == b"\x89PNG\r\n\x1a\n", path
+    return int.from_bytes(head[16:20], "big"), int.from_bytes(head[20:24], "big")
+
+
+def charts_fill_their_width(page: Any) -> None:
+    """Every chart's canvas is as wide as the chart's box (it was half the page)."""
+    sizes = page.eval_on_selector_all(
+        ".chart",
+        "els => els.map(e => [e.clientWidth, e.querySelector('.uplot').clientWidth])",
+    )
+    assert sizes
+    for box, plot in sizes:
+        assert box > 300 and abs(box - plot) <= 2, sizes
+
+
+def at_a_glance(page: Any) -> None:
+    """Issue 32, item 11: a table's page leads with what an operator acts on. At 1400 px
+    the first screen holds the lag, freshness, errors and smoothed throughput, and both
+    charts, each on its own axis, filling its half; file lists and raw snapshot summaries
+    are folded away; the charts' legends show the latest values without hovering."""
+    first_screen = VIEWPORT["height"]
+    for tile in ("#tile-lag", "#tile-freshness", "#tile-errors", "#tile-throughput"):
+        box = page.locator(tile).bounding_box()
+        assert box is not None and box["y"] + box["height"] <= first_screen, tile
+    for chart in ("[data-chart=throughput]", "[data-chart=lag]"):
+        box = page.locator(chart).bounding_box()
+        assert box is not None and box["y"] < first_screen and box["width"] > 600, chart
+    charts_fill_their_width(page)
+    for fold in ("#files-fold", "#snapshots-fold", "#lake", "#engines", "#drop-fold"):
+        assert page.locator(fold).get_attribute("open") is None, fold
+    assert not page.locator("#files").is_visible()
+    legends = page.locator("[data-chart=throughput] .legend b").all_text_contents()
+    assert len(legends) == 2 and NO_VALUE not in legends, legends
+    assert page.text_content("#rate-in") != NO_VALUE
+    assert page.text_content("#failures-count") == "0"
+    assert "ago" in page.text_content("#last-tiered")
+
+
+def test_the_committed_screenshots_show_every_page_at_1400_px() -> None:
+    """docs/console/ holds a screenshot of each console page, taken by the walk-through
+    at 1400 px wide (TIDEGATE_UPDATE_SCREENSHOTS=1 retakes them)."""
+    found = {p.stem for p in SCREENSHOTS.glob("*.png")}
+    assert found == set(PAGES)
+    for name, tallest in PAGES.items():
+        width, height = png_size(SCREENSHOTS / f"{name}.png")
+        assert width == WIDTH and 300 < height <= tallest, (name, width, height)
+    readme = (REPO_ROOT / "README.md").read_text()
+    assert "![A table's page in the console](docs/console/table.png)" in readme
+
+
 # The walk-through, in the browser -----------------------------------------------------------
 def test_operator_and_tenant_in_the_browser(
     gw: GatewayProcess, browser: Any, tmp_path: Path
@@ -167,24 +237,33 @@ def test_operator_and_tenant_in_the_browser(
     requested: list[str] = []
     names = {"tenant": f"shop{secrets.token_hex(3)}", "table": "clicks"}
 
-    def shot(page: Any, name: str) -> None:
-        page.screenshot(
-            path=str(shots / f"{len(list(shots.iterdir())):02d}-{name}.png"), full_page=True
-        )
+    def shot(page: Any, name: str, committed: str | None = None) -> None:
+        """A full-page screenshot in the test's folder; for a page of :data:`PAGES`, its
+        size checked, and kept as the committed one when TIDEGATE_UPDATE_SCREENSHOTS=1."""
+        path = shots / f"{len(list(shots.iterdir())):02d}-{name}.png"
+        page.screenshot(path=str(path), full_page=True)
+        if committed is not None:
+            width, height = png_size(path)
+            assert width == WIDTH and height <= PAGES[committed], (committed, width, height)
+            if os.environ.get("TIDEGATE_UPDATE_SCREENSHOTS") == "1":
+                SCREENSHOTS.mkdir(exist_ok=True)
+                (SCREENSHOTS / f"{committed}.png").write_bytes(path.read_bytes())
 
     def watch(page: Any) -> Any:
         page.on("request", lambda r: requested.append(r.url))
         page.set_default_timeout(30_000)
         return page
 
-    operator = browser.new_context()
+    operator = browser.new_context(viewport=VIEWPORT)
     page = watch(operator.new_page())
     page.goto(f"{origin}/console")
     assert page.url == f"{origin}/console/login"
+    shot(page, "login", "login")
     page.fill("#key", gw.operator_key)
     page.click("#sign-in")
     assert page.url == f"{origin}/console/tenants"
     assert page.text_content("#who") == "operator"
+    shot(page, "tenants", "tenants")
     page.fill("#tenant-name", names["tenant"])
     page.click("#create-tenant")
     assert page.url == f"{origin}/console/tenants/{names['tenant']}"
@@ -192,12 +271,12 @@ def test_operator_and_tenant_in_the_browser(
     page.click("#issue-key")
     key = page.text_content("#new-key").strip()
     assert key.startswith("tg_")
-    shot(page, "new-key")
+    shot(page, "new-key", "key")
     page.goto(f"{origin}/console/tenants/{names['tenant']}")
     assert page.locator("#keys tr[data-key-id]").count() == 1  # by id; the key is not shown
     assert key not in page.content()
 
-    tenant_ctx = browser.new_context()
+    tenant_ctx = browser.new_context(viewport=VIEWPORT)
     page = watch(tenant_ctx.new_page())
     page.goto(f"{origin}/console/login")
     page.fill("#key", key)
@@ -248,8 +327,12 @@ def test_operator_and_tenant_in_the_browser(
     assert page.locator("#files tbody tr").count() == 2
     assert "tiering" in page.text_content("#snapshots")
     assert "added-records 50" in page.text_content("#last-tiering")
+    # File paths are shown under the table's folder, never as absolute file:// paths.
+    assert "file://" not in page.text_content("#files")
+    page.wait_for_function("() => Number(document.body.dataset.liveTicks) >= 12")
+    at_a_glance(page)
     assert "dashboard" in page.content()
-    shot(page, "table-after-tiering")
+    shot(page, "table-after-tiering", "table")
 
     # Records on both sides of the tiered watermark, and which tier served each.
     page.fill("#browse [name=offset]", "25")
@@ -259,7 +342,7 @@ def test_operator_and_tenant_in_the_browser(
     tiers = page.locator("#records td[data-column=_tier]").all_text_contents()
     assert tiers == ["iceberg"] * 5 + ["hot"] * 5
     assert page.text_content("#tiered-watermark") == "30"
-    shot(page, "records-across-the-watermark")
+    shot(page, "records-across-the-watermark", "records")
     page.fill("#browse [name=offset]", "")
     page.fill("#browse [name=time]", between.isoformat())
     page.click("#browse button[type=submit]")
@@ -294,7 +377,7 @@ def test_operator_and_tenant_in_the_browser(
         assert row.locator("[data-field=generation]").text_content() == str(member.generation)
         holders = live.locator("tr[data-partition] [data-field=member]").all_text_contents()
         assert holders == [member.member_id] * 2
-        shot(page, "groups")
+        shot(page, "groups", "groups")
 
     # Usage charts (the operator's view of the tenant), drawn from the metered minutes.
     page = operator.pages[0]
@@ -304,15 +387,23 @@ def test_operator_and_tenant_in_the_browser(
         "() => Number(document.querySelector('[data-usage-url]').dataset.loaded) > 0"
     )
     assert page.locator(".uplot").count() == 3
-    shot(page, "tenant-usage")
+    charts_fill_their_width(page)
+    # Each legend shows the latest minute's values, not a dash until hovered.
+    legends = page.locator(".chart .legend b").all_text_contents()
+    assert legends and all(v not in ("", NO_VALUE, "--") for v in legends[:2]), legends
+    shot(page, "tenant-usage", "tenant")
+    page.goto(f"{origin}/console/shards")
+    shot(page, "shards", "shards")
 
     # Drop asks for the table's name again.
     page = tenant_ctx.pages[0]
     page.goto(table_url)
+    page.click("#drop-fold summary")  # folded away until asked for
     page.fill("#drop-confirm", "clicks")
     page.click("#drop-table")
     assert "type its name web.clicks again" in page.text_content("#error")
     page.goto(table_url)
+    page.click("#drop-fold summary")
     page.fill("#drop-confirm", f"web.{names['table']}")
     page.click("#drop-table")
     assert page.url == f"{origin}/console/tenants/{names['tenant']}"
@@ -358,7 +449,7 @@ def test_operator_and_tenant_in_the_browser(
     assert "tidegate_console" not in {c["name"] for c in operator.cookies()}
     operator.close()
     tenant_ctx.close()
-    assert len(list(shots.glob("*.png"))) == 9
+    assert len(list(shots.glob("*.png"))) == 12
 
 
 def test_a_cross_site_form_is_refused(gw: GatewayProcess, browser: Any) -> None:
@@ -580,10 +671,10 @@ def test_every_page_loads_only_what_the_gateway_serves(
     # A list is shown as JSON, escaped like every value.
     records = pages[f"{base}/tables/web/t/records?partition=0&offset=0"]
     assert "[&#34;a&#34;, &#34;&lt;b&gt;&#34;]" in records
-    assert len(assets) == 4, assets  # the script, the styles and uPlot's two files
+    assert len(assets) == 5, assets  # the script, the styles, the icon and uPlot's two files
     for asset in assets:
         got = s.http.get(asset)
-        assert got.status_code == 200 and len(got.content) > 1000, asset
+        assert got.status_code == 200 and len(got.content) > 200, asset
 
 
 def test_the_table_page_gives_the_catalog_and_snippets_that_run(

@@ -71,7 +71,7 @@ def test_gateway_and_tier_logs_are_quiet_and_json_on_demand(tmp_path: Path) -> N
     # (An idle run logs at DEBUG; the libraries stay at WARNING whatever --log-level says.)
     text = _tier(job_env, "--log-level", "debug")
     assert text.returncode == 0, text.stderr
-    assert "tiered 0 records in 1 tables" in text.stdout
+    assert "tiered 0 records in 1 table" in text.stdout
     assert "DEBUG tidegate.tiering: tiering run: 1 tables, 0 records" in text.stderr
     assert not [ln for ln in text.stderr.splitlines() if any(c in ln for c in CHATTY)]
 

@@ -226,7 +226,7 @@ def test_retention_commands_beside_a_gateway(tmp_path: Path, redis_server: Redis
                 c.append("cli.ret", [{"n": i}], partition=0)
         # The job is applied at once: no gateway but this test's reads the table.
         job_env = {**gw.env(), "PATH": user["PATH"], "TIDEGATE_RETENTION__SETTLE_S": "0"}
-        assert "removed 6 records in 1 tables" in run("tidegate", "retention", env=job_env)
+        assert "removed 6 records in 1 table" in run("tidegate", "retention", env=job_env)
         with gw.client() as c:
             assert c.describe_table("cli.ret").partition_info[0].earliest_offset == 6
             with pytest.raises(OffsetOutOfRange):

@@ -102,7 +102,7 @@ def test_tidegate_tier_beside_a_gateway(tmp_path: Path, redis_server: RedisServe
             timeout=120,
         )
         assert out.returncode == 0, out.stderr
-        assert "tiered 8 records in 1 tables" in out.stdout
+        assert "tiered 8 records in 1 table" in out.stdout
         _wait_tiered(gw, "cli.ev", [4, 4], timeout=5)
         _check_reads(gw, "cli.ev", 2, 4)
     finally:

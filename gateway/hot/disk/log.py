@@ -44,7 +44,7 @@ from gateway.wire.errors import (
     Unavailable,
 )
 
-__all__ = ["LOCK_FILE", "DiskHotLog", "HotTierBusy", "take_folder_lock"]
+__all__ = ["LOCK_FILE", "DiskHotLog", "HotTierBusy", "folder_holder", "take_folder_lock"]
 
 #: The lock file of a disk hot tier's folder: one process owns the log.
 LOCK_FILE = ".lock"
@@ -87,6 +87,24 @@ def take_folder_lock(root: Path) -> int:
     os.ftruncate(fd, 0)
     os.pwrite(fd, me.encode(), 0)
     return fd
+
+
+def folder_holder(root: Path) -> str | None:
+    """Who holds the lock of a disk hot tier's folder (as its lock file says), or None when
+    no process does; a check before starting that takes nothing (a lock it got is
+    released at once)."""
+    path = root / LOCK_FILE
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return None  # no lock file: the folder was never opened, or does not exist
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return os.pread(fd, 4096, 0).decode("utf-8", "replace").strip() or "another process"
+    finally:
+        os.close(fd)  # closing releases a lock this check took
+    return None
 
 
 log = logging.getLogger(__name__)

@@ -14,7 +14,6 @@ from typing import Any
 
 from gateway.core import ReadResult, StreamTables, TableView
 from gateway.server.calls import DataCalls
-from gateway.server.http.bodies import iso
 from gateway.server.http.groups import group_json
 from gateway.tenancy import Tenancy
 from gateway.wire.errors import InvalidRequest, TidegateError
@@ -30,6 +29,7 @@ __all__ = [
     "read_records",
     "table_page",
     "usage_series",
+    "when",
 ]
 
 #: The snapshot summary property a tiering commit writes (and compaction keeps).
@@ -40,12 +40,27 @@ _LAG_SECONDS_PARTITIONS = 64
 _FILES_SHOWN = 200
 #: Snapshots listed on a table's page, newest first.
 _SNAPSHOTS_SHOWN = 20
+#: Usage fields that are sampled levels (storage held), not counts per minute.
+STORAGE_GAUGES = frozenset({"hot_bytes", "cold_bytes"})
 
 
-def _ms_iso(ms: int | None) -> str:
-    if ms is None:
+def when(value: dt.datetime | None) -> str:
+    """A time as the console shows it: UTC to the second (``2026-11-25 21:06:06 UTC``)."""
+    if value is None:
         return ""
-    return iso(dt.datetime.fromtimestamp(ms / 1000, dt.UTC))
+    if value.tzinfo is None:
+        value = value.replace(tzinfo=dt.UTC)
+    return value.astimezone(dt.UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+def _ms_when(ms: int | None) -> str:
+    return "" if ms is None else when(dt.datetime.fromtimestamp(ms / 1000, dt.UTC))
+
+
+def _ms(value: dt.datetime) -> int:
+    if value.tzinfo is None:
+        value = value.replace(tzinfo=dt.UTC)
+    return int(value.timestamp() * 1000)
 
 
 async def _lag_seconds(
@@ -95,7 +110,21 @@ async def _live(service: StreamTables, tenant: str, view: TableView) -> dict[str
         for k in ("high_watermark", "tiered_watermark", "lag_records", "lag_bytes", "hot_bytes")
     }
     totals["lag_seconds"] = max((p["lag_seconds"] for p in parts), default=0.0)
-    return {"at_ms": int(now * 1000), "partitions": parts, "totals": totals}
+    runs = view.maintenance.last_runs if view.maintenance is not None else {}
+    tiered = runs.get("tier")
+    return {
+        "at_ms": int(now * 1000),
+        "partitions": parts,
+        "totals": totals,
+        # When tiering last committed on this table (None: not since the gateway recorded
+        # its runs, or never), and the lake jobs whose last run failed.
+        "last_tiered_ms": _ms(tiered.finished_at) if tiered and tiered.outcome == "ok" else None,
+        "failures": [
+            {"job": job, "at_ms": _ms(r.finished_at), "detail": r.detail}
+            for job, r in sorted(runs.items())
+            if r.outcome != "ok"
+        ],
+    }
 
 
 @dataclass
@@ -109,6 +138,9 @@ class TablePage:
     last_tiering: dict[str, Any] | None = None
     last_maintenance: dict[str, Any] | None = None
     groups: list[str] = field(default_factory=list)
+    #: The Iceberg table's folder (file paths are shown under it).
+    location: str = ""
+    data_bytes: int = 0
 
 
 async def table_page(calls: DataCalls, tenant: str, namespace: str, name: str) -> TablePage:
@@ -120,6 +152,7 @@ async def table_page(calls: DataCalls, tenant: str, namespace: str, name: str) -
     plan = await calls.plan(tenant, namespace, name, row_filter=None, as_of=None)
     files = sorted(plan.files, key=lambda f: (f.file.partition, f.file.min_offset))
     page.files_total = len(files)
+    page.location = (view.iceberg_metadata or "").rpartition("/metadata/")[0]
     page.files = [
         {
             "partition": f.file.partition,
@@ -128,15 +161,20 @@ async def table_page(calls: DataCalls, tenant: str, namespace: str, name: str) -
             "records": f.file.record_count,
             "bytes": f.file.file_size_bytes,
             "path": f.file.path,
+            # Under the table's folder: the part that tells files apart.
+            "short": f.file.path.removeprefix(page.location + "/")
+            if page.location
+            else f.file.path,
         }
         for f in files[:_FILES_SHOWN]
     ]
+    page.data_bytes = sum(f.file.file_size_bytes for f in files)
     snaps = await service.list_snapshots(tenant, namespace, name)
     page.snapshots_total = len(snaps)
     rows = [
         {
             "snapshot_id": s.snapshot_id,
-            "at": _ms_iso(s.timestamp_ms),
+            "at": _ms_when(s.timestamp_ms),
             "operation": s.operation,
             "summary": sorted(dict(s.summary).items()),
             "tiering": TIERING_PROPERTY in s.summary and s.operation == "append",
@@ -237,9 +275,16 @@ async def usage_series(tenancy: Tenancy, tenant: str, minutes: int) -> dict[str,
     ``minutes`` (epoch seconds) and one list per usage field."""
     since = int(time.time() // 60 * 60 - minutes * 60) * 1000
     rows = await tenancy.admin.usage(tenant, since, None)
-    series: dict[str, Any] = {"minutes": [int(r.minute.timestamp()) for r in rows]}
+    by_minute = {int(r.minute.timestamp()): r.counters for r in rows}
+    # Every minute of the window once anything was recorded in it (the charts always span
+    # the same time): a minute without a row used nothing (0 for the counters), and storage
+    # not sampled in a minute is unknown (null: a gap in the chart, never a fall to 0).
+    now = int(time.time() // 60 * 60)
+    axis = list(range(since // 1000, now + 1, 60)) if by_minute else []
+    series: dict[str, Any] = {"minutes": axis}
     for f in USAGE_FIELDS:
-        series[f] = [r.counters.get(f, 0) for r in rows]
+        gauge = f in STORAGE_GAUGES
+        series[f] = [by_minute.get(m, {}).get(f, None if gauge else 0) for m in axis]
     return series
 
 

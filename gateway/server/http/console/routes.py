@@ -22,7 +22,7 @@ from starlette.datastructures import FormData
 
 from gateway.core.names import INT64_MAX
 from gateway.server.calls import DataCalls
-from gateway.server.http.bodies import error_response, iso
+from gateway.server.http.bodies import error_response
 from gateway.server.http.console import facts
 from gateway.server.http.console.access import (
     CrossSite,
@@ -71,7 +71,9 @@ def _environment() -> jinja2.Environment:
     )
     env.filters["bytes"] = _human_bytes
     env.filters["cell"] = _cell
+    env.filters["count"] = "{:,}".format  # 60,000, as the page's script writes it
     env.globals["prefix"] = PREFIX
+    env.globals["when"] = facts.when  # times to the second, in UTC
     return env
 
 
@@ -251,7 +253,7 @@ def console_router(tenancy: Tenancy, calls: DataCalls) -> APIRouter:
         if viewer.tenant is not None:
             return back(tenant_url(viewer.tenant))
         tenants = await tenancy.admin.list_tenants()
-        return render(request, "tenants.html", viewer=viewer, tenants=tenants, iso=iso)
+        return render(request, "tenants.html", viewer=viewer, tenants=tenants)
 
     # Shards ----------------------------------------------------------------------------
     @router.get("/shards")
@@ -295,7 +297,6 @@ def console_router(tenancy: Tenancy, calls: DataCalls) -> APIRouter:
             keys=keys,
             quota=[(f, quota.get(f)) for f in QUOTA_FIELDS],
             tables=[t.definition for t in tables],
-            iso=iso,
         )
 
     @router.post("/tenants/{tenant}/suspend")
@@ -371,7 +372,6 @@ def console_router(tenancy: Tenancy, calls: DataCalls) -> APIRouter:
             page=page,
             table=page.view.definition,
             schema=fields_to_json(page.view.schema),
-            iso=iso,
             catalog=catalog,
         )
 
