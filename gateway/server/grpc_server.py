@@ -19,8 +19,8 @@ from grpc_health.v1._async import HealthServicer
 from grpc_reflection.v1alpha import reflection
 
 from gateway.config import Settings
-from gateway.core import ClientStream, MaintenanceView, ReadResult, StreamTables, TableView
-from gateway.server.calls import OFFLOAD_BYTES, AppendBody, DataCalls, pieces, wire_error
+from gateway.core import MaintenanceView, ReadResult, StreamTables, TableView
+from gateway.server.calls import DataCalls, pieces, wire_error
 from gateway.server.grpc_calls import (
     ADMIN_SERVICE_NAME,
     SERVICE_NAME,
@@ -30,8 +30,7 @@ from gateway.server.grpc_calls import (
 from gateway.tenancy import Gate, OpenGate, Tenancy
 from gateway.wire._proto.tidegate.v1 import tidegate_pb2 as pb
 from gateway.wire._proto.tidegate.v1 import tidegate_pb2_grpc as pb_grpc
-from gateway.wire.codec import check_request, decode_valid, encode_stream
-from gateway.wire.errors import RequestTooLarge
+from gateway.wire.codec import encode_stream
 from gateway.wire.status import error_to_pb
 from gateway.wire.types import AppendRange
 
@@ -291,35 +290,15 @@ class TidegateServicer(pb_grpc.TidegateServicer):  # type: ignore[misc]
 
     # Appends -----------------------------------------------------------------------------
     async def _append(self, request: pb.AppendRequest) -> pb.AppendResponse:
-        # Each read of a protobuf bytes field returns a fresh copy: take the payload once.
-        body = request.arrow_ipc
-        nbytes = len(body)
-        limit = self.settings.server.max_request_bytes
-        if nbytes > limit:
-            raise RequestTooLarge(
-                f"the append carries {nbytes} bytes; the limit is {limit}", limit=limit
-            )
-
-        info = await self.calls.offload(nbytes >= OFFLOAD_BYTES, check_request, body, limit)
-        big = max(nbytes, info.decoded_bytes) >= OFFLOAD_BYTES
-
-        async def decode() -> AppendBody:
-            _, batches = await self.calls.offload(big, decode_valid, body)
-            return AppendBody(
-                batches,
-                request.partition if request.HasField("partition") else None,
-                request.producer_id or None,
-                request.sequence if request.HasField("sequence") else None,
-                ClientStream(body, info),
-            )
-
-        ranges = await self.calls.append(
+        ranges = await self.calls.append_arrow(
             current_call().tenant,
             request.table.namespace,
             request.table.name,
-            nbytes,
-            decode,
-            charge_bytes=info.decoded_bytes,
+            # Each read of a protobuf bytes field returns a fresh copy: take it once.
+            request.arrow_ipc,
+            partition=request.partition if request.HasField("partition") else None,
+            producer_id=request.producer_id or None,
+            sequence=request.sequence if request.HasField("sequence") else None,
         )
         return _ranges(ranges)
 

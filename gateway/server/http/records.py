@@ -8,7 +8,7 @@ from typing import Annotated
 from fastapi import APIRouter, Path, Query, Request
 from fastapi.responses import JSONResponse, Response
 
-from gateway.core import ClientStream, ReadResult
+from gateway.core import ReadResult
 from gateway.server.calls import OFFLOAD_BYTES, AppendBody, DataCalls
 from gateway.server.http.bodies import (
     json_rows,
@@ -31,7 +31,6 @@ from gateway.server.http.models import (
     ErrorResponse,
     ReadResponse,
 )
-from gateway.wire.codec import StreamInfo, check_request, decode_valid
 from gateway.wire.errors import SchemaMismatch, UnsupportedMediaType
 
 __all__ = ["records_router"]
@@ -93,21 +92,21 @@ def records_router(calls: DataCalls) -> APIRouter:
                 f"{ARROW_STREAM!r}",
                 supported=f"{JSON},{ARROW_STREAM}",
             )
-        limit = server.max_request_bytes
-        body = await read_body(request, limit)
-        big = len(body) >= OFFLOAD_BYTES
-        charge = len(body)
-        info: StreamInfo | None = None
+        body = await read_body(request, server.max_request_bytes)
         if media == ARROW_STREAM:
-            info = await calls.offload(big, check_request, body, limit)
-            charge = info.decoded_bytes
-            big = max(len(body), charge) >= OFFLOAD_BYTES
+            appended = await calls.append_arrow(
+                caller.tenant,
+                namespace,
+                name,
+                body,
+                partition=partition,
+                producer_id=producer_id,
+                sequence=sequence,
+            )
+            return JSONResponse(ranges(appended))
+        big = len(body) >= OFFLOAD_BYTES
 
         async def decode() -> AppendBody:
-            if media == ARROW_STREAM:
-                _, batches = await calls.offload(big, decode_valid, body)
-                stream = ClientStream(body, info) if info is not None else None
-                return AppendBody(batches, partition, producer_id, sequence, stream)
             # The cached definition (no live offsets): JSON rows are typed by its schema.
             table = await service.table(caller.tenant, namespace, name)
             try:
@@ -129,9 +128,7 @@ def records_router(calls: DataCalls) -> APIRouter:
                 pick("sequence", req.sequence, sequence),
             )
 
-        appended = await calls.append(
-            caller.tenant, namespace, name, len(body), decode, charge_bytes=charge
-        )
+        appended = await calls.append(caller.tenant, namespace, name, len(body), decode)
         return JSONResponse(ranges(appended))
 
     @router.get(
