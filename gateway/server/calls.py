@@ -11,6 +11,7 @@ format. Errors are turned into wire errors in one place too, :func:`wire_error`.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
@@ -23,7 +24,7 @@ from gateway.core import ClientStream, ReadPlan, ReadResult, ScanResult, StreamT
 from gateway.core.budget import READ_COPIES, ReadBudget
 from gateway.tenancy import Gate
 from gateway.wire.codec import check_request, decode_valid
-from gateway.wire.errors import RequestTooLarge, TidegateError
+from gateway.wire.errors import RequestTooLarge, TidegateError, Unauthenticated
 from gateway.wire.types import AppendRange
 
 __all__ = ["OFFLOAD_BYTES", "OFFLOAD_RECORDS", "AppendBody", "DataCalls", "wire_error"]
@@ -162,6 +163,29 @@ class DataCalls:
         metrics.record_append(records, nbytes)
         self.gate.record_append(tenant, records, nbytes)
         return ranges
+
+    def refuse_append_early(self, tenant: str) -> None:
+        """Refuse an append of a caller that holds its slot already before its body is
+        read, when this replica refuses the tenant's appends for a while after a throttle
+        (no I/O: an over-quota tenant costs the gateway next to nothing).
+
+        Raises: Throttled."""
+        self.gate.refuse_early(tenant, append=True, slot=False)
+
+    @contextlib.asynccontextmanager
+    async def stream_message(self, tenant: str, authorization: str | None) -> AsyncIterator[None]:
+        """Serve one message of a long-lived call (an append stream's) as a request of its
+        own: its credential checked again (a revoked key ends the stream), counted and
+        charged to the tenant's requests/s, holding one of its in-flight slots.
+
+        Raises:
+            Unauthenticated, TenantSuspended: the stream must end.
+            Throttled: over requests/s or no free slot (the message is refused).
+        """
+        if await self.gate.tenant_of(authorization) != tenant:
+            raise Unauthenticated("invalid API key")
+        async with self.gate.admit(tenant):
+            yield
 
     async def append_arrow(
         self,

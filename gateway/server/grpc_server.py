@@ -7,6 +7,7 @@ answers back into messages; who is calling, admission and error translation are 
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import AsyncIterator, Iterable
 from datetime import datetime
@@ -31,6 +32,7 @@ from gateway.tenancy import Gate, OpenGate, Tenancy
 from gateway.wire._proto.tidegate.v1 import tidegate_pb2 as pb
 from gateway.wire._proto.tidegate.v1 import tidegate_pb2_grpc as pb_grpc
 from gateway.wire.codec import encode_stream
+from gateway.wire.errors import PermissionDenied, Unauthenticated
 from gateway.wire.status import error_to_pb
 from gateway.wire.types import AppendRange
 
@@ -308,10 +310,27 @@ class TidegateServicer(pb_grpc.TidegateServicer):  # type: ignore[misc]
     async def AppendStream(
         self, request_iterator: AsyncIterator[pb.AppendStreamRequest], context: Any
     ) -> AsyncIterator[pb.AppendStreamResponse]:
-        async for req in request_iterator:
+        """Appends answered in order. The stream holds one of the tenant's append-stream
+        slots (the interceptor's); each message is a request of its own (its credential
+        checked again, charged to requests/s, served under one of the tenant's in-flight
+        slots), and a stream that sends nothing for ``server.stream_idle_s`` is ended."""
+        caller = current_call()
+        idle_s = self.settings.server.stream_idle_s
+        messages = aiter(request_iterator)
+        while True:
             try:
-                ok = await self._append(req.append)
+                req = await asyncio.wait_for(anext(messages, None), idle_s)
+            except TimeoutError:
+                log.debug("an append stream of tenant %s was idle for %ss", caller.tenant, idle_s)
+                return
+            if req is None:
+                return
+            try:
+                async with self.calls.stream_message(caller.tenant, caller.authorization):
+                    ok = await self._append(req.append)
                 yield pb.AppendStreamResponse(request_id=req.request_id, ok=ok)
+            except (Unauthenticated, PermissionDenied):
+                raise  # a revoked key or a suspended tenant ends the stream
             except Exception as exc:
                 # One refused request does not end the stream: it is answered in place.
                 err = wire_error(exc, "AppendStream")
@@ -471,6 +490,39 @@ class TidegateServicer(pb_grpc.TidegateServicer):  # type: ignore[misc]
         )
 
 
+def _millis(seconds: float) -> int:
+    return max(1, int(seconds * 1000))
+
+
+def server_options(settings: Settings, max_connections: int | None = None) -> list[tuple[str, int]]:
+    """The grpc server's channel arguments: message limits, and bounds on connections that
+    do nothing (a stranger's sockets, a vanished client's)."""
+    s = settings.server
+    options = [
+        # 1 MiB more than the append limit, so that our check, with its clear reason,
+        # answers an oversized append first.
+        ("grpc.max_receive_message_length", s.max_request_bytes + 1024 * 1024),
+        ("grpc.max_send_message_length", 64 * 1024 * 1024),
+        ("grpc.so_reuseport", 0),
+        # A connection that never finishes its HTTP/2 handshake (a bare TCP socket).
+        ("grpc.server_handshake_timeout_ms", _millis(s.header_timeout_s)),
+        ("grpc.max_allowed_incoming_connections", max_connections or s.max_connections),
+        # One with no call for a while is closed; the client reconnects when it needs to.
+        ("grpc.max_connection_idle_ms", _millis(s.grpc_max_connection_idle_s)),
+        # A peer that vanished without closing is found by an unanswered ping.
+        ("grpc.keepalive_time_ms", _millis(s.grpc_keepalive_s)),
+        ("grpc.keepalive_timeout_ms", _millis(s.grpc_keepalive_timeout_s)),
+        ("grpc.keepalive_permit_without_calls", 1),
+        ("grpc.http2.max_pings_without_data", 0),
+    ]
+    if s.grpc_max_connection_age_s:
+        options += [
+            ("grpc.max_connection_age_ms", _millis(s.grpc_max_connection_age_s)),
+            ("grpc.max_connection_age_grace_ms", _millis(s.shutdown_grace_s)),
+        ]
+    return options
+
+
 class GrpcEdge:
     """The grpc.aio server with the Tidegate service, health and reflection (and the admin
     service when the gate is a :class:`Tenancy`)."""
@@ -481,18 +533,14 @@ class GrpcEdge:
         settings: Settings,
         gate: Gate | None = None,
         calls: DataCalls | None = None,
+        max_connections: int | None = None,
     ) -> None:
         self.settings = settings
         gate = gate or OpenGate(settings.tenant)
         calls = calls or DataCalls(service, gate)
-        max_message = settings.server.max_request_bytes + 1024 * 1024
         self.server = grpc.aio.server(
             interceptors=[CallInterceptor(gate)],
-            options=[
-                ("grpc.max_receive_message_length", max_message),
-                ("grpc.max_send_message_length", 64 * 1024 * 1024),
-                ("grpc.so_reuseport", 0),
-            ],
+            options=server_options(settings, max_connections),
         )
         pb_grpc.add_TidegateServicer_to_server(TidegateServicer(calls, settings), self.server)
         services = [SERVICE_NAME]

@@ -183,11 +183,24 @@ class Tenancy(Gate):
             raise PermissionDenied("the admin API needs the operator key")
 
     # Admission, quotas, metering ----------------------------------------------------------
-    def admit(self, tenant: str, *, follow: bool = False) -> AbstractAsyncContextManager[None]:
-        return self.guard.admit(tenant, follow=follow)
+    def admit(
+        self, tenant: str, *, follow: bool = False, stream: bool = False
+    ) -> AbstractAsyncContextManager[None]:
+        return self.guard.admit(tenant, follow=follow, stream=stream)
 
-    def in_flight(self, tenant: str, *, follow: bool = False) -> int:
-        return self.guard.in_flight(tenant, follow=follow)
+    def refuse_early(
+        self,
+        tenant: str,
+        *,
+        follow: bool = False,
+        stream: bool = False,
+        append: bool = False,
+        slot: bool = True,
+    ) -> None:
+        self.guard.refuse_early(tenant, follow=follow, stream=stream, append=append, slot=slot)
+
+    def in_flight(self, tenant: str, *, follow: bool = False, stream: bool = False) -> int:
+        return self.guard.in_flight(tenant, follow=follow, stream=stream)
 
     async def check_create_table(self, tenant: str, partitions: int) -> None:
         await self.guard.check_create_table(tenant, partitions)

@@ -8,7 +8,7 @@ from fastapi import APIRouter, Path, Query
 from fastapi.responses import JSONResponse
 
 from gateway.server.calls import DataCalls
-from gateway.server.http.deps import Caller, Name, Namespace
+from gateway.server.http.deps import Caller, CallerRoute, Name, Namespace
 from gateway.server.http.models import ERRORS, CommitOffsetsRequest, GroupList, GroupOffsets
 from gateway.wire.errors import InvalidRequest
 
@@ -29,7 +29,7 @@ def _offsets(group: str, namespace: str, name: str, got: dict[int, int]) -> JSON
 
 
 def groups_router(calls: DataCalls) -> APIRouter:
-    router = APIRouter(prefix="/v1/groups", tags=["groups"])
+    router = APIRouter(prefix="/v1/groups", tags=["groups"], route_class=CallerRoute)
     service = calls.service
 
     @router.get(

@@ -19,7 +19,8 @@ from gateway.server.http.bodies import (
     read_response,
     wants_arrow,
 )
-from gateway.server.http.deps import Caller, Name, Namespace
+from gateway.server.http.deps import Caller, CallerRoute, Name, Namespace
+from gateway.server.http.guard import allow_body
 from gateway.server.http.models import (
     ARROW_BINARY,
     ARROW_STREAM,
@@ -37,7 +38,9 @@ __all__ = ["records_router"]
 
 
 def records_router(calls: DataCalls) -> APIRouter:
-    router = APIRouter(prefix="/v1/tables/{namespace}/{name}", tags=["records"])
+    router = APIRouter(
+        prefix="/v1/tables/{namespace}/{name}", tags=["records"], route_class=CallerRoute
+    )
     service = calls.service
     server = service.settings.server
 
@@ -92,6 +95,8 @@ def records_router(calls: DataCalls) -> APIRouter:
                 f"{ARROW_STREAM!r}",
                 supported=f"{JSON},{ARROW_STREAM}",
             )
+        calls.refuse_append_early(caller.tenant)  # before a byte of the body is read
+        allow_body(request, server.max_request_bytes)
         body = await read_body(request, server.max_request_bytes)
         if media == ARROW_STREAM:
             appended = await calls.append_arrow(

@@ -18,7 +18,7 @@ from gateway.server.http.bodies import (
     stream_header,
     wants_arrow,
 )
-from gateway.server.http.deps import Caller, Name, Namespace
+from gateway.server.http.deps import Caller, CallerRoute, Name, Namespace
 from gateway.server.http.models import (
     ARROW_BINARY,
     ARROW_STREAM,
@@ -42,8 +42,10 @@ def _rows(batches: list[pa.RecordBatch]) -> tuple[list[dict[str, object]], int]:
 
 
 def scans_router(calls: DataCalls) -> APIRouter:
-    router = APIRouter(prefix="/v1/tables/{namespace}/{name}", tags=["scans"])
-    limit = calls.service.settings.server.max_request_bytes
+    router = APIRouter(
+        prefix="/v1/tables/{namespace}/{name}", tags=["scans"], route_class=CallerRoute
+    )
+    limit = calls.service.settings.server.max_body_bytes
 
     async def arrow_body(tenant: str, result: ScanResult) -> AsyncIterator[bytes]:
         yield stream_header(result.schema)
