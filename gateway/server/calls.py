@@ -355,6 +355,12 @@ class DataCalls:
             limit=limit,
         )
 
+    async def scan_schema(
+        self, tenant: str, namespace: str, name: str, columns: Sequence[str] | None
+    ) -> pa.Schema:
+        """The schema a scan of ``columns`` would answer (Flight's GetSchema)."""
+        return await self.service.scan_schema(tenant, namespace, name, columns)
+
     async def scan_chunks(
         self,
         tenant: str,

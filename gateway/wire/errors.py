@@ -30,6 +30,7 @@ for retryable errors), the FastAPI handler into ``{"error": {"reason", "message"
     ├── QuotaExceeded                  RESOURCE_EXHAUSTED / 429: a table or partition count
     │                                  quota; not retryable as is
     ├── OffsetOutOfRange               OUT_OF_RANGE / 416, carries earliest and latest
+    ├── Unimplemented                  UNIMPLEMENTED / 501: a method this edge does not serve
     └── RetryableError                 safe to retry the same request unchanged
         ├── OutOfOrderSequence         ABORTED / 409: an earlier sequence is missing
         ├── CommitConflict             ABORTED / 409: the Iceberg table moved; re-plan
@@ -74,6 +75,7 @@ __all__ = [
     "TidegateError",
     "Unauthenticated",
     "Unavailable",
+    "Unimplemented",
     "UnsupportedMediaType",
     "error_for_reason",
 ]
@@ -234,6 +236,14 @@ class OffsetOutOfRange(TidegateError):
 
     def __init__(self, message: str, *, offset: int, earliest: int, latest: int) -> None:
         super().__init__(message, offset=offset, earliest=earliest, latest=latest)
+
+
+class Unimplemented(TidegateError):
+    """A method the edge does not serve (e.g. Flight's DoPut: Flight serves reads)."""
+
+    grpc_code = grpc.StatusCode.UNIMPLEMENTED
+    http_status = 501
+    reason = "UNIMPLEMENTED"
 
 
 class RetryableError(TidegateError):
