@@ -204,17 +204,23 @@ def _refusal(
     streaming one only when the handler asks for it, so the refusal is a handler of
     streamed requests whatever the method's kind (the client cannot tell)."""
 
+    trailers = ((STATUS_DETAILS_KEY, error_to_status(err).SerializeToString()),)
+
     async def refuse(requests: Any, context: Any) -> None:
-        try:
-            await _abort(context, err)
-        finally:
-            metrics.observe_grpc_request(name, err.grpc_code.name, time.perf_counter() - started)
+        # The status set and no answer returned: cheaper than an abort (no exception
+        # through grpc's handler machinery), which counts when a tenant far over its
+        # quota makes hundreds of calls a second.
+        context.set_trailing_metadata(trailers)
+        context.set_code(err.grpc_code)
+        context.set_details(err.message)
+        metrics.observe_grpc_request(name, err.grpc_code.name, time.perf_counter() - started)
 
     if handler.response_streaming:
 
         async def refuse_stream(requests: Any, context: Any) -> AsyncIterator[Any]:
             await refuse(requests, context)
-            yield  # pragma: no cover - the abort raised
+            return
+            yield  # pragma: no cover - a generator that answers nothing
 
         return grpc.stream_stream_rpc_method_handler(
             refuse_stream, handler.request_deserializer, handler.response_serializer
