@@ -6,7 +6,7 @@ from collections.abc import Sequence
 
 from gateway.core.base import CoreBase
 from gateway.core.names import INT64_MAX, check_group
-from gateway.wire.errors import InvalidRequest
+from gateway.wire.errors import InvalidRequest, OffsetOutOfRange
 
 __all__ = ["GroupOps"]
 
@@ -20,6 +20,9 @@ class GroupOps(CoreBase):
         Raises:
             TableNotFound, InvalidPartition, InvalidRequest: a bad group name or a
             negative offset.
+            OffsetOutOfRange: an offset past the partition's high watermark (a group
+            commits the next offset to consume, at most the high watermark: a commit
+            past it would leave the group failing on every read until reset).
         """
         check_group(group)
         table = await self.table(tenant, namespace, name)
@@ -30,9 +33,25 @@ class GroupOps(CoreBase):
                     f"offset {off!r:.40} of partition {p} must be from 0 to {INT64_MAX}",
                     partition=p,
                 )
-        await self._run(
-            self.meta.commit_offsets, tenant, group, table.definition.table_id, dict(offsets)
-        )
+        table_id = table.definition.table_id
+
+        def commit() -> None:
+            cached = {v.partition: v for v in self.meta.partitions(table_id)}
+            for p, off in sorted(offsets.items()):
+                hot = self.hot.offsets(self._part(table, p))
+                known = cached.get(p)
+                high = max(hot.high, known.tiered_watermark if known is not None else 0)
+                if off > high:
+                    raise OffsetOutOfRange(
+                        f"offset {off} of partition {p} is past its end: a group commits "
+                        f"the next offset to consume, at most the high watermark {high}",
+                        offset=off,
+                        earliest=known.earliest_offset if known is not None else 0,
+                        latest=high,
+                    )
+            self.meta.commit_offsets(tenant, group, table_id, dict(offsets))
+
+        await self._run(commit)
 
     async def fetch_offsets(
         self,
