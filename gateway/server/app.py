@@ -9,6 +9,7 @@ import logging
 import signal
 from collections.abc import Iterator
 from contextlib import suppress
+from pathlib import Path
 from typing import Any
 
 from gateway import metrics
@@ -22,7 +23,7 @@ from gateway.lake.shards import shard_stats
 from gateway.meta import MetadataStore
 from gateway.server.calls import DataCalls
 from gateway.tenancy import OPERATOR_KEY_FILE, Tenancy, load_operator_key
-from gateway.wire.errors import TidegateError
+from gateway.wire.errors import TidegateError, hide_paths
 
 __all__ = ["build_service", "serve"]
 
@@ -193,6 +194,27 @@ def _quiet_accept_failures(loop: asyncio.AbstractEventLoop) -> None:
     loop.set_exception_handler(handle)
 
 
+def private_folders(settings: Settings) -> dict[str, str]:
+    """The folders whose absolute paths this gateway never shows a caller, by the name
+    shown instead: its data folder, disk hot tier and local warehouse, and where Tidegate
+    and Python are installed (see :func:`gateway.wire.errors.hide_paths`)."""
+    import sys
+
+    import gateway
+
+    folders = {
+        str(settings.data_dir.resolve()): "<data_dir>",
+        str(settings.hot_path.resolve()): "<hot>",
+        str(Path(gateway.__file__).resolve().parent.parent): "<tidegate>",
+        str(Path(sys.prefix).resolve()): "<python>",
+        str(Path(sys.base_prefix).resolve()): "<python>",
+    }
+    warehouse = settings.cold_warehouse
+    if warehouse.startswith("file://"):
+        folders[warehouse.removeprefix("file://")] = "<warehouse>"
+    return folders
+
+
 class CannotListen(TidegateError):
     reason = "CANNOT_LISTEN"
 
@@ -227,6 +249,7 @@ async def serve(settings: Settings) -> None:
     import uvicorn
 
     check_ports(settings)
+    hide_paths(private_folders(settings))
 
     _return_freed_memory()
 

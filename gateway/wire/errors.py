@@ -42,6 +42,7 @@ for retryable errors), the FastAPI handler into ``{"error": {"reason", "message"
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any, ClassVar
 
 import grpc
@@ -78,6 +79,7 @@ __all__ = [
     "Unimplemented",
     "UnsupportedMediaType",
     "error_for_reason",
+    "hide_paths",
 ]
 
 ERROR_DOMAIN = "tidegate.dev"
@@ -96,15 +98,39 @@ class TidegateError(Exception):
     retryable: ClassVar[bool] = False
 
     def __init__(self, message: str, **details: Any) -> None:
-        message = _printable(message)
+        message = _public(message)
         super().__init__(message)
         self.message = message
         self.details: dict[str, Any] = {
-            k: _printable(v) if isinstance(v, str) else v for k, v in details.items()
+            k: _public(v) if isinstance(v, str) else v for k, v in details.items()
         }
 
     def to_dict(self) -> dict[str, Any]:
         return {"reason": self.reason, "message": self.message, **self.details}
+
+
+#: (absolute folder, what it is shown as) of the serving process (:func:`hide_paths`).
+_HIDDEN: list[tuple[str, str]] = []
+
+
+def hide_paths(folders: Mapping[str, str]) -> None:
+    """From now on, show each folder of ``folders`` (absolute path -> a name such as
+    ``<data_dir>``) by its name in every error made in this process.
+
+    A gateway calls it at start: an error message may quote a file (a disk hot tier
+    that cannot write a segment, a catalog that cannot open a manifest), and its caller
+    must learn what failed, not where the server keeps its files. Longer paths first, so
+    a folder inside another is named by the nearer one."""
+    found = {str(k).rstrip("/"): v for k, v in folders.items() if str(k).rstrip("/")}
+    _HIDDEN[:] = sorted(found.items(), key=lambda kv: -len(kv[0]))
+
+
+def _public(text: str) -> str:
+    """``text`` printable (:func:`_printable`) and naming no hidden folder."""
+    for folder, name in _HIDDEN:
+        if folder in text:
+            text = text.replace(folder, name)
+    return _printable(text)
 
 
 def _printable(text: str) -> str:
