@@ -254,6 +254,12 @@ class ServerConfig(_Section):
         description="The Flight location told to clients (e.g. grpc+tls://flight.example:443 "
         "behind a proxy); empty: the host the client dialled, at flight_port.",
     )
+    http_advertise: str = Field(
+        "",
+        description="The gateway's HTTP address as executors reach it (e.g. "
+        "http://gateway.internal:8080), for the file links of read plans over gRPC on a "
+        "local warehouse; empty: http://<host>:<http_port> (127.0.0.1 for a wildcard host).",
+    )
     max_request_bytes: int = Field(
         64 * 1024 * 1024, ge=1024, description="Largest append body accepted."
     )
@@ -649,6 +655,17 @@ class Settings(BaseSettings):
             return w.rstrip("/")
         path = Path(w) if w else self.data_dir / "warehouse"
         return path.resolve().as_uri()
+
+    @property
+    def http_url(self) -> str | None:
+        """The gateway's HTTP address for the links it hands out (None without HTTP)."""
+        s = self.server
+        if s.http_advertise:
+            return s.http_advertise.rstrip("/")
+        if not s.http_port:
+            return None
+        host = "127.0.0.1" if s.host in ("0.0.0.0", "::", "") else s.host
+        return f"http://[{host}]:{s.http_port}" if ":" in host else f"http://{host}:{s.http_port}"
 
     @property
     def hot_path(self) -> Path:

@@ -12,9 +12,11 @@ format. Errors are turned into wire errors in one place too, :func:`wire_error`.
 from __future__ import annotations
 
 import contextlib
+import datetime as dt
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import Any, TypeVar
 
 import pyarrow as pa
@@ -22,7 +24,7 @@ import pyarrow as pa
 from gateway import metrics
 from gateway.core import ClientStream, ReadPlan, ReadResult, ScanResult, StreamTables, TableView
 from gateway.core.budget import READ_COPIES, ReadBudget
-from gateway.tenancy import Gate
+from gateway.tenancy import Gate, Tenancy
 from gateway.wire.codec import check_request, decode_valid
 from gateway.wire.errors import RequestTooLarge, TidegateError, Unauthenticated
 from gateway.wire.types import AppendRange
@@ -416,10 +418,60 @@ class DataCalls:
                     pending, size, sent = [], 0, True
 
     async def plan(
-        self, tenant: str, namespace: str, name: str, *, row_filter: str | None, as_of: Any
+        self,
+        tenant: str,
+        namespace: str,
+        name: str,
+        *,
+        row_filter: str | None,
+        as_of: Any,
+        files_url: str | None = None,
     ) -> ReadPlan:
+        """A read plan. The data files of a local warehouse are given as links through
+        this gateway (``<files_url>/v1/files/<token>``, sealed for the tenant and the file
+        until ``cold.presign_expiry_s``) rather than as the server's paths, when the
+        gateway serves them (a :class:`Tenancy`) and ``files_url`` (its HTTP address as
+        the caller reaches it) is known."""
         await self.gate.check_read(tenant)
-        return await self.service.plan(tenant, namespace, name, row_filter=row_filter, as_of=as_of)
+        plan = await self.service.plan(tenant, namespace, name, row_filter=row_filter, as_of=as_of)
+        root = self._warehouse_folder()
+        if files_url is None or root is None or not isinstance(self.gate, Tenancy):
+            return plan
+        tokens = self.gate.file_tokens
+        files = []
+        for f in plan.files:
+            path = Path(f.url.removeprefix("file://"))
+            if f.url.startswith(("http://", "https://")) or not path.is_relative_to(root):
+                files.append(f)
+                continue
+            token, expires = tokens.issue(tenant, str(path.relative_to(root)))
+            when = dt.datetime.fromtimestamp(expires, dt.UTC)
+            files.append(
+                replace(f, url=f"{files_url.rstrip('/')}/v1/files/{token}", expires_at=when)
+            )
+        return replace(plan, files=files)
+
+    def _warehouse_folder(self) -> Path | None:
+        """The local warehouse's folder, or None for object storage."""
+        warehouse = self.service.settings.cold_warehouse
+        if not warehouse.startswith("file://"):
+            return None
+        return Path(warehouse.removeprefix("file://")).resolve()
+
+    def warehouse_file(self, token: str) -> tuple[str, Path] | None:
+        """(tenant, file) of a link made by :meth:`plan`; None when the link is not one
+        of ours, was altered, has expired, or names no file of the warehouse."""
+        root = self._warehouse_folder()
+        if root is None or not isinstance(self.gate, Tenancy):
+            return None
+        opened = self.gate.file_tokens.open(token)
+        if opened is None:
+            return None
+        tenant, relative = opened
+        path = (root / relative).resolve()
+        if not path.is_relative_to(root) or not path.is_file():
+            return None
+        return tenant, path
 
 
 def pieces(batch: pa.RecordBatch, target_bytes: int | None) -> Sequence[pa.RecordBatch]:

@@ -464,6 +464,7 @@ class TidegateServicer(pb_grpc.TidegateServicer):  # type: ignore[misc]
             request.table.name,
             row_filter=request.filter or None,
             as_of=request.as_of or None,
+            files_url=self.settings.http_url,
         )
         return pb.PlanReadResponse(
             snapshot_id=plan.snapshot_id or 0,

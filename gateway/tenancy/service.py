@@ -27,7 +27,7 @@ from gateway.tenancy.buckets import LocalBuckets, RedisBuckets, TokenBuckets
 from gateway.tenancy.gate import Gate
 from gateway.tenancy.metering import Meter
 from gateway.tenancy.quotas import QuotaGuard
-from gateway.tenancy.tokens import TOKEN_PREFIX, CatalogTokens
+from gateway.tenancy.tokens import TOKEN_PREFIX, CatalogTokens, FileTokens
 from gateway.wire.errors import PermissionDenied, Unauthenticated
 
 __all__ = ["Tenancy"]
@@ -60,6 +60,10 @@ class Tenancy(Gate):
         self.catalog_tokens = CatalogTokens(
             self.auth.derive_secret("iceberg-catalog-token"),
             settings.cold.rest_catalog.token_ttl_s,
+        )
+        #: Links to a local warehouse's data files in read plans.
+        self.file_tokens = FileTokens(
+            self.auth.derive_secret("plan-files"), settings.cold.presign_expiry_s
         )
         self._flusher: asyncio.Task[None] | None = None
         #: Storage samplers run for every active tenant before a usage flush; each returns

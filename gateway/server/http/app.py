@@ -230,4 +230,8 @@ def create_app(
             app.state.iceberg = True
     for router in (tables_router, records_router, groups_router, scans_router):
         app.include_router(router(calls))
+    if isinstance(gate, Tenancy) and service.cold is not None:
+        from gateway.server.http.files import files_router
+
+        app.include_router(files_router(calls))
     return app

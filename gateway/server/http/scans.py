@@ -99,11 +99,18 @@ def scans_router(calls: DataCalls) -> APIRouter:
     async def plan(
         request: Request, namespace: Namespace, name: Name, caller: Caller
     ) -> JSONResponse:
-        """The data files (presigned URLs on object storage, paths on a local warehouse)
-        a scan of the pinned snapshot must read, plus the hot ranges
+        """The data files (presigned URLs on object storage, links through this gateway
+        on a local warehouse) a scan of the pinned snapshot must read, plus the hot ranges
         ``[from_offset, to_offset)`` per partition to read through the records route."""
         req = await body_model(request, PlanRequest, limit)
-        p = await calls.plan(caller.tenant, namespace, name, row_filter=req.filter, as_of=req.as_of)
+        p = await calls.plan(
+            caller.tenant,
+            namespace,
+            name,
+            row_filter=req.filter,
+            as_of=req.as_of,
+            files_url=str(request.base_url),
+        )
         return JSONResponse(
             {
                 "snapshot_id": p.snapshot_id,
