@@ -49,6 +49,7 @@ from gateway.wire.errors import (
     TidegateError,
     Unauthenticated,
     Unavailable,
+    Unimplemented,
     UnsupportedMediaType,
 )
 from gateway.wire.retry import Backoff, ConstantBackoff, ExponentialBackoff, Retry
@@ -104,6 +105,7 @@ __all__ = [
     "TidegateError",
     "Unauthenticated",
     "Unavailable",
+    "Unimplemented",
     "UnsupportedMediaType",
     "error_from_rpc",
 ]

@@ -79,7 +79,6 @@ __all__ = [
     "Unimplemented",
     "UnsupportedMediaType",
     "error_for_reason",
-    "hide_paths",
 ]
 
 ERROR_DOMAIN = "tidegate.dev"
@@ -113,6 +112,7 @@ class TidegateError(Exception):
 _HIDDEN: list[tuple[str, str]] = []
 
 
+# A server's call, so not in __all__ (which the SDK re-exports).
 def hide_paths(folders: Mapping[str, str]) -> None:
     """From now on, show each folder of ``folders`` (absolute path -> a name such as
     ``<data_dir>``) by its name in every error made in this process.

@@ -62,6 +62,7 @@ def test_public_surface_is_pinned() -> None:
         "TidegateError",
         "Unauthenticated",
         "Unavailable",
+        "Unimplemented",
         "UnsupportedMediaType",
         "error_from_rpc",
     ]
