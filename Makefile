@@ -13,7 +13,7 @@ RUN_EXTRAS ?= server
 STAMP := $(VENV)/.installed
 RUN_STAMP := $(VENV)/.installed-run
 
-.PHONY: setup run test lint format typecheck proto proto-check pytest dist wheelhouse bench bench-smoke profile fuzz faults soak prereqs clean
+.PHONY: setup run test lint format typecheck proto proto-check pytest dist wheelhouse bench bench-smoke profile fuzz faults soak attacks prereqs clean
 
 # $(call install,extras,what it is for): create the virtualenv if needed and install tidegate
 # (editable) with those extras, saying what and why first and showing pip's progress (no
@@ -116,6 +116,15 @@ faults: setup
 SOAK_MINUTES ?= 10
 soak: setup
 	$(PY) -m tests.faults.soak --minutes $(SOAK_MINUTES) --out benchmarks/results/soak
+
+## The full-size attacks of issue 33 (a 1.5 GB body without a key, 60 x 60 MiB gRPC
+## appends, 21,000 bare connections, 400 slow clients, idle append streams, a tenant at
+## 1,350 appends/s over its quota) on a gateway of their own, measured from /proc:
+## benchmarks/results/attacks/. ATTACKS=body,grpc picks some; ROOT=<checkout> runs
+## another checkout's gateway (the figures before).
+ATTACKS ?= body,grpc,bare,slow,streams,reject
+attacks: setup
+	$(PY) -m benchmarks.attacks --only $(ATTACKS) $(if $(ROOT),--root $(ROOT) --label $(or $(LABEL),before),--label $(or $(LABEL),after))
 
 ## The quick benchmark suite (< 5 min): results in benchmarks/results/.
 bench: setup

@@ -71,6 +71,10 @@ class Workload:
     quota_bytes_per_s: int = 4_000_000
     noisy_factor: float = 5.0
     quiet_fraction: float = 0.5
+    #: Several multiples measured in one run (``noisy_factor`` alone when empty), each
+    #: ``repeats`` times (the rows give the median run and the spread).
+    noisy_factors: tuple[float, ...] = ()
+    repeats: int = 1
     #: Shards: un-tiered backlogs (MB) of the moved partitions, and the period of moves
     #: during the append-latency run.
     backlog_mb: tuple[int, ...] = (10, 500)
@@ -90,7 +94,7 @@ class Workload:
         doc.pop("quick", None)
         doc.pop("smoke", None)
         doc.update(overrides)
-        for key in ("files", "backlog_mb", "read_sizes"):
+        for key in ("files", "backlog_mb", "read_sizes", "noisy_factors"):
             if key in doc:
                 doc[key] = tuple(doc[key])
         return cls(**doc)

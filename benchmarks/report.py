@@ -40,7 +40,17 @@ def _ratios(r: dict[str, Any]) -> str:
 def _notes(r: dict[str, Any]) -> str:
     notes = []
     if r.get("p99_vs_alone") is not None:
-        notes.append(f"p99 {r['p99_vs_alone']:.2f}x B alone")
+        if r.get("runs", 1) > 1 and r.get("p99_ratio_min") is not None:
+            notes.append(
+                f"p99 {r['p99_vs_alone']:.2f}x B alone (median of {r['runs']} runs; "
+                f"{r['p99_ratio_min']:.2f}x to {r['p99_ratio_max']:.2f}x)"
+            )
+        else:
+            notes.append(f"p99 {r['p99_vs_alone']:.2f}x B alone")
+    if r.get("gateway_cpu") is not None:
+        notes.append(f"gateway CPU {r['gateway_cpu']:.0%} of a core")
+    if r.get("load_avg_1m") is not None:
+        notes.append(f"machine load {r['load_avg_1m']:.1f}")
     if r.get("quota_mb_per_s") is not None:
         notes.append(
             f"offered {r['offered_mb_per_s']:.1f} MB/s, quota {r['quota_mb_per_s']:.1f} MB/s"

@@ -255,8 +255,21 @@ class ServerConfig(_Section):
         description="The Flight location told to clients (e.g. grpc+tls://flight.example:443 "
         "behind a proxy); empty: the host the client dialled, at flight_port.",
     )
+    http_advertise: str = Field(
+        "",
+        description="The gateway's HTTP address as executors reach it (e.g. "
+        "http://gateway.internal:8080), for the file links of read plans over gRPC on a "
+        "local warehouse; empty: http://<host>:<http_port> (127.0.0.1 for a wildcard host).",
+    )
     max_request_bytes: int = Field(
         64 * 1024 * 1024, ge=1024, description="Largest append body accepted."
+    )
+    max_body_bytes: int = Field(
+        4 * 1024 * 1024,
+        ge=64 * 1024,
+        description="Largest HTTP body of any other request (table and schema definitions, "
+        "scans, plans, group commits, admin calls); a body is read only once its caller "
+        "is authenticated, and at most 64 KiB before.",
     )
     max_read_records: int = Field(100_000, ge=1, description="Cap on records per read call.")
     default_read_records: int = Field(10_000, ge=1, description="max_records when not given.")
@@ -282,6 +295,18 @@ class ServerConfig(_Section):
         description="Follow reads (streams, long polls) of all tenants together on one "
         "gateway; quota.max_follows bounds each tenant's.",
     )
+    max_streams: int = Field(
+        1024,
+        ge=1,
+        description="Append streams (gRPC AppendStream) of all tenants together open on one "
+        "gateway; quota.max_streams bounds each tenant's.",
+    )
+    stream_idle_s: float = Field(
+        60.0,
+        gt=0,
+        description="An append stream that sends no message for this long is ended (cleanly: "
+        "the SDK opens a new one when it next sends).",
+    )
     tenant_read_memory_bytes: int = Field(
         256 * 1024 * 1024,
         ge=1024 * 1024,
@@ -304,6 +329,47 @@ class ServerConfig(_Section):
         min_length=16,
         description="When set, /metrics answers only 'authorization: Bearer <token>' "
         "(it names every tenant); unset: open to whoever reaches its port.",
+    )
+    max_connections: int = Field(
+        4096,
+        ge=16,
+        description="Connections each edge (HTTP, gRPC) keeps open at once; past it a new "
+        "one is closed at once (HTTP answers 503). Lowered at start to fit the process's "
+        "descriptor limit.",
+    )
+    header_timeout_s: float = Field(
+        10.0,
+        gt=0,
+        description="A connection must send a request's headers (HTTP) or finish its "
+        "HTTP/2 handshake (gRPC) within this long, or it is closed.",
+    )
+    body_timeout_s: float = Field(
+        30.0, gt=0, description="Longest pause while an HTTP request's body is received."
+    )
+    http_keep_alive_s: float = Field(
+        5.0, gt=0, description="An idle HTTP keep-alive connection is closed after this long."
+    )
+    grpc_max_connection_idle_s: float = Field(
+        300.0,
+        gt=0,
+        description="A gRPC connection with no call for this long is closed (GOAWAY; clients "
+        "reconnect by themselves).",
+    )
+    grpc_max_connection_age_s: float = Field(
+        0.0,
+        ge=0,
+        description="Close gRPC connections older than this (GOAWAY, then "
+        "server.shutdown_grace_s for their calls), to rebalance long-lived clients; 0: never "
+        "(follow streams live long).",
+    )
+    grpc_keepalive_s: float = Field(
+        60.0,
+        gt=0,
+        description="The gateway pings a gRPC connection silent for this long, and closes it "
+        "when the ping is not answered within grpc_keepalive_timeout_s (a vanished peer).",
+    )
+    grpc_keepalive_timeout_s: float = Field(
+        20.0, gt=0, description="How long a keepalive ping may go unanswered."
     )
     io_threads: int = Field(32, ge=1, description="Threads for blocking hot-tier calls.")
     max_filter_chars: int = Field(
@@ -350,6 +416,9 @@ class QuotaConfig(_Section):
     )
     max_follows: int = Field(
         64, ge=1, description="Follow reads (long polls, streams) of one tenant per gateway."
+    )
+    max_streams: int = Field(
+        64, ge=1, description="Append streams of one tenant open at once on one gateway."
     )
     append_bytes_per_s: int | None = Field(None, ge=1, description="Default; None: unlimited.")
     read_bytes_per_s: int | None = Field(None, ge=1, description="Default; None: unlimited.")
@@ -605,6 +674,17 @@ class Settings(BaseSettings):
             return w.rstrip("/")
         path = Path(w) if w else self.data_dir / "warehouse"
         return path.resolve().as_uri()
+
+    @property
+    def http_url(self) -> str | None:
+        """The gateway's HTTP address for the links it hands out (None without HTTP)."""
+        s = self.server
+        if s.http_advertise:
+            return s.http_advertise.rstrip("/")
+        if not s.http_port:
+            return None
+        host = "127.0.0.1" if s.host in ("0.0.0.0", "::", "") else s.host
+        return f"http://[{host}]:{s.http_port}" if ":" in host else f"http://{host}:{s.http_port}"
 
     @property
     def hot_path(self) -> Path:

@@ -16,13 +16,14 @@ from __future__ import annotations
 
 import json
 import logging
+import time
 from datetime import UTC, datetime
 from typing import IO, TYPE_CHECKING, Literal
 
 if TYPE_CHECKING:
     from gateway.config import LogConfig
 
-__all__ = ["LIBRARY_LOGGERS", "TEXT_FORMAT", "JsonFormatter", "configure"]
+__all__ = ["LIBRARY_LOGGERS", "TEXT_FORMAT", "JsonFormatter", "LogLimiter", "configure"]
 
 #: Loggers of the libraries we use that say at INFO what only their developers need.
 LIBRARY_LOGGERS = (
@@ -92,3 +93,30 @@ def configure(
     for name, value in config.levels.items():
         logging.getLogger(name).setLevel(value)
     logging.captureWarnings(fmt == "json")
+
+
+class LogLimiter:
+    """Logs a kind of event at most once per ``interval_s``, saying how many were left
+    unsaid since: a flood (a stranger opening thousands of connections, a full descriptor
+    table) makes a few lines a minute, never megabytes of tracebacks."""
+
+    def __init__(self, logger: logging.Logger, interval_s: float = 10.0) -> None:
+        self.logger = logger
+        self.interval_s = interval_s
+        self._last: dict[str, float] = {}
+        self._unsaid: dict[str, int] = {}
+
+    def log(self, level: int, kind: str, message: str, *args: object) -> None:
+        """Log ``message % args`` for the event ``kind`` unless one was logged within the
+        interval (then count it); never with a traceback."""
+        now = time.monotonic()
+        last = self._last.get(kind)
+        if last is not None and now - last < self.interval_s:
+            self._unsaid[kind] = self._unsaid.get(kind, 0) + 1
+            return
+        self._last[kind] = now
+        unsaid = self._unsaid.pop(kind, 0)
+        if unsaid:
+            message += " (and %d more like it in the last %.0f s)"
+            args = (*args, unsaid, self.interval_s)
+        self.logger.log(level, message, *args)

@@ -25,6 +25,7 @@ from prometheus_client import Counter, Gauge, Histogram
 __all__ = [
     "APPEND_BYTES",
     "APPEND_RECORDS",
+    "EDGE_CONNECTIONS_CLOSED",
     "GRPC_DURATION",
     "GRPC_REQUESTS",
     "HTTP_DURATION",
@@ -37,6 +38,7 @@ __all__ = [
     "record_append",
     "record_catalog_access",
     "record_catalog_token",
+    "record_connection_closed",
     "record_fenced",
     "record_group_changes",
     "record_lake_job",
@@ -116,6 +118,20 @@ def observe_grpc_request(method: str, code: str, seconds: float) -> None:
     """Count one answered gRPC call (``method``: its short name, e.g. ``Append``)."""
     GRPC_REQUESTS.labels(method=method, code=code).inc()
     GRPC_DURATION.labels(method=method).observe(seconds)
+
+
+EDGE_CONNECTIONS_CLOSED = Counter(
+    "tidegate_edge_connections_closed_total",
+    "Connections the gateway closed on its own, by edge and reason: over_cap (more open "
+    "than server.max_connections), header_timeout, body_timeout, linger (a refused "
+    "request's unread body kept coming).",
+    ["edge", "reason"],
+)
+
+
+def record_connection_closed(edge: str, reason: str) -> None:
+    """Count one connection the gateway closed on its own."""
+    EDGE_CONNECTIONS_CLOSED.labels(edge=edge, reason=reason).inc()
 
 
 def observe_http_request(route: str, method: str, status: int, seconds: float) -> None:

@@ -55,6 +55,7 @@ from gateway.wire.errors import (
     TidegateError,
     Unauthenticated,
     Unavailable,
+    Unimplemented,
     UnknownMember,
     UnsupportedMediaType,
 )
@@ -117,6 +118,7 @@ __all__ = [
     "TidegateError",
     "Unauthenticated",
     "Unavailable",
+    "Unimplemented",
     "UnknownMember",
     "UnsupportedMediaType",
     "error_from_rpc",

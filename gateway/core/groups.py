@@ -16,7 +16,7 @@ from gateway.core.names import INT64_MAX, check_group, check_text
 from gateway.core.views import GroupMemberView, GroupPartitionView, GroupView, TableView
 from gateway.hot import PartitionId
 from gateway.meta import GroupState
-from gateway.wire.errors import InvalidRequest, TidegateError
+from gateway.wire.errors import InvalidRequest, OffsetOutOfRange, TidegateError
 
 __all__ = ["GroupOps"]
 
@@ -66,6 +66,9 @@ class GroupOps(CoreBase):
             negative offset.
             IllegalGeneration, UnknownMember: a fenced member.
             GroupNotEmpty: a commit from outside a group with live members.
+            OffsetOutOfRange: an offset past the partition's high watermark (a group
+            commits the next offset to consume, at most the high watermark: a commit
+            past it would leave the group failing on every read until reset).
         """
         check_group(group)
         if member_id:
@@ -97,9 +100,23 @@ class GroupOps(CoreBase):
             changes.settled_after_ms = seen.settled_after_ms
             return refused
 
-        refused = await self._run(
-            self.meta.commit_offsets, tenant, group, d.table_id, dict(offsets), check
-        )
+        def commit() -> TidegateError | None:
+            cached = {v.partition: v for v in self.meta.partitions(d.table_id)}
+            for p, off in sorted(offsets.items()):
+                hot = self.hot.offsets(self._part(table, p))
+                known = cached.get(p)
+                high = max(hot.high, known.tiered_watermark if known is not None else 0)
+                if off > high:
+                    raise OffsetOutOfRange(
+                        f"offset {off} of partition {p} is past its end: a group commits "
+                        f"the next offset to consume, at most the high watermark {high}",
+                        offset=off,
+                        earliest=known.earliest_offset if known is not None else 0,
+                        latest=high,
+                    )
+            return self.meta.commit_offsets(tenant, group, d.table_id, dict(offsets), check)
+
+        refused = await self._run(commit)
         _record(changes, refused)
         if refused is not None:
             raise refused

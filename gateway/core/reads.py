@@ -6,11 +6,11 @@ import asyncio
 import contextlib
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from typing import Protocol
 
 import pyarrow as pa
 
 from gateway.core.base import CoreBase
-from gateway.core.budget import READ_COPIES
 from gateway.core.views import ReadResult, TableView, fit_bytes, hot_pieces, slice_batches
 from gateway.hot import PartitionId
 from gateway.wire.errors import InvalidRequest, OffsetOutOfRange
@@ -18,10 +18,19 @@ from gateway.wire.evolution import StaleSchema, read_as
 from gateway.wire.schema import OFFSET_COLUMN
 from gateway.wire.stored import HotPiece, schema_message
 
-__all__ = ["ReadOps"]
+__all__ = ["FollowHold", "ReadOps"]
 
-#: Longest a follow stream waits for room in the read budget before it is refused.
-_FOLLOW_WAIT_S = 60.0
+
+class FollowHold(Protocol):
+    """What a follow stream's answers are held under while it runs (the edges' read
+    budget, :class:`gateway.server.calls.DataCalls`): told before each read and when
+    the stream has nothing to send."""
+
+    async def reading(self, nbytes: int) -> None:
+        """Before each read of at most ``nbytes`` bytes of data; may wait for room."""
+
+    def idle(self) -> None:
+        """The stream found nothing and waits: it holds no answer meanwhile."""
 
 
 class ReadOps(CoreBase):
@@ -184,6 +193,7 @@ class ReadOps(CoreBase):
         still_allowed: Callable[[], Awaitable[None]] | None = None,
         check_every_s: float = 1.0,
         raw_hot: bool = False,
+        hold: FollowHold | None = None,
     ) -> AsyncIterator[ReadResult]:
         """Reads from ``offset`` that wait for new records instead of ending.
 
@@ -193,9 +203,9 @@ class ReadOps(CoreBase):
         record (the HTTP long poll). Appends through this process wake followers at once;
         appends through other gateways are seen within ``follow_poll_ms``.
 
-        Each result is read and held under the tenant's share of the read budget until
-        the caller takes the next one (so a slow stream holds one answer, and many
-        streams wait rather than grow the gateway). ``still_allowed`` is awaited before
+        ``hold`` is told before each read (with its byte cap) and whenever the stream
+        waits for records, so the caller can hold each answer under a memory budget
+        until it takes the next. ``still_allowed`` is awaited before
         every result and at least every ``check_every_s`` while waiting; what it raises
         (a revoked key, a suspended tenant) ends the stream.
         """
@@ -210,51 +220,39 @@ class ReadOps(CoreBase):
         deadline = None if max_wait_s is None else time.monotonic() + max_wait_s
         checked = time.monotonic()
         seen = 0
-        size = READ_COPIES * nbytes
-        # Reservations of the read budget this stream holds: the answer being read, and
-        # the one before it while the stream keeps answering (the transport may still hold
-        # it when the caller asks for the next); given back when the stream waits or ends.
-        held: list[int] = []
-        try:
-            while True:
-                event = self._notifier.event(part)
-                want = per_call if total == 0 else min(per_call, total - seen)
-                # Streams wait for room (back-pressure) rather than fail.
-                await self.budget.reserve(tenant, size, wait_s=_FOLLOW_WAIT_S)
-                held.append(size)
-                if len(held) > 2:
-                    self.budget.release(tenant, held.pop(0))
-                try:
-                    result = await self._read(table, part, offset, want, nbytes, raw_hot)
-                except StaleSchema:
-                    table = await self.table(tenant, namespace, name, fresh=True)
-                    result = await self._read(table, part, offset, want, nbytes, raw_hot)
-                now = time.monotonic()
-                if result.num_records or (deadline is not None and now >= deadline):
-                    if still_allowed is not None:
-                        await still_allowed()
-                        checked = time.monotonic()
-                    yield result
-                    if not result.num_records:
-                        return
-                    seen += result.num_records
-                    offset = result.next_offset
-                    if (total and seen >= total) or deadline is not None:
-                        return
-                    continue
-                while held:  # nothing to send: hold nothing while waiting
-                    self.budget.release(tenant, held.pop())
-                timeout = poll_s
-                if deadline is not None:
-                    timeout = min(timeout, max(0.0, deadline - time.monotonic()))
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(event.wait(), timeout)
-                if still_allowed is not None and time.monotonic() - checked >= check_every_s:
+        while True:
+            event = self._notifier.event(part)
+            want = per_call if total == 0 else min(per_call, total - seen)
+            if hold is not None:
+                await hold.reading(nbytes)
+            try:
+                result = await self._read(table, part, offset, want, nbytes, raw_hot)
+            except StaleSchema:
+                table = await self.table(tenant, namespace, name, fresh=True)
+                result = await self._read(table, part, offset, want, nbytes, raw_hot)
+            now = time.monotonic()
+            if result.num_records or (deadline is not None and now >= deadline):
+                if still_allowed is not None:
                     await still_allowed()
                     checked = time.monotonic()
-        finally:
-            for n in held:
-                self.budget.release(tenant, n)
+                yield result
+                if not result.num_records:
+                    return
+                seen += result.num_records
+                offset = result.next_offset
+                if (total and seen >= total) or deadline is not None:
+                    return
+                continue
+            if hold is not None:
+                hold.idle()
+            timeout = poll_s
+            if deadline is not None:
+                timeout = min(timeout, max(0.0, deadline - time.monotonic()))
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(event.wait(), timeout)
+            if still_allowed is not None and time.monotonic() - checked >= check_every_s:
+                await still_allowed()
+                checked = time.monotonic()
 
     async def offsets_for_times(
         self,

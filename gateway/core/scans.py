@@ -157,6 +157,18 @@ class ScanOps(CoreBase):
                 if offset >= r.to_offset:
                     break
 
+    async def scan_schema(
+        self, tenant: str, namespace: str, name: str, columns: Sequence[str] | None = None
+    ) -> pa.Schema:
+        """The schema a scan of ``columns`` (every column by default) answers, without
+        scanning.
+
+        Raises:
+            TableNotFound, InvalidRequest (bad columns).
+        """
+        table = await self.table(tenant, namespace, name, fresh=True)
+        return pa.schema([table.stored_schema.field(n) for n in self._projection(table, columns)])
+
     async def scan(
         self,
         tenant: str,

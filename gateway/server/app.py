@@ -10,6 +10,7 @@ import os
 import signal
 from collections.abc import Iterator
 from contextlib import suppress
+from pathlib import Path
 from typing import Any
 
 from gateway import metrics
@@ -23,7 +24,7 @@ from gateway.lake.shards import shard_stats
 from gateway.meta import MetadataStore
 from gateway.server.calls import DataCalls
 from gateway.tenancy import OPERATOR_KEY_FILE, Tenancy, load_operator_key
-from gateway.wire.errors import TidegateError
+from gateway.wire.errors import TidegateError, hide_paths
 
 __all__ = ["build_service", "serve"]
 
@@ -140,6 +141,85 @@ class CannotStart(TidegateError):
     reason = "CANNOT_START"
 
 
+#: Descriptors kept for everything but client connections (files, sockets to the
+#: backends, the Flight edge's connections).
+_RESERVED_DESCRIPTORS = 1024
+
+
+def connection_cap(settings: Settings) -> int:
+    """Connections each edge may hold: ``server.max_connections``, after raising the soft
+    descriptor limit to the hard one, lowered when the edges' caps together would leave
+    fewer than a reserve of descriptors for the rest of the process (logged)."""
+    import resource
+
+    wanted = settings.server.max_connections
+    try:
+        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        if hard == resource.RLIM_INFINITY or soft < hard:
+            target = hard if hard != resource.RLIM_INFINITY else max(soft, 1 << 20)
+            resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+            soft = target
+    except (ValueError, OSError):  # pragma: no cover - a platform without rlimits
+        return wanted
+    edges = sum(1 for port in (settings.server.http_port, settings.server.grpc_port) if port) or 1
+    fits = max(16, (soft - _RESERVED_DESCRIPTORS) // edges)
+    if fits < wanted:
+        log.warning(
+            "server.max_connections=%d per edge does not fit the descriptor limit (%d); "
+            "each edge takes at most %d connections",
+            wanted,
+            soft,
+            fits,
+        )
+        return fits
+    return wanted
+
+
+def _quiet_accept_failures(loop: asyncio.AbstractEventLoop) -> None:
+    """Log a failed ``accept`` (descriptors or memory exhausted) in one line, at most every
+    ten seconds, instead of asyncio's traceback for each: a flood of connections must not
+    also flood the log. Every other loop error is handled as before."""
+    from gateway.logs import LogLimiter
+
+    limiter = LogLimiter(log)
+
+    def handle(loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
+        message = str(context.get("message", ""))
+        if message.startswith("socket.accept() out of system resource"):
+            exc = context.get("exception")
+            limiter.log(
+                logging.ERROR,
+                "accept",
+                "cannot accept connections: %s (asyncio retries in a second)",
+                getattr(exc, "strerror", None) or exc,
+            )
+            return
+        loop.default_exception_handler(context)
+
+    loop.set_exception_handler(handle)
+
+
+def private_folders(settings: Settings) -> dict[str, str]:
+    """The folders whose absolute paths this gateway never shows a caller, by the name
+    shown instead: its data folder, disk hot tier and local warehouse, and where Tidegate
+    and Python are installed (see :func:`gateway.wire.errors.hide_paths`)."""
+    import sys
+
+    import gateway
+
+    folders = {
+        str(settings.data_dir.resolve()): "<data_dir>",
+        str(settings.hot_path.resolve()): "<hot>",
+        str(Path(gateway.__file__).resolve().parent.parent): "<tidegate>",
+        str(Path(sys.prefix).resolve()): "<python>",
+        str(Path(sys.base_prefix).resolve()): "<python>",
+    }
+    warehouse = settings.cold_warehouse
+    if warehouse.startswith("file://"):
+        folders[warehouse.removeprefix("file://")] = "<warehouse>"
+    return folders
+
+
 def check_can_start(settings: Settings) -> None:
     """Refuse to start, in one message naming every conflict at once, when a port this
     gateway needs is taken or its disk hot tier's folder is owned by another process (a
@@ -221,15 +301,18 @@ async def serve(settings: Settings) -> None:
     import uvicorn
 
     check_can_start(settings)
+    hide_paths(private_folders(settings))
 
     _return_freed_memory()
 
     from gateway.server.flight import FlightEdge
     from gateway.server.grpc_server import GrpcEdge
     from gateway.server.http import create_app
+    from gateway.server.http.connections import guarded_protocol
     from gateway.server.http.health import metrics_app
 
     _QuietServer = _quiet_server_class()
+    max_connections = connection_cap(settings)
     service = build_service(settings)
     operator_key, generated = load_operator_key(settings)
     if generated:
@@ -249,6 +332,7 @@ async def serve(settings: Settings) -> None:
     ready = asyncio.Event()
     stopping = asyncio.Event()
     loop = asyncio.get_running_loop()
+    _quiet_accept_failures(loop)
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stopping.set)
 
@@ -260,6 +344,8 @@ async def serve(settings: Settings) -> None:
     async def start_http(app: Any, port: int, what: str) -> None:
         # log_config=None: uvicorn's records go through the process's one handler
         # (gateway/logs.py), so they share its format (text or JSON lines).
+        # Connections capped, and timed out while they send nothing useful
+        # (gateway/server/http/connections.py).
         config = uvicorn.Config(
             app,
             host=settings.server.host,
@@ -267,6 +353,8 @@ async def serve(settings: Settings) -> None:
             log_level="warning",
             log_config=None,
             lifespan="off",
+            http=guarded_protocol(settings.server, max_connections),
+            timeout_keep_alive=settings.server.http_keep_alive_s,  # type: ignore[arg-type]
         )
         server = _QuietServer(config)
         task = asyncio.create_task(server.serve())
@@ -280,7 +368,7 @@ async def serve(settings: Settings) -> None:
 
     try:
         if settings.server.grpc_port:
-            grpc_edge = GrpcEdge(service, settings, tenancy, calls)
+            grpc_edge = GrpcEdge(service, settings, tenancy, calls, max_connections)
             await grpc_edge.start()
             log.info("gRPC listening on %s:%s", settings.server.host, grpc_edge.port)
         if settings.server.flight_port:

@@ -2,26 +2,31 @@
 request needs done once, here, for gRPC and HTTP alike.
 
 That work is: the tenant's quota charged before (table counts, append bytes, the read
-bucket), usage metered and Prometheus metrics counted after, and encoding of large answers
-kept off the event loop. An edge only turns its wire format into these calls and their
-answers back into its wire format. Errors are turned into wire errors in one place too,
-:func:`wire_error`.
+bucket), usage metered and Prometheus metrics counted after, the read-memory budget held
+for reads, follows and scans alike, Arrow append bodies measured, decoded and validated
+(:meth:`DataCalls.append_arrow`), and encoding of large answers kept off the event loop.
+An edge only turns its wire format into these calls and their answers back into its wire
+format. Errors are turned into wire errors in one place too, :func:`wire_error`.
 """
 
 from __future__ import annotations
 
+import contextlib
+import datetime as dt
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import Any, TypeVar
 
 import pyarrow as pa
 
 from gateway import metrics
 from gateway.core import ClientStream, ReadPlan, ReadResult, ScanResult, StreamTables, TableView
-from gateway.core.budget import READ_COPIES
-from gateway.tenancy import Gate
-from gateway.wire.errors import TidegateError
+from gateway.core.budget import READ_COPIES, ReadBudget
+from gateway.tenancy import Gate, Tenancy
+from gateway.wire.codec import check_request, decode_valid
+from gateway.wire.errors import RequestTooLarge, TidegateError, Unauthenticated
 from gateway.wire.types import AppendRange
 
 __all__ = ["OFFLOAD_BYTES", "OFFLOAD_RECORDS", "AppendBody", "DataCalls", "wire_error"]
@@ -37,6 +42,8 @@ OFFLOAD_RECORDS = 2_000
 _READ_START = 64 * 1024
 #: Longest a scan waits for room in the read budget before it is refused.
 _SCAN_WAIT_S = 60.0
+#: Longest a follow stream waits for room in the read budget before it is refused.
+_FOLLOW_WAIT_S = 60.0
 #: Bodies of at least this many bytes (on the wire or decompressed) are read on the I/O pool.
 OFFLOAD_BYTES = 256 * 1024
 
@@ -51,6 +58,31 @@ class AppendBody:
     producer_id: str | None = None
     sequence: int | None = None
     stream: ClientStream | None = None
+
+
+class _FollowHold:
+    """A follow stream's share of the read budget: each answer is read and held until the
+    stream takes the next one, and the one before it while the stream keeps answering
+    (the transport may still hold it), so a slow stream holds at most two answers and
+    many streams wait rather than grow the gateway; nothing is held while the stream
+    waits for records or once it ends."""
+
+    def __init__(self, budget: ReadBudget, tenant: str) -> None:
+        self.budget = budget
+        self.tenant = tenant
+        self.held: list[int] = []
+
+    async def reading(self, nbytes: int) -> None:
+        size = READ_COPIES * nbytes
+        # Streams wait for room (back-pressure) rather than fail.
+        await self.budget.reserve(self.tenant, size, wait_s=_FOLLOW_WAIT_S)
+        self.held.append(size)
+        if len(self.held) > 2:
+            self.budget.release(self.tenant, self.held.pop(0))
+
+    def idle(self) -> None:
+        while self.held:
+            self.budget.release(self.tenant, self.held.pop())
 
 
 def wire_error(exc: BaseException, where: str = "a call") -> TidegateError:
@@ -134,6 +166,69 @@ class DataCalls:
         self.gate.record_append(tenant, records, nbytes)
         return ranges
 
+    def refuse_append_early(self, tenant: str) -> None:
+        """Refuse an append of a caller that holds its slot already before its body is
+        read, when this replica refuses the tenant's appends for a while after a throttle
+        (no I/O: an over-quota tenant costs the gateway next to nothing).
+
+        Raises: Throttled."""
+        self.gate.refuse_early(tenant, append=True, slot=False)
+
+    @contextlib.asynccontextmanager
+    async def stream_message(self, tenant: str, authorization: str | None) -> AsyncIterator[None]:
+        """Serve one message of a long-lived call (an append stream's) as a request of its
+        own: its credential checked again (a revoked key ends the stream), counted and
+        charged to the tenant's requests/s, holding one of its in-flight slots.
+
+        Raises:
+            Unauthenticated, TenantSuspended: the stream must end.
+            Throttled: over requests/s or no free slot (the message is refused).
+        """
+        if await self.gate.tenant_of(authorization) != tenant:
+            raise Unauthenticated("invalid API key")
+        async with self.gate.admit(tenant):
+            yield
+
+    async def append_arrow(
+        self,
+        tenant: str,
+        namespace: str,
+        name: str,
+        body: bytes,
+        *,
+        partition: int | None = None,
+        producer_id: str | None = None,
+        sequence: int | None = None,
+    ) -> list[AppendRange]:
+        """Append an Arrow IPC stream as it came over the wire (every edge that takes
+        Arrow appends calls this).
+
+        The body is measured from its messages' metadata before anything is decompressed
+        (the request limit and the append quota count decompressed bytes), then decoded
+        and fully validated only once the quota admitted it, and stored as it came when
+        the core can.
+
+        Raises:
+            RequestTooLarge: over ``server.max_request_bytes`` on the wire or decompressed.
+            MalformedPayload, and whatever :meth:`append` raises.
+        """
+        nbytes = len(body)
+        limit = self.service.settings.server.max_request_bytes
+        if nbytes > limit:
+            raise RequestTooLarge(
+                f"the append carries {nbytes} bytes; the limit is {limit}", limit=limit
+            )
+        info = await self.offload(nbytes >= OFFLOAD_BYTES, check_request, body, limit)
+        big = max(nbytes, info.decoded_bytes) >= OFFLOAD_BYTES
+
+        async def decode() -> AppendBody:
+            _, batches = await self.offload(big, decode_valid, body)
+            return AppendBody(batches, partition, producer_id, sequence, ClientStream(body, info))
+
+        return await self.append(
+            tenant, namespace, name, nbytes, decode, charge_bytes=info.decoded_bytes
+        )
+
     # Reads -----------------------------------------------------------------------------
     async def _answer(
         self, tenant: str, result: ReadResult, encode: Callable[[ReadResult], tuple[T, int]]
@@ -188,16 +283,18 @@ class DataCalls:
         authorization: str | None = None,
         raw_hot: bool = False,
     ) -> AsyncIterator[T]:
-        """Follow reads, each encoded and metered. The caller's credential is checked
-        again before every answer and at least every ``auth.key_cache_ttl_s`` while the
-        stream waits, and the read quota before every answer after the first: a
-        long-lived stream ends (UNAUTHENTICATED, PERMISSION_DENIED) once its key is
-        revoked or its tenant suspended."""
+        """Follow reads, each encoded and metered, each answer held under the tenant's
+        share of the read budget until the stream takes the next. The caller's
+        credential is checked again before every answer and at least every
+        ``auth.key_cache_ttl_s`` while the stream waits, and the read quota before every
+        answer after the first: a long-lived stream ends (UNAUTHENTICATED,
+        PERMISSION_DENIED) once its key is revoked or its tenant suspended."""
         await self.gate.check_read(tenant)
 
         async def allowed() -> None:
             await self.gate.still_allowed(authorization, tenant)
 
+        hold = _FollowHold(self.service.budget, tenant)
         results = self.service.follow(
             tenant,
             namespace,
@@ -210,6 +307,7 @@ class DataCalls:
             still_allowed=allowed,
             check_every_s=max(0.1, self.service.settings.auth.key_cache_ttl_s),
             raw_hot=raw_hot,
+            hold=hold,
         )
         try:
             first = True
@@ -220,6 +318,7 @@ class DataCalls:
                 yield await self._answer(tenant, result, encode)
         finally:
             await results.aclose()  # type: ignore[attr-defined]
+            hold.idle()
 
     async def offsets_for_times(
         self,
@@ -257,6 +356,12 @@ class DataCalls:
             as_of=as_of,
             limit=limit,
         )
+
+    async def scan_schema(
+        self, tenant: str, namespace: str, name: str, columns: Sequence[str] | None
+    ) -> pa.Schema:
+        """The schema a scan of ``columns`` would answer (Flight's GetSchema)."""
+        return await self.service.scan_schema(tenant, namespace, name, columns)
 
     async def scan_chunks(
         self,
@@ -313,10 +418,60 @@ class DataCalls:
                     pending, size, sent = [], 0, True
 
     async def plan(
-        self, tenant: str, namespace: str, name: str, *, row_filter: str | None, as_of: Any
+        self,
+        tenant: str,
+        namespace: str,
+        name: str,
+        *,
+        row_filter: str | None,
+        as_of: Any,
+        files_url: str | None = None,
     ) -> ReadPlan:
+        """A read plan. The data files of a local warehouse are given as links through
+        this gateway (``<files_url>/v1/files/<token>``, sealed for the tenant and the file
+        until ``cold.presign_expiry_s``) rather than as the server's paths, when the
+        gateway serves them (a :class:`Tenancy`) and ``files_url`` (its HTTP address as
+        the caller reaches it) is known."""
         await self.gate.check_read(tenant)
-        return await self.service.plan(tenant, namespace, name, row_filter=row_filter, as_of=as_of)
+        plan = await self.service.plan(tenant, namespace, name, row_filter=row_filter, as_of=as_of)
+        root = self._warehouse_folder()
+        if files_url is None or root is None or not isinstance(self.gate, Tenancy):
+            return plan
+        tokens = self.gate.file_tokens
+        files = []
+        for f in plan.files:
+            path = Path(f.url.removeprefix("file://"))
+            if f.url.startswith(("http://", "https://")) or not path.is_relative_to(root):
+                files.append(f)
+                continue
+            token, expires = tokens.issue(tenant, str(path.relative_to(root)))
+            when = dt.datetime.fromtimestamp(expires, dt.UTC)
+            files.append(
+                replace(f, url=f"{files_url.rstrip('/')}/v1/files/{token}", expires_at=when)
+            )
+        return replace(plan, files=files)
+
+    def _warehouse_folder(self) -> Path | None:
+        """The local warehouse's folder, or None for object storage."""
+        warehouse = self.service.settings.cold_warehouse
+        if not warehouse.startswith("file://"):
+            return None
+        return Path(warehouse.removeprefix("file://")).resolve()
+
+    def warehouse_file(self, token: str) -> tuple[str, Path] | None:
+        """(tenant, file) of a link made by :meth:`plan`; None when the link is not one
+        of ours, was altered, has expired, or names no file of the warehouse."""
+        root = self._warehouse_folder()
+        if root is None or not isinstance(self.gate, Tenancy):
+            return None
+        opened = self.gate.file_tokens.open(token)
+        if opened is None:
+            return None
+        tenant, relative = opened
+        path = (root / relative).resolve()
+        if not path.is_relative_to(root) or not path.is_file():
+            return None
+        return tenant, path
 
 
 def pieces(batch: pa.RecordBatch, target_bytes: int | None) -> Sequence[pa.RecordBatch]:

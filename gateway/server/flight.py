@@ -43,6 +43,7 @@ from gateway.wire.errors import (
     RetryableError,
     TidegateError,
     Unauthenticated,
+    Unimplemented,
 )
 from gateway.wire.status import error_metadata
 
@@ -204,6 +205,24 @@ class _Auth(fl.ServerMiddlewareFactory):  # type: ignore[misc]
 # --------------------------------------------------------------------------------------
 # The server
 # --------------------------------------------------------------------------------------
+# pyarrow 26 turns any exception of a GetSchema handler, FlightError included, into a
+# status carrying the Python traceback (its other handlers send a FlightError's message
+# alone), and a traceback names the server's files. So this one handler is compiled under
+# a name of its own and raises a fresh error from there: what the caller sees names no
+# file of the server.
+_GET_SCHEMA = """
+def get_schema(self, context, descriptor):
+    try:
+        return self.edge.schema_result(context.get_middleware("tidegate"), descriptor)
+    except BaseException as exc:
+        error = self.edge.schema_error(exc)
+    raise error
+"""
+_scope: dict[str, Any] = {}
+exec(compile(_GET_SCHEMA, "<tidegate flight>", "exec"), _scope)
+_get_schema = _scope["get_schema"]
+
+
 class _Server(fl.FlightServerBase):  # type: ignore[misc]
     def __init__(self, edge: FlightEdge, location: str) -> None:
         super().__init__(location, middleware={"tidegate": _Auth(edge)})
@@ -215,6 +234,36 @@ class _Server(fl.FlightServerBase):  # type: ignore[misc]
     def do_get(self, context: Any, ticket: fl.Ticket) -> fl.FlightDataStream:
         caller = context.get_middleware("tidegate")
         return self.edge.guard(self.edge.do_get, caller, ticket.ticket)
+
+    get_schema = _get_schema  # see _GET_SCHEMA
+
+    # What this edge does not serve answers one sentence (pyarrow's own answer to an
+    # unimplemented method is a Python traceback). pyarrow has no Flight error of status
+    # UNIMPLEMENTED: the transport status is UNKNOWN, the reason in the error's
+    # extra_info (which the SDK reads) is UNIMPLEMENTED.
+    def list_flights(self, context: Any, criteria: bytes) -> Any:
+        raise _unimplemented("ListFlights")
+
+    def do_put(self, context: Any, descriptor: Any, reader: Any, writer: Any) -> None:
+        raise _unimplemented("DoPut", "append over gRPC (Append) or HTTP (POST .../records)")
+
+    def do_exchange(self, context: Any, descriptor: Any, reader: Any, writer: Any) -> None:
+        raise _unimplemented("DoExchange")
+
+    def do_action(self, context: Any, action: fl.Action) -> Any:
+        raise _unimplemented(f"DoAction ({str(action.type)[:40]!r})", "it has no actions")
+
+    def list_actions(self, context: Any) -> list[Any]:
+        return []  # none: an empty list is the answer
+
+
+def _unimplemented(method: str, instead: str = "") -> fl.FlightError:
+    return flight_error(
+        Unimplemented(
+            f"Tidegate's Flight edge does not serve {method}; it serves GetFlightInfo and "
+            f"DoGet (scans and stream reads){'; ' + instead if instead else ''}"
+        )
+    )
 
 
 class FlightEdge:
@@ -264,16 +313,34 @@ class FlightEdge:
                 log.debug("closing a Flight stream failed", exc_info=True)
 
     # Calls -------------------------------------------------------------------------------
-    def flight_info(self, descriptor: fl.FlightDescriptor) -> fl.FlightInfo:
+    @staticmethod
+    def _command(descriptor: fl.FlightDescriptor) -> bytes:
         if descriptor.descriptor_type == fl.DescriptorType.PATH:
             path = [p.decode() if isinstance(p, bytes) else str(p) for p in descriptor.path]
             if len(path) != 2:
                 raise InvalidRequest(
                     f"a Flight path names a table as [namespace, name], not {path}"
                 )
-            command = json.dumps({"scan": {"namespace": path[0], "name": path[1]}}).encode()
-        else:
-            command = bytes(descriptor.command)
+            return json.dumps({"scan": {"namespace": path[0], "name": path[1]}}).encode()
+        return bytes(descriptor.command)
+
+    def schema_result(self, caller: _Caller, descriptor: fl.FlightDescriptor) -> Any:
+        """GetSchema: the schema DoGet would stream for the descriptor's command."""
+        command = parse_command(self._command(descriptor))
+        columns = command.columns if isinstance(command, ScanCommand) else None
+        schema = self.on_loop(
+            self.calls.scan_schema(caller.tenant, command.namespace, command.name, columns)
+        )
+        return fl.SchemaResult(schema)
+
+    @staticmethod
+    def schema_error(exc: BaseException) -> fl.FlightError:
+        if isinstance(exc, fl.FlightError):
+            return type(exc)(str(exc), extra_info=exc.extra_info)
+        return flight_error(wire_error(exc, "GetSchema"))
+
+    def flight_info(self, descriptor: fl.FlightDescriptor) -> fl.FlightInfo:
+        command = self._command(descriptor)
         parse_command(command)  # a bad command fails here, not at DoGet
         endpoint = fl.FlightEndpoint(fl.Ticket(command), [])
         # The schema comes with the stream; an empty one here spares a second table load.

@@ -7,6 +7,7 @@ answers back into messages; who is calling, admission and error translation are 
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import AsyncIterator, Iterable
 from datetime import datetime
@@ -19,15 +20,8 @@ from grpc_health.v1._async import HealthServicer
 from grpc_reflection.v1alpha import reflection
 
 from gateway.config import Settings
-from gateway.core import (
-    ClientStream,
-    GroupView,
-    MaintenanceView,
-    ReadResult,
-    StreamTables,
-    TableView,
-)
-from gateway.server.calls import OFFLOAD_BYTES, AppendBody, DataCalls, pieces, wire_error
+from gateway.core import GroupView, MaintenanceView, ReadResult, StreamTables, TableView
+from gateway.server.calls import DataCalls, pieces, wire_error
 from gateway.server.grpc_calls import (
     ADMIN_SERVICE_NAME,
     SERVICE_NAME,
@@ -37,8 +31,8 @@ from gateway.server.grpc_calls import (
 from gateway.tenancy import Gate, OpenGate, Tenancy
 from gateway.wire._proto.tidegate.v1 import tidegate_pb2 as pb
 from gateway.wire._proto.tidegate.v1 import tidegate_pb2_grpc as pb_grpc
-from gateway.wire.codec import check_request, decode_valid, encode_stream
-from gateway.wire.errors import RequestTooLarge
+from gateway.wire.codec import encode_stream
+from gateway.wire.errors import PermissionDenied, Unauthenticated
 from gateway.wire.status import error_to_pb
 from gateway.wire.types import AppendRange
 
@@ -332,35 +326,15 @@ class TidegateServicer(pb_grpc.TidegateServicer):  # type: ignore[misc]
 
     # Appends -----------------------------------------------------------------------------
     async def _append(self, request: pb.AppendRequest) -> pb.AppendResponse:
-        # Each read of a protobuf bytes field returns a fresh copy: take the payload once.
-        body = request.arrow_ipc
-        nbytes = len(body)
-        limit = self.settings.server.max_request_bytes
-        if nbytes > limit:
-            raise RequestTooLarge(
-                f"the append carries {nbytes} bytes; the limit is {limit}", limit=limit
-            )
-
-        info = await self.calls.offload(nbytes >= OFFLOAD_BYTES, check_request, body, limit)
-        big = max(nbytes, info.decoded_bytes) >= OFFLOAD_BYTES
-
-        async def decode() -> AppendBody:
-            _, batches = await self.calls.offload(big, decode_valid, body)
-            return AppendBody(
-                batches,
-                request.partition if request.HasField("partition") else None,
-                request.producer_id or None,
-                request.sequence if request.HasField("sequence") else None,
-                ClientStream(body, info),
-            )
-
-        ranges = await self.calls.append(
+        ranges = await self.calls.append_arrow(
             current_call().tenant,
             request.table.namespace,
             request.table.name,
-            nbytes,
-            decode,
-            charge_bytes=info.decoded_bytes,
+            # Each read of a protobuf bytes field returns a fresh copy: take it once.
+            request.arrow_ipc,
+            partition=request.partition if request.HasField("partition") else None,
+            producer_id=request.producer_id or None,
+            sequence=request.sequence if request.HasField("sequence") else None,
         )
         return _ranges(ranges)
 
@@ -370,10 +344,27 @@ class TidegateServicer(pb_grpc.TidegateServicer):  # type: ignore[misc]
     async def AppendStream(
         self, request_iterator: AsyncIterator[pb.AppendStreamRequest], context: Any
     ) -> AsyncIterator[pb.AppendStreamResponse]:
-        async for req in request_iterator:
+        """Appends answered in order. The stream holds one of the tenant's append-stream
+        slots (the interceptor's); each message is a request of its own (its credential
+        checked again, charged to requests/s, served under one of the tenant's in-flight
+        slots), and a stream that sends nothing for ``server.stream_idle_s`` is ended."""
+        caller = current_call()
+        idle_s = self.settings.server.stream_idle_s
+        messages = aiter(request_iterator)
+        while True:
             try:
-                ok = await self._append(req.append)
+                req = await asyncio.wait_for(anext(messages, None), idle_s)
+            except TimeoutError:
+                log.debug("an append stream of tenant %s was idle for %ss", caller.tenant, idle_s)
+                return
+            if req is None:
+                return
+            try:
+                async with self.calls.stream_message(caller.tenant, caller.authorization):
+                    ok = await self._append(req.append)
                 yield pb.AppendStreamResponse(request_id=req.request_id, ok=ok)
+            except (Unauthenticated, PermissionDenied):
+                raise  # a revoked key or a suspended tenant ends the stream
             except Exception as exc:
                 # One refused request does not end the stream: it is answered in place.
                 err = wire_error(exc, "AppendStream")
@@ -540,6 +531,7 @@ class TidegateServicer(pb_grpc.TidegateServicer):  # type: ignore[misc]
             request.table.name,
             row_filter=request.filter or None,
             as_of=request.as_of or None,
+            files_url=self.settings.http_url,
         )
         return pb.PlanReadResponse(
             snapshot_id=plan.snapshot_id or 0,
@@ -566,6 +558,39 @@ class TidegateServicer(pb_grpc.TidegateServicer):  # type: ignore[misc]
         )
 
 
+def _millis(seconds: float) -> int:
+    return max(1, int(seconds * 1000))
+
+
+def server_options(settings: Settings, max_connections: int | None = None) -> list[tuple[str, int]]:
+    """The grpc server's channel arguments: message limits, and bounds on connections that
+    do nothing (a stranger's sockets, a vanished client's)."""
+    s = settings.server
+    options = [
+        # 1 MiB more than the append limit, so that our check, with its clear reason,
+        # answers an oversized append first.
+        ("grpc.max_receive_message_length", s.max_request_bytes + 1024 * 1024),
+        ("grpc.max_send_message_length", 64 * 1024 * 1024),
+        ("grpc.so_reuseport", 0),
+        # A connection that never finishes its HTTP/2 handshake (a bare TCP socket).
+        ("grpc.server_handshake_timeout_ms", _millis(s.header_timeout_s)),
+        ("grpc.max_allowed_incoming_connections", max_connections or s.max_connections),
+        # One with no call for a while is closed; the client reconnects when it needs to.
+        ("grpc.max_connection_idle_ms", _millis(s.grpc_max_connection_idle_s)),
+        # A peer that vanished without closing is found by an unanswered ping.
+        ("grpc.keepalive_time_ms", _millis(s.grpc_keepalive_s)),
+        ("grpc.keepalive_timeout_ms", _millis(s.grpc_keepalive_timeout_s)),
+        ("grpc.keepalive_permit_without_calls", 1),
+        ("grpc.http2.max_pings_without_data", 0),
+    ]
+    if s.grpc_max_connection_age_s:
+        options += [
+            ("grpc.max_connection_age_ms", _millis(s.grpc_max_connection_age_s)),
+            ("grpc.max_connection_age_grace_ms", _millis(s.shutdown_grace_s)),
+        ]
+    return options
+
+
 class GrpcEdge:
     """The grpc.aio server with the Tidegate service, health and reflection (and the admin
     service when the gate is a :class:`Tenancy`)."""
@@ -576,18 +601,14 @@ class GrpcEdge:
         settings: Settings,
         gate: Gate | None = None,
         calls: DataCalls | None = None,
+        max_connections: int | None = None,
     ) -> None:
         self.settings = settings
         gate = gate or OpenGate(settings.tenant)
         calls = calls or DataCalls(service, gate)
-        max_message = settings.server.max_request_bytes + 1024 * 1024
         self.server = grpc.aio.server(
             interceptors=[CallInterceptor(gate)],
-            options=[
-                ("grpc.max_receive_message_length", max_message),
-                ("grpc.max_send_message_length", 64 * 1024 * 1024),
-                ("grpc.so_reuseport", 0),
-            ],
+            options=server_options(settings, max_connections),
         )
         pb_grpc.add_TidegateServicer_to_server(TidegateServicer(calls, settings), self.server)
         services = [SERVICE_NAME]

@@ -36,11 +36,33 @@ class Gate(ABC):
         """
 
     @abstractmethod
-    def admit(self, tenant: str, *, follow: bool = False) -> AbstractAsyncContextManager[None]:
-        """Hold one of the tenant's slots on this gateway for the call.
+    def admit(
+        self, tenant: str, *, follow: bool = False, stream: bool = False
+    ) -> AbstractAsyncContextManager[None]:
+        """Hold one of the tenant's slots on this gateway for the call (a follow read's or
+        an append stream's from pools of their own).
 
         Raises:
             Throttled: no free slot.
+        """
+
+    @abstractmethod
+    def refuse_early(
+        self,
+        tenant: str,
+        *,
+        follow: bool = False,
+        stream: bool = False,
+        append: bool = False,
+        slot: bool = True,
+    ) -> None:
+        """Refuse, at once and with no I/O, a call that would be refused anyway (no free
+        slot, unless ``slot`` is False because the call holds one already; appends
+        refused here for a while after a throttle): edges call it before they read a
+        request's body, so an over-quota tenant costs next to nothing.
+
+        Raises:
+            Throttled.
         """
 
     @abstractmethod
@@ -81,8 +103,21 @@ class OpenGate(Gate):
     async def _nothing(self) -> AsyncIterator[None]:
         yield
 
-    def admit(self, tenant: str, *, follow: bool = False) -> AbstractAsyncContextManager[None]:
+    def admit(
+        self, tenant: str, *, follow: bool = False, stream: bool = False
+    ) -> AbstractAsyncContextManager[None]:
         return self._nothing()
+
+    def refuse_early(
+        self,
+        tenant: str,
+        *,
+        follow: bool = False,
+        stream: bool = False,
+        append: bool = False,
+        slot: bool = True,
+    ) -> None:
+        return None
 
     async def check_create_table(self, tenant: str, partitions: int) -> None:
         return None

@@ -65,55 +65,98 @@ class QuotaGuard:
         self._sample_hot = sample_hot
         self._quotas: dict[str, tuple[float, Quotas]] = {}
         self._hot_bytes: dict[str, tuple[float, int]] = {}
+        #: (tenant, pool) -> calls holding a slot of that pool here.
         self._in_flight: dict[tuple[str, str], int] = {}
-        #: Follow reads of every tenant in progress here (``server.max_follows``).
-        self._follows = 0
-        #: (tenant, quota) -> monotonic time until which this replica refuses at once,
-        #: after the shared bucket refused with a retry-after (see ``_take``).
-        self._refusing: dict[tuple[str, str], float] = {}
+        #: pool -> calls of every tenant holding one of its slots here (``server.max_*``).
+        self._gateway_slots: dict[str, int] = {}
+        #: (tenant, quota) -> (monotonic time until which this replica refuses at once,
+        #: after the shared bucket refused with a retry-after (see ``_take``), the rate).
+        self._refusing: dict[tuple[str, str], tuple[float, int]] = {}
+
+    def _pool(self, follow: bool, stream: bool) -> tuple[str, int, int]:
+        """(pool name, per-tenant limit, per-gateway limit or 0 for none) of a call."""
+        q, server = self.settings.quota, self.settings.server
+        if stream:
+            return "stream", q.max_streams, server.max_streams
+        if follow:
+            return "follow", q.max_follows, server.max_follows
+        return "request", q.max_in_flight, 0
+
+    def _check_slot(
+        self, tenant: str, follow: bool, stream: bool
+    ) -> tuple[tuple[str, str], str, int]:
+        """The pool key of the call, after refusing it when the pool is full.
+
+        Raises: Throttled."""
+        pool, limit, everyone = self._pool(follow, stream)
+        if everyone and self._gateway_slots.get(pool, 0) >= everyone:
+            self.meter.add(tenant, throttled=1)
+            kind = "append streams" if stream else "follow reads"
+            raise Throttled(
+                f"the gateway serves {self._gateway_slots[pool]} {kind}, its most; retry "
+                "later or on another replica",
+                retry_after_ms=_BUSY_RETRY_MS,
+                quota=f"server.max_{pool}s",
+            )
+        n = self._in_flight.get((tenant, pool), 0)
+        if n >= limit:
+            self.meter.add(tenant, throttled=1)
+            held = {"stream": "append streams open", "follow": "follow reads in progress"}
+            raise Throttled(
+                f"the tenant has {n} {held.get(pool, 'requests in progress')} on this "
+                "gateway; retry later",
+                retry_after_ms=_BUSY_RETRY_MS,
+                quota={"stream": "max_streams", "follow": "max_follows"}.get(pool, "in_flight"),
+            )
+        return (tenant, pool), pool, n
 
     @contextlib.asynccontextmanager
-    async def admit(self, tenant: str, *, follow: bool = False) -> AsyncIterator[None]:
-        """Hold one of the tenant's slots on this gateway for the request.
+    async def admit(
+        self, tenant: str, *, follow: bool = False, stream: bool = False
+    ) -> AsyncIterator[None]:
+        """Hold one of the tenant's slots on this gateway for the call.
 
         Ordinary requests share ``quota.max_in_flight`` slots per tenant; follow reads (long
-        polls and open streams, which wait by design) have their own ``quota.max_follows``.
+        polls and open streams, which wait by design) have their own ``quota.max_follows``
+        (and ``server.max_follows`` for the gateway), append streams theirs
+        (``quota.max_streams``, ``server.max_streams``).
 
         Raises: Throttled: the tenant has no free slot here.
         """
-        key = (tenant, "follow" if follow else "request")
-        limit = self.settings.quota.max_follows if follow else self.settings.quota.max_in_flight
-        n = self._in_flight.get(key, 0)
-        if follow and self._follows >= self.settings.server.max_follows:
-            self.meter.add(tenant, throttled=1)
-            raise Throttled(
-                f"the gateway serves {self._follows} follow reads, its most; retry later or "
-                "on another replica",
-                retry_after_ms=_BUSY_RETRY_MS,
-                quota="server.max_follows",
-            )
-        if n >= limit:
-            self.meter.add(tenant, throttled=1)
-            what = "follow reads" if follow else "requests"
-            raise Throttled(
-                f"the tenant has {n} {what} in progress on this gateway; retry later",
-                retry_after_ms=_BUSY_RETRY_MS,
-                quota="max_follows" if follow else "in_flight",
-            )
+        key, pool, n = self._check_slot(tenant, follow, stream)
         self._in_flight[key] = n + 1
-        self._follows += follow
+        self._gateway_slots[pool] = self._gateway_slots.get(pool, 0) + 1
         try:
             yield
         finally:
-            self._follows -= follow
+            self._gateway_slots[pool] -= 1
             left = self._in_flight[key] - 1
             if left:
                 self._in_flight[key] = left
             else:
                 del self._in_flight[key]
 
-    def in_flight(self, tenant: str, *, follow: bool = False) -> int:
-        return self._in_flight.get((tenant, "follow" if follow else "request"), 0)
+    def refuse_early(
+        self,
+        tenant: str,
+        *,
+        follow: bool = False,
+        stream: bool = False,
+        append: bool = False,
+        slot: bool = True,
+    ) -> None:
+        """Refuse at once, with no I/O and before any body is read, a call this gateway
+        would refuse anyway: no free slot for it (with ``slot``), or (``append``) the
+        tenant's appends are refused here for a while after a throttle (see :meth:`_take`).
+
+        Raises: Throttled."""
+        if slot:
+            self._check_slot(tenant, follow, stream)
+        if append:
+            self._refused_locally(tenant, "append_bytes")
+
+    def in_flight(self, tenant: str, *, follow: bool = False, stream: bool = False) -> int:
+        return self._in_flight.get((tenant, self._pool(follow, stream)[0]), 0)
 
     async def quotas(self, tenant: str) -> Quotas:
         now = time.monotonic()
@@ -145,20 +188,36 @@ class QuotaGuard:
         front of every other tenant's requests (Kafka mutes a throttled client for the
         throttle time in the same spirit). Refusals take no tokens, so the tenant's
         accepted rate is unchanged.
+
+        The refusal also tells how deep the bucket is in debt: it held
+        ``need - W * rate`` tokens, ``need`` being ``min(amount, burst)``. While it cannot
+        have come back above zero at ``rate`` a second, every request of the kind would
+        be refused whatever its size (each needs more than nothing; other replicas only
+        take tokens), so the replica refuses locally for that whole time too, however
+        long: that is what lets an edge refuse before it reads a body whose size it does
+        not know yet (:meth:`refuse_early`). Only a refund made elsewhere (an append
+        that failed after its charge) can end the debt sooner; ``set_quota`` clears all.
         """
-        key = (tenant, kind)
         if not force:
-            until = self._refusing.get(key)
-            if until is not None:
-                left = until - time.monotonic()
-                if left > 0:
-                    self._throttled(tenant, kind, rate, max(1, math.ceil(left * 1000)))
-                del self._refusing[key]
+            self._refused_locally(tenant, kind)
         burst = rate * self.settings.quota.burst_s
         wait = await run_blocking(self.buckets.take, tenant, kind, amount, rate, burst, force)
         if wait:
-            self._refusing[key] = time.monotonic() + min(wait / 1000, _REFUSE_LOCALLY_MAX_S)
+            tokens = min(amount, burst) - wait * rate / 1000
+            refuse_s = max(min(wait / 1000, _REFUSE_LOCALLY_MAX_S), -tokens / rate)
+            self._refusing[(tenant, kind)] = (time.monotonic() + refuse_s, rate)
             self._throttled(tenant, kind, rate, wait)
+
+    def _refused_locally(self, tenant: str, kind: str) -> None:
+        """Raise Throttled while this replica refuses the tenant's ``kind`` by itself."""
+        found = self._refusing.get((tenant, kind))
+        if found is None:
+            return
+        until, rate = found
+        left = until - time.monotonic()
+        if left > 0:
+            self._throttled(tenant, kind, rate, max(1, math.ceil(left * 1000)))
+        del self._refusing[(tenant, kind)]
 
     def _throttled(self, tenant: str, kind: str, rate: int, wait_ms: int) -> NoReturn:
         self.meter.add(tenant, throttled=1)

@@ -27,7 +27,7 @@ from gateway.tenancy.buckets import LocalBuckets, RedisBuckets, TokenBuckets
 from gateway.tenancy.gate import Gate
 from gateway.tenancy.metering import Meter
 from gateway.tenancy.quotas import QuotaGuard
-from gateway.tenancy.tokens import TOKEN_PREFIX, CatalogTokens
+from gateway.tenancy.tokens import TOKEN_PREFIX, CatalogTokens, FileTokens
 from gateway.wire.errors import PermissionDenied, Unauthenticated
 
 __all__ = ["Tenancy"]
@@ -60,6 +60,10 @@ class Tenancy(Gate):
         self.catalog_tokens = CatalogTokens(
             self.auth.derive_secret("iceberg-catalog-token"),
             settings.cold.rest_catalog.token_ttl_s,
+        )
+        #: Links to a local warehouse's data files in read plans.
+        self.file_tokens = FileTokens(
+            self.auth.derive_secret("plan-files"), settings.cold.presign_expiry_s
         )
         self._flusher: asyncio.Task[None] | None = None
         #: Storage samplers run for every active tenant before a usage flush; each returns
@@ -183,11 +187,24 @@ class Tenancy(Gate):
             raise PermissionDenied("the admin API needs the operator key")
 
     # Admission, quotas, metering ----------------------------------------------------------
-    def admit(self, tenant: str, *, follow: bool = False) -> AbstractAsyncContextManager[None]:
-        return self.guard.admit(tenant, follow=follow)
+    def admit(
+        self, tenant: str, *, follow: bool = False, stream: bool = False
+    ) -> AbstractAsyncContextManager[None]:
+        return self.guard.admit(tenant, follow=follow, stream=stream)
 
-    def in_flight(self, tenant: str, *, follow: bool = False) -> int:
-        return self.guard.in_flight(tenant, follow=follow)
+    def refuse_early(
+        self,
+        tenant: str,
+        *,
+        follow: bool = False,
+        stream: bool = False,
+        append: bool = False,
+        slot: bool = True,
+    ) -> None:
+        self.guard.refuse_early(tenant, follow=follow, stream=stream, append=append, slot=slot)
+
+    def in_flight(self, tenant: str, *, follow: bool = False, stream: bool = False) -> int:
+        return self.guard.in_flight(tenant, follow=follow, stream=stream)
 
     async def check_create_table(self, tenant: str, partitions: int) -> None:
         await self.guard.check_create_table(tenant, partitions)

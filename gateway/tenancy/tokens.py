@@ -20,7 +20,7 @@ from collections.abc import Callable
 from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
-__all__ = ["TOKEN_PREFIX", "CatalogTokens", "SealedKeys"]
+__all__ = ["TOKEN_PREFIX", "CatalogTokens", "FileTokens", "SealedKeys"]
 
 #: Catalog tokens start with it, so a bearer credential is told from an API key (``tg_``).
 TOKEN_PREFIX = "tgcat."
@@ -91,3 +91,33 @@ class CatalogTokens:
         if not token.startswith(TOKEN_PREFIX):
             return None
         return self._sealed.open(token.removeprefix(TOKEN_PREFIX), self._clock())
+
+
+class FileTokens:
+    """Links to the data files of a local warehouse, for read plans: a tenant and a file's
+    path inside the warehouse, sealed until an expiry, so that an executor reads the file
+    through the gateway (``GET /v1/files/<token>``) as it reads a presigned URL of object
+    storage, and the plan shows no path of the server."""
+
+    def __init__(self, seal_key: bytes, ttl_s: int, clock: Callable[[], float] = time.time) -> None:
+        self._sealed = SealedKeys(seal_key, b"tidegate plan file v1")
+        self.ttl_s = ttl_s
+        self._clock = clock
+
+    def issue(self, tenant: str, path: str) -> tuple[str, int]:
+        """A token for the file at ``path`` (inside the warehouse) of ``tenant``'s table,
+        and the Unix time it expires."""
+        expires = int(self._clock()) + self.ttl_s
+        return self._sealed.seal(json.dumps([tenant, path]), expires), expires
+
+    def open(self, token: str) -> tuple[str, str] | None:
+        """(tenant, path) of ``token``; None when it is not one of ours, was altered or
+        has expired."""
+        inner = self._sealed.open(token, self._clock())
+        if inner is None:
+            return None
+        try:
+            tenant, path = json.loads(inner)
+        except ValueError:
+            return None
+        return (tenant, path) if isinstance(tenant, str) and isinstance(path, str) else None

@@ -37,6 +37,7 @@ for retryable errors), the FastAPI handler into ``{"error": {"reason", "message"
     │   └── UnknownMember              the member left or missed its session timeout
     ├── GroupNotEmpty                  FAILED_PRECONDITION / 409: offsets committed from
     │                                  outside a group that has live members
+    ├── Unimplemented                  UNIMPLEMENTED / 501: a method this edge does not serve
     └── RetryableError                 safe to retry the same request unchanged
         ├── OutOfOrderSequence         ABORTED / 409: an earlier sequence is missing
         ├── CommitConflict             ABORTED / 409: the Iceberg table moved; re-plan
@@ -48,6 +49,7 @@ for retryable errors), the FastAPI handler into ``{"error": {"reason", "message"
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any, ClassVar
 
 import grpc
@@ -84,6 +86,7 @@ __all__ = [
     "TidegateError",
     "Unauthenticated",
     "Unavailable",
+    "Unimplemented",
     "UnknownMember",
     "UnsupportedMediaType",
     "error_for_reason",
@@ -105,15 +108,40 @@ class TidegateError(Exception):
     retryable: ClassVar[bool] = False
 
     def __init__(self, message: str, **details: Any) -> None:
-        message = _printable(message)
+        message = _public(message)
         super().__init__(message)
         self.message = message
         self.details: dict[str, Any] = {
-            k: _printable(v) if isinstance(v, str) else v for k, v in details.items()
+            k: _public(v) if isinstance(v, str) else v for k, v in details.items()
         }
 
     def to_dict(self) -> dict[str, Any]:
         return {"reason": self.reason, "message": self.message, **self.details}
+
+
+#: (absolute folder, what it is shown as) of the serving process (:func:`hide_paths`).
+_HIDDEN: list[tuple[str, str]] = []
+
+
+# A server's call, so not in __all__ (which the SDK re-exports).
+def hide_paths(folders: Mapping[str, str]) -> None:
+    """From now on, show each folder of ``folders`` (absolute path -> a name such as
+    ``<data_dir>``) by its name in every error made in this process.
+
+    A gateway calls it at start: an error message may quote a file (a disk hot tier
+    that cannot write a segment, a catalog that cannot open a manifest), and its caller
+    must learn what failed, not where the server keeps its files. Longer paths first, so
+    a folder inside another is named by the nearer one."""
+    found = {str(k).rstrip("/"): v for k, v in folders.items() if str(k).rstrip("/")}
+    _HIDDEN[:] = sorted(found.items(), key=lambda kv: -len(kv[0]))
+
+
+def _public(text: str) -> str:
+    """``text`` printable (:func:`_printable`) and naming no hidden folder."""
+    for folder, name in _HIDDEN:
+        if folder in text:
+            text = text.replace(folder, name)
+    return _printable(text)
 
 
 def _printable(text: str) -> str:
@@ -275,6 +303,14 @@ class GroupNotEmpty(TidegateError):
     grpc_code = grpc.StatusCode.FAILED_PRECONDITION
     http_status = 409
     reason = "NON_EMPTY_GROUP"
+
+
+class Unimplemented(TidegateError):
+    """A method the edge does not serve (e.g. Flight's DoPut: Flight serves reads)."""
+
+    grpc_code = grpc.StatusCode.UNIMPLEMENTED
+    http_status = 501
+    reason = "UNIMPLEMENTED"
 
 
 class RetryableError(TidegateError):

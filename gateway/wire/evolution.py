@@ -32,6 +32,7 @@ from gateway.wire.schema import (
     MAX_COLUMNS,
     check_column_name,
     check_doc,
+    check_unambiguous,
     format_type,
     parse_fields,
     parse_type,
@@ -163,6 +164,14 @@ def _add(out: list[dict[str, Any]], column: str, change: Mapping[str, Any]) -> N
         raise _refuse("add", column, exc.message) from None
     if any(f["name"] == column for f in out):
         raise _refuse("add", column, "the table already has a column of that name")
+    clash = next((f["name"] for f in out if f["name"].casefold() == column.casefold()), None)
+    if clash is not None:
+        raise _refuse(
+            "add",
+            column,
+            f"the table has column {clash!r}, which differs from it only in case: engines "
+            "that match names without case (Spark, DuckDB, Trino) could not tell them apart",
+        )
     if change.get("nullable", True) is not True:
         raise _refuse(
             "add",
@@ -174,6 +183,7 @@ def _add(out: list[dict[str, Any]], column: str, change: Mapping[str, Any]) -> N
     try:
         given: Any = change.get("type")
         t = parse_type(given)
+        check_unambiguous([pa.field(column, t)])
     except InvalidSchema as exc:
         raise _refuse("add", column, exc.message) from None
     item: dict[str, Any] = {"name": column, "type": format_type(t), "nullable": True}

@@ -29,6 +29,7 @@ __all__ = [
     "added_columns",
     "check_column_name",
     "check_doc",
+    "check_unambiguous",
     "check_values",
     "columns_mismatch",
     "conform_batch",
@@ -292,7 +293,39 @@ def parse_fields(spec: Any, *, stored: bool = False) -> pa.Schema:
             raise InvalidSchema(f"column {name!r} appears twice")
         seen.add(name)
         fields.append(pa.field(name, parse_type(type_name), nullable=nullable))
+    if not stored:  # tables created before the rule keep reading
+        check_unambiguous(fields)
     return pa.schema(fields)
+
+
+def check_unambiguous(fields: Sequence[pa.Field], within: str = "") -> None:
+    """Refuse two names that differ only in case among columns, or among the fields of
+    one struct (at any depth, in lists too): Spark, DuckDB and Trino match names without
+    case, so they could not tell ``a`` from ``A``. Also refuses a struct field named twice.
+
+    Raises:
+        InvalidSchema: naming both names and where they are.
+    """
+    folded: dict[str, str] = {}
+    for f in fields:
+        key = f.name.casefold()
+        other = folded.get(key)
+        if other is not None:
+            if other == f.name:
+                raise InvalidSchema(f"field {f.name!r} of struct column {within!r} appears twice")
+            where = f"fields of struct column {within!r}" if within else "columns"
+            raise InvalidSchema(
+                f"{where} {other!r} and {f.name!r} differ only in case, which engines that "
+                "match names without case (Spark, DuckDB, Trino) cannot tell apart; rename "
+                "one of them"
+            )
+        folded[key] = f.name
+        t = f.type
+        while pa.types.is_list(t) or pa.types.is_large_list(t):
+            t = t.value_type
+        if pa.types.is_struct(t):
+            path = f"{within}.{f.name}" if within else f.name
+            check_unambiguous(list(t), path)
 
 
 def parse_fields_text(text: str) -> list[dict[str, Any]]:

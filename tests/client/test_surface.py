@@ -68,6 +68,7 @@ def test_public_surface_is_pinned() -> None:
         "TidegateError",
         "Unauthenticated",
         "Unavailable",
+        "Unimplemented",
         "UnknownMember",
         "UnsupportedMediaType",
         "error_from_rpc",

@@ -241,6 +241,33 @@ def test_malformed_json(
     assert snapshot(client, table) == before
 
 
+def test_columns_that_differ_only_in_case_are_refused(
+    stub: Any, http: httpx.Client, namespace: str
+) -> None:
+    """Issue 33.10: ``a`` and ``A`` cannot coexist (Spark and DuckDB match names without
+    case), at creation on both edges and by a schema change; one sentence names both."""
+    req = pb.CreateTableRequest(
+        table=pb.TableRef(namespace=namespace, name="cased"),
+        fields=[pb.Field(name="a", type="int64"), pb.Field(name="A", type="string")],
+        partitions=1,
+    )
+    code, reason, _ = grpc_error(lambda: stub.CreateTable(req))
+    assert (code, reason) == (grpc.StatusCode.INVALID_ARGUMENT, "INVALID_SCHEMA")
+    spec = {"namespace": namespace, "name": "cased", "partitions": 1}
+    resp = http.post("/v1/tables", json={**spec, "schema": {"a": "int64", "A": "string"}})
+    status, reason, body = http_error(resp)
+    assert (status, reason) == (400, "INVALID_SCHEMA")
+    assert "columns 'a' and 'A' differ only in case" in body["message"]
+    assert http.post("/v1/tables", json={**spec, "schema": {"a": "int64"}}).status_code == 201
+    resp = http.post(
+        f"/v1/tables/{namespace}/cased/schema",
+        json={"changes": [{"op": "add_column", "column": "A", "type": "string"}]},
+    )
+    status, reason, body = http_error(resp)
+    assert (status, reason) == (400, "SCHEMA_CHANGE_REFUSED")
+    assert "'a', which differs from it only in case" in body["message"]
+
+
 def test_invalid_schema_at_create(stub: Any, http: httpx.Client, namespace: str) -> None:
     for fields in (
         [pb.Field(name="x", type="uint64")],

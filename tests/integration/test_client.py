@@ -19,6 +19,7 @@ from gateway.client import (
     TableAlreadyExists,
     TableNotFound,
 )
+from gateway.wire.errors import OffsetOutOfRange
 from gateway.wire.routing import partition_for_key
 from tests.integration.flavours import flavoured_client, result
 from tests.services import GatewayProcess
@@ -276,6 +277,7 @@ def test_follow_mode_sees_new_records(sdk: Any, namespace: str) -> None:
 def test_http_group_offsets(gateway: GatewayProcess, namespace: str) -> None:
     with gateway.client() as c:
         c.create_table(f"{namespace}.h", {"n": "int64"}, partitions=2)
+        c.append(f"{namespace}.h", [{"n": i} for i in range(6)], partition=1)
     url = f"/v1/groups/readers.v1/tables/{namespace}/h/offsets"
     with gateway.http_client() as http:
         assert http.get(url).json()["offsets"] == []
@@ -294,6 +296,30 @@ def test_http_group_offsets(gateway: GatewayProcess, namespace: str) -> None:
         bad_group = http.get(f"/v1/groups/-x/tables/{namespace}/h/offsets")
         assert bad_group.status_code == 400
     assert isinstance(http, httpx.Client)
+
+
+def test_a_group_cannot_commit_past_the_end(gateway: GatewayProcess, namespace: str) -> None:
+    """Issue 33.10: a commit past a partition's high watermark is refused in one sentence
+    naming the offset and the end, on both edges, and nothing of it is stored (before: it
+    was accepted, then every read of the group failed until it was reset)."""
+    table = f"{namespace}.end"
+    with gateway.client() as c:
+        c.create_table(table, {"n": "int64"}, partitions=2)
+        c.append(table, [{"n": i} for i in range(3)], partition=0)
+        c.commit_offsets("g", table, {0: 3, 1: 0})  # the end itself is a valid commit
+        with pytest.raises(OffsetOutOfRange) as caught:
+            c.commit_offsets("g", table, {0: 4})
+        err = caught.value
+        assert "offset 4 of partition 0 is past its end" in err.message
+        assert "high watermark 3" in err.message and err.details["latest"] == 3
+        with pytest.raises(OffsetOutOfRange):
+            c.commit_offsets("g", table, {0: 2, 1: 1})  # one bad partition: nothing stored
+        assert c.fetch_offsets("g", table) == {0: 3, 1: 0}
+    with gateway.http_client() as http:
+        url = f"/v1/groups/g/tables/{namespace}/end/offsets"
+        r = http.post(url, json={"offsets": [{"partition": 1, "offset": 10}]})
+        assert (r.status_code, r.json()["error"]["reason"]) == (416, "OFFSET_OUT_OF_RANGE")
+        assert http.get(url).json()["offsets"][1] == {"partition": 1, "offset": 0}
 
 
 def test_scan_and_plan(sdk: Any, namespace: str) -> None:

@@ -9,6 +9,7 @@ import json
 import secrets
 import uuid
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pyarrow as pa
@@ -23,9 +24,10 @@ from gateway.wire.errors import (
     TableNotFound,
     Unauthenticated,
     Unavailable,
+    Unimplemented,
 )
 from tests.integration.test_scan_edges import append, make_table
-from tests.services import GatewayProcess
+from tests.services import REPO_ROOT, GatewayProcess
 
 pytestmark = pytest.mark.integration
 
@@ -200,6 +202,54 @@ def test_flight_errors_are_the_gateways_errors(
     # The SDK raises the same typed errors.
     with gateway.client() as c, pytest.raises(InvalidRequest, match="cannot parse filter"):
         c.scan(f"{namespace}.{name}", filter="v >>> 1")
+
+
+def test_methods_flight_does_not_serve_answer_one_sentence(
+    gateway: GatewayProcess, http: httpx.Client, namespace: str
+) -> None:
+    """Issue 33.10: DoPut, DoExchange, DoAction and ListFlights answer what the edge serves
+    instead, in one sentence (before: pyarrow's Python traceback); a stranger is refused
+    first; ListActions lists none; GetSchema is served."""
+    flight = _flight(gateway)
+    opts = _options(gateway.api_key)
+    where = fl.FlightDescriptor.for_path("a", "b")
+    calls = {
+        "DoPut": lambda: flight.do_put(where, pa.schema([("v", pa.int64())]), opts)[0].close(),
+        "DoExchange": lambda: flight.do_exchange(where, opts)[0].close(),
+        "DoAction": lambda: list(flight.do_action(fl.Action("drop", b""), opts)),
+        "ListFlights": lambda: list(flight.list_flights(options=opts)),
+    }
+    for method, call in calls.items():
+        with pytest.raises(fl.FlightError) as caught:
+            call()
+        err = error_from_flight(caught.value)
+        assert isinstance(err, Unimplemented), (method, caught.value)
+        assert f"does not serve {method}" in err.message and "DoGet" in err.message
+        assert "Traceback" not in str(caught.value) and "\n" not in err.message
+    assert "POST .../records" in error_from_flight(_failure(calls["DoPut"])).message
+    assert flight.list_actions(opts) == []
+    # GetSchema is served: the schema DoGet would stream. pyarrow sends its errors with a
+    # traceback whatever the handler raises; that traceback names no file of the server.
+    name = make_table(http, namespace)
+    got = flight.get_schema(fl.FlightDescriptor.for_path(namespace, name), opts).schema
+    assert got.names[-3:] == ["_partition", "_offset", "_timestamp"]
+    scan = json.dumps({"scan": {"namespace": namespace, "name": name, "columns": ["v"]}})
+    assert flight.get_schema(fl.FlightDescriptor.for_command(scan), opts).schema.names == ["v"]
+    with pytest.raises(pa.ArrowException) as caught:
+        flight.get_schema(fl.FlightDescriptor.for_path(namespace, "nope"), opts)
+    assert f"table {namespace}.nope not found" in str(caught.value)
+    assert "gateway/" not in str(caught.value) and str(REPO_ROOT) not in str(caught.value)
+    stranger = _failure(
+        lambda: flight.do_put(where, pa.schema([("v", pa.int64())]), _options(None))[0].close()
+    )
+    assert isinstance(error_from_flight(stranger), Unauthenticated)
+    flight.close()
+
+
+def _failure(call: Any) -> fl.FlightError:
+    with pytest.raises(fl.FlightError) as caught:
+        call()
+    return caught.value
 
 
 def test_flight_keeps_tenants_apart_and_meters_their_reads(

@@ -10,7 +10,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gateway.wire.errors import InvalidSchema, MalformedPayload, SchemaMismatch
+from gateway.wire.errors import (
+    InvalidSchema,
+    MalformedPayload,
+    SchemaChangeRefused,
+    SchemaMismatch,
+)
+from gateway.wire.evolution import apply_changes
 from gateway.wire.jsonrows import batch_to_rows, rows_to_batch
 from gateway.wire.routing import partition_for_key, route_by_key
 from gateway.wire.schema import (
@@ -76,6 +82,37 @@ def test_field_rules() -> None:
         parse_fields([{"name": "a", "type": "int64", "default": 1}])
     schema = parse_fields([{"name": "a", "type": "int64", "nullable": False}])
     assert not schema.field("a").nullable
+
+
+def test_names_that_differ_only_in_case_cannot_share_a_schema() -> None:
+    """Issue 33.10: Spark, DuckDB and Trino match names without case, so ``a`` and ``A``
+    (at the top or inside one struct, in lists too) are refused in one sentence naming
+    both; a stored schema that has them (made before the rule) still loads."""
+    cases = [
+        ({"a": "int64", "A": "string"}, "columns 'a' and 'A' differ only in case"),
+        ({"Name": "int64", "nAME": "int64"}, "columns 'Name' and 'nAME' differ only in case"),
+        ({"s": "struct<k: int32, K: string>"}, "fields of struct column 's' 'k' and 'K'"),
+        (
+            {"l": "list<struct<x: struct<ab: int32, aB: int32>>>"},
+            "struct column 'l.x' 'ab' and 'aB'",
+        ),
+        ({"s": "struct<k: int32, k: string>"}, "field 'k' of struct column 's' appears twice"),
+    ]
+    for spec, words in cases:
+        with pytest.raises(InvalidSchema) as caught:
+            parse_fields(spec)
+        assert words in caught.value.message, caught.value.message
+        assert "twice" in words or "Spark" in caught.value.message
+    assert parse_fields({"a": "int64", "b": "struct<a: int32, A2: int32>"}).names == ["a", "b"]
+    stored = [{"name": "a", "type": "int64"}, {"name": "A", "type": "int64"}]
+    assert parse_fields(stored, stored=True).names == ["a", "A"]
+    fields = [{"name": "a", "type": "int64", "nullable": True}]
+    for change, words in (
+        ({"op": "add_column", "column": "A", "type": "int64"}, "column 'a', which differs"),
+        ({"op": "add_column", "column": "s", "type": "struct<x: int32, X: int32>"}, "'x' and 'X'"),
+    ):
+        with pytest.raises(SchemaChangeRefused, match=words):
+            apply_changes(fields, [change], ())
 
 
 def test_conform_widens_losslessly_and_refuses_the_rest() -> None:

@@ -11,11 +11,11 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends, Path, Query, Request, Security
+from fastapi import APIRouter, Path, Query, Security
 from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel, ConfigDict, Field
 
-from gateway.server.http.deps import OPERATOR_KEY, Credential
+from gateway.server.http.deps import OPERATOR_KEY, operator_route
 from gateway.tenancy import KeyInfo, Tenancy, TenantInfo
 from gateway.wire.types import QUOTA_FIELDS
 
@@ -77,12 +77,14 @@ TenantName = Annotated[str, Path(description="Tenant name.")]
 
 
 def admin_router(tenancy: Tenancy) -> APIRouter:
-    async def require_operator(
-        request: Request, _key: Annotated[Credential, Security(OPERATOR_KEY)]
-    ) -> None:
-        await tenancy.operator(request.headers.get("authorization"))
-
-    router = APIRouter(prefix="/v1/admin", tags=["admin"], dependencies=[Depends(require_operator)])
+    # The route class checks the operator key before any body is read; the declared
+    # security scheme only documents it.
+    router = APIRouter(
+        prefix="/v1/admin",
+        tags=["admin"],
+        route_class=operator_route(tenancy),
+        dependencies=[Security(OPERATOR_KEY)],
+    )
 
     @router.post("/tenants", status_code=201, summary="Create a tenant.")
     async def create_tenant(body: CreateTenantRequest) -> JSONResponse:

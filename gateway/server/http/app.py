@@ -29,6 +29,7 @@ from gateway.server.calls import DataCalls, wire_error
 from gateway.server.http.bodies import HTTP_REASONS, error_response, invalid
 from gateway.server.http.deps import TenantOf, gate_tenant_of
 from gateway.server.http.groups import groups_router
+from gateway.server.http.guard import BodyGuard
 from gateway.server.http.health import health_router, metrics_router
 from gateway.server.http.iceberg import PREFIX as ICEBERG_PREFIX
 from gateway.server.http.iceberg import iceberg_error
@@ -174,6 +175,7 @@ def create_app(
     )
     app.state.tenant_of = tenant_of or gate_tenant_of(gate)
     app.state.gate = gate
+    app.state.max_body_bytes = settings.server.max_body_bytes
     app.state.iceberg = False
 
     async def handle_tidegate_error(request: Request, exc: Exception) -> Response:
@@ -209,6 +211,7 @@ def create_app(
     app.add_exception_handler(RequestValidationError, handle_validation_error)
     app.add_exception_handler(StarletteHTTPException, handle_http_error)
     app.add_middleware(_InternalErrors)
+    app.add_middleware(BodyGuard)
     app.add_middleware(_Metrics)
 
     app.include_router(health_router(ready or (lambda: True)))
@@ -227,4 +230,8 @@ def create_app(
             app.state.iceberg = True
     for router in (tables_router, records_router, groups_router, scans_router):
         app.include_router(router(calls))
+    if isinstance(gate, Tenancy) and service.cold is not None:
+        from gateway.server.http.files import files_router
+
+        app.include_router(files_router(calls))
     return app

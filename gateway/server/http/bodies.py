@@ -14,6 +14,7 @@ from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel, ValidationError
 
 from gateway.core import ReadResult, TableView
+from gateway.server.http.guard import check_declared_length
 from gateway.server.http.models import (
     ARROW_STREAM,
     HEADER_HIGH_WATERMARK,
@@ -177,16 +178,7 @@ async def read_body(request: Request, limit: int) -> bytes:
         RequestTooLarge: over ``limit``.
         InvalidRequest: a Content-Length that is not a number.
     """
-    declared = request.headers.get("content-length")
-    if declared is not None:
-        try:
-            length = int(declared)
-        except ValueError:
-            raise InvalidRequest(f"Content-Length {declared!r} is not an integer") from None
-        if length > limit:
-            raise RequestTooLarge(
-                f"the body has {length} bytes; the limit is {limit}", limit=limit, size=length
-            )
+    check_declared_length(request, limit)
     chunks: list[bytes] = []
     size = 0
     async for chunk in request.stream():

@@ -2,8 +2,14 @@
 
 It asks the app's ``tenant_of`` resolver (by default the :class:`~gateway.tenancy.Gate`:
 the tenant of the ``authorization: Bearer <key>`` header, charged one request), then holds
-one of the tenant's in-flight slots on this gateway until the route returns (long polls hold
-one of their own pool).
+one of the tenant's in-flight slots on this gateway until the answer is sent (long polls
+hold one of their own pool).
+
+FastAPI reads and validates a route's body model before any dependency runs, so the
+data-plane routers use :class:`CallerRoute`, which does that work from the headers before
+the body is read and then lets the route read up to ``server.max_body_bytes``
+(:mod:`gateway.server.http.guard`); the dependency hands on what it found. The admin
+router's :func:`operator_route` checks the operator key the same way.
 
 The credentials are also declared as OpenAPI security schemes (:data:`TENANT_KEY`,
 :data:`OPERATOR_KEY`, :data:`METRICS_TOKEN`), so the document says which routes need which key
@@ -13,15 +19,19 @@ the gate does, with its own errors.
 
 from __future__ import annotations
 
+import contextlib
 import inspect
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
+from contextlib import AsyncExitStack
 from dataclasses import dataclass
-from typing import Annotated
+from typing import Annotated, Any
 
-from fastapi import Depends, Path, Request, Security
+from fastapi import Depends, Path, Request, Response, Security
+from fastapi.routing import APIRoute
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
-from gateway.tenancy import Gate
+from gateway.server.http.guard import allow_body
+from gateway.tenancy import Gate, Tenancy
 
 __all__ = [
     "METRICS_TOKEN",
@@ -29,11 +39,13 @@ __all__ = [
     "TENANT_KEY",
     "Caller",
     "CallerInfo",
+    "CallerRoute",
     "Credential",
     "Name",
     "Namespace",
     "TenantOf",
     "gate_tenant_of",
+    "operator_route",
 ]
 
 TENANT_KEY = HTTPBearer(
@@ -76,9 +88,13 @@ def gate_tenant_of(gate: Gate) -> TenantOf:
     return tenant_of
 
 
-async def _caller(
-    request: Request, _key: Annotated[Credential, Security(TENANT_KEY)]
-) -> AsyncIterator[CallerInfo]:
+#: Where :class:`CallerRoute` leaves the caller it found, for :data:`Caller`.
+_CALLER = "tidegate.caller"
+
+
+@contextlib.asynccontextmanager
+async def _admitted(request: Request) -> AsyncIterator[CallerInfo]:
+    """The request's caller, holding one of the tenant's slots on this gateway."""
     resolver: TenantOf = request.app.state.tenant_of
     found = resolver(request)
     tenant = await found if inspect.isawaitable(found) else found
@@ -86,6 +102,60 @@ async def _caller(
     follow = request.query_params.get("follow", "").lower() in ("true", "1", "yes", "on")
     async with gate.admit(tenant, follow=follow):
         yield CallerInfo(tenant, request.headers.get("authorization"))
+
+
+Handler = Callable[[Request], Coroutine[Any, Any, Response]]
+
+
+def _before_body(
+    handler: Handler, enter: Callable[[Request], contextlib.AbstractAsyncContextManager[Any]]
+) -> Handler:
+    """``handler`` run after ``enter(request)`` (held until the answer is sent, as a
+    dependency's would be), and allowed a body of ``server.max_body_bytes`` only then."""
+
+    async def app(request: Request) -> Response:
+        stack = request.scope.get("fastapi_inner_astack")
+        assert isinstance(stack, AsyncExitStack), "FastAPI's request stack is missing"
+        request.scope[_CALLER] = await stack.enter_async_context(enter(request))
+        allow_body(request, request.app.state.max_body_bytes)
+        return await handler(request)
+
+    return app
+
+
+class CallerRoute(APIRoute):
+    """A data-plane route: its caller is authenticated, charged and admitted from the
+    headers before FastAPI reads the body."""
+
+    def get_route_handler(self) -> Handler:
+        return _before_body(super().get_route_handler(), _admitted)
+
+
+def operator_route(tenancy: Tenancy) -> type[APIRoute]:
+    """The route class of the admin API: the operator key is checked from the headers
+    before FastAPI reads the body."""
+
+    @contextlib.asynccontextmanager
+    async def operator(request: Request) -> AsyncIterator[None]:
+        await tenancy.operator(request.headers.get("authorization"))
+        yield None
+
+    class OperatorRoute(APIRoute):
+        def get_route_handler(self) -> Handler:
+            return _before_body(super().get_route_handler(), operator)
+
+    return OperatorRoute
+
+
+async def _caller(
+    request: Request, _key: Annotated[Credential, Security(TENANT_KEY)]
+) -> AsyncIterator[CallerInfo]:
+    found = request.scope.get(_CALLER)
+    if isinstance(found, CallerInfo):  # a CallerRoute already did the work
+        yield found
+        return
+    async with _admitted(request) as info:
+        yield info
 
 
 # Annotated parameter types shared by the routes (module level, so FastAPI resolves them).

@@ -10,7 +10,7 @@ from fastapi.responses import JSONResponse
 
 from gateway.core import GroupView
 from gateway.server.calls import DataCalls
-from gateway.server.http.deps import Caller, Name, Namespace
+from gateway.server.http.deps import Caller, CallerRoute, Name, Namespace
 from gateway.server.http.models import (
     ERRORS,
     GROUP_ERRORS,
@@ -76,7 +76,7 @@ def group_json(view: GroupView) -> dict[str, Any]:
 
 
 def groups_router(calls: DataCalls) -> APIRouter:
-    router = APIRouter(prefix="/v1/groups", tags=["groups"])
+    router = APIRouter(prefix="/v1/groups", tags=["groups"], route_class=CallerRoute)
     service = calls.service
 
     @router.get(

@@ -8,7 +8,7 @@ from typing import Annotated
 from fastapi import APIRouter, Path, Query, Request
 from fastapi.responses import JSONResponse, Response
 
-from gateway.core import ClientStream, ReadResult
+from gateway.core import ReadResult
 from gateway.server.calls import OFFLOAD_BYTES, AppendBody, DataCalls
 from gateway.server.http.bodies import (
     json_rows,
@@ -19,7 +19,8 @@ from gateway.server.http.bodies import (
     read_response,
     wants_arrow,
 )
-from gateway.server.http.deps import Caller, Name, Namespace
+from gateway.server.http.deps import Caller, CallerRoute, Name, Namespace
+from gateway.server.http.guard import allow_body
 from gateway.server.http.models import (
     ARROW_BINARY,
     ARROW_STREAM,
@@ -31,14 +32,15 @@ from gateway.server.http.models import (
     ErrorResponse,
     ReadResponse,
 )
-from gateway.wire.codec import StreamInfo, check_request, decode_valid
 from gateway.wire.errors import SchemaMismatch, UnsupportedMediaType
 
 __all__ = ["records_router"]
 
 
 def records_router(calls: DataCalls) -> APIRouter:
-    router = APIRouter(prefix="/v1/tables/{namespace}/{name}", tags=["records"])
+    router = APIRouter(
+        prefix="/v1/tables/{namespace}/{name}", tags=["records"], route_class=CallerRoute
+    )
     service = calls.service
     server = service.settings.server
 
@@ -93,21 +95,23 @@ def records_router(calls: DataCalls) -> APIRouter:
                 f"{ARROW_STREAM!r}",
                 supported=f"{JSON},{ARROW_STREAM}",
             )
-        limit = server.max_request_bytes
-        body = await read_body(request, limit)
-        big = len(body) >= OFFLOAD_BYTES
-        charge = len(body)
-        info: StreamInfo | None = None
+        calls.refuse_append_early(caller.tenant)  # before a byte of the body is read
+        allow_body(request, server.max_request_bytes)
+        body = await read_body(request, server.max_request_bytes)
         if media == ARROW_STREAM:
-            info = await calls.offload(big, check_request, body, limit)
-            charge = info.decoded_bytes
-            big = max(len(body), charge) >= OFFLOAD_BYTES
+            appended = await calls.append_arrow(
+                caller.tenant,
+                namespace,
+                name,
+                body,
+                partition=partition,
+                producer_id=producer_id,
+                sequence=sequence,
+            )
+            return JSONResponse(ranges(appended))
+        big = len(body) >= OFFLOAD_BYTES
 
         async def decode() -> AppendBody:
-            if media == ARROW_STREAM:
-                _, batches = await calls.offload(big, decode_valid, body)
-                stream = ClientStream(body, info) if info is not None else None
-                return AppendBody(batches, partition, producer_id, sequence, stream)
             # The cached definition (no live offsets): JSON rows are typed by its schema.
             table = await service.table(caller.tenant, namespace, name)
             try:
@@ -129,9 +133,7 @@ def records_router(calls: DataCalls) -> APIRouter:
                 pick("sequence", req.sequence, sequence),
             )
 
-        appended = await calls.append(
-            caller.tenant, namespace, name, len(body), decode, charge_bytes=charge
-        )
+        appended = await calls.append(caller.tenant, namespace, name, len(body), decode)
         return JSONResponse(ranges(appended))
 
     @router.get(

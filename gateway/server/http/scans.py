@@ -18,7 +18,7 @@ from gateway.server.http.bodies import (
     stream_header,
     wants_arrow,
 )
-from gateway.server.http.deps import Caller, Name, Namespace
+from gateway.server.http.deps import Caller, CallerRoute, Name, Namespace
 from gateway.server.http.models import (
     ARROW_BINARY,
     ARROW_STREAM,
@@ -42,8 +42,10 @@ def _rows(batches: list[pa.RecordBatch]) -> tuple[list[dict[str, object]], int]:
 
 
 def scans_router(calls: DataCalls) -> APIRouter:
-    router = APIRouter(prefix="/v1/tables/{namespace}/{name}", tags=["scans"])
-    limit = calls.service.settings.server.max_request_bytes
+    router = APIRouter(
+        prefix="/v1/tables/{namespace}/{name}", tags=["scans"], route_class=CallerRoute
+    )
+    limit = calls.service.settings.server.max_body_bytes
 
     async def arrow_body(tenant: str, result: ScanResult) -> AsyncIterator[bytes]:
         yield stream_header(result.schema)
@@ -97,11 +99,18 @@ def scans_router(calls: DataCalls) -> APIRouter:
     async def plan(
         request: Request, namespace: Namespace, name: Name, caller: Caller
     ) -> JSONResponse:
-        """The data files (presigned URLs on object storage, paths on a local warehouse)
-        a scan of the pinned snapshot must read, plus the hot ranges
+        """The data files (presigned URLs on object storage, links through this gateway
+        on a local warehouse) a scan of the pinned snapshot must read, plus the hot ranges
         ``[from_offset, to_offset)`` per partition to read through the records route."""
         req = await body_model(request, PlanRequest, limit)
-        p = await calls.plan(caller.tenant, namespace, name, row_filter=req.filter, as_of=req.as_of)
+        p = await calls.plan(
+            caller.tenant,
+            namespace,
+            name,
+            row_filter=req.filter,
+            as_of=req.as_of,
+            files_url=str(request.base_url),
+        )
         return JSONResponse(
             {
                 "snapshot_id": p.snapshot_id,

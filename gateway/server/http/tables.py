@@ -9,7 +9,7 @@ from fastapi.responses import JSONResponse, Response
 
 from gateway.server.calls import DataCalls
 from gateway.server.http.bodies import describe
-from gateway.server.http.deps import Caller, Name, Namespace
+from gateway.server.http.deps import Caller, CallerRoute, Name, Namespace
 from gateway.server.http.models import (
     ERRORS,
     AlterSchemaRequest,
@@ -25,7 +25,7 @@ __all__ = ["tables_router"]
 
 
 def tables_router(calls: DataCalls) -> APIRouter:
-    router = APIRouter(prefix="/v1/tables", tags=["tables"])
+    router = APIRouter(prefix="/v1/tables", tags=["tables"], route_class=CallerRoute)
     service = calls.service
 
     @router.post(

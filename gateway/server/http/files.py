@@ -1,0 +1,52 @@
+"""``GET /v1/files/{token}``: a data file of a local warehouse, through the link a read
+plan gave for it.
+
+On object storage a plan names each data file by a presigned URL; on a local warehouse
+it names it by a link through this gateway (:meth:`DataCalls.plan`), so that a plan shows
+no path of the server and an executor needs no access to its folders. The token is the
+credential, as a presigned URL's signature is: sealed for one tenant's file until it
+expires. Range requests are served (a Parquet reader fetches the footer and the column
+chunks it needs).
+"""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Path
+from fastapi.responses import FileResponse
+
+from gateway.server.calls import DataCalls
+from gateway.server.http.models import ERRORS
+from gateway.wire.errors import NotFound
+
+__all__ = ["files_router"]
+
+
+def files_router(calls: DataCalls) -> APIRouter:
+    router = APIRouter(prefix="/v1/files", tags=["scans"])
+
+    @router.get(
+        "/{token}",
+        response_class=FileResponse,
+        responses={
+            200: {"content": {"application/octet-stream": {}}},
+            206: {"description": "The range asked for"},
+            **ERRORS,
+        },
+        summary="A data file of a read plan on a local warehouse (the plan's link).",
+    )
+    async def data_file(
+        token: Annotated[str, Path(max_length=4096, description="The link's sealed token.")],
+    ) -> FileResponse:
+        """The file's bytes (a ``Range`` header is honoured). 404 when the link is not one
+        of this deployment's, was altered or has expired (a plan's links last
+        ``cold.presign_expiry_s``)."""
+        found = calls.warehouse_file(token)
+        if found is None:
+            raise NotFound(
+                "no such file link, or it has expired: plan the read again for fresh links"
+            )
+        return FileResponse(found[1], media_type="application/octet-stream")
+
+    return router
