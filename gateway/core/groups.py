@@ -98,22 +98,31 @@ class GroupOps(CoreBase):
             )
             changes.rebalances[:] = seen.rebalances
             changes.settled_after_ms = seen.settled_after_ms
-            return refused
+            # A fenced member hears that it is fenced, whatever it tried to commit.
+            return refused or past_end()
 
-        def commit() -> TidegateError | None:
-            cached = {v.partition: v for v in self.meta.partitions(d.table_id)}
+        ends: dict[int, tuple[int, int]] = {}
+
+        def past_end() -> OffsetOutOfRange | None:
             for p, off in sorted(offsets.items()):
-                hot = self.hot.offsets(self._part(table, p))
-                known = cached.get(p)
-                high = max(hot.high, known.tiered_watermark if known is not None else 0)
+                earliest, high = ends[p]
                 if off > high:
-                    raise OffsetOutOfRange(
+                    return OffsetOutOfRange(
                         f"offset {off} of partition {p} is past its end: a group commits "
                         f"the next offset to consume, at most the high watermark {high}",
                         offset=off,
-                        earliest=known.earliest_offset if known is not None else 0,
+                        earliest=earliest,
                         latest=high,
                     )
+            return None
+
+        def commit() -> TidegateError | None:
+            cached = {v.partition: v for v in self.meta.partitions(d.table_id)}
+            for p in offsets:
+                hot = self.hot.offsets(self._part(table, p))
+                known = cached.get(p)
+                high = max(hot.high, known.tiered_watermark if known is not None else 0)
+                ends[p] = (known.earliest_offset if known is not None else 0, high)
             return self.meta.commit_offsets(tenant, group, d.table_id, dict(offsets), check)
 
         refused = await self._run(commit)

@@ -178,6 +178,8 @@ def test_a_reassigned_partition_refuses_the_old_generation(
     table = f"{namespace}.moved"
     with gateway.client() as c:
         c.create_table(table, {"n": "int64"}, partitions=2)
+        for p in (0, 1):  # commits are bounded by the high watermark
+            c.append(table, [{"n": i} for i in range(5)], partition=p)
 
         def beat(member: str, generation: int, owned: list[int]) -> pb.GroupHeartbeatResponse:
             return heartbeat(c, "m", table, member, generation, owned, 30_000)
