@@ -115,7 +115,9 @@ def test_labels_and_security_of_every_workload(name: str) -> None:
         labels = manifest["metadata"]["labels"]
         for key in ("name", "instance", "version", "managed-by", "part-of"):
             assert f"app.kubernetes.io/{key}" in labels, (manifest["kind"], key)
-    for where, container in iter_containers(rendered.manifests):
+    containers = list(iter_containers(rendered.manifests))
+    assert_gateway_rendered(name, containers)
+    for where, container in containers:
         security = container["securityContext"]
         assert security["readOnlyRootFilesystem"] is True, where
         assert security["allowPrivilegeEscalation"] is False, where
@@ -130,7 +132,10 @@ def test_every_setting_the_chart_writes_exists(name: str, monkeypatch: pytest.Mo
     the settings load: a misspelt top-level variable would be silently ignored."""
     rendered = Rendered(values_of(name))
     secrets = {"tidegate-credentials": _production_secret()}
-    for where, container in iter_containers(rendered.manifests):
+    containers = list(iter_containers(rendered.manifests))
+    assert_gateway_rendered(name, containers)
+    checked = 0
+    for where, container in containers:
         env = rendered.container_env(container, secrets)
         for key in list(os.environ):
             if key.startswith("TIDEGATE_"):
@@ -145,6 +150,14 @@ def test_every_setting_the_chart_writes_exists(name: str, monkeypatch: pytest.Mo
             for part in key.removeprefix("TIDEGATE_").lower().split("__"):
                 assert hasattr(node, part), f"{where}: {key} is not a setting"
                 node = getattr(node, part)
+            checked += 1
+    assert checked, f"{name}: no container sets a TIDEGATE_* variable: nothing was checked"
+
+
+def assert_gateway_rendered(name: str, containers: list[tuple[str, Any]]) -> None:
+    """The loops over rendered containers check something: the gateway's is among them."""
+    names = [container["name"] for _, container in containers]
+    assert "gateway" in names, f"{name}: no gateway container rendered (containers: {names})"
 
 
 def _production_secret() -> dict[str, str]:
