@@ -12,7 +12,6 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import partial
-from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -25,7 +24,6 @@ from gateway.hot import (
     PartitionId,
     ProducerSequence,
     StoredBatch,
-    load_hot_log,
 )
 from gateway.wire.errors import (
     HotStateLost,
@@ -33,22 +31,26 @@ from gateway.wire.errors import (
     OffsetOutOfRange,
     OutOfOrderSequence,
 )
-from tests.conftest import hot_settings
-from tests.services import RedisServer
+from tests.hot.conftest import provision, reopen
 
 BIG = 1 << 40
 
 
-def new_partition(partition: int = 0, *, tenant: str | None = None) -> PartitionId:
-    return PartitionId(
-        tenant=tenant or f"t{uuid.uuid4().hex[:12]}",
-        table_id=uuid.uuid4().hex,
-        partition=partition,
-    )
+def new_partition(
+    partition: int = 0, *, tenant: str | None = None, moved: bool = True
+) -> PartitionId:
+    """A new partition on the running test's backend (placed on shards, and moved once
+    unless not ``moved``, where the backend is the Redis tier's virtual log: see
+    conftest)."""
+    tenant = tenant or f"t{uuid.uuid4().hex[:12]}"
+    made = provision(partition, tenant, moved)
+    if made is not None:
+        return made
+    return PartitionId(tenant=tenant, table_id=uuid.uuid4().hex, partition=partition)
 
 
 @pytest.fixture
-def part() -> PartitionId:
+def part(hot_log: HotLog) -> PartitionId:
     return new_partition()
 
 
@@ -436,11 +438,11 @@ def test_drop_deletes_data_and_producer_state(hot_log: HotLog, part: PartitionId
 
 
 # Lost state (issue 33, item 3) ---------------------------------------------------------------
-def test_an_append_that_knows_the_partition_never_starts_it_over(
-    hot_log: HotLog, part: PartitionId
-) -> None:
+def test_an_append_that_knows_the_partition_never_starts_it_over(hot_log: HotLog) -> None:
     """A caller that knows the partition (``floor``) is refused, with nothing stored, by a
-    partition without state: it is never silently created again at offset 0."""
+    partition without state: it is never silently created again at offset 0. (A moved
+    partition has state: its move opened the next segment.)"""
+    part = new_partition(moved=False)
     with pytest.raises(HotStateLost):
         hot_log.append(part, b"x", 1, 0, floor=0)
     assert hot_log.offsets(part) == LogOffsets(0, 0, 0)
@@ -483,12 +485,7 @@ def test_new_partitions_open_at_zero(hot_log: HotLog) -> None:
     assert [hot_log.offsets(p).high for p in parts] == [2, 2, 2]
 
 
-def test_everything_survives_a_new_instance(
-    hot_kind: str, tmp_path: Path, request: pytest.FixtureRequest, hot_log: HotLog
-) -> None:
-    redis_server: RedisServer | None = (
-        request.getfixturevalue("redis_server") if hot_kind == "redis" else None
-    )
+def test_everything_survives_a_new_instance(hot_log: HotLog) -> None:
     part = new_partition()
     results = [hot_log.append(part, f"b{i}".encode(), 2, i, seq("p", i)) for i in range(6)]
     hot_log.trim(part, 5)  # [0,2) [2,4) go; [4,6) straddles
@@ -498,7 +495,7 @@ def test_everything_survives_a_new_instance(
     before = read_all(hot_log, part)
     hot_log.close()
 
-    reopened = load_hot_log(hot_settings(hot_kind, tmp_path, redis_server))
+    reopened = reopen()
     try:
         assert reopened.offsets(part) == LogOffsets(low=4, high=12, size_bytes=8)
         assert read_all(reopened, part) == before

@@ -431,6 +431,12 @@ class RedisHotLog(ShardMoves):
                     self._settle(part, chain)
                 continue
             low = 0 if metas[0][0] is None else to_int(metas[0][0])
+            for before, after in itertools.pairwise(metas):
+                start = 0 if after[0] is None else to_int(after[0])
+                if start > (0 if before[1] is None else to_int(before[1])):
+                    # A segment that starts above the end of the one before (started
+                    # over after lost state, or trimmed into): nothing below it is read.
+                    low = start
             high = 0 if metas[-1][1] is None else to_int(metas[-1][1])
             size = sum(0 if m[2] is None else to_int(m[2]) for m in metas)
             return LogOffsets(low=low, high=high, size_bytes=size)

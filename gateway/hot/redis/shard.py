@@ -127,9 +127,14 @@ class Shard:
 
     def reopen_many(self, keys: Sequence[tuple[str, str]], floor: int) -> None:
         """Open the segments named by ``keys`` at ``floor`` (the reopen script), in one
-        pipeline: a new table's partitions."""
+        pipeline: a new table's partitions. (A Redis Cluster runs no script in a
+        pipeline: there, one call each.)"""
 
         def go() -> None:
+            if isinstance(self.client, RedisCluster):
+                for log_key, meta_key in keys:
+                    self.reopen(keys=[log_key, meta_key], args=[floor], client=self.client)
+                return
             pipe = self.client.pipeline(transaction=False)
             for log_key, meta_key in keys:
                 self.reopen(keys=[log_key, meta_key], args=[floor], client=pipe)
