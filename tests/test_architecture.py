@@ -57,6 +57,11 @@ def copy_of_the_tree(tmp_path_factory: pytest.TempPathFactory) -> Path:
         ("gateway/cold/base.py", "import gateway.hot.base", "Layers"),
         ("gateway/spark/_plan.py", "import gateway.core", "The Spark connector"),
         ("gateway/spark/_splits.py", "import pyiceberg", "The Spark connector"),
+        (
+            "gateway/cold/iceberg/table.py",
+            "import gateway.cold.iceberg.store",
+            "A part never imports its whole",
+        ),
     ],
 )
 def test_a_forbidden_import_breaks_the_check(

@@ -6,17 +6,15 @@ from __future__ import annotations
 import logging
 import time
 import uuid
-from collections.abc import Iterable
 from typing import Any
 
 from gateway.client._batching import Accumulator, Delivery, Finished, ProducerBatch, ProducerConfig
 from gateway.client._types import TableInfo
 from gateway.wire._proto.tidegate.v1 import tidegate_pb2 as pb
 from gateway.wire.errors import RetryableError, SchemaMismatch, TidegateError, Unavailable
-from gateway.wire.routing import partition_for_key
 from gateway.wire.status import error_from_pb
 
-__all__ = ["PartitionQueue", "ProducerCore", "RetryLog", "key_partition", "new_producer_id"]
+__all__ = ["PartitionQueue", "ProducerCore", "RetryLog", "new_producer_id"]
 
 log = logging.getLogger("tidegate.client")
 
@@ -369,8 +367,3 @@ class ProducerCore:
 
 def new_producer_id() -> str:
     return f"p-{uuid.uuid4().hex}"
-
-
-def key_partition(values: Iterable[Any], partitions: int) -> int:
-    """The partition the gateway routes a key to (same hash as :mod:`gateway.wire.routing`)."""
-    return partition_for_key(list(values), partitions)

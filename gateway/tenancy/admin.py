@@ -19,7 +19,12 @@ from gateway.wire.errors import InvalidRequest, TidegateError
 from gateway.wire.types import QUOTA_FIELDS
 
 if TYPE_CHECKING:
-    from gateway.tenancy.service import Tenancy
+    from gateway.config import Settings
+    from gateway.core import StreamTables
+    from gateway.meta.tenants import TenantStore
+    from gateway.tenancy.auth import Authenticator
+    from gateway.tenancy.metering import Meter
+    from gateway.tenancy.quotas import QuotaGuard
 
 __all__ = ["TenantAdmin"]
 
@@ -47,13 +52,29 @@ def _minute_bound(name: str, ms: int | None) -> datetime | None:
 
 
 class TenantAdmin:
-    """The admin operations, run for the operator through one gateway's :class:`Tenancy`."""
+    """The admin operations, run for the operator through one gateway's tenancy: handed
+    the parts of :class:`~gateway.tenancy.service.Tenancy` it works with, never the whole
+    (a part never imports the whole that holds it)."""
 
-    def __init__(self, tenancy: Tenancy) -> None:
-        self.tenancy = tenancy
-        self.tenants = tenancy.tenants
-        self.service = tenancy.service
-        self.settings = tenancy.settings
+    def __init__(
+        self,
+        *,
+        settings: Settings,
+        service: StreamTables,
+        tenants: TenantStore,
+        auth: Authenticator,
+        guard: QuotaGuard,
+        meter: Meter,
+        flush_usage: Callable[[str | None], None],
+    ) -> None:
+        self.settings = settings
+        self.service = service
+        self.tenants = tenants
+        self.auth = auth
+        self.guard = guard
+        self.meter = meter
+        #: Samples the storage of a tenant (None: every active one) and writes usage.
+        self.flush_usage = flush_usage
         self._moves = MoveLog()
 
     @staticmethod
@@ -83,7 +104,7 @@ class TenantAdmin:
         written = asyncio.get_running_loop().run_in_executor(None, lambda: fn(*args, **kwargs))
 
         def forget(done: asyncio.Future[R]) -> None:
-            self.tenancy.auth.forget_keys()
+            self.auth.forget_keys()
             if not done.cancelled():
                 done.exception()  # retrieved here when no caller waits for it any more
 
@@ -109,7 +130,7 @@ class TenantAdmin:
         # a table created there meanwhile would outlive the deletion.
         await asyncio.sleep(self.settings.auth.key_cache_ttl_s)
         for _ in range(100):  # let this gateway's requests of the tenant finish
-            guard = self.tenancy.guard
+            guard = self.guard
             if not guard.in_flight(name) and not guard.in_flight(name, follow=True):
                 break
             await asyncio.sleep(0.05)
@@ -120,8 +141,8 @@ class TenantAdmin:
         await run_blocking(self.service.hot.drop_tenant, name)
         if self.service.cold is not None:
             await run_blocking(self.service.cold.drop_tenant, name)
-        await run_blocking(self.tenancy.guard.forget, name)
-        self.tenancy.meter.forget(name)
+        await run_blocking(self.guard.forget, name)
+        self.meter.forget(name)
         await self._change_keys(self.tenants.delete_tenant, name)
 
     async def issue_key(self, tenant: str) -> tuple[KeyInfo, str]:
@@ -253,7 +274,7 @@ class TenantAdmin:
                     field=field,
                 )
         out = await run_blocking(self.tenants.set_quota, tenant, values)
-        self.tenancy.guard.changed(tenant)
+        self.guard.changed(tenant)
         return out
 
     async def usage(
@@ -265,7 +286,7 @@ class TenantAdmin:
         since, until = _minute_bound("since_ms", since_ms), _minute_bound("until_ms", until_ms)
         await self.get_tenant(tenant)
         try:
-            await run_blocking(self.tenancy.sample_and_flush, tenant)
+            await run_blocking(self.flush_usage, tenant)
         except Exception:
             # What was written stays readable; the pending figures go with the next flush.
             log.exception("writing usage before a usage read failed")

@@ -55,7 +55,15 @@ class Tenancy(Gate):
         self.meter = Meter(self.tenants, max_label_tenants=settings.metering.metrics_max_tenants)
         self.auth = Authenticator(self.tenants, operator_key, settings.auth.key_cache_ttl_s, clock)
         self.guard = QuotaGuard(settings, self.tenants, buckets, self.meter, self.hot_bytes_of)
-        self.admin = TenantAdmin(self)
+        self.admin = TenantAdmin(
+            settings=settings,
+            service=service,
+            tenants=self.tenants,
+            auth=self.auth,
+            guard=self.guard,
+            meter=self.meter,
+            flush_usage=self.sample_and_flush,
+        )
         #: Tokens of the Iceberg REST catalog's OAuth2 exchange.
         self.catalog_tokens = CatalogTokens(
             self.auth.derive_secret("iceberg-catalog-token"),

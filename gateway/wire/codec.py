@@ -17,7 +17,6 @@ __all__ = [
     "StreamInfo",
     "check_request",
     "decode_batch",
-    "decode_request",
     "decode_stream",
     "decode_valid",
     "encode_batch",
@@ -323,12 +322,3 @@ def decode_valid(data: bytes | pa.Buffer) -> tuple[pa.Schema, list[pa.RecordBatc
         except pa.ArrowException as exc:
             raise MalformedPayload(f"record batch {i} of the body is invalid: {exc}") from exc
     return schema, batches
-
-
-def decode_request(
-    data: bytes | pa.Buffer, max_decoded_bytes: int
-) -> tuple[pa.Schema, list[pa.RecordBatch], StreamInfo]:
-    """:func:`check_request` then :func:`decode_valid`."""
-    info = check_request(data, max_decoded_bytes)
-    schema, batches = decode_valid(data)
-    return schema, batches, info

@@ -9,7 +9,7 @@ import json
 import threading
 from collections import OrderedDict
 from collections.abc import Iterator, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -28,6 +28,7 @@ from gateway.cold.base import (
     PlannedFile,
     RewriteObsolete,
     SnapshotInfo,
+    StorageOptions,
     fs_path,
 )
 from gateway.cold.iceberg.filters import to_pyiceberg
@@ -37,11 +38,27 @@ from gateway.wire.filters import Compare, Expr, columns_of, to_arrow
 from gateway.wire.schema import OFFSET_COLUMN, PARTITION_COLUMN, system_schema
 
 if TYPE_CHECKING:
+    from pyiceberg.catalog import Catalog
     from pyiceberg.table import Table
 
-    from gateway.cold.iceberg.store import IcebergColdStore
+__all__ = ["IcebergColdTable", "TableHome"]
 
-__all__ = ["IcebergColdTable"]
+
+class TableHome(Protocol):
+    """What a table needs of the store that opened it (the store's own table-facing
+    parts, so that this module never imports the store: a child never imports its
+    parent)."""
+
+    catalog: Catalog
+
+    def filesystem(self) -> Any:
+        """The warehouse's pyarrow filesystem."""
+
+    def storage_options(self) -> StorageOptions:
+        """Where the warehouse is and how to reach it."""
+
+    def planned(self, f: DataFile) -> PlannedFile:
+        """A data file with a URL an executor can read without warehouse credentials."""
 
 
 _FILE_LISTS = 64
@@ -233,7 +250,7 @@ class IcebergColdTable(ColdTable):
     """One stream-table's Iceberg table."""
 
     def __init__(
-        self, store: IcebergColdStore, identifier: tuple[str, ...], user_schema: pa.Schema
+        self, store: TableHome, identifier: tuple[str, ...], user_schema: pa.Schema
     ) -> None:
         self.store = store
         self.identifier = identifier
