@@ -291,7 +291,9 @@ class SdkProducer(Operation):
                 )
                 time.sleep(self.rng.uniform(0, 0.02) + self.ctx.pace)
             with contextlib.suppress(TidegateError):
-                p.flush(30)
+                # A gateway down for a while (a power cut: its restart takes seconds on
+                # a loaded machine) leaves a backlog to drain.
+                p.flush(120)
 
 
 @operation
@@ -401,6 +403,54 @@ class GroupConsumer(Operation):
                     time.sleep(0.1)
 
 
+@operation
+class SparkWriter(Operation):
+    """``df.write.format("tidegate")`` of small DataFrames (the Python Data Source, through
+    a gRPC proxy) while the nemesis works: a write that fails is run again under the same
+    ``write_id`` (its tasks' idempotent producers then re-send the same sequences), up to
+    four times; a write that returns acknowledges every row of it. Needs the run's
+    SparkSession (``--spark``)."""
+
+    kind = "spark"
+
+    def run(self) -> None:
+        import gateway.spark
+
+        spark = self.ctx.cluster.spark
+        assert spark is not None, "the spark writer needs the run's SparkSession"
+        gateway.spark.register(spark)
+        while not self.ctx.stop.is_set():
+            rows = [
+                (self.ctx.rid(self.name), self.rng.randrange(10**6))
+                for _ in range(self.rng.randint(10, 200))
+            ]
+            rids = [r[0] for r in rows]
+            frame = spark.createDataFrame(rows, "rid string, n long").repartition(2)
+            write_id = f"{self.name}-{uuid.uuid4().hex[:8]}"
+            for attempt in range(4):
+                try:
+                    (
+                        frame.write.format("tidegate")
+                        .option("endpoint", self.front.grpc_target)
+                        .option("api_key", self.api_key)
+                        .option("write_id", write_id)
+                        .option("batch_rows", 25)
+                        .mode("append")
+                        .save(self.table)
+                    )
+                except Exception as err:  # Spark wraps the task's error: the outcome is unknown
+                    if attempt < 3 and not self.ctx.stop.is_set():
+                        time.sleep(0.5 * (attempt + 1))
+                        continue
+                    self.record(
+                        "append", key=write_id, rids=rids, outcome="unknown", error=repr(err)[:200]
+                    )
+                    break
+                self.record("append", key=write_id, rids=rids, outcome="ok", at=None)
+                break
+            time.sleep(self.rng.uniform(0.2, 1.0))
+
+
 #: The default mix: every kind, two producers of each flavour across both tenants.
 DEFAULT_MIX: list[tuple[str, int]] = [
     ("grpc", 2),
@@ -411,6 +461,10 @@ DEFAULT_MIX: list[tuple[str, int]] = [
     ("scanner", 2),
     ("group", 2),
 ]
+
+
+#: What a run with a SparkSession adds to its mix: one Spark writer per tenant.
+SPARK_MIX: list[tuple[str, int]] = [("spark", 2)]
 
 
 def start_operations(ctx: Context, mix: list[tuple[str, int]]) -> list[Operation]:
