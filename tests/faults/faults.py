@@ -440,8 +440,13 @@ def spark_worker_kill(c: Cluster, rng: random.Random) -> dict[str, Any]:
     same write id, and every record must be stored once."""
     wait = rng.uniform(0.0, 2.0)
     time.sleep(wait)
+    workers: list[int] = []
+    deadline = time.monotonic() + 10  # until a write runs (each one starts workers)
+    while not workers and time.monotonic() < deadline:
+        workers = _spark_workers(c)
+        time.sleep(0.1)
     killed = 0
-    for pid in _spark_workers(c):
+    for pid in workers:
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGKILL)
             killed += 1

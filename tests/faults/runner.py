@@ -85,7 +85,8 @@ def tier_of(seed: int) -> str:
 def fsync_of(seed: int) -> str:
     """The disk tier's fsync policy of a seed: every policy in turn over the disk seeds. A
     process kill must lose nothing acknowledged under any of them (the page cache outlives
-    the process); what they differ in, a machine crash, the suite does not inject."""
+    the process); what they differ in, a machine crash, the suite injects where it is
+    promised to lose nothing: ``power_cut`` on ``batch`` seeds."""
     return ("batch", "interval", "never")[(seed // 2 - 1) % 3]
 
 

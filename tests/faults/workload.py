@@ -64,6 +64,30 @@ class Context:
         return f"{who}-{next(self.ids)}"
 
 
+class Backlog:
+    """A producer's sends not yet answered, bounded as an application bounds its buffer:
+    on a loaded machine the gateways acknowledge slower than the workload sends, and an
+    unbounded backlog would take minutes to drain at the end."""
+
+    LIMIT = 200
+
+    def __init__(self) -> None:
+        self._pending = 0
+        self._lock = threading.Lock()
+
+    def add(self, fut: Any) -> None:
+        with self._lock:
+            self._pending += 1
+        fut.add_done_callback(self._done)
+
+    def _done(self, _: Any) -> None:
+        with self._lock:
+            self._pending -= 1
+
+    def full(self) -> bool:
+        return self._pending >= self.LIMIT
+
+
 class Operation:
     """One client of the workload, run on its own thread until the context stops."""
 
@@ -79,6 +103,7 @@ class Operation:
         self.api_key = ctx.cluster.tenants[self.tenant_index][1]
         self.front = ctx.cluster.fronts[index % len(ctx.cluster.fronts)]
         self.thread = threading.Thread(target=self._main, name=self.name, daemon=True)
+        self.backlog = Backlog()
 
     def client(self, timeout: float = 5) -> Client:
         """A gRPC client through this operation's proxies. Every other operation scans and
@@ -271,6 +296,9 @@ class SdkProducer(Operation):
             c.producer(self.table, **_producer_config()) as p,
         ):
             while not self.ctx.stop.is_set():
+                if self.backlog.full():
+                    time.sleep(0.02)
+                    continue
                 rows = [
                     {"rid": self.ctx.rid(self.name), "n": i} for i in range(self.rng.randint(1, 4))
                 ]
@@ -286,6 +314,7 @@ class SdkProducer(Operation):
                         error=repr(err)[:200],
                     )
                     continue
+                self.backlog.add(fut)
                 fut.add_done_callback(
                     lambda f, r=rids, pid=p.producer_id: _record_delivery(self, pid, r, f)
                 )
@@ -310,12 +339,16 @@ class AsyncProducer(Operation):
             p = c.producer(self.table, **_producer_config())
             async with p:
                 while not self.ctx.stop.is_set():
+                    if self.backlog.full():
+                        await asyncio.sleep(0.02)
+                        continue
                     rows = [
                         {"rid": self.ctx.rid(self.name), "n": i}
                         for i in range(self.rng.randint(1, 4))
                     ]
                     rids = [r["rid"] for r in rows]
                     fut = await p.send(rows)
+                    self.backlog.add(fut)
                     fut.add_done_callback(
                         lambda f, r=rids, pid=p.producer_id: _record_delivery(self, pid, r, f)
                     )
