@@ -265,8 +265,12 @@ class TableOps(CoreBase):
     async def list_tables(self, tenant: str, namespace: str | None = None) -> list[TableView]:
         if namespace:
             check_ident("namespace", namespace)
-        defs = await self._run(self.meta.list_tables, tenant, namespace or None)
-        return [TableView(d, parse_fields(d.fields, stored=True)) for d in defs]
+
+        def views() -> list[TableView]:  # parsing every schema: off the event loop too
+            defs = self.meta.list_tables(tenant, namespace or None)
+            return [TableView(d, parse_fields(d.fields, stored=True)) for d in defs]
+
+        return await self._run(views)
 
     async def drop_table(self, tenant: str, namespace: str, name: str) -> None:
         """Drop the table and its hot data.
