@@ -22,6 +22,7 @@ import httpx
 
 from gateway.client import Client, ExponentialBackoff, Retry
 from gateway.wire.errors import (
+    InvalidIdempotentAppend,
     InvalidRequest,
     OutOfOrderSequence,
     SchemaMismatch,
@@ -156,7 +157,16 @@ def rows_of(t: Any, *names: str) -> list[list[Any]]:
     return [list(r) for r in zip(*(t.column(n).to_pylist() for n in names), strict=True)]
 
 
+#: What the gateway answers a sequence older than its de-duplication window with: not a
+#: refusal that says nothing was stored (docs/durability.md lists those); an earlier
+#: attempt of the batch may have been stored, e.g. after Redis lost the producer's state
+#: and a later sequence of the producer arrived first.
+MAYBE_STORED = "INVALID_IDEMPOTENT_APPEND"
+
+
 def outcome_of(err: BaseException) -> str:
+    if isinstance(err, InvalidIdempotentAppend) or MAYBE_STORED in str(err):
+        return "unknown"
     return "refused" if isinstance(err, DEFINITE) else "unknown"
 
 
