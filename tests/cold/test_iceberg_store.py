@@ -460,7 +460,7 @@ def _metadata_files(store: IcebergColdStore, table: IcebergColdTable) -> list[st
 
 # One storage: 100 commits, each reading and writing a metadata file of every schema.
 @pytest.mark.slow
-@pytest.mark.timeout(600)
+@pytest.mark.timeout(1200)
 @pytest.mark.parametrize("storage", ["local-sqlite"])
 def test_schema_changes_leave_a_bounded_number_of_metadata_files(
     cold_store: IcebergColdStore,
