@@ -206,7 +206,8 @@ def append(
     with client_for() as c:
         info = c.describe_table(table)
         schema = parse_fields(
-            [{"name": f.name, "type": f.type, "nullable": f.nullable} for f in info.fields]
+            [{"name": f.name, "type": f.type, "nullable": f.nullable} for f in info.fields],
+            bounded=False,
         )
         if fmt == "auto":
             fmt = _sniff_stdin(schema.names)

@@ -218,7 +218,8 @@ class TableInfo:
         return cls(
             ref=TableRef(info.table.namespace, info.table.name),
             schema=parse_fields(
-                [{"name": f.name, "type": f.type, "nullable": f.nullable} for f in fields]
+                [{"name": f.name, "type": f.type, "nullable": f.nullable} for f in fields],
+                bounded=False,  # the server's schema, whatever bounds it was created under
             ),
             partitions=info.partitions,
             key_columns=tuple(info.key_columns),

@@ -202,8 +202,12 @@ class CoreBase:
         hit = self._tables.get(key)
         if not fresh and hit is not None and hit[0] > now:
             return hit[1]
-        definition = await self._run(self.meta.get_table, tenant, namespace, name)
-        view = TableView(definition, parse_fields(definition.fields, stored=True))
+
+        def load() -> TableView:  # the schema is parsed off the event loop as well
+            definition = self.meta.get_table(tenant, namespace, name)
+            return TableView(definition, parse_fields(definition.fields, stored=True))
+
+        view = await self._run(load)
         self._tables[key] = (now + _TABLE_CACHE_TTL_S, view)
         return view
 

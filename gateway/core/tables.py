@@ -7,6 +7,8 @@ import logging
 from collections.abc import Sequence
 from typing import Any
 
+import pyarrow as pa
+
 from gateway.cold.base import SnapshotInfo
 from gateway.core.base import CoreBase
 from gateway.core.names import check_ident, check_retention
@@ -53,24 +55,18 @@ class TableOps(CoreBase):
             raise InvalidRequest(f"partitions must be an integer from 1 to {MAX_PARTITIONS}")
         ms = check_retention("retention_ms", retention_ms) or None
         records = check_retention("retention_records", retention_records) or None
-        schema = parse_fields(fields)
         keys = list(key_columns)
-        for k in keys:
-            if k not in schema.names:
-                raise InvalidSchema(f"key column {k!r} is not a column of the schema")
-        if len(set(keys)) != len(keys):
-            raise InvalidSchema("a key column is named twice")
+        # Parsing and checking a schema costs up to its bounds (MAX_FIELDS fields): on
+        # the I/O pool, so that the event loop serves other tenants meanwhile.
+        schema, stored = await self._run(self._checked_schema, fields, keys)
         cold = self.cold
-        if cold is not None:
-            # Before any metadata is written: an unstorable schema leaves nothing behind.
-            cold.check_schema(schema)
         await self._run(self.meta.ensure_tenant, tenant)
         d = await self._run(
             self.meta.create_table,
             tenant,
             namespace,
             name,
-            fields_to_json(schema, fields if isinstance(fields, list) else ()),
+            stored,
             partitions,
             keys,
             self.hot.shard_names(),
@@ -97,6 +93,38 @@ class TableOps(CoreBase):
                 self._hot_checked.add(part)
         return await self.describe_table(tenant, namespace, name)
 
+    def _checked_schema(
+        self, fields: Any, keys: Sequence[str]
+    ) -> tuple[pa.Schema, list[dict[str, Any]]]:
+        """The schema of a new table from its JSON form, checked (bounds, key columns,
+        storable in the cold tier) before any metadata is written, so that an unstorable
+        schema leaves nothing behind; with the JSON form the metadata store keeps."""
+        schema = parse_fields(fields)
+        for k in keys:
+            if k not in schema.names:
+                raise InvalidSchema(f"key column {k!r} is not a column of the schema")
+        if len(set(keys)) != len(keys):
+            raise InvalidSchema("a key column is named twice")
+        if self.cold is not None:
+            self.cold.check_schema(schema)
+        return schema, fields_to_json(schema, fields if isinstance(fields, list) else ())
+
+    def _evolved_schema(
+        self, fields: list[dict[str, Any]], changes: Any, keys: Sequence[str]
+    ) -> tuple[list[dict[str, Any]], pa.Schema | None]:
+        """The stored fields after ``changes`` and their schema (None when nothing
+        changes), checked against the whole-schema bounds and the cold tier."""
+        changed = apply_changes(fields, changes, keys)
+        if changed == [dict(f) for f in fields]:
+            return changed, None
+        try:
+            schema = parse_fields(changed, stored=True, bounded=True)
+            if self.cold is not None:
+                self.cold.check_schema(schema)
+        except InvalidSchema as exc:
+            raise SchemaChangeRefused(f"{exc.message}; {ACCEPTED}") from None
+        return changed, schema
+
     async def alter_schema(self, tenant: str, namespace: str, name: str, changes: Any) -> TableView:
         """Evolve the table's schema by ``changes`` (:mod:`gateway.wire.evolution`):
         the Iceberg schema first, then the metadata store, whose schema version the
@@ -113,18 +141,15 @@ class TableOps(CoreBase):
         """
         table = await self.table(tenant, namespace, name, fresh=True)
         d = table.definition
-        fields = apply_changes(d.fields, changes, d.key_columns)
-        if fields == [dict(f) for f in d.fields]:
+        fields, schema = await self._run(
+            self._evolved_schema, [dict(f) for f in d.fields], changes, d.key_columns
+        )
+        if schema is None:
             # Every change asked for is already so (a type it has, an optional column
             # made optional): nothing to commit, and the schema version stays.
             return await self.describe_table(tenant, namespace, name)
-        schema = parse_fields(fields, stored=True)
         cold = self.cold
         if cold is not None:
-            try:
-                cold.check_schema(schema)
-            except InvalidSchema as exc:
-                raise SchemaChangeRefused(f"{exc.message}; {ACCEPTED}") from None
             docs = {f["name"]: f["doc"] for f in fields if f.get("doc")}
             await self._run(self._cold_table(table).evolve_schema, schema, docs)
         await self._run(self.meta.set_fields, d.table_id, d.schema_version, fields)
@@ -240,8 +265,12 @@ class TableOps(CoreBase):
     async def list_tables(self, tenant: str, namespace: str | None = None) -> list[TableView]:
         if namespace:
             check_ident("namespace", namespace)
-        defs = await self._run(self.meta.list_tables, tenant, namespace or None)
-        return [TableView(d, parse_fields(d.fields, stored=True)) for d in defs]
+
+        def views() -> list[TableView]:  # parsing every schema: off the event loop too
+            defs = self.meta.list_tables(tenant, namespace or None)
+            return [TableView(d, parse_fields(d.fields, stored=True)) for d in defs]
+
+        return await self._run(views)
 
     async def drop_table(self, tenant: str, namespace: str, name: str) -> None:
         """Drop the table and its hot data.

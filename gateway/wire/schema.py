@@ -20,7 +20,10 @@ import pyarrow.compute as pc
 from gateway.wire.errors import InvalidSchema, SchemaMismatch
 
 __all__ = [
+    "MAX_DOCS_CHARS",
     "MAX_DOC_CHARS",
+    "MAX_FIELDS",
+    "MAX_SCHEMA_CHARS",
     "OFFSET_COLUMN",
     "PARTITION_COLUMN",
     "SYSTEM_COLUMNS",
@@ -29,6 +32,7 @@ __all__ = [
     "added_columns",
     "check_column_name",
     "check_doc",
+    "check_schema_size",
     "check_unambiguous",
     "check_values",
     "columns_mismatch",
@@ -54,6 +58,13 @@ MAX_TYPE_CHARS = 16 * 1024
 MAX_COLUMNS = 1000
 #: Length of a column's doc.
 MAX_DOC_CHARS = 1024
+#: Bounds of a whole schema (each schema version is kept in every Iceberg metadata file,
+#: and every listing, describe and lake pass reads it): fields at every depth (columns,
+#: struct fields, list items: what Iceberg gives a field id), characters of the type
+#: names, names and docs together, and of the docs alone.
+MAX_FIELDS = 4096
+MAX_SCHEMA_CHARS = 256 * 1024
+MAX_DOCS_CHARS = 64 * 1024
 _FIELD_KEYS = frozenset({"name", "type", "nullable", "doc"})
 
 _PRIMITIVES: dict[str, pa.DataType] = {
@@ -79,13 +90,32 @@ _PRIMITIVES: dict[str, pa.DataType] = {
 # --------------------------------------------------------------------------------------
 # Type names
 # --------------------------------------------------------------------------------------
+class _FieldBudget:
+    """The fields a schema may still have, counted while its types are parsed, so that
+    an oversized schema is refused after at most ``MAX_FIELDS`` of them are built."""
+
+    def __init__(self) -> None:
+        self.used = 0
+        self.column = ""
+
+    def take(self) -> None:
+        self.used += 1
+        if self.used > MAX_FIELDS:
+            raise InvalidSchema(
+                f"the schema has more than {MAX_FIELDS} fields (columns, struct fields and "
+                f"list items at every depth; column {self.column!r:.80} reaches field "
+                f"{self.used}); at most {MAX_FIELDS} are accepted"
+            )
+
+
 class _TypeParser:
     """Recursive-descent parser for the Arrow type names we admit."""
 
-    def __init__(self, text: str) -> None:
+    def __init__(self, text: str, budget: _FieldBudget | None = None) -> None:
         self.text = text
         self.pos = 0
         self.depth = 0
+        self.budget = budget
 
     def fail(self, what: str) -> InvalidSchema:
         return InvalidSchema(f"cannot parse type {self.text!r}: {what} at position {self.pos}")
@@ -135,6 +165,8 @@ class _TypeParser:
                 f"type {self.text[:60]!r}... nests more than {MAX_TYPE_DEPTH} levels of "
                 "list<> and struct<>"
             )
+        if self.budget is not None:
+            self.budget.take()
         try:
             return self._type()
         finally:
@@ -234,8 +266,8 @@ class _TypeParser:
         return False
 
 
-def parse_type(text: str) -> pa.DataType:
-    """An admitted Arrow type from its name.
+def parse_type(text: str, budget: _FieldBudget | None = None) -> pa.DataType:
+    """An admitted Arrow type from its name (counting its fields against ``budget``).
 
     Raises:
         InvalidSchema: unknown, malformed or not losslessly storable in Iceberg.
@@ -244,7 +276,7 @@ def parse_type(text: str) -> pa.DataType:
         raise InvalidSchema(f"a type must be a non-empty string, got {text!r:.80}")
     if len(text) > MAX_TYPE_CHARS:
         raise InvalidSchema(f"a type name has at most {MAX_TYPE_CHARS} characters")
-    return _TypeParser(text.strip()).parse()
+    return _TypeParser(text.strip(), budget).parse()
 
 
 def format_type(t: pa.DataType) -> str:
@@ -252,17 +284,23 @@ def format_type(t: pa.DataType) -> str:
     return str(t)
 
 
-def parse_fields(spec: Any, *, stored: bool = False) -> pa.Schema:
+def parse_fields(spec: Any, *, stored: bool = False, bounded: bool | None = None) -> pa.Schema:
     """The user schema from its JSON form.
 
     Accepts ``[{"name": ..., "type": ..., "nullable": true, "doc": ...}, ...]`` or the
     shorthand ``{"name": "type", ...}``. ``stored``: the form the metadata store keeps,
     which may also mark columns ``"added": true`` (added by a schema change).
+    ``bounded`` (default: not ``stored``, so that tables created before a bound keep
+    reading): refuse a schema over the whole-schema bounds (:func:`check_schema_size`).
 
     Raises:
         InvalidSchema: a malformed spec, a bad or duplicate name, a reserved system column,
-            an unsupported type, a doc that is not a short string.
+            an unsupported type, a doc that is not a short string, a schema too large.
     """
+    bounded = not stored if bounded is None else bounded
+    if bounded:
+        check_schema_size(spec)
+    budget = _FieldBudget() if bounded else None
     allowed = _FIELD_KEYS | {"added"} if stored else _FIELD_KEYS
     items: list[tuple[str, Any, bool]] = []
     if isinstance(spec, Mapping):
@@ -292,10 +330,47 @@ def parse_fields(spec: Any, *, stored: bool = False) -> pa.Schema:
         if name in seen:
             raise InvalidSchema(f"column {name!r} appears twice")
         seen.add(name)
-        fields.append(pa.field(name, parse_type(type_name), nullable=nullable))
+        if budget is not None:
+            budget.column = name
+        fields.append(pa.field(name, parse_type(type_name, budget), nullable=nullable))
     if not stored:  # tables created before the rule keep reading
         check_unambiguous(fields)
     return pa.schema(fields)
+
+
+def check_schema_size(spec: Any) -> None:
+    """Refuse a schema (JSON form, as :func:`parse_fields` takes it) whose names, type
+    names and docs together hold more than ``MAX_SCHEMA_CHARS`` characters, or whose docs
+    more than ``MAX_DOCS_CHARS``: counted before any type is parsed, so an oversized body
+    costs one pass over its strings. (Fields at every depth are counted while parsing.)
+
+    Raises:
+        InvalidSchema: naming the bound and the schema's figure.
+    """
+    if isinstance(spec, Mapping):
+        items: list[Any] = [{"name": k, "type": v} for k, v in spec.items()]
+    elif isinstance(spec, Sequence) and not isinstance(spec, str | bytes):
+        items = [f for f in spec if isinstance(f, Mapping)]
+    else:
+        return
+    total = docs = 0
+    for f in items:
+        for key in ("name", "type", "doc"):
+            value = f.get(key)
+            if isinstance(value, str):
+                total += len(value)
+                if key == "doc":
+                    docs += len(value)
+    if docs > MAX_DOCS_CHARS:
+        raise InvalidSchema(
+            f"the schema's docs hold {docs} characters in total; at most {MAX_DOCS_CHARS} "
+            "are accepted"
+        )
+    if total > MAX_SCHEMA_CHARS:
+        raise InvalidSchema(
+            f"the schema's names, types and docs hold {total} characters in total; at "
+            f"most {MAX_SCHEMA_CHARS} are accepted"
+        )
 
 
 def check_unambiguous(fields: Sequence[pa.Field], within: str = "") -> None:

@@ -447,3 +447,61 @@ def test_data_files_stream_whole_row_groups_and_skip_useless_dictionaries(
     assert rows.column("n").to_pylist() == list(range(total))
     assert meta.num_rows == f.record_count
     assert f.file_size_bytes == filesystem.get_file_info(fs_path(f.path)).size
+
+
+def _metadata_files(store: IcebergColdStore, table: IcebergColdTable) -> list[str]:
+    from pyarrow.fs import FileSelector
+
+    filesystem, _ = store.storage_options().filesystem()
+    where = fs_path(f"{table._load().location()}/metadata")
+    found = filesystem.get_file_info(FileSelector(where, recursive=False))
+    return [f.path for f in found if f.path.endswith(".metadata.json")]
+
+
+# One storage: 100 commits, each reading and writing a metadata file of every schema.
+@pytest.mark.slow
+@pytest.mark.timeout(1200)
+@pytest.mark.parametrize("storage", ["local-sqlite"])
+def test_schema_changes_leave_a_bounded_number_of_metadata_files(
+    cold_store: IcebergColdStore,
+) -> None:
+    """Issue 33.7: every commit writes a metadata file holding every schema version; the
+    superseded ones are deleted at each commit, keeping the last
+    ``write.metadata.previous-versions-max``."""
+    from gateway.cold.iceberg.table import METADATA_PROPERTIES
+
+    keep = int(METADATA_PROPERTIES["write.metadata.previous-versions-max"])
+    user = pa.schema([pa.field("a", pa.int64())])
+    table = cold_store.create_table(table_def(user), user)
+    assert table._load().properties["write.metadata.delete-after-commit.enabled"] == "true"
+    for i in range(100):
+        user = user.append(pa.field(f"c{i}", pa.string()))
+        table.evolve_schema(user, {f"c{i}": "d" * 100})
+    files = _metadata_files(cold_store, table)
+    assert len(files) <= keep + 1, len(files)
+    ice = table._load()
+    assert len(ice.schema().fields) == 104  # a, c0..c99 and the three system columns
+    assert str(ice.metadata_location).rsplit("/", 1)[1] in {f.rsplit("/", 1)[1] for f in files}
+
+
+def test_a_table_created_before_the_rule_gets_it_at_its_next_commit(
+    cold_store: IcebergColdStore,
+) -> None:
+    from gateway.cold.iceberg.table import METADATA_PROPERTIES
+
+    keep = int(METADATA_PROPERTIES["write.metadata.previous-versions-max"])
+    table = cold_store.create_table(table_def(ALL_TYPES), ALL_TYPES)
+    ice = table._load()
+    with ice.transaction() as tx:  # as a table created before the properties was
+        tx.remove_properties(*METADATA_PROPERTIES)
+    for i in range(keep + 5):  # commits that keep every metadata file (pyiceberg's default)
+        with ice.transaction() as tx:
+            tx.set_properties({"test.commit": str(i)})
+    assert len(_metadata_files(cold_store, table)) > keep + 5
+    _, f = write(cold_store, table, 0, 0, 10)
+    table.commit_tiered([f], {0: 10}, table.snapshot())  # the next tiering commit
+    ice = table._load()
+    assert {k: ice.properties.get(k) for k in METADATA_PROPERTIES} == METADATA_PROPERTIES
+    assert len(_metadata_files(cold_store, table)) <= keep + 1
+    assert table.snapshot().watermark(0) == 10  # and it reads on
+    assert len(pyiceberg_rows(cold_store, table)) == 10

@@ -36,6 +36,8 @@ TOTALS = (
     "lost",
     "duplicated",
     "violations",
+    "lost_recorded",
+    "lost_offsets",
 )
 
 
@@ -47,12 +49,27 @@ def summarise(per_seed: list[dict[str, Any]], failed: list[int], wall_s: float) 
     for s in per_seed:
         faults.update(s["faults"])
         log_errors.update(s.get("log_errors", {}))
-        totals.update({k: s[k] for k in TOTALS})
+        totals.update({k: s.get(k, 0) for k in TOTALS})
         totals["seeds_redis" if s["tier"] == "redis" else f"seeds_disk_{s['fsync']}"] += 1
+    per_kind: dict[str, Counter[str]] = {}
+    for s in per_seed:
+        for kind, n in s["faults"].items():
+            row = per_kind.setdefault(kind, Counter())
+            row.update(
+                injected=n,
+                seeds=1,
+                acknowledged=s["acknowledged"],
+                lost=s["lost"],
+                duplicated=s["duplicated"],
+                lost_recorded=s.get("lost_recorded", 0),
+            )
     return {
         "seeds": len(per_seed),
         "failed_seeds": failed,
         "faults": dict(faults),
+        # Per fault kind: how often it was injected, in how many seeds, and the figures of
+        # those seeds (a seed injects several kinds: its records count under each).
+        "per_fault_kind": {k: dict(v) for k, v in sorted(per_kind.items())},
         "faults_injected": sum(faults.values()),
         "gateway_log_errors": dict(log_errors),
         **totals,
@@ -74,7 +91,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=Path("faults-results"))
     parser.add_argument("--keep", action="store_true", help="keep every seed's folder")
     parser.add_argument(
-        "--spark", action="store_true", help="read back through the Spark connector too"
+        "--spark",
+        action="store_true",
+        help="read back through the Spark connector too, and run Spark writers under the faults",
+    )
+    parser.add_argument(
+        "--kinds", default=None, help="only these fault kinds (comma-separated; default all)"
     )
     args = parser.parse_args(argv)
     spark = None
@@ -93,7 +115,8 @@ def main(argv: list[str] | None = None) -> int:
     for seed in seeds:
         root = Path(tempfile.mkdtemp(prefix=f"tidegate-faults-{seed}-"))
         try:
-            result = run_seed(seed, root, duration=args.duration, spark=spark)
+            kinds = args.kinds.split(",") if args.kinds else None
+            result = run_seed(seed, root, duration=args.duration, spark=spark, kinds=kinds)
         except Exception:  # the cluster did not come up: a failed seed, not a failed run
             failed.append(seed)
             print(f"seed {seed:4d} could not run:\n{traceback.format_exc()}", flush=True)

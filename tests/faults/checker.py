@@ -14,7 +14,14 @@ It verifies, per table:
 - **stable reads**: every record a read or scan returned during the run is still there,
   at the same offset, at the end (``vanished`` / ``moved``), and a read's records are
   consecutive from where it started, a scan's a dense prefix of each partition;
-- **group offsets** never go backwards.
+- **group offsets** never go backwards;
+- **recorded losses only**: offsets the gateway recorded as lost (the Iceberg snapshot
+  property ``tidegate.lost``: a hot tier that lost its state, an emptied Redis, before
+  tiering moved them) are passed over by every path; an acknowledged record at such an
+  offset is counted as lost by design (``lost_recorded``), not as lost, and so is a
+  record a read returned there before the loss. Nothing else may be missing, and a run
+  that injected no fault losing data (``allow_lost``) must have no lost range at all
+  (``unexpected_lost_range``).
 
 A failure names the seed and shows the smallest excerpt of the history that involves it:
 the operations that mention its records or offsets and the faults around them.
@@ -41,6 +48,11 @@ class TableState:
     partitions: int
     paths: dict[str, list[Record]] = field(default_factory=dict)
     prefix: dict[str, dict[int, int]] = field(default_factory=dict)
+    #: The lost ranges ``[start, end)`` per partition the table's snapshot records.
+    lost: dict[int, list[tuple[int, int]]] = field(default_factory=dict)
+
+    def is_lost(self, partition: int, offset: int) -> bool:
+        return any(lo <= offset < hi for lo, hi in self.lost.get(partition, ()))
 
 
 @dataclass
@@ -62,6 +74,10 @@ class Verdict:
     reads_checked: int
     #: Records read back at the end per path (stream, scan, duckdb, pyiceberg...).
     per_path: dict[str, int] = field(default_factory=dict)
+    #: Acknowledged records at offsets the gateway recorded as lost (by design: a hot
+    #: tier that lost its state before tiering), and offsets so recorded.
+    lost_recorded: int = 0
+    lost_offsets: int = 0
 
     @property
     def lost(self) -> int:
@@ -72,8 +88,13 @@ class Verdict:
         return sum(1 for v in self.violations if v.kind == "duplicated")
 
 
-def check(history: History, final: Mapping[str, TableState]) -> Verdict:
+def check(
+    history: History, final: Mapping[str, TableState], *, allow_lost: bool = False
+) -> Verdict:
+    """The verdict on ``history`` and the tables read back; ``allow_lost``: the run
+    injected a fault after which lost ranges are expected (an emptied Redis)."""
     out: list[Violation] = []
+    lost_recorded = lost_offsets = 0
     appends = history.of("append")
     sent: dict[str, list[Event]] = defaultdict(list)
     for e in appends:
@@ -84,9 +105,24 @@ def check(history: History, final: Mapping[str, TableState]) -> Verdict:
     for table, state in final.items():
         for name, recs in state.paths.items():
             per_path[name] += len(recs)
+        for p, ranges in state.lost.items():
+            size = sum(hi - lo for lo, hi in ranges)
+            lost_offsets += size
+            if size and not allow_lost:
+                out.append(
+                    Violation(
+                        "unexpected_lost_range",
+                        table,
+                        f"partition {p} records lost offsets {ranges} in a run that injected "
+                        "no fault losing the hot tier's data",
+                        where={(p, lo) for lo, _ in ranges},
+                    )
+                )
         truth = _truth(table, state, out)
         records += len(truth)
-        _check_appends(table, truth, [e for e in appends if e["table"] == table], out)
+        lost_recorded += _check_appends(
+            table, truth, [e for e in appends if e["table"] == table], out, state
+        )
         for rid, n in Counter(truth.values()).items():
             if n > 1:
                 where = {k for k, v in truth.items() if v == rid}
@@ -94,7 +130,7 @@ def check(history: History, final: Mapping[str, TableState]) -> Verdict:
             if rid not in sent:
                 where = {k for k, v in truth.items() if v == rid}
                 out.append(Violation("phantom", table, f"{rid} was never sent", {rid}, where))
-        _check_reads(table, truth, history, out)
+        _check_reads(table, truth, history, out, state)
     _check_groups(history, out)
     outcomes = Counter(e["outcome"] for e in appends)
     return Verdict(
@@ -105,6 +141,8 @@ def check(history: History, final: Mapping[str, TableState]) -> Verdict:
         outcomes["refused"],
         len(history.of("read", "scan")),
         dict(per_path),
+        lost_recorded,
+        lost_offsets,
     )
 
 
@@ -141,9 +179,10 @@ def _truth(table: str, state: TableState, out: list[Violation]) -> dict[tuple[in
         for p in range(state.partitions):
             got = sorted(per.get(p, []))
             if name in state.prefix:
-                want = list(range(state.prefix[name].get(p, 0)))
+                top = state.prefix[name].get(p, 0)
             else:
-                want = list(range(len(got)))
+                top = got[-1] + 1 if got else 0
+            want = [o for o in range(top) if not state.is_lost(p, o)]
             if got != want:
                 gap = sorted(set(want) ^ set(got))[:5] or got[:5]
                 out.append(
@@ -159,13 +198,31 @@ def _truth(table: str, state: TableState, out: list[Violation]) -> dict[tuple[in
 
 
 def _check_appends(
-    table: str, truth: Mapping[tuple[int, int], str], appends: Sequence[Event], out: list[Violation]
-) -> None:
+    table: str,
+    truth: Mapping[tuple[int, int], str],
+    appends: Sequence[Event],
+    out: list[Violation],
+    state: TableState | None = None,
+) -> int:
+    """Check the appends to ``table``; the acknowledged records lost by design (at an
+    offset ``state`` records as lost) are counted, not reported."""
     where_is: dict[str, tuple[int, int]] = {rid: k for k, rid in truth.items()}
+    lost_by_design = 0
     for e in appends:
-        if e["outcome"] == "ok":
+        if e["outcome"] == "ok" and e.get("at") is None:
+            # A writer that acknowledges rows without their offsets (the Spark writer):
+            # each must be there; where, the stream decides.
+            for rid in e["rids"]:
+                if rid not in where_is:
+                    out.append(Violation("lost", table, f"acknowledged {rid} is gone", {rid}))
+        elif e["outcome"] == "ok":
             for rid, at in zip(e["rids"], e["at"], strict=True):
                 found = where_is.get(rid)
+                if state is not None and state.is_lost(at[0], at[1]):
+                    # Acknowledged, then lost with the hot tier's state before tiering:
+                    # recorded by the gateway (at most re-sent and stored elsewhere once).
+                    lost_by_design += found is None
+                    continue
                 if found is None:
                     out.append(
                         Violation(
@@ -213,18 +270,32 @@ def _check_appends(
                             {where_is[rid]},
                         )
                     )
+    return lost_by_design
 
 
 def _check_reads(
-    table: str, truth: Mapping[tuple[int, int], str], history: History, out: list[Violation]
+    table: str,
+    truth: Mapping[tuple[int, int], str],
+    history: History,
+    out: list[Violation],
+    state: TableState | None = None,
 ) -> None:
+    lost = state.is_lost if state is not None else (lambda p, o: False)
     for e in history.of("read", "scan"):
         if e["table"] != table:
             continue
         if e["type"] == "read":
             recs = [(e["partition"], o, rid) for o, rid in e["records"]]
-            offsets = [o for _, o, _ in recs]
-            if offsets and offsets != list(range(e["from"], e["from"] + len(offsets))):
+            # Offsets recorded lost since may or may not be in it (read before the loss
+            # or after): the rest must be consecutive, passing over them.
+            offsets = [o for _, o, _ in recs if not lost(e["partition"], o)]
+            want: list[int] = []
+            o = e["from"]
+            while offsets and len(want) < len(offsets):
+                if not lost(e["partition"], o):
+                    want.append(o)
+                o += 1
+            if offsets and offsets != want:
                 out.append(
                     Violation(
                         "read_gap",
@@ -237,9 +308,11 @@ def _check_reads(
             recs = [tuple(r) for r in e["records"]]  # type: ignore[misc]
             per: dict[int, list[int]] = defaultdict(list)
             for p, o, _ in recs:
-                per[p].append(o)
+                if not lost(p, o):
+                    per[p].append(o)
             for p, offs in per.items():
-                if sorted(offs) != list(range(len(offs))):
+                top = max(offs) + 1
+                if sorted(offs) != [o for o in range(top) if not lost(p, o)]:
                     out.append(
                         Violation(
                             "scan_gap",
@@ -250,6 +323,8 @@ def _check_reads(
                     )
         for p, o, rid in recs:
             now = truth.get((p, o))
+            if now is None and lost(p, o):
+                continue  # read before the hot tier lost it, recorded lost since
             if now != rid:
                 out.append(
                     Violation(

@@ -3,8 +3,9 @@
 - ``redis``: two redis-servers (``appendfsync always``), the hot tier's shards ``default``
   and ``s1``, each behind a :class:`ChaosProxy`, two gateways sharing them, one metadata
   store, one Iceberg catalog and warehouse;
-- ``disk``: one gateway (the disk tier is single node) whose hot folder is a small tmpfs
-  of its own, so the disk can fill up, with the seed's fsync policy.
+- ``disk``: one gateway (the disk tier is single node) whose hot folder is a small ext4
+  filesystem of its own on a loop device, so that the disk can fill up and lose power
+  (:meth:`Cluster.power_cut`), with the seed's fsync policy.
 
 Every gateway's gRPC, HTTP and Arrow Flight ports sit behind a proxy too: clients reach the
 gateways only through them. The gateways run the embedded tiering schedule every second and load the
@@ -14,11 +15,13 @@ clock shim (``clockshim/sitecustomize.py``) so the suite can jump their wall clo
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import json
 import os
 import secrets
 import shutil
 import signal
+import struct
 import subprocess
 import sys
 import time
@@ -82,6 +85,8 @@ class Cluster:
     jobs: list[subprocess.Popen[bytes]] = field(default_factory=list)
     #: More settings of every process (the soak runs the lake maintenance jobs so).
     extra_env: dict[str, str] = field(default_factory=dict)
+    #: The run's SparkSession when it has one: the Spark writer appends through it.
+    spark: Any = None
 
     @property
     def proxies(self) -> list[ChaosProxy]:
@@ -150,7 +155,7 @@ class Cluster:
                 self.shards[name] = (server, ChaosProxy(server.port).start())
             self.redis, self.redis_proxy = self.shards[SHARDS[0]]
         else:
-            self.hot_mount = mount_small_disk(self.root / "hotdisk", HOT_DISK_BYTES)
+            self.hot_mount = mount_loop_disk(self.root / "hotdisk", HOT_DISK_BYTES)
         env = self.gateway_env()
         if hot_env:
             env = {k: v for k, v in env.items() if not k.startswith("TIDEGATE_HOT__")}
@@ -216,6 +221,24 @@ class Cluster:
             # A shard mover killed before its seal leaves its intent: the operator's
             # recovery (what every drain runs first) finishes it.
             self.job("shard", "recover").wait(120)
+
+    def power_cut(self, down_s: float) -> None:
+        """The disk tier's machine loses power: its filesystem stops at once, keeping
+        only what had reached the device (ext4's shutdown without flushing its journal,
+        as xfstests' ``godown`` does: unsynced writes are dropped), and the gateway dies
+        with it. ``down_s`` later the disk is mounted again (the journal replays) and the
+        gateway starts on what it finds."""
+        assert self.hot_mount is not None
+        shutdown_filesystem(self.hot_mount)
+        for gw in self.gateways:
+            if gw.proc is not None and gw.proc.poll() is None:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(gw.proc.pid, signal.SIGCONT)
+                gw.kill()
+        time.sleep(down_s)
+        remount_loop_disk(self.hot_mount)
+        for gw in self.gateways:
+            gw.start()
 
     def job_clock(self, ahead_s: float) -> dict[str, str]:
         """The settings of a job whose host's wall clock runs ``ahead_s`` seconds ahead of
@@ -303,24 +326,63 @@ def settle(call: Callable[[], T], attempts: int = 10) -> T | None:
     return None
 
 
-def mount_small_disk(path: Path, size: int) -> Path:
-    """A tmpfs of ``size`` bytes at ``path`` (the machine must let us mount: root, or a
-    container with CAP_SYS_ADMIN). The fault suite fills it to run the disk out of space."""
+#: ext4's ``EXT4_IOC_SHUTDOWN`` (``_IOR('X', 125, __u32)``) and its flag that drops what
+#: the journal has not committed (``EXT4_GOING_FLAGS_NOLOGFLUSH``).
+EXT4_IOC_SHUTDOWN = (2 << 30) | (4 << 16) | (ord("X") << 8) | 125
+EXT4_GOING_FLAGS_NOLOGFLUSH = 2
+
+
+def _image_of(path: Path) -> Path:
+    return path.with_name(path.name + ".img")
+
+
+def mount_loop_disk(path: Path, size: int) -> Path:
+    """A fresh ext4 filesystem of ``size`` bytes on a loop device at ``path`` (the machine
+    must let us mount: root, or a container with CAP_SYS_ADMIN). The fault suite fills it
+    to run the disk out of space and shuts it down to cut its power."""
     path.mkdir(parents=True, exist_ok=True)
-    done = subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(path)],
-        capture_output=True,
-        text=True,
-    )
-    if done.returncode != 0:
-        raise RuntimeError(
-            f"the fault suite needs a small filesystem of its own for the disk hot tier and "
-            f"could not mount a tmpfs at {path} (run as root or with CAP_SYS_ADMIN): "
-            f"{done.stderr.strip()}"
-        )
+    image = _image_of(path)
+    with image.open("wb") as f:
+        f.truncate(size)
+    steps = [
+        ["mkfs.ext4", "-q", "-F", "-m", "0", str(image)],
+        ["mount", "-o", "loop", str(image), str(path)],
+    ]
+    for step in steps:
+        done = subprocess.run(step, capture_output=True, text=True)
+        if done.returncode != 0:
+            raise RuntimeError(
+                f"the fault suite needs a small filesystem of its own for the disk hot tier "
+                f"and could not make an ext4 one on a loop device at {path} (`{' '.join(step)}`"
+                f" failed; run as root or with CAP_SYS_ADMIN): {done.stderr.strip()}"
+            )
     return path
+
+
+def shutdown_filesystem(path: Path) -> None:
+    """Stop the filesystem mounted at ``path`` as a power cut would: every later I/O on it
+    fails, and what was not on the device yet is gone."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        fcntl.ioctl(fd, EXT4_IOC_SHUTDOWN, struct.pack("I", EXT4_GOING_FLAGS_NOLOGFLUSH))
+    finally:
+        os.close(fd)
+
+
+def remount_loop_disk(path: Path) -> None:
+    """Unmount the (shut down) filesystem at ``path`` and mount its image again."""
+    deadline = time.monotonic() + 30
+    while True:
+        done = subprocess.run(["umount", str(path)], capture_output=True, text=True)
+        if done.returncode == 0:
+            break
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"cannot unmount {path}: {done.stderr.strip()}")
+        time.sleep(0.2)
+    subprocess.run(["mount", "-o", "loop", str(_image_of(path)), str(path)], check=True)
 
 
 def unmount(path: Path) -> None:
     subprocess.run(["umount", "-l", str(path)], capture_output=True)
     shutil.rmtree(path, ignore_errors=True)
+    _image_of(path).unlink(missing_ok=True)

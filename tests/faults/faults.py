@@ -10,9 +10,13 @@ seal, the Spark writer killed between tasks and commit): one function each, with
 
 from __future__ import annotations
 
+import contextlib
 import os
 import random
+import resource
+import shutil
 import signal
+import socket
 import subprocess
 import threading
 import time
@@ -271,6 +275,182 @@ def disk_full(c: Cluster, rng: random.Random) -> dict[str, Any]:
     finally:
         balloon.unlink()
     return {"target": "hot-disk", "filled_bytes": written, "held_s": round(held, 2)}
+
+
+@fault("power_cut", weight=0.7, applies=lambda c: _disk(c) and c.fsync == "batch")
+def power_cut(c: Cluster, rng: random.Random) -> dict[str, Any]:
+    """The disk tier's machine loses power (:meth:`Cluster.power_cut`): unsynced writes
+    are dropped and the gateway dies. Only where ``fsync=batch`` promises that nothing
+    acknowledged survives a machine failure less (``interval`` and ``never`` promise
+    less: docs/durability.md)."""
+    down = rng.uniform(0.0, 1.0)
+    c.power_cut(down)
+    return {"target": "hot-disk", "down_s": round(down, 2)}
+
+
+def _redis_client(server: Any) -> Any:
+    import redis
+
+    return redis.Redis(port=server.port, socket_timeout=10)
+
+
+@fault("redis_flushall", weight=0.5, applies=_redis)
+def redis_flushall(c: Cluster, rng: random.Random) -> dict[str, Any]:
+    """``FLUSHALL`` on one shard (an operator's mistake, an eviction of everything):
+    every partition on it loses its hot state. What was acknowledged and not yet tiered
+    is lost by design and must show as a recorded lost range (``tidegate.lost``)."""
+    name, server = _shard(c, rng)
+    client = _redis_client(server)
+    try:
+        keys = client.dbsize()
+        client.flushall()
+    finally:
+        client.close()
+    return {"target": name, "keys": keys, "loses_data": True}
+
+
+@fault("redis_restart_empty", weight=0.5, applies=_redis)
+def redis_restart_empty(c: Cluster, rng: random.Random) -> dict[str, Any]:
+    """One shard's redis-server restarted with nothing on disk, as a Redis without
+    persistence comes back after ``shutdown nosave`` or a crash: SIGKILL, its AOF and
+    RDB files removed, started again empty on the same port."""
+    name, server = _shard(c, rng)
+    down = rng.uniform(0.0, 1.0)
+    server.kill()
+    for item in server.workdir.iterdir():
+        if item.name != "redis.log":
+            if item.is_dir():
+                shutil.rmtree(item, ignore_errors=True)
+            else:
+                item.unlink(missing_ok=True)
+    time.sleep(down)
+    server.start()
+    return {"target": name, "down_s": round(down, 2), "loses_data": True}
+
+
+#: Faults whose effect Tidegate records as lost offsets (``tidegate.lost``) by design.
+LOSES_DATA = frozenset({"redis_flushall", "redis_restart_empty"})
+
+
+@fault("fd_exhaustion")
+def fd_exhaustion(c: Cluster, rng: random.Random) -> dict[str, Any]:
+    """Run one gateway out of file descriptors for a while: its soft ``RLIMIT_NOFILE``
+    lowered (``prlimit``) to what it has open plus 0-8, so accepting a connection, opening
+    a segment or a Parquet file fails with EMFILE; then the limit is given back."""
+    i = rng.randrange(len(c.gateways))
+    proc = c.gateways[i].proc
+    assert proc is not None
+    held = rng.uniform(0.5, 3.0)
+    spare = rng.randint(0, 8)
+    try:
+        soft, hard = resource.prlimit(proc.pid, resource.RLIMIT_NOFILE)
+        used = len(os.listdir(f"/proc/{proc.pid}/fd"))
+        resource.prlimit(proc.pid, resource.RLIMIT_NOFILE, (used + spare, hard))
+    except (ProcessLookupError, FileNotFoundError):
+        return {"target": f"gateway{i}", "skipped": "not running"}
+    try:
+        time.sleep(held)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            resource.prlimit(proc.pid, resource.RLIMIT_NOFILE, (soft, hard))
+    return {
+        "target": f"gateway{i}",
+        "open": used,
+        "limit": used + spare,
+        "held_s": round(held, 2),
+        "survived": proc.poll() is None,
+    }
+
+
+@fault("slow_clients")
+def slow_clients(c: Cluster, rng: random.Random) -> dict[str, Any]:
+    """Strangers with no key hold connections to one gateway's edges (HTTP, gRPC, Flight):
+    some idle (connected, nothing sent), some slow (an HTTP request's headers or body, or
+    an HTTP/2 preface, a few bytes a second), for a few seconds, then go away. The
+    gateway must keep serving the workload, and close what it holds too long."""
+    i = rng.randrange(len(c.gateways))
+    gw = c.gateways[i]
+    ports = [gw.http_port, gw.grpc_port] + ([gw.flight_port] if gw.flight_port else [])
+    n = rng.randint(20, 150)
+    held = rng.uniform(1.0, 5.0)
+    payloads = [
+        b"",  # idle
+        b"POST /v1/tables/fa/events/records HTTP/1.1\r\nHost: x\r\nContent-Length: 100000",
+        b'POST /v1/tables HTTP/1.1\r\nHost: x\r\nContent-Length: 9000\r\n\r\n{"rows": [',
+        b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n",
+    ]
+    conns: list[tuple[socket.socket, bytes]] = []
+    for _ in range(n):
+        port = ports[rng.randrange(len(ports))]
+        try:
+            sock = socket.create_connection(("127.0.0.1", port), timeout=2)
+        except OSError:
+            continue
+        sock.setblocking(False)
+        conns.append((sock, payloads[rng.randrange(len(payloads))]))
+    closed = 0
+    deadline = time.monotonic() + held
+    step = 0
+    while time.monotonic() < deadline:
+        for sock, payload in conns:
+            if step < len(payload):
+                with contextlib.suppress(OSError):
+                    sock.send(payload[step : step + 1])
+        step += 1
+        time.sleep(0.2)
+    for sock, _ in conns:
+        try:  # the gateway hung up (EOF or reset) on the ones it would not wait for
+            if sock.recv(1) == b"":
+                closed += 1
+        except BlockingIOError:
+            pass
+        except OSError:
+            closed += 1
+        sock.close()
+    return {
+        "target": f"gateway{i}",
+        "connections": len(conns),
+        "closed_by_gateway": closed,
+        "held_s": round(held, 2),
+    }
+
+
+def _spark_workers(c: Cluster) -> list[int]:
+    """The Python worker processes of the run's SparkSession (what runs the Spark writer's
+    tasks): the children of the ``pyspark.daemon`` its JVM started."""
+    if c.spark is None:
+        return []
+    jvm = c.spark.sparkContext._gateway.proc.pid
+    parents: dict[int, int] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as f:
+                    parents[int(entry)] = int(f.read().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+    daemons = {pid for pid, ppid in parents.items() if ppid == jvm}
+    return [pid for pid, ppid in parents.items() if ppid in daemons]
+
+
+@fault("spark_worker_kill", applies=lambda c: c.spark is not None)
+def spark_worker_kill(c: Cluster, rng: random.Random) -> dict[str, Any]:
+    """SIGKILL the Python workers of the Spark writer's tasks mid-write (an executor
+    lost): the write fails or its tasks are retried; the writer runs it again under the
+    same write id, and every record must be stored once."""
+    wait = rng.uniform(0.0, 2.0)
+    time.sleep(wait)
+    workers: list[int] = []
+    deadline = time.monotonic() + 10  # until a write runs (each one starts workers)
+    while not workers and time.monotonic() < deadline:
+        workers = _spark_workers(c)
+        time.sleep(0.1)
+    killed = 0
+    for pid in workers:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+            killed += 1
+    return {"target": "spark-workers", "killed": killed, "after_s": round(wait, 2)}
 
 
 @fault("clock_jump", weight=0.7)

@@ -124,6 +124,31 @@ def test_each_violation_is_caught(history: History, final: Any, kind: str) -> No
     assert kind in _kinds(history, final)
 
 
+def test_recorded_lost_ranges_account_for_exactly_their_records() -> None:
+    """Issue 33.11: after Redis lost its data, the records acknowledged at offsets the
+    gateway recorded as lost (``tidegate.lost``) are lost by design, and only those."""
+    h = _history(
+        _ack(["a", "b"], [[0, 0], [0, 1]]),
+        _ack(["gone1", "gone2"], [[0, 2], [0, 3]]),
+        {"type": "read", "partition": 0, "from": 1, "records": [[1, "b"], [2, "gone1"]]},
+        {"type": "scan", "records": [[0, 0, "a"], [0, 1, "b"], [0, 2, "gone1"]]},
+        _ack(["d"], [[0, 4]]),
+        {"type": "read", "partition": 0, "from": 1, "records": [[1, "b"], [4, "d"]]},
+    )
+    stream = [(0, 0, "a"), (0, 1, "b"), (0, 4, "d")]
+    final = _state(stream)
+    final[T].lost = {0: [(2, 4)]}
+    verdict = check(h, final, allow_lost=True)
+    assert verdict.violations == []
+    assert (verdict.lost_recorded, verdict.lost_offsets) == (2, 2)
+    # The same ranges in a run that lost no Redis data: a violation.
+    assert "unexpected_lost_range" in {v.kind for v in check(h, final).violations}
+    # A record missing outside the recorded range is lost, whatever the run did.
+    final[T].lost = {0: [(3, 4)]}
+    kinds = {v.kind for v in check(h, final, allow_lost=True).violations}
+    assert "lost" in kinds
+
+
 def test_a_failure_prints_the_seed_and_a_small_excerpt() -> None:
     events = [_ack(["a", "b"], [[0, 0], [0, 1]]), _ack(["c"], [[1, 0]])]
     events += [{"type": "fault", "kind": "gateway_kill", "phase": "start"}]

@@ -20,6 +20,9 @@ from gateway.wire.evolution import apply_changes
 from gateway.wire.jsonrows import batch_to_rows, rows_to_batch
 from gateway.wire.routing import partition_for_key, route_by_key
 from gateway.wire.schema import (
+    MAX_DOCS_CHARS,
+    MAX_FIELDS,
+    MAX_SCHEMA_CHARS,
     conform_batch,
     parse_fields,
     parse_fields_text,
@@ -258,3 +261,56 @@ def test_fields_text_keeps_commas_inside_types() -> None:
 def test_fields_text_names_the_part_that_is_not_name_colon_type() -> None:
     with pytest.raises(InvalidSchema, match=r"expected name:type, got 'price'"):
         parse_fields_text("id:int64,price")
+
+
+def _struct(n: int, prefix: str = "f") -> str:
+    return "struct<" + ", ".join(f"{prefix}{i}: int8" for i in range(n)) + ">"
+
+
+def test_a_schema_is_bounded_in_total_not_only_per_column() -> None:
+    """Issue 33.6: fields at every depth, characters of names, types and docs, and of docs
+    alone are bounded for the whole schema, each refusal naming the bound and the value."""
+    # 150 struct columns of 1,345 fields each (201,750 leaves, 2.4 MB): refused by the
+    # character count before any type is parsed.
+    huge = [{"name": f"c{i}", "type": _struct(1345)} for i in range(150)]
+    with pytest.raises(InvalidSchema) as err:
+        parse_fields(huge)
+    assert f"at most {MAX_SCHEMA_CHARS} are accepted" in err.value.message
+    assert "characters in total" in err.value.message
+    # Under the character bound, over the field bound (20 x 300 struct fields + columns):
+    # refused while parsing, naming the column that crosses it.
+    many = [{"name": f"c{i}", "type": _struct(300)} for i in range(20)]
+    with pytest.raises(InvalidSchema) as err:
+        parse_fields(many)
+    assert f"more than {MAX_FIELDS} fields" in err.value.message
+    assert "column 'c13'" in err.value.message  # c0-c12: 13 x 301 = 3,913 fields
+    # Docs: each at most MAX_DOC_CHARS, all of them at most MAX_DOCS_CHARS.
+    docs = [{"name": f"c{i}", "type": "int64", "doc": "d" * 1000} for i in range(70)]
+    with pytest.raises(InvalidSchema) as err:
+        parse_fields(docs)
+    assert err.value.message == (
+        f"the schema's docs hold 70000 characters in total; at most {MAX_DOCS_CHARS} are accepted"
+    )
+    # Just under every bound: accepted.
+    fine = [{"name": f"c{i}", "type": _struct(200)} for i in range(20)]
+    assert len(parse_fields(fine)) == 20
+    # A schema stored before the bounds keeps reading (the metadata store's own form).
+    assert len(parse_fields(many, stored=True)) == 20
+
+
+def test_schema_changes_are_bounded_in_total_too() -> None:
+    fields = [{"name": "a", "type": "int64"}]
+    for i in range(64):
+        fields = apply_changes(
+            fields, [{"op": "add_column", "column": f"c{i}", "type": "string", "doc": "d" * 1024}]
+        )
+    # apply_changes checks each change; the whole schema's bounds are the core's, on
+    # the result (gateway.core.tables): 64 docs of 1 KiB fill MAX_DOCS_CHARS.
+    with pytest.raises(InvalidSchema, match=f"at most {MAX_DOCS_CHARS} are accepted"):
+        parse_fields(
+            apply_changes(
+                fields, [{"op": "add_column", "column": "c64", "type": "string", "doc": "x"}]
+            ),
+            stored=True,
+            bounded=True,
+        )

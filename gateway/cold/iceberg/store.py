@@ -21,7 +21,7 @@ from gateway.cold.base import (
     fs_path,
 )
 from gateway.cold.iceberg.schema import arrow_to_iceberg
-from gateway.cold.iceberg.table import IcebergColdTable
+from gateway.cold.iceberg.table import METADATA_PROPERTIES, IcebergColdTable
 from gateway.cold.iceberg.vending import StsVendor
 from gateway.wire.errors import PermissionDenied
 from gateway.wire.schema import OFFSET_COLUMN, PARTITION_COLUMN, parse_fields
@@ -51,6 +51,8 @@ TABLE_PROPERTIES = {
     # No silent re-apply of a conflicting commit by pyiceberg: commit_tiered must raise
     # CommitConflict so the tiering job re-plans (else a racing run commits twice).
     "commit.retry.num-retries": "0",
+    # Superseded metadata files are deleted at each commit, keeping the last few.
+    **METADATA_PROPERTIES,
 }
 
 

@@ -37,6 +37,16 @@ from gateway.wire.errors import CommitConflict, SchemaChangeRefused, SnapshotNot
 from gateway.wire.filters import Compare, Expr, columns_of, to_arrow
 from gateway.wire.schema import OFFSET_COLUMN, PARTITION_COLUMN, system_schema
 
+#: Iceberg's own clean-up of superseded metadata files: each commit writes a new
+#: metadata JSON (holding every schema version and the snapshot log), and without these
+#: every one is kept forever. The previous versions kept let a reader that loaded a
+#: metadata location a few commits ago still open it. Set at create
+#: (``TABLE_PROPERTIES``), and on a table created before them at its next commit.
+METADATA_PROPERTIES = {
+    "write.metadata.delete-after-commit.enabled": "true",
+    "write.metadata.previous-versions-max": "20",
+}
+
 if TYPE_CHECKING:
     from pyiceberg.catalog import Catalog
     from pyiceberg.table import Table
@@ -236,6 +246,12 @@ def _lost_props(lost: Mapping[int, Sequence[tuple[int, int]]]) -> dict[str, str]
 def _current_id(table: Any) -> int | None:
     snap = table.current_snapshot()
     return None if snap is None else int(snap.snapshot_id)
+
+
+def _missing_metadata_properties(table: Table) -> dict[str, str]:
+    """The ``METADATA_PROPERTIES`` a table (created before them) lacks."""
+    have = table.properties
+    return {k: v for k, v in METADATA_PROPERTIES.items() if k not in have}
 
 
 def _cold_snapshot(snap: Any) -> ColdSnapshot:
@@ -556,8 +572,11 @@ class IcebergColdTable(ColdTable):
 
         # The transaction starts from this metadata: no need for its (deep-copied) view.
         new_files = _iceberg_data_files(table.io, table.metadata, added)
+        missing = _missing_metadata_properties(table)
         try:
             with table.transaction() as tx:
+                if missing:
+                    tx.set_properties(missing)
                 update = tx.update_snapshot(snapshot_properties=props)
                 with update.overwrite() if deleted else update.merge_append() as producer:
                     for old in deleted:
@@ -601,18 +620,22 @@ class IcebergColdTable(ColdTable):
                 steps.append((f.name, "doc", doc or ""))
         if steps:
             try:
-                with table.update_schema() as update:
-                    for name, kind, arg in steps:
-                        if kind == "add":
-                            update.add_column(name, arg[0], doc=arg[1], required=False)
-                            # User columns stay ahead of the system columns, as at create.
-                            update.move_before(name, PARTITION_COLUMN)
-                        elif kind == "type":
-                            update.update_column(name, field_type=arg)
-                        elif kind == "optional":
-                            update.make_column_optional(name)
-                        else:
-                            update.update_column(name, doc=arg)
+                with table.transaction() as tx:
+                    missing = _missing_metadata_properties(table)
+                    if missing:
+                        tx.set_properties(missing)
+                    with tx.update_schema() as update:
+                        for name, kind, arg in steps:
+                            if kind == "add":
+                                update.add_column(name, arg[0], doc=arg[1], required=False)
+                                # User columns stay ahead of the system columns, as at create.
+                                update.move_before(name, PARTITION_COLUMN)
+                            elif kind == "type":
+                                update.update_column(name, field_type=arg)
+                            elif kind == "optional":
+                                update.make_column_optional(name)
+                            else:
+                                update.update_column(name, doc=arg)
             except CommitFailedException as exc:
                 raise CommitConflict(
                     f"a concurrent change of the Iceberg table won: {exc}"
