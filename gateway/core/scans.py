@@ -11,7 +11,7 @@ import pyarrow as pa
 
 from gateway.core.base import CoreBase
 from gateway.core.names import INT64_MAX, parse_as_of
-from gateway.core.views import HotRange, ReadPlan, ScanResult, TableView
+from gateway.core.views import HotRange, ReadPlan, ScanPart, ScanResult, TableView
 from gateway.hot import PartitionId
 from gateway.wire.codec import decode_batch
 from gateway.wire.errors import InvalidRequest, SnapshotNotFound
@@ -228,6 +228,12 @@ class ScanOps(CoreBase):
                     if left == 0:
                         return
 
+        def release() -> None:
+            if lease is not None:
+                # Not awaited: the scan's answer is complete, and a lease that outlives
+                # it by a moment only keeps a snapshot a moment longer.
+                self._pool.submit(_release, self.meta.release_lease, lease)
+
         async def batches() -> AsyncIterator[pa.RecordBatch]:
             it = rows()
             try:
@@ -237,12 +243,30 @@ class ScanOps(CoreBase):
                         return
                     yield b
             finally:
-                if lease is not None:
-                    # Not awaited: the scan's answer is complete, and a lease that outlives
-                    # it by a moment only keeps a snapshot a moment longer.
-                    self._pool.submit(_release, self.meta.release_lease, lease)
+                release()
 
-        return ScanResult(schema, snap.snapshot_id if snap is not None else None, batches())
+        part_bytes = self.settings.server.max_read_bytes
+
+        async def parts() -> AsyncIterator[ScanPart]:
+            """The same rows as ``batches`` (without a limit), as whole tables: the
+            cold snapshot's slices (read by Arrow's C++), then the hot ranges' rows."""
+            try:
+                if cold is not None and snap is not None:
+                    slices = await self._run(cold.scan_slices, snap, names, cold_expr, part_bytes)
+                    for piece in slices:
+                        yield ScanPart(piece.nbytes, piece.read)
+                hot = _HotTables(self._hot_rows(table, r, arrow_filter, names) for r in ranges)
+                while not hot.done:
+                    yield ScanPart(part_bytes, lambda: hot.take(schema, part_bytes))
+            finally:
+                release()
+
+        return ScanResult(
+            schema,
+            snap.snapshot_id if snap is not None else None,
+            batches(),
+            parts() if limit is None else None,
+        )
 
     async def plan(
         self,
@@ -279,6 +303,27 @@ class ScanOps(CoreBase):
             table.stored_schema,
             earliest,
         )
+
+
+class _HotTables:
+    """The hot ranges' rows of a scan (decoded from their stored batches, which takes
+    Python per stored batch) gathered into tables of about ``nbytes`` each."""
+
+    def __init__(self, ranges: Iterator[Iterator[pa.RecordBatch]]) -> None:
+        self._rows = (b for r in ranges for b in r)
+        self.done = False
+
+    def take(self, schema: pa.Schema, nbytes: int) -> pa.Table | None:
+        out: list[pa.RecordBatch] = []
+        size = 0
+        while size < nbytes:
+            b = next(self._rows, None)
+            if b is None:
+                self.done = True
+                break
+            out.append(b.cast(schema))
+            size += b.nbytes
+        return pa.Table.from_batches(out, schema) if out else None
 
 
 def _release(release: Any, lease: str) -> None:
