@@ -82,8 +82,8 @@ class ScanOps(CoreBase):
         if when is not None:
             return snap, [], earliest
         ranges = []
-        for p in range(d.partitions):
-            o = self.hot.offsets(PartitionId(d.tenant, d.table_id, p))
+        parts = [PartitionId(d.tenant, d.table_id, p) for p in range(d.partitions)]
+        for p, o in enumerate(self.hot.offsets_many(parts)):
             lo = snap.watermark(p) if snap is not None else o.low
             # The hot tier starts above T(p) only when it lost its state and was re-seeded
             # above it (it trims below committed watermarks only): the offsets in between
