@@ -26,6 +26,10 @@ __all__ = ["ScanOps"]
 
 log = logging.getLogger(__name__)
 
+#: Arrow data per part of a scan handed whole to Arrow's transport: small enough that
+#: reading the next part overlaps sending this one from the start of the scan.
+_PART_BYTES = 4 * 1024 * 1024
+
 
 class ScanOps(CoreBase):
     async def _filter(self, text: str | None, stored: pa.Schema) -> Expr | None:
@@ -245,7 +249,7 @@ class ScanOps(CoreBase):
             finally:
                 release()
 
-        part_bytes = self.settings.server.max_read_bytes
+        part_bytes = min(_PART_BYTES, self.settings.server.max_read_bytes)
 
         async def parts() -> AsyncIterator[ScanPart]:
             """The same rows as ``batches`` (without a limit), as whole tables: the
