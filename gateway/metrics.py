@@ -40,6 +40,7 @@ __all__ = [
     "record_catalog_token",
     "record_connection_closed",
     "record_fenced",
+    "record_flight_sent",
     "record_group_changes",
     "record_lake_job",
     "record_move",
@@ -99,6 +100,24 @@ def record_append(records: int, nbytes: int) -> None:
 def record_read(records: int) -> None:
     """Count ``records`` records returned by a read."""
     READ_RECORDS.inc(records)
+
+
+FLIGHT_SENT = Counter(
+    "tidegate_flight_sent_total",
+    "What Flight DoGet answers handed to Arrow's transport, by call kind (scan, read) and "
+    'how: path="arrow" counts readers over whole tables that Arrow\'s C++ sends batch by '
+    'batch with no Python running, path="python" counts batches passed one at a time '
+    "through Python (a scan with a limit, a stream read's last batch and its metadata).",
+    ["kind", "path"],
+)
+
+
+def record_flight_sent(kind: str, readers: int, batches: int) -> None:
+    """Count ``readers`` C++ readers and ``batches`` single batches a Flight call sent."""
+    if readers:
+        FLIGHT_SENT.labels(kind, "arrow").inc(readers)
+    if batches:
+        FLIGHT_SENT.labels(kind, "python").inc(batches)
 
 
 GRPC_REQUESTS = Counter(

@@ -15,7 +15,7 @@ from __future__ import annotations
 import contextlib
 import datetime as dt
 from abc import ABC, abstractmethod
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -46,6 +46,7 @@ __all__ = [
     "FileStats",
     "PlannedFile",
     "RewriteObsolete",
+    "ScanSlice",
     "SnapshotInfo",
     "StorageOptions",
     "fs_path",
@@ -120,6 +121,17 @@ class DataFile:
     #: when this process wrote it: the commit takes the column statistics from it instead
     #: of reading the file's footer back from storage.
     footer: bytes | None = field(default=None, repr=False, compare=False)
+
+
+@dataclass(frozen=True, slots=True)
+class ScanSlice:
+    """One part of a cold scan, read whole by Arrow's C++ (:attr:`read`, a blocking call
+    for the I/O pool): row groups of one or more data files, decoded, cast to the stored
+    types, filtered and projected without Python running per batch. ``nbytes`` is its
+    uncompressed size by the files' footers (what a reader budgets before reading)."""
+
+    nbytes: int
+    read: Callable[[], pa.Table]
 
 
 @dataclass(frozen=True, slots=True)
@@ -526,6 +538,18 @@ class ColdTable(ABC):
         stored schema restricted to ``columns``. The backend prunes files with the filter
         and must answer exactly the rows its Arrow form (:func:`~gateway.wire.filters.to_arrow`)
         keeps."""
+
+    @abstractmethod
+    def scan_slices(
+        self,
+        snap: ColdSnapshot,
+        columns: Sequence[str] | None,
+        row_filter: Expr | None,
+        target_bytes: int,
+    ) -> list[ScanSlice]:
+        """What :meth:`scan` answers without a limit, as slices of about ``target_bytes``
+        (uncompressed) each, in :meth:`scan`'s order: reading every slice in turn gives
+        the same rows in the same order."""
 
     @abstractmethod
     def plan(self, snap: ColdSnapshot, row_filter: Expr | None = None) -> list[PlannedFile]:

@@ -17,6 +17,7 @@ from gateway.core.views import (
     PartitionView,
     ReadPlan,
     ReadResult,
+    ScanPart,
     ScanResult,
     TableView,
 )
@@ -32,6 +33,7 @@ __all__ = [
     "PartitionView",
     "ReadPlan",
     "ReadResult",
+    "ScanPart",
     "ScanResult",
     "StreamTables",
     "TableView",

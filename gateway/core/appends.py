@@ -36,6 +36,18 @@ log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True, slots=True)
+class _Prepared:
+    """An append validated and routed on the I/O pool (and already stored, ``stored``,
+    when it went as it came to one partition)."""
+
+    conformed: list[pa.RecordBatch]
+    routes: dict[int, pa.Array | None]
+    stored: tuple[PartitionId, AppendResult] | None
+    #: The rows as one batch, when they are several batches or go to several partitions.
+    whole: pa.RecordBatch | None
+
+
+@dataclass(frozen=True, slots=True)
 class ClientStream:
     """The Arrow IPC stream an append's batches were decoded from, as the client sent
     it (already checked and validated in full by the edge), with what its metadata
@@ -104,8 +116,58 @@ class AppendOps(CoreBase):
                 conform_batch(b, table.schema, table.added_columns) for b in batches if b.num_rows
             ], False
 
-        try:
+        timestamp_us = time.time_ns() // 1000
+        compression = self._encoding()
+        producer = (
+            ProducerSequence(producer_id, sequence)
+            if producer_id is not None and sequence is not None
+            else None
+        )
+
+        def prepare(table: TableView) -> _Prepared:
+            """Validate and route the rows, and store them at once when the client's
+            stream goes as it came to one partition: CPU work and the write in one hop
+            of the I/O pool, none of it on the event loop."""
             conformed, as_is = validate(table)
+            if not conformed:
+                raise InvalidRequest("an append needs at least one row")
+            routes = self._route(table, conformed, partition, producer_id, sequence)
+            if producer_id is not None and len(routes) != 1:
+                raise InvalidIdempotentAppend(
+                    f"an idempotent append must target one partition, but its rows route to "
+                    f"{sorted(routes)}; set 'partition' or split the batch by key",
+                    partitions=",".join(str(p) for p in sorted(routes)),
+                )
+            if as_is and len(routes) == 1 and stream is not None:
+                # The client's stream is stored as it came: its rows, in one partition.
+                count = sum(b.num_rows for b in conformed)
+                p = next(iter(routes))
+                part = PartitionId(table.definition.tenant, table.definition.table_id, p)
+                res = self._hot_append(table, part, stream.data, count, timestamp_us, producer)
+                return _Prepared(conformed, routes, (part, res), None)
+            whole = None
+            if len(routes) > 1 or len(conformed) > 1:
+                # The rows as one batch, built once here for every partition's write.
+                whole = (
+                    conformed[0]
+                    if len(conformed) == 1
+                    else pa.Table.from_batches(conformed, table.schema)
+                    .combine_chunks()
+                    .to_batches()[0]
+                )
+            if len(routes) == 1:
+                # One partition: its write goes in this same hop.
+                p, idx = next(iter(routes.items()))
+                rows = whole if whole is not None else conformed[0]
+                rows = rows if idx is None else rows.take(idx)
+                part = PartitionId(table.definition.tenant, table.definition.table_id, p)
+                payload = encode_batch(rows, compression)
+                res = self._hot_append(table, part, payload, rows.num_rows, timestamp_us, producer)
+                return _Prepared(conformed, routes, (part, res), None)
+            return _Prepared(conformed, routes, None, whole)
+
+        try:
+            prepared = await self._run(prepare, table)
         except SchemaMismatch as exc:
             if not exc.details.get("unexpected"):
                 raise
@@ -113,49 +175,13 @@ class AppendOps(CoreBase):
             # through another gateway since it cached the table: look again, once.
             table = await self.table(tenant, namespace, name, fresh=True)
             d = table.definition
-            conformed, as_is = validate(table)
-        if not conformed:
-            raise InvalidRequest("an append needs at least one row")
-        routes = self._route(table, conformed, partition, producer_id, sequence)
-        if producer_id is not None and len(routes) != 1:
-            raise InvalidIdempotentAppend(
-                f"an idempotent append must target one partition, but its rows route to "
-                f"{sorted(routes)}; set 'partition' or split the batch by key",
-                partitions=",".join(str(p) for p in sorted(routes)),
-            )
-        producer = (
-            ProducerSequence(producer_id, sequence)
-            if producer_id is not None and sequence is not None
-            else None
-        )
-        timestamp_us = time.time_ns() // 1000
-        compression = self._encoding()
-        if as_is and len(routes) == 1 and stream is not None:
-            # The client's stream is stored as it came: its rows, in one partition.
-            count = sum(b.num_rows for b in conformed)
-            p = next(iter(routes))
-            part = PartitionId(d.tenant, d.table_id, p)
-            res = await self._run(
-                self._hot_append, table, part, stream.data, count, timestamp_us, producer
-            )
+            prepared = await self._run(prepare, table)
+        conformed, routes = prepared.conformed, prepared.routes
+        if prepared.stored is not None:
+            part, res = prepared.stored
             self._notifier.notify(part)
-            return [AppendRange(p, res.base_offset, res.count, res.duplicate)]
-        whole: list[pa.RecordBatch] = []
-
-        def combined() -> pa.RecordBatch:
-            # The rows as one batch, built once (on an I/O thread) for every partition.
-            if not whole:
-                whole.append(
-                    conformed[0]
-                    if len(conformed) == 1
-                    else pa.Table.from_batches(conformed, table.schema)
-                    .combine_chunks()
-                    .to_batches()[0]
-                )
-            return whole[0]
-
-        if any(idx is not None for idx in routes.values()):
-            combined()  # before the writes fan out, so that they share it
+            return [AppendRange(part.partition, res.base_offset, res.count, res.duplicate)]
+        whole = prepared.whole if prepared.whole is not None else conformed[0]
 
         async def store(p: int, idx: pa.Array | None) -> AppendRange:
             part = PartitionId(d.tenant, d.table_id, p)
@@ -163,8 +189,7 @@ class AppendOps(CoreBase):
             def write() -> AppendResult:
                 # Selecting and compressing the rows run here, on the I/O thread, with the
                 # write: off the event loop, and in parallel for several partitions.
-                batch = combined()
-                rows = batch if idx is None else batch.take(idx)
+                rows = whole if idx is None else whole.take(idx)
                 payload = encode_batch(rows, compression)
                 return self._hot_append(table, part, payload, rows.num_rows, timestamp_us, producer)
 

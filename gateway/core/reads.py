@@ -12,7 +12,7 @@ import pyarrow as pa
 
 from gateway.core.base import CoreBase
 from gateway.core.views import ReadResult, TableView, fit_bytes, hot_pieces, slice_batches
-from gateway.hot import PartitionId
+from gateway.hot import PartitionId, StoredBatch
 from gateway.wire.errors import InvalidRequest, OffsetOutOfRange
 from gateway.wire.evolution import StaleSchema, read_as
 from gateway.wire.schema import OFFSET_COLUMN
@@ -98,7 +98,13 @@ class ReadOps(CoreBase):
                 if table.definition.retention_set_at is not None
                 else 0
             )
-            o = self.hot.offsets(part)
+            # A read above the tiered watermark (most are) gets the hot marks with its
+            # batches, in one round trip; the batches serve when the read starts there.
+            early: list[StoredBatch] | None = None
+            if isinstance(offset, int) and not isinstance(offset, bool) and offset >= tiered:
+                o, early = self.hot.read_at(part, offset, max_records, max_bytes)
+            else:
+                o = self.hot.offsets(part)
             if cold is not None and o.low > max(tiered, recorded):
                 # Trimmed above the reused snapshot's watermark: look at the newest one.
                 snap = self._read_snapshot(table, cold, fresh=True)
@@ -155,7 +161,10 @@ class ReadOps(CoreBase):
                 # lost offsets are not recorded in the cold tier yet: pass over them.
                 next_offset = o.low
             if remaining > 0 and not full and next_offset < o.high:
-                stored = self.hot.read(part, next_offset, remaining, max_bytes - nbytes)
+                if early is not None and next_offset == offset and not out:
+                    stored = early  # read from here with these very limits
+                else:
+                    stored = self.hot.read(part, next_offset, remaining, max_bytes - nbytes)
                 if raw_hot:
                     pieces, next_offset = hot_pieces(
                         stored, next_offset, remaining, max_bytes, nbytes

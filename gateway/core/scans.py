@@ -11,7 +11,7 @@ import pyarrow as pa
 
 from gateway.core.base import CoreBase
 from gateway.core.names import INT64_MAX, parse_as_of
-from gateway.core.views import HotRange, ReadPlan, ScanResult, TableView
+from gateway.core.views import HotRange, ReadPlan, ScanPart, ScanResult, TableView
 from gateway.hot import PartitionId
 from gateway.wire.codec import decode_batch
 from gateway.wire.errors import InvalidRequest, SnapshotNotFound
@@ -25,6 +25,10 @@ if TYPE_CHECKING:
 __all__ = ["ScanOps"]
 
 log = logging.getLogger(__name__)
+
+#: Arrow data per part of a scan handed whole to Arrow's transport: small enough that
+#: reading the next part overlaps sending this one from the start of the scan.
+_PART_BYTES = 4 * 1024 * 1024
 
 
 class ScanOps(CoreBase):
@@ -82,8 +86,8 @@ class ScanOps(CoreBase):
         if when is not None:
             return snap, [], earliest
         ranges = []
-        for p in range(d.partitions):
-            o = self.hot.offsets(PartitionId(d.tenant, d.table_id, p))
+        parts = [PartitionId(d.tenant, d.table_id, p) for p in range(d.partitions)]
+        for p, o in enumerate(self.hot.offsets_many(parts)):
             lo = snap.watermark(p) if snap is not None else o.low
             # The hot tier starts above T(p) only when it lost its state and was re-seeded
             # above it (it trims below committed watermarks only): the offsets in between
@@ -228,6 +232,12 @@ class ScanOps(CoreBase):
                     if left == 0:
                         return
 
+        def release() -> None:
+            if lease is not None:
+                # Not awaited: the scan's answer is complete, and a lease that outlives
+                # it by a moment only keeps a snapshot a moment longer.
+                self._pool.submit(_release, self.meta.release_lease, lease)
+
         async def batches() -> AsyncIterator[pa.RecordBatch]:
             it = rows()
             try:
@@ -237,12 +247,30 @@ class ScanOps(CoreBase):
                         return
                     yield b
             finally:
-                if lease is not None:
-                    # Not awaited: the scan's answer is complete, and a lease that outlives
-                    # it by a moment only keeps a snapshot a moment longer.
-                    self._pool.submit(_release, self.meta.release_lease, lease)
+                release()
 
-        return ScanResult(schema, snap.snapshot_id if snap is not None else None, batches())
+        part_bytes = min(_PART_BYTES, self.settings.server.max_read_bytes)
+
+        async def parts() -> AsyncIterator[ScanPart]:
+            """The same rows as ``batches`` (without a limit), as whole tables: the
+            cold snapshot's slices (read by Arrow's C++), then the hot ranges' rows."""
+            try:
+                if cold is not None and snap is not None:
+                    slices = await self._run(cold.scan_slices, snap, names, cold_expr, part_bytes)
+                    for piece in slices:
+                        yield ScanPart(piece.nbytes, piece.read)
+                hot = _HotTables(self._hot_rows(table, r, arrow_filter, names) for r in ranges)
+                while not hot.done:
+                    yield ScanPart(part_bytes, lambda: hot.take(schema, part_bytes))
+            finally:
+                release()
+
+        return ScanResult(
+            schema,
+            snap.snapshot_id if snap is not None else None,
+            batches(),
+            parts() if limit is None else None,
+        )
 
     async def plan(
         self,
@@ -279,6 +307,27 @@ class ScanOps(CoreBase):
             table.stored_schema,
             earliest,
         )
+
+
+class _HotTables:
+    """The hot ranges' rows of a scan (decoded from their stored batches, which takes
+    Python per stored batch) gathered into tables of about ``nbytes`` each."""
+
+    def __init__(self, ranges: Iterator[Iterator[pa.RecordBatch]]) -> None:
+        self._rows = (b for r in ranges for b in r)
+        self.done = False
+
+    def take(self, schema: pa.Schema, nbytes: int) -> pa.Table | None:
+        out: list[pa.RecordBatch] = []
+        size = 0
+        while size < nbytes:
+            b = next(self._rows, None)
+            if b is None:
+                self.done = True
+                break
+            out.append(b.cast(schema))
+            size += b.nbytes
+        return pa.Table.from_batches(out, schema) if out else None
 
 
 def _release(release: Any, lease: str) -> None:

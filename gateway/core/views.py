@@ -3,7 +3,7 @@ consumer groups."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -29,6 +29,7 @@ __all__ = [
     "PartitionView",
     "ReadPlan",
     "ReadResult",
+    "ScanPart",
     "ScanResult",
     "TableView",
     "hot_pieces",
@@ -141,13 +142,26 @@ class ReadPlan:
     earliest: dict[int, int] = field(default_factory=dict)
 
 
+@dataclass(frozen=True, slots=True)
+class ScanPart:
+    """One part of a scan, read whole by :attr:`read` (a blocking call for the I/O pool)
+    into one table of about ``nbytes`` of Arrow data at most, or None once nothing is
+    left. Cold parts are read by Arrow's C++ alone (no Python per batch)."""
+
+    nbytes: int
+    read: Callable[[], pa.Table | None]
+
+
 @dataclass
 class ScanResult:
-    """A scan's schema, pinned view and batches (an async iterator, consumed once)."""
+    """A scan's schema, pinned view and batches (an async iterator, consumed once), or
+    the same rows as :attr:`parts` (for an edge that hands whole tables to Arrow's C++:
+    consume one of the two, never both). ``parts`` is None for a scan with a limit."""
 
     schema: pa.Schema
     snapshot_id: int | None
     batches: AsyncIterator[pa.RecordBatch]
+    parts: AsyncIterator[ScanPart] | None = None
 
 
 def fit_bytes(batch: pa.RecordBatch, room: int, first: bool) -> pa.RecordBatch:

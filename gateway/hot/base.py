@@ -190,6 +190,23 @@ class HotLog(ABC):
     def offsets(self, part: PartitionId) -> LogOffsets:
         """The low mark, high watermark and stored size; ``(0, 0)`` for an empty log."""
 
+    def read_at(
+        self, part: PartitionId, from_offset: int, max_records: int, max_bytes: int
+    ) -> tuple[LogOffsets, list[StoredBatch]]:
+        """:meth:`offsets` (``size_bytes`` may be 0: not looked up) and what :meth:`read`
+        answers from ``from_offset``, or no batches where :meth:`read` would raise
+        OffsetOutOfRange; a backend over the network answers both in one round trip
+        (a stream read needs the marks to check its offset and the batches after it)."""
+        o = self.offsets(part)
+        if not o.low <= from_offset < o.high:
+            return o, []
+        return o, self.read(part, from_offset, max_records, max_bytes)
+
+    def offsets_many(self, parts: Sequence[PartitionId]) -> list[LogOffsets]:
+        """:meth:`offsets` of each of ``parts``, in order; a backend over the network
+        answers them in one round trip (a scan pins every partition at once)."""
+        return [self.offsets(part) for part in parts]
+
     @abstractmethod
     def trim(self, part: PartitionId, below_offset: int) -> int:
         """Delete whole batches that end at or below ``below_offset``.

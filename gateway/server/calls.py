@@ -272,9 +272,14 @@ class DataCalls:
 
     # Reads -----------------------------------------------------------------------------
     async def _answer(
-        self, tenant: str, result: ReadResult, encode: Callable[[ReadResult], tuple[T, int]]
+        self,
+        tenant: str,
+        result: ReadResult,
+        encode: Callable[[ReadResult], tuple[T, int]],
+        in_place: bool = False,
     ) -> T:
-        out, nbytes = await self.offload(result.num_records >= OFFLOAD_RECORDS, encode, result)
+        big = not in_place and result.num_records >= OFFLOAD_RECORDS
+        out, nbytes = await self.offload(big, encode, result)
         metrics.record_read(result.num_records)
         await self.gate.record_read(tenant, result.num_records, nbytes)
         return out
@@ -291,10 +296,12 @@ class DataCalls:
         encode: Callable[[ReadResult], tuple[T, int]],
         *,
         raw_hot: bool = False,
+        in_place: bool = False,
     ) -> T:
         """One stream read, encoded by ``encode`` (which answers the wire form and its size
         in bytes) and metered by that size; with ``raw_hot`` its hot records come as stored
-        (see :meth:`gateway.core.StreamTables.read`).
+        (see :meth:`gateway.core.StreamTables.read`); with ``in_place`` ``encode`` runs
+        here whatever the size (an encode that costs next to nothing).
 
         A read starts only with room in the read budget (else it is refused at once,
         Throttled) and then holds what its answer really weighs until it is encoded: most
@@ -307,7 +314,7 @@ class DataCalls:
                 tenant, namespace, name, partition, offset, max_records, max_bytes, raw_hot=raw_hot
             )
         async with budget.hold(tenant, READ_COPIES * result.nbytes, force=True):
-            return await self._answer(tenant, result, encode)
+            return await self._answer(tenant, result, encode, in_place)
 
     async def follow(
         self,
@@ -457,6 +464,60 @@ class DataCalls:
                 if pending or (always_one and not sent):
                     yield await flush()
                     pending, size, sent = [], 0, True
+
+    async def scan_parts(
+        self, tenant: str, result: ScanResult, batch_bytes: int
+    ) -> AsyncIterator[pa.RecordBatchReader]:
+        """The scan's rows as C++ readers over whole tables (:attr:`ScanResult.parts`),
+        for an edge that hands them to Arrow's transport: Python runs once per part,
+        never per batch, and the readers cut batches of about ``batch_bytes``.
+
+        Each part is read on the I/O pool under the tenant's share of the read budget
+        (a scan waits for room rather than fail half-way) and metered once read. The
+        next part is read while the transport sends the one before it, so a scan holds
+        at most two parts at once.
+        """
+        assert result.parts is not None
+        budget = self.service.budget
+        parts = result.parts
+        # (hold, read) of the part being read; the hold of the part being sent.
+        pending: tuple[int, asyncio.Task[pa.Table | None]] | None = None
+        sending = 0
+
+        async def start() -> tuple[int, asyncio.Task[pa.Table | None]] | None:
+            part = await anext(parts, None)
+            if part is None:
+                return None
+            size = READ_COPIES * part.nbytes
+            await budget.reserve(tenant, size, wait_s=_SCAN_WAIT_S)
+            return size, asyncio.ensure_future(self.service.offload(part.read))
+
+        try:
+            pending = await start()
+            while pending is not None:
+                hold, task = pending
+                pending = None
+                sending = hold
+                table = await task
+                if table is None:
+                    return
+                pending = await start()
+                if not table.schema.equals(result.schema):
+                    table = table.cast(result.schema)
+                metrics.record_read(table.num_rows)
+                await self.gate.record_read(tenant, table.num_rows, table.nbytes)
+                rows = max(1, table.num_rows * batch_bytes // max(1, table.nbytes))
+                yield table.to_reader(max_chunksize=rows)
+                # The transport has sent this part: give back its share.
+                budget.release(tenant, sending)
+                sending = 0
+        finally:
+            if sending:
+                budget.release(tenant, sending)
+            if pending is not None:
+                pending[1].cancel()
+                budget.release(tenant, pending[0])
+            await parts.aclose()  # type: ignore[attr-defined]
 
     async def plan(
         self,

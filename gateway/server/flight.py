@@ -33,6 +33,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.flight as fl
 
+from gateway import metrics
 from gateway.config import Settings
 from gateway.core import ReadResult
 from gateway.server.calls import DataCalls, pieces, wire_error
@@ -348,26 +349,43 @@ class FlightEdge:
 
     def do_get(self, caller: _Caller, raw: bytes) -> fl.FlightDataStream:
         command = parse_command(raw)
+        kind = "scan" if isinstance(command, ScanCommand) else "read"
         items = (
             self._scan(caller.tenant, command)
             if isinstance(command, ScanCommand)
             else self._read(caller.tenant, command)
         )
-        first = self._pull(items)  # the schema, or the call's error, before the stream
-        return fl.GeneratorStream(first, self._drain(items))
+        # The schema (or the call's error) and the first chunk in one trip to the loop.
+        schema, first = self.on_loop(_head(items))
+        return fl.GeneratorStream(schema, self._drain(kind, items, first))
 
-    def _drain(self, items: AsyncIterator[Any]) -> Iterator[Any]:
+    def _drain(self, kind: str, items: AsyncIterator[Any], chunk: Any) -> Iterator[Any]:
+        """The chunks of ``items`` for Flight's GeneratorStream: a C++ reader is drained
+        by Arrow's C++ (Python runs again only for the next chunk); a chunk marked
+        :class:`_Last` ends the call without another trip to the loop."""
+        closed = False
         try:
-            while True:
-                chunk = self._pull(items)
-                if chunk is _END:
-                    return
+            while chunk is not _END:
+                last = isinstance(chunk, _Last)
+                if last:
+                    chunk = chunk.items
+                readers = sum(1 for c in chunk if isinstance(c, pa.RecordBatchReader))
+                metrics.record_flight_sent(kind, readers, len(chunk) - readers)
                 yield from chunk
+                if last:
+                    # The generator has nothing left: let it close on the loop, unawaited.
+                    closed = True
+                    if not self.loop.is_closed():
+                        asyncio.run_coroutine_threadsafe(_quietly_close(items), self.loop)
+                    return
+                chunk = self._pull(items)
         finally:
-            self._close(items)
+            if not closed:
+                self._close(items)
 
     async def _scan(self, tenant: str, cmd: ScanCommand) -> AsyncIterator[Any]:
-        """The scan's schema, then lists of its batches."""
+        """The scan's schema, then its chunks: C++ readers over whole parts of it
+        (:meth:`DataCalls.scan_parts`), or lists of batches for a scan with a limit."""
         async with self.gate.admit(tenant):
             result = await self.calls.scan(
                 tenant,
@@ -379,16 +397,21 @@ class FlightEdge:
                 limit=cmd.limit,
             )
             yield result.schema
+            if result.parts is not None:
+                await result.batches.aclose()  # type: ignore[attr-defined]
+                async for reader in self.calls.scan_parts(tenant, result, _SCAN_CHUNK_BYTES):
+                    yield [reader]
+                return
             async for batches in self.calls.scan_chunks(
                 tenant, result, _as_is, _SCAN_CHUNK_BYTES, in_place=True
             ):
                 yield batches
 
     async def _read(self, tenant: str, cmd: ReadCommand) -> AsyncIterator[Any]:
-        """The table's schema, then ``(batch, metadata)`` pairs of stream reads from
-        ``cmd.offset`` until ``max_records`` (default ``server.default_read_records``) or
-        the high watermark; each read's last batch carries ``next_offset``,
-        ``high_watermark`` and ``tiered_watermark`` as JSON metadata."""
+        """The table's schema, then stream reads from ``cmd.offset`` until
+        ``max_records`` (default ``server.default_read_records``) or the high watermark:
+        each read's batches but its last as a C++ reader, its last batch with
+        ``next_offset``, ``high_watermark`` and ``tiered_watermark`` as JSON metadata."""
         wanted = cmd.max_records or self.settings.server.default_read_records
         if wanted < 0:
             raise InvalidRequest("max_records must not be negative")
@@ -404,6 +427,7 @@ class FlightEdge:
                     wanted - seen,
                     cmd.max_bytes,
                     _result_size,
+                    in_place=True,
                 )
                 if first:
                     yield result.schema
@@ -420,11 +444,34 @@ class FlightEdge:
                 )
                 cut = [p for b in result.batches for p in pieces(b, _READ_CHUNK_BYTES)]
                 cut = cut or [pa.RecordBatch.from_pylist([], schema=result.schema)]
-                yield [*cut[:-1], (cut[-1], meta)]
+                chunk: list[Any] = [(cut[-1], meta)]
+                if len(cut) > 1:
+                    chunk.insert(0, pa.Table.from_batches(cut[:-1], result.schema).to_reader())
                 seen += got
                 offset = result.next_offset
                 if got == 0 or seen >= wanted or offset >= result.high_watermark:
+                    yield _Last(chunk)
                     return
+                yield chunk
+
+
+@dataclass(frozen=True, slots=True)
+class _Last:
+    """The last chunk of a call."""
+
+    items: list[Any]
+
+
+async def _head(items: AsyncIterator[Any]) -> tuple[pa.Schema, Any]:
+    schema = await anext(items)
+    return schema, await anext(items, _END)
+
+
+async def _quietly_close(items: Any) -> None:
+    try:
+        await items.aclose()
+    except Exception:  # closing after the client went away
+        log.debug("closing a Flight stream failed", exc_info=True)
 
 
 def _as_is(batches: list[pa.RecordBatch]) -> tuple[list[pa.RecordBatch], int]:

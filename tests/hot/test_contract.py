@@ -244,6 +244,32 @@ def test_reads_outside_the_log_raise(hot_log: HotLog, part: PartitionId) -> None
     assert exc.value.reason == "OFFSET_OUT_OF_RANGE"
 
 
+def test_read_at_answers_the_marks_and_what_read_answers(
+    hot_log: HotLog, part: PartitionId
+) -> None:
+    append_batches(hot_log, part, [3, 4, 3])  # [0,3) [3,7) [7,10)
+    hot_log.trim(part, 3)
+    for offset in (3, 4, 7, 9):
+        for records, nbytes in ((BIG, BIG), (1, BIG), (4, 15), (0, 0)):
+            o, batches = hot_log.read_at(part, offset, records, nbytes)
+            assert (o.low, o.high) == (3, 10)
+            assert batches == hot_log.read(part, offset, records, nbytes)
+    # Where read raises or answers nothing: the marks, no batches.
+    for offset in (0, 2, 10, 11):
+        o, batches = hot_log.read_at(part, offset, BIG, BIG)
+        assert (o.low, o.high, batches) == (3, 10, [])
+
+
+def test_offsets_of_many_partitions_at_once(hot_log: HotLog) -> None:
+    parts = [new_partition(p) for p in range(4)]
+    for i, p in enumerate(parts[:3]):
+        append_batches(hot_log, p, [2] * (i + 1))
+    hot_log.trim(parts[2], 2)
+    many = hot_log.offsets_many(parts)
+    assert [(o.low, o.high) for o in many] == [(0, 2), (0, 4), (2, 6), (0, 0)]
+    assert many == [hot_log.offsets(p) for p in parts]
+
+
 def test_timestamps_are_kept(hot_log: HotLog, part: PartitionId) -> None:
     stamps = [0, 1, 1_700_000_000_123_456, 2**62]
     for ts in stamps:

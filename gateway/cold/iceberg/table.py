@@ -27,6 +27,7 @@ from gateway.cold.base import (
     DataFile,
     PlannedFile,
     RewriteObsolete,
+    ScanSlice,
     SnapshotInfo,
     StorageOptions,
     fs_path,
@@ -97,6 +98,81 @@ def _open_parquet(source: Any, path: str) -> pq.ParquetFile:
             while len(_footers) > _FOOTERS:
                 _footers.popitem(last=False)
     return parquet
+
+
+def _footer(filesystem: Any, path: str) -> pq.FileMetaData:
+    """A data file's Parquet footer, read once per process and path."""
+    with _footers_lock:
+        meta = _footers.get(path)
+        if meta is not None:
+            _footers.move_to_end(path)
+            return meta
+    with filesystem.open_input_file(fs_path(path)) as source:
+        return _open_parquet(source, path).metadata
+
+
+def _is_sorted(meta: pq.FileMetaData) -> bool:
+    return (meta.schema.to_arrow_schema().metadata or {}).get(SORTED_KEY) == OFFSET_SORT
+
+
+def _read_row_groups(
+    filesystem: Any,
+    parts: Sequence[tuple[str, int, list[int]]],
+    stored: pa.Schema,
+    names: Sequence[str],
+    target: pa.Schema,
+    arrow_filter: Any,
+) -> pa.Table:
+    """Row groups ``(path, file size, row group indexes)`` of sorted data files as one
+    table, in the order given: each file's columns of ``stored`` cast to it (a column a
+    file lacks is all nulls), filtered by ``arrow_filter`` in those types and projected
+    to ``names`` by Arrow's C++ over the whole table. Python runs once per row group
+    (``read_row_group``: measured 20 times faster than ``read_row_groups`` or a dataset
+    scanner over the same row groups of our files, pyarrow 26), never per batch sent."""
+    tables = []
+    for path, _size, groups in parts:
+        with filesystem.open_input_file(fs_path(path)) as source:
+            parquet = _open_parquet(source, path)
+            present = set(parquet.schema_arrow.names)
+            columns = [c for c in stored.names if c in present]
+            for rg in groups:
+                tables.append(_conform(parquet.read_row_group(rg, columns=columns), stored))
+    data = pa.concat_tables(tables) if tables else stored.empty_table()
+    if arrow_filter is not None:
+        data = data.filter(arrow_filter)
+    data = data.select(list(names))
+    return data if data.schema.equals(target) else data.cast(target)
+
+
+def _conform(data: pa.Table, schema: pa.Schema) -> pa.Table:
+    """``data`` as ``schema`` (by name; missing columns all nulls), chunks kept as they are."""
+    columns = []
+    for f in schema:
+        if f.name in data.column_names:
+            column = data.column(f.name)
+            columns.append(column if column.type.equals(f.type) else column.cast(f.type))
+        else:
+            columns.append(pa.chunked_array([pa.nulls(data.num_rows, f.type)], f.type))
+    return pa.Table.from_arrays(columns, schema=schema)
+
+
+def _read_unsorted(
+    filesystem: Any,
+    path: str,
+    stored: pa.Schema,
+    names: Sequence[str],
+    target: pa.Schema,
+    arrow_filter: Any,
+) -> pa.Table:
+    """A data file not flagged sorted (written by another engine), read whole and put in
+    offset order as :meth:`IcebergColdTable.scan` does."""
+    out = []
+    for batch in _file_batches(filesystem, path, stored.names):
+        data = pa.Table.from_batches([cast_to(batch, stored)])
+        if arrow_filter is not None:
+            data = data.filter(arrow_filter)
+        out.append(cast_to(data.select(list(names)), target))
+    return pa.Table.from_batches(out, target)
 
 
 def _file_batches(
@@ -453,6 +529,33 @@ class IcebergColdTable(ColdTable):
             for data in _file_batches(filesystem, f.path, self.stored_schema.names, (lo, hi)):
                 yield cast_to(data, self.stored_schema)
 
+    def _scan_plan(
+        self, snap: ColdSnapshot, columns: Sequence[str] | None, row_filter: Expr | None
+    ) -> tuple[list[str], pa.Schema, pa.Schema, Any, list[Any]]:
+        """A scan's columns, answer schema, read schema (the columns and those the filter
+        needs), the filter's Arrow form over the read schema, and its file tasks in order
+        (by partition, then path).
+
+        pyiceberg plans the files (manifest pruning by partition value and column bounds);
+        the files are read with pyarrow directly, as in read_range, because pyiceberg's
+        Arrow projection turns a null list<struct> into an empty list. Rows are cast to
+        the stored schema before they are filtered, so the filter compares in the table's
+        own types (int8 columns are int32 in the files)."""
+        names = list(columns) if columns is not None else self.stored_schema.names
+        target = pa.schema([self.stored_schema.field(n) for n in names])
+        read_cols = (
+            [n for n in self.stored_schema.names if n in set(names) | columns_of(row_filter)]
+            if row_filter is not None
+            else names
+        )
+        stored = pa.schema([self.stored_schema.field(n) for n in read_cols])
+        arrow_filter = to_arrow(row_filter, stored) if row_filter is not None else None
+        tasks = sorted(
+            self._tasks(snap, to_pyiceberg(row_filter, self.stored_schema)),
+            key=lambda t: (int(t.file.partition[0]), str(t.file.file_path)),
+        )
+        return names, target, stored, arrow_filter, tasks
+
     def scan(
         self,
         snap: ColdSnapshot,
@@ -462,26 +565,10 @@ class IcebergColdTable(ColdTable):
     ) -> Iterator[pa.RecordBatch]:
         if snap.snapshot_id is None or limit == 0:
             return
-        # pyiceberg plans the files (manifest pruning by partition value and column
-        # bounds); the files are read with pyarrow directly, as in read_range, because
-        # pyiceberg's Arrow projection turns a null list<struct> into an empty list.
-        names = list(columns) if columns is not None else self.stored_schema.names
-        target = pa.schema([self.stored_schema.field(n) for n in names])
-        # Rows are cast to the stored schema before they are filtered, so the filter
-        # compares in the table's own types (int8 columns are int32 in the files).
-        read_cols = (
-            [n for n in self.stored_schema.names if n in set(names) | columns_of(row_filter)]
-            if row_filter is not None
-            else names
-        )
-        stored = pa.schema([self.stored_schema.field(n) for n in read_cols])
-        arrow_filter = to_arrow(row_filter, stored) if row_filter is not None else None
+        names, target, stored, arrow_filter, tasks = self._scan_plan(snap, columns, row_filter)
+        read_cols = stored.names
         filesystem = self.store.filesystem()
         left = limit
-        tasks = sorted(
-            self._tasks(snap, to_pyiceberg(row_filter, self.stored_schema)),
-            key=lambda t: (int(t.file.partition[0]), str(t.file.file_path)),
-        )
         for task in tasks:
             for batch in _file_batches(filesystem, str(task.file.file_path), read_cols):
                 data = pa.Table.from_batches([cast_to(batch, stored)])
@@ -494,6 +581,63 @@ class IcebergColdTable(ColdTable):
                     yield cast_to(data.select(names), target)
                 if left is not None and left <= 0:
                     return
+
+    def scan_slices(
+        self,
+        snap: ColdSnapshot,
+        columns: Sequence[str] | None,
+        row_filter: Expr | None,
+        target_bytes: int,
+    ) -> list[ScanSlice]:
+        if snap.snapshot_id is None:
+            return []
+        names, target, stored, arrow_filter, tasks = self._scan_plan(snap, columns, row_filter)
+        filesystem = self.store.filesystem()
+        out: list[ScanSlice] = []
+        group: list[tuple[str, int, list[int]]] = []
+        size = 0
+
+        def flush() -> None:
+            nonlocal group, size
+            if group:
+                parts = list(group)
+                out.append(
+                    ScanSlice(
+                        size,
+                        lambda: _read_row_groups(
+                            filesystem, parts, stored, names, target, arrow_filter
+                        ),
+                    )
+                )
+            group, size = [], 0
+
+        for task in tasks:
+            path = str(task.file.file_path)
+            meta = _footer(filesystem, path)
+            if not _is_sorted(meta):
+                flush()
+                whole = sum(meta.row_group(i).total_byte_size for i in range(meta.num_row_groups))
+                out.append(
+                    ScanSlice(
+                        whole,
+                        lambda path=path: _read_unsorted(  # type: ignore[misc]
+                            filesystem, path, stored, names, target, arrow_filter
+                        ),
+                    )
+                )
+                continue
+            file_size = int(task.file.file_size_in_bytes)
+            for rg in range(meta.num_row_groups):
+                nbytes = meta.row_group(rg).total_byte_size
+                if group and size + nbytes > target_bytes:
+                    flush()
+                if group and group[-1][0] == path:
+                    group[-1][2].append(rg)
+                else:
+                    group.append((path, file_size, [rg]))
+                size += nbytes
+        flush()
+        return out
 
     def plan(self, snap: ColdSnapshot, row_filter: Expr | None = None) -> list[PlannedFile]:
         oid = self._offset_id(snap) if snap.snapshot_id is not None else 0

@@ -4,6 +4,7 @@ shard moves it inherits from :class:`~gateway.hot.redis.moves.ShardMoves`)."""
 
 from __future__ import annotations
 
+import functools
 import itertools
 import logging
 import time
@@ -306,6 +307,39 @@ class RedisHotLog(ShardMoves):
                 # an operator has taken away: the store's chain may not need it.
         raise Unavailable(f"the placement of {part.path} keeps changing", backend="redis")
 
+    def read_at(
+        self, part: PartitionId, from_offset: int, max_records: int, max_bytes: int
+    ) -> tuple[LogOffsets, list[StoredBatch]]:
+        # A partition of one open segment (all but those a move is carrying): the read
+        # script answers the marks with the batches. Anything else takes the long way.
+        chain = self.chain(part)
+        if len(chain.segments) == 1 and chain.segments[0].end is None:
+            seg = chain.segments[0]
+            shard = self._shard(seg.shard)
+            args = [from_offset, max(max_records, 1), max(max_bytes, 1), READ_CHUNK]
+            try:
+                reply = shard.run(
+                    f"read of {part.path}",
+                    shard.read,
+                    partition_keys(part, seg.seq),
+                    args,
+                    retry=True,
+                )
+            except Unavailable:
+                if self._placements is None:
+                    raise
+                reply = None
+            if reply is not None and to_int(reply[3]) == 0:
+                status = to_int(reply[0])
+                o = LogOffsets(low=to_int(reply[1]), high=to_int(reply[2]))
+                if status in (READ_OUT_OF_RANGE, READ_AT_END):
+                    return o, []
+                if status == READ_OK:
+                    batches = [self._batch(entry) for entry in cast("list[Any]", reply[4])]
+                    self._check_dense(part, from_offset, batches)
+                    return o, batches
+        return super().read_at(part, from_offset, max_records, max_bytes)
+
     def _read_chain(
         self,
         part: PartitionId,
@@ -420,27 +454,42 @@ class RedisHotLog(ShardMoves):
                 if attempt > 0 or self._placements is None:
                     raise
                 continue  # as in read(): reload the chain once before giving up
-            stale = any(
-                m[4] is not None or (seg.end is not None and m[3] is None)
-                for seg, m in zip(chain.segments, metas, strict=True)
-            )
-            if metas[-1][3] is not None and attempt < 3:
-                stale = True  # the active segment was sealed by a move
-            if stale and attempt < 3:
+            found = _offsets_of(chain, metas, final=attempt >= 3)
+            if found is None:
                 if attempt == 2:
                     self._settle(part, chain)
                 continue
-            low = 0 if metas[0][0] is None else to_int(metas[0][0])
-            for before, after in itertools.pairwise(metas):
-                start = 0 if after[0] is None else to_int(after[0])
-                if start > (0 if before[1] is None else to_int(before[1])):
-                    # A segment that starts above the end of the one before (started
-                    # over after lost state, or trimmed into): nothing below it is read.
-                    low = start
-            high = 0 if metas[-1][1] is None else to_int(metas[-1][1])
-            size = sum(0 if m[2] is None else to_int(m[2]) for m in metas)
-            return LogOffsets(low=low, high=high, size_bytes=size)
+            return found
         raise Unavailable(f"the placement of {part.path} keeps changing", backend="redis")
+
+    def offsets_many(self, parts: Sequence[PartitionId]) -> list[LogOffsets]:
+        # Every segment's meta in one pipeline per shard; a partition whose chain turns out
+        # stale (a move under way) is looked at again alone, as offsets() does.
+        chains = [self.chain(part) for part in parts]
+        by_shard: dict[str, list[tuple[int, int, str]]] = {}
+        for i, (part, chain) in enumerate(zip(parts, chains, strict=True)):
+            for j, seg in enumerate(chain.segments):
+                by_shard.setdefault(seg.shard, []).append((i, j, partition_keys(part, seg.seq)[1]))
+        metas: list[list[Any]] = [[None] * len(c.segments) for c in chains]
+        try:
+            for name, items in by_shard.items():
+                shard = self._shard(name)
+                replies = shard.call(
+                    "offsets",
+                    functools.partial(_hmget_all, shard.client, [k for _, _, k in items]),
+                    retry=True,
+                )
+                for (i, j, _), reply in zip(items, replies, strict=True):
+                    metas[i][j] = reply
+        except Unavailable:
+            if self._placements is None:
+                raise
+            return [self.offsets(part) for part in parts]
+        out = []
+        for part, chain, m in zip(parts, chains, metas, strict=True):
+            found = _offsets_of(chain, m, final=False)
+            out.append(found if found is not None else self.offsets(part))
+        return out
 
     def needs_trim(self, part: PartitionId, below_offset: int) -> bool:
         # A sealed segment emptied by trims before its seal still waits to be dropped.
@@ -511,3 +560,38 @@ class RedisHotLog(ShardMoves):
     def close(self) -> None:
         for shard in self._shards.values():
             shard.close()
+
+
+_META_FIELDS = ["low", "hw", "bytes", "sealed", "dropped"]
+
+
+def _hmget_all(client: Any, keys: Sequence[str]) -> list[Any]:
+    """``[low, hw, bytes, sealed, dropped]`` of each segment meta key, in one pipeline."""
+    pipe = client.pipeline(transaction=False)
+    for key in keys:
+        pipe.hmget(key, _META_FIELDS)
+    return cast("list[Any]", pipe.execute())
+
+
+def _offsets_of(chain: Chain, metas: Sequence[Any], *, final: bool) -> LogOffsets | None:
+    """A partition's offsets from its chain's segment metas, or None when the chain is
+    stale (a segment dropped, sealed by a move, or newer than the chain knows) and not
+    ``final``."""
+    stale = any(
+        m[4] is not None or (seg.end is not None and m[3] is None)
+        for seg, m in zip(chain.segments, metas, strict=True)
+    )
+    if metas[-1][3] is not None:
+        stale = True  # the active segment was sealed by a move
+    if stale and not final:
+        return None
+    low = 0 if metas[0][0] is None else to_int(metas[0][0])
+    for before, after in itertools.pairwise(metas):
+        start = 0 if after[0] is None else to_int(after[0])
+        if start > (0 if before[1] is None else to_int(before[1])):
+            # A segment that starts above the end of the one before (started over after
+            # lost state, or trimmed into): nothing below it is read.
+            low = start
+    high = 0 if metas[-1][1] is None else to_int(metas[-1][1])
+    size = sum(0 if m[2] is None else to_int(m[2]) for m in metas)
+    return LogOffsets(low=low, high=high, size_bytes=size)
