@@ -307,13 +307,6 @@ class ServerConfig(_Section):
         description="An append stream that sends no message for this long is ended (cleanly: "
         "the SDK opens a new one when it next sends).",
     )
-    max_held_refusals: int = Field(
-        4096,
-        ge=0,
-        description="Throttled calls of all tenants together whose answer this gateway holds "
-        "back for their wait (quota.throttle_hold_max_s); past it a throttled call is "
-        "answered at once.",
-    )
     tenant_read_memory_bytes: int = Field(
         256 * 1024 * 1024,
         ge=1024 * 1024,
@@ -418,15 +411,6 @@ class QuotaConfig(_Section):
         "hot tier's URL, or in-process buckets with the disk hot tier.",
     )
     burst_s: float = Field(1.0, gt=0, le=60, description="Bucket capacity, in seconds of the rate.")
-    throttle_hold_max_s: float = Field(
-        1.0,
-        ge=0,
-        le=30,
-        description="A call refused for a rate quota is answered after the wait it names, up "
-        "to this long (as Kafka's brokers delay a throttled response): a client that ignores "
-        "the retry-after is paced by its own in-flight bound instead of costing the gateway a "
-        "refusal per call. 0 answers at once.",
-    )
     max_in_flight: int = Field(
         16, ge=1, description="Requests of one tenant in progress at once on one gateway."
     )

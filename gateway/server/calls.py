@@ -11,7 +11,6 @@ format. Errors are turned into wire errors in one place too, :func:`wire_error`.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import datetime as dt
 import logging
@@ -27,7 +26,7 @@ from gateway.core import ClientStream, ReadPlan, ReadResult, ScanResult, StreamT
 from gateway.core.budget import READ_COPIES, ReadBudget
 from gateway.tenancy import Gate, Tenancy
 from gateway.wire.codec import check_request, decode_valid
-from gateway.wire.errors import RequestTooLarge, Throttled, TidegateError, Unauthenticated
+from gateway.wire.errors import RequestTooLarge, TidegateError, Unauthenticated
 from gateway.wire.types import AppendRange
 
 __all__ = ["OFFLOAD_BYTES", "OFFLOAD_RECORDS", "AppendBody", "DataCalls", "wire_error"]
@@ -94,46 +93,6 @@ def wire_error(exc: BaseException, where: str = "a call") -> TidegateError:
         return exc
     log.error("unexpected error in %s", where, exc_info=exc)
     return TidegateError("internal error; see the gateway log")
-
-
-class Pacer:
-    """Holds back the answer to a call refused because its caller came back before the
-    wait an earlier refusal named (``Throttled.hint_ignored``), for the time left of that
-    wait (at most ``max_hold_s``), as Kafka's brokers delay a throttled response and mute
-    the channel. A client that honours the retry-after is never held.
-
-    A client that ignores the retry-after and keeps sending then waits for its own
-    refusals: with a bounded number of calls in flight (every client has one, if only
-    HTTP/2's concurrent streams), its call rate falls to about that bound per hold, and the
-    gateway spends its CPU on the tenants within their quotas rather than on refusing.
-    Holding a refusal costs a timer and the call's stream, no thread; at most ``max_held``
-    are held at once on a gateway, past which refusals are answered at once. The answer
-    says how much of the wait is left (:meth:`Throttled.waited`), so a client that honours
-    it does not wait twice.
-    """
-
-    def __init__(self, max_hold_s: float, max_held: int) -> None:
-        self.max_hold_ms = int(max_hold_s * 1000)
-        self.max_held = max_held
-        self.held = 0
-
-    async def pace(self, err: TidegateError) -> TidegateError:
-        """``err`` once its answer may go: a throttled one after its hold, any other now."""
-        if (
-            not isinstance(err, Throttled)
-            or not err.hint_ignored
-            or not err.retry_after_ms
-            or self.max_hold_ms <= 0
-            or self.held >= self.max_held
-        ):
-            return err
-        hold_ms = min(err.retry_after_ms, self.max_hold_ms)
-        self.held += 1
-        try:
-            await asyncio.sleep(hold_ms / 1000)
-        finally:
-            self.held -= 1
-        return err.waited(hold_ms)
 
 
 class DataCalls:

@@ -33,7 +33,7 @@ from typing import Any
 import grpc
 
 from gateway import metrics
-from gateway.server.calls import Pacer, wire_error
+from gateway.server.calls import wire_error
 from gateway.tenancy import Gate, Tenancy
 from gateway.wire._proto.tidegate.v1 import admin_pb2
 from gateway.wire._proto.tidegate.v1 import tidegate_pb2 as pb
@@ -100,9 +100,8 @@ def _code_of(context: Any) -> str:
 
 
 class CallInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
-    def __init__(self, gate: Gate, pacer: Pacer | None = None) -> None:
+    def __init__(self, gate: Gate) -> None:
         self.gate = gate
-        self.pacer = pacer or Pacer(0, 0)
 
     async def _enter(self, authorization: str | None, admin: bool, name: str) -> Caller | None:
         """The caller of a call, from its metadata alone, or what refuses it."""
@@ -139,7 +138,7 @@ class CallInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
         try:
             caller = await self._enter(_authorization(details.invocation_metadata), admin, name)
         except Exception as exc:
-            return _refusal(handler, wire_error(exc, method), name, started, self.pacer)
+            return _refusal(handler, wire_error(exc, method), name, started)
 
         if handler.unary_unary:
             inner_uu = handler.unary_unary
@@ -154,7 +153,7 @@ class CallInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
                     code = _code_of(context)
                     raise
                 except Exception as exc:
-                    err = await self.pacer.pace(wire_error(exc, method))
+                    err = wire_error(exc, method)
                     code = err.grpc_code.name
                     await _abort(context, err)
                 finally:
@@ -198,26 +197,20 @@ class CallInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
 
 
 def _refusal(
-    handler: grpc.RpcMethodHandler,
-    refused: TidegateError,
-    name: str,
-    started: float,
-    pacer: Pacer,
+    handler: grpc.RpcMethodHandler, err: TidegateError, name: str, started: float
 ) -> grpc.RpcMethodHandler:
-    """A handler that answers ``refused`` to a call refused from its metadata without ever
+    """A handler that answers ``err`` to a call refused from its metadata without ever
     receiving its request: grpc reads a unary request before it runs the handler, a
     streaming one only when the handler asks for it, so the refusal is a handler of
-    streamed requests whatever the method's kind (the client cannot tell). A throttled
-    call's answer is held back by ``pacer``."""
+    streamed requests whatever the method's kind (the client cannot tell)."""
+
+    trailers = ((STATUS_DETAILS_KEY, error_to_status(err).SerializeToString()),)
 
     async def refuse(requests: Any, context: Any) -> None:
         # The status set and no answer returned: cheaper than an abort (no exception
         # through grpc's handler machinery), which counts when a tenant far over its
         # quota makes hundreds of calls a second.
-        err = await pacer.pace(refused)
-        context.set_trailing_metadata(
-            ((STATUS_DETAILS_KEY, error_to_status(err).SerializeToString()),)
-        )
+        context.set_trailing_metadata(trailers)
         context.set_code(err.grpc_code)
         context.set_details(err.message)
         metrics.observe_grpc_request(name, err.grpc_code.name, time.perf_counter() - started)

@@ -21,7 +21,7 @@ from grpc_reflection.v1alpha import reflection
 
 from gateway.config import Settings
 from gateway.core import GroupView, MaintenanceView, ReadResult, StreamTables, TableView
-from gateway.server.calls import DataCalls, Pacer, pieces, wire_error
+from gateway.server.calls import DataCalls, pieces, wire_error
 from gateway.server.grpc_calls import (
     ADMIN_SERVICE_NAME,
     SERVICE_NAME,
@@ -607,12 +607,7 @@ class GrpcEdge:
         gate = gate or OpenGate(settings.tenant)
         calls = calls or DataCalls(service, gate)
         self.server = grpc.aio.server(
-            interceptors=[
-                CallInterceptor(
-                    gate,
-                    Pacer(settings.quota.throttle_hold_max_s, settings.server.max_held_refusals),
-                )
-            ],
+            interceptors=[CallInterceptor(gate)],
             options=server_options(settings, max_connections),
         )
         pb_grpc.add_TidegateServicer_to_server(TidegateServicer(calls, settings), self.server)

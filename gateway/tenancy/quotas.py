@@ -216,20 +216,16 @@ class QuotaGuard:
         until, rate = found
         left = until - time.monotonic()
         if left > 0:
-            self._throttled(tenant, kind, rate, max(1, math.ceil(left * 1000)), ignored=True)
+            self._throttled(tenant, kind, rate, max(1, math.ceil(left * 1000)))
         del self._refusing[(tenant, kind)]
 
-    def _throttled(
-        self, tenant: str, kind: str, rate: int, wait_ms: int, *, ignored: bool = False
-    ) -> NoReturn:
+    def _throttled(self, tenant: str, kind: str, rate: int, wait_ms: int) -> NoReturn:
         self.meter.add(tenant, throttled=1)
-        err = Throttled(
+        raise Throttled(
             f"over the tenant's {kind.replace('_', ' ')} quota of {rate}/s; retry in {wait_ms} ms",
             retry_after_ms=wait_ms,
             quota=f"{kind}_per_s",
         )
-        err.hint_ignored = ignored
-        raise err
 
     async def charge_append(self, tenant: str, nbytes: int) -> None:
         """Admit an append of ``nbytes`` payload bytes, or raise Throttled."""

@@ -49,7 +49,6 @@ for retryable errors), the FastAPI handler into ``{"error": {"reason", "message"
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
@@ -346,21 +345,6 @@ class Throttled(RetryableError):
     grpc_code = grpc.StatusCode.RESOURCE_EXHAUSTED
     http_status = 429
     reason = "THROTTLED"
-
-    #: Set when the caller came back before the wait an earlier refusal named: the edges
-    #: then hold the answer back (:class:`gateway.server.calls.Pacer`).
-    hint_ignored: bool = False
-
-    def waited(self, held_ms: int) -> Throttled:
-        """The same refusal answered ``held_ms`` later: the wait it names, in its message
-        and in ``retry_after_ms``, is what is left of it then (at least 1 ms: it is still
-        a refusal to wait on)."""
-        if self.retry_after_ms is None:
-            return self
-        left = max(1, self.retry_after_ms - held_ms)
-        message = re.sub(r"retry in \d+ ms", f"retry in {left} ms", self.message)
-        details = {k: v for k, v in self.details.items() if k != "retry_after_ms"}
-        return Throttled(message, retry_after_ms=left, **details)
 
 
 class Unavailable(RetryableError):

@@ -25,7 +25,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from gateway import metrics
 from gateway.config import Settings
 from gateway.core import StreamTables
-from gateway.server.calls import DataCalls, Pacer, wire_error
+from gateway.server.calls import DataCalls, wire_error
 from gateway.server.http.bodies import HTTP_REASONS, error_response, invalid
 from gateway.server.http.deps import TenantOf, gate_tenant_of
 from gateway.server.http.groups import groups_router
@@ -178,11 +178,9 @@ def create_app(
     app.state.max_body_bytes = settings.server.max_body_bytes
     app.state.iceberg = False
 
-    pacer = Pacer(settings.quota.throttle_hold_max_s, settings.server.max_held_refusals)
-
     async def handle_tidegate_error(request: Request, exc: Exception) -> Response:
         assert isinstance(exc, TidegateError)
-        return error_response(await pacer.pace(exc))
+        return error_response(exc)
 
     async def handle_validation_error(request: Request, exc: Exception) -> Response:
         assert isinstance(exc, RequestValidationError)
