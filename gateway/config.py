@@ -482,6 +482,13 @@ class TieringConfig(_Section):
         True, description="Tier on a schedule inside `tidegate serve` (the embedded mode)."
     )
     interval_s: float = Field(30.0, gt=0, description="Period of the embedded schedule.")
+    sweep_interval_s: float = Field(
+        3600.0,
+        ge=0,
+        description="The embedded schedule visits every table once at start and then every "
+        "this many seconds (0: at start only), for appends a crashed gateway acknowledged "
+        "but had not yet marked; otherwise it visits only the tables marked for it.",
+    )
     runner: Literal["local", "spark"] = Field(
         "local",
         description="Embedded schedule's runner: threads in the gateway ('local') or Spark.",

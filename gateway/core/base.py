@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import datetime as dt
 import itertools
 import logging
 import time
@@ -119,10 +120,11 @@ class CoreBase:
         #: its first append to each; see ``AppendOps._hot_append``). Bounded: forgetting
         #: only costs a check again.
         self._hot_checked: BoundedSet[PartitionId] = BoundedSet(65536)
-        #: Table id -> partition -> the highest offset + 1 this process acknowledged since
-        #: it last recorded them in the metadata store (every second, and at close): what a
-        #: partition is re-seeded above if its hot state is lost (``AppendOps._reseed``).
-        self._marks: dict[str, dict[int, int]] = {}
+        #: Table id -> partition -> (the highest offset + 1 this process acknowledged since
+        #: it last recorded them in the metadata store (every second, and at close), the
+        #: time of the first of those appends): what a partition is re-seeded above if its
+        #: hot state is lost (``AppendOps._reseed``), and what the lake jobs visit.
+        self._marks: dict[str, dict[int, tuple[int, dt.datetime]]] = {}
         self._marks_task: asyncio.Task[None] | None = None
         self._notifier = _Notifier()
         #: Read data held at once, for the process and per tenant.
@@ -157,23 +159,29 @@ class CoreBase:
 
     def _mark(self, part: PartitionId, end: int) -> None:
         """Remember that ``part`` has offsets assigned below ``end`` (an acknowledged
-        append), to be recorded by :meth:`_record_marks`."""
+        append), to be recorded by :meth:`_record_marks`, with the time of the first
+        append since the last recording (the oldest record the lake jobs must move)."""
         marks = self._marks.setdefault(part.table_id, {})
-        if marks.get(part.partition, 0) < end:
-            marks[part.partition] = end
+        had = marks.get(part.partition)
+        if had is None:
+            marks[part.partition] = (end, dt.datetime.now(dt.UTC))
+        elif had[0] < end:
+            marks[part.partition] = (end, had[1])
 
     def _record_marks(self) -> None:
-        """Raise the metadata store's high watermarks to what this process acknowledged."""
+        """Raise the metadata store's high watermarks to what this process acknowledged
+        and mark those partitions for tiering (one transaction): the lake jobs visit
+        only what was marked (issue 30)."""
         marks, self._marks = self._marks, {}
-        for i, (table_id, by_partition) in enumerate(marks.items()):
-            try:
-                self.meta.update_high_watermarks(table_id, by_partition)
-            except BaseException:
-                for later, rest in list(marks.items())[i:]:  # kept for the next time
-                    mine = self._marks.setdefault(later, {})
-                    for p, end in rest.items():
-                        mine[p] = max(end, mine.get(p, 0))
-                raise
+        try:
+            self.meta.record_appends(marks)
+        except BaseException:
+            for table_id, rest in marks.items():  # kept for the next time
+                mine = self._marks.setdefault(table_id, {})
+                for p, (end, at) in rest.items():
+                    had = mine.get(p)
+                    mine[p] = (end, at) if had is None else (max(end, had[0]), min(at, had[1]))
+            raise
 
     def _start_recording_marks(self) -> None:
         if self._marks_task is None:
