@@ -450,6 +450,12 @@ class MeteringConfig(_Section):
     flush_interval_s: float = Field(
         10.0, gt=0, description="How often usage aggregated in memory is written."
     )
+    storage_sample_s: float = Field(
+        60.0,
+        ge=0,
+        description="Each active tenant's hot and cold bytes are sampled (a look at each of "
+        "its tables) at most this often by the periodic flush.",
+    )
     metrics_max_tenants: int = Field(
         100,
         ge=0,
