@@ -9,9 +9,10 @@ import datetime as dt
 import itertools
 import logging
 import time
+from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import TYPE_CHECKING, Generic, ParamSpec, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypeVar, overload
 
 from gateway.config import Settings
 from gateway.core.budget import ReadBudget
@@ -25,13 +26,15 @@ from gateway.wire.schema import parse_fields
 if TYPE_CHECKING:
     from gateway.cold import ColdSnapshot, ColdStore, ColdTable
 
-__all__ = ["CoreBase"]
+__all__ = ["TABLE_CACHE_MAX", "CoreBase", "LruDict"]
 
 P = ParamSpec("P")
 R = TypeVar("R")
 K = TypeVar("K")
 
 _TABLE_CACHE_TTL_S = TABLE_VIEW_TTL_S
+#: Tables whose definition (and round-robin counter) a process keeps at most.
+TABLE_CACHE_MAX = 8192
 #: How often a process records the high watermarks it acknowledged (see ``_mark``).
 MARKS_INTERVAL_S = 1.0
 
@@ -76,6 +79,49 @@ class BoundedSet(Generic[K]):
         self._items.discard(item)
 
 
+V = TypeVar("V")
+D = TypeVar("D")
+
+
+class LruDict(OrderedDict[K, V]):
+    """A dict that keeps its ``limit`` most recently used items (a read by ``get`` or
+    ``[]`` counts as a use): for caches and per-tenant or per-table state whose loss only
+    costs a lookup again, so that memory is bounded whatever the number of tenants and
+    tables (issue 30.4)."""
+
+    def __init__(self, limit: int) -> None:
+        super().__init__()
+        self.limit = limit
+
+    def __getitem__(self, key: K) -> V:
+        value = super().__getitem__(key)
+        self.move_to_end(key)
+        return value
+
+    @overload
+    def get(self, key: K, default: None = None, /) -> V | None: ...
+    @overload
+    def get(self, key: K, default: V, /) -> V: ...
+    @overload
+    def get(self, key: K, default: D, /) -> V | D: ...
+    def get(self, key: K, default: Any = None, /) -> Any:
+        if key in self:
+            return self[key]
+        return default
+
+    def __setitem__(self, key: K, value: V) -> None:
+        super().__setitem__(key, value)
+        self.move_to_end(key)
+        while len(self) > self.limit:
+            self.popitem(last=False)
+
+    def setdefault(self, key: K, default: V, /) -> V:
+        if key in self:
+            return self[key]
+        self[key] = default
+        return default
+
+
 class SchemaMemo(BoundedSet[tuple[str, str, int, bytes]]):
     """A bounded set of ``(check, table id, schema version, schema message)``: the schema
     messages that passed ``check`` for that version. It forgets everything once full
@@ -109,8 +155,12 @@ class CoreBase:
         self._cold_tables: dict[str, tuple[int, ColdTable]] = {}
         self._snapshots: dict[str, tuple[float, ColdSnapshot]] = {}
         self._pool = ThreadPoolExecutor(settings.server.io_threads, thread_name_prefix="tg-io")
-        self._tables: dict[tuple[str, str, str], tuple[float, TableView]] = {}
-        self._round_robin: dict[str, itertools.count[int]] = {}
+        #: Table definitions by name, and the round-robin counters of keyless tables:
+        #: for the tables in use (bounded, whatever the number of tables).
+        self._tables: LruDict[tuple[str, str, str], tuple[float, TableView]] = LruDict(
+            TABLE_CACHE_MAX
+        )
+        self._round_robin: LruDict[str, itertools.count[int]] = LruDict(TABLE_CACHE_MAX)
         #: Arrow schema messages already checked against a table's schema version, so a
         #: schema seen before is recognised by its bytes: appended streams found to be
         #: exactly it (``AppendOps._as_is``), hot payloads found to read under it
