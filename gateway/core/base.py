@@ -170,6 +170,9 @@ class CoreBase:
         #: its first append to each; see ``AppendOps._hot_append``). Bounded: forgetting
         #: only costs a check again.
         self._hot_checked: BoundedSet[PartitionId] = BoundedSet(65536)
+        #: Partitions this process marked for tiering at its first append to them (see
+        #: ``AppendOps._hot_append``). Bounded: forgetting only costs a mark again.
+        self._marked: BoundedSet[PartitionId] = BoundedSet(65536)
         #: Table id -> partition -> (the highest offset + 1 this process acknowledged since
         #: it last recorded them in the metadata store (every second, and at close), the
         #: time of the first of those appends): what a partition is re-seeded above if its
