@@ -12,8 +12,9 @@ tenant, until each size is reached; then, at that size:
 - **create**: 20 more tables created and appended to once, one after another (ms each);
 - **list**: the first page of one tenant's tables (``GET /v1/tables?limit=100``; a gateway
   without pagination answers the whole list);
-- **idle**: after the new tables have been tiered, the gateway's CPU share of one core over
-  ``idle_s`` with no request at all, its open descriptors and RSS;
+- **idle**: once the new tables have been tiered (the tiering lag metric at 0, then one
+  more interval), the gateway's CPU share of one core over ``idle_s`` with no request at
+  all, its open descriptors and RSS;
 - **active**: ``active`` tables appended to at ``rate`` batches/s each for ``active_s``:
   the append p99 (HTTP), then the freshness (seconds from the last acknowledged append
   until ``T(p)`` covers it, as describe shows).
@@ -208,6 +209,25 @@ class Scale:
         }
 
 
+def settle(gw: Any, deadline_s: float = 1800.0) -> None:
+    """Wait until the gateway has tiered every record (its ``tidegate_tiering_lag_records``
+    at 0 on two reads a tiering interval apart), then one more interval: the idle window
+    must not measure the tiering of the tables just created (on a loaded machine that
+    takes minutes at 1,000 tables)."""
+    stop = time.monotonic() + deadline_s
+    zeros = 0
+    while time.monotonic() < stop and zeros < 2:
+        text = httpx.get(f"{gw.http_url}/metrics", timeout=30).text
+        lag = [
+            float(line.split()[-1])
+            for line in text.splitlines()
+            if line.startswith("tidegate_tiering_lag_records ")
+        ]
+        zeros = zeros + 1 if lag and lag[0] == 0 else 0
+        time.sleep(INTERVAL_S)
+    time.sleep(INTERVAL_S)
+
+
 @contextmanager
 def gateway(root: Path | None, kind: str, redis_url: str | None, workdir: Path) -> Iterator[Any]:
     import tests.services as services
@@ -248,7 +268,7 @@ def run(
                         ]
                         filled = time.monotonic() - started
                         listed = s.list_ms()
-                        time.sleep(2 * INTERVAL_S)  # the new tables tiered, then idle
+                        settle(gw)  # the new tables tiered, then idle
                         row: dict[str, Any] = {
                             "hot": kind,
                             "tables": len(s.tables),
