@@ -37,6 +37,7 @@ __all__ = ["AppendOps", "ClientStream"]
 def now_utc() -> dt.datetime:
     return dt.datetime.now(dt.UTC)
 
+
 log = logging.getLogger(__name__)
 
 
