@@ -129,6 +129,7 @@ attacks: setup
 ## The quick benchmark suite (< 5 min): results in benchmarks/results/.
 bench: setup
 	$(PY) -m benchmarks --mode quick
+	$(PY) -m benchmarks.scale --mode quick
 
 bench-smoke: setup
 	$(PY) -m benchmarks --mode smoke

@@ -66,6 +66,12 @@ class DiskHotConfig(_Section):
     )
     fsync_interval_ms: int = Field(200, ge=1, description="Period of the 'interval' policy.")
     segment_bytes: int = Field(64 * 1024 * 1024, ge=1024, description="Roll segments at this size.")
+    max_open_files: int = Field(
+        256,
+        ge=8,
+        description="Segment files kept open at most: the least recently used partitions are "
+        "closed past it and reopened on demand (idle partitions hold no descriptor).",
+    )
     lock: bool = Field(
         True,
         description="Take the folder's exclusive lock (a second process refuses to start). "
@@ -424,7 +430,17 @@ class QuotaConfig(_Section):
     read_bytes_per_s: int | None = Field(None, ge=1, description="Default; None: unlimited.")
     requests_per_s: int | None = Field(None, ge=1, description="Default; None: unlimited.")
     max_tables: int | None = Field(None, ge=0, description="Default; None: unlimited.")
-    max_partitions: int | None = Field(None, ge=0, description="Default; None: unlimited.")
+    max_partitions: int | None = Field(
+        16384,
+        ge=0,
+        description="Default partitions of one tenant, over all its tables; None: unlimited.",
+    )
+    max_table_partitions: int = Field(
+        1024,
+        ge=1,
+        le=4096,
+        description="Partitions one table may have (for every tenant; 4096 at most).",
+    )
     max_hot_bytes: int | None = Field(None, ge=0, description="Default; None: unlimited.")
 
 
@@ -433,6 +449,12 @@ class MeteringConfig(_Section):
 
     flush_interval_s: float = Field(
         10.0, gt=0, description="How often usage aggregated in memory is written."
+    )
+    storage_sample_s: float = Field(
+        60.0,
+        ge=0,
+        description="Each active tenant's hot and cold bytes are sampled (a look at each of "
+        "its tables) at most this often by the periodic flush.",
     )
     metrics_max_tenants: int = Field(
         100,
@@ -466,6 +488,13 @@ class TieringConfig(_Section):
         True, description="Tier on a schedule inside `tidegate serve` (the embedded mode)."
     )
     interval_s: float = Field(30.0, gt=0, description="Period of the embedded schedule.")
+    sweep_interval_s: float = Field(
+        3600.0,
+        ge=0,
+        description="The embedded schedule visits every table once at start and then every "
+        "this many seconds (0: at start only), for appends a crashed gateway acknowledged "
+        "but had not yet marked; otherwise it visits only the tables marked for it.",
+    )
     runner: Literal["local", "spark"] = Field(
         "local",
         description="Embedded schedule's runner: threads in the gateway ('local') or Spark.",

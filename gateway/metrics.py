@@ -270,6 +270,15 @@ HOT_DISK_FSYNC_SECONDS = Histogram(
     "every batch written to it before the fsync started durable.",
     buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5),
 )
+HOT_DISK_EVICTIONS = Counter(
+    "tidegate_hot_disk_evictions_total",
+    "Partitions the disk hot tier closed to keep its open files within hot.max_open_files "
+    "(reopened on their next use).",
+)
+HOT_DISK_OPEN_FILES = Gauge(
+    "tidegate_hot_disk_open_files",
+    "Files the disk hot tier's partitions hold open (bounded by hot.max_open_files).",
+)
 HOT_DISK_FSYNC_BATCHES = Counter(
     "tidegate_hot_disk_fsync_batches_total",
     "Batches the disk hot tier's group commits made durable (divided by the fsync count of "

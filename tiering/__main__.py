@@ -1,4 +1,4 @@
-"""``python -m tiering`` (and ``spark-submit`` of this module): run a lake job over every table.
+"""``python -m tiering`` (and ``spark-submit`` of this module): run a lake job where needed.
 
     spark-submit --master local[2] tiering/__main__.py --every 60
     spark-submit --master local[2] tiering/__main__.py compact
@@ -27,6 +27,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--runner", choices=["spark", "local"], default="spark")
     parser.add_argument("--master", default=None, help="Spark master (default: config).")
     parser.add_argument("--every", type=float, default=None, help="Repeat every N seconds.")
+    parser.add_argument(
+        "--all",
+        action="store_true",
+        dest="every_table",
+        help="Visit every table (a sweep); default: only the tables marked as needing it.",
+    )
     parser.add_argument("--log-level", default=None, help="Default: log.level (INFO).")
     parser.add_argument("--log-format", choices=["text", "json"], default=None)
     args = parser.parse_args(argv)
@@ -34,11 +40,18 @@ def main(argv: list[str] | None = None) -> int:
     configure_logging(settings.log, level=args.log_level, fmt=args.log_format)
     if args.every:
         run_forever(
-            settings, every_s=args.every, kind=args.runner, master=args.master, job=args.job
+            settings,
+            every_s=args.every,
+            kind=args.runner,
+            master=args.master,
+            job=args.job,
+            changed=not args.every_table,
         )
         return 0
     with Components.open(settings) as c:
-        report = run_once(c, make_runner(c, args.runner, args.master), args.job)
+        report = run_once(
+            c, make_runner(c, args.runner, args.master), args.job, changed=not args.every_table
+        )
     for name, err in report.failures.items():
         print(f"failed: {name}: {err}", file=sys.stderr)
     done = {"tier": "tiered", "compact": "compacted", "retention": "removed"}.get(args.job)

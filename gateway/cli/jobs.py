@@ -82,11 +82,19 @@ EveryOption = Annotated[
 ]
 MasterOption = Annotated[str | None, typer.Option(help="Spark master (default: tiering.master).")]
 DataDirOption = Annotated[Path | None, typer.Option(help="Embedded-mode data folder.")]
+AllOption = Annotated[
+    bool,
+    typer.Option(
+        "--all",
+        help="Visit every table (a sweep); default: only the tables marked as needing it.",
+    ),
+]
 
 
 @app.command()
 def tier(
     every: EveryOption = None,
+    every_table: AllOption = False,
     runner: RunnerOption = "local",
     master: MasterOption = None,
     data_dir: DataDirOption = None,
@@ -95,12 +103,13 @@ def tier(
 ) -> None:
     """Move every table's hot records into its Iceberg table (then trim the hot tier
     below what has been tiered for tiering.hot_retention_s)."""
-    _run_job("tier", every, runner, master, data_dir, log_level, log_format)
+    _run_job("tier", every, runner, master, data_dir, log_level, log_format, every_table)
 
 
 @app.command()
 def compact(
     every: EveryOption = None,
+    every_table: AllOption = False,
     runner: RunnerOption = "local",
     master: MasterOption = None,
     data_dir: DataDirOption = None,
@@ -110,12 +119,13 @@ def compact(
     """Rewrite each table's runs of small data files into files near
     compaction.target_file_bytes, sorted by (_partition, _offset), in one commit per table
     that leaves concurrent tiering intact."""
-    _run_job("compact", every, runner, master, data_dir, log_level, log_format)
+    _run_job("compact", every, runner, master, data_dir, log_level, log_format, every_table)
 
 
 @app.command()
 def expire(
     every: EveryOption = None,
+    every_table: AllOption = False,
     data_dir: DataDirOption = None,
     log_level: LogLevelOption = None,
     log_format: LogFormatOption = None,
@@ -123,24 +133,26 @@ def expire(
     """Expire each table's snapshots replaced more than expiry.retention_s ago (keeping the
     expiry.keep_last newest and those open scans and read plans hold), then delete the
     files only they referenced."""
-    _run_job("expire", every, "local", None, data_dir, log_level, log_format)
+    _run_job("expire", every, "local", None, data_dir, log_level, log_format, every_table)
 
 
 @app.command("clean-orphans")
 def clean_orphans(
     every: EveryOption = None,
+    every_table: AllOption = False,
     data_dir: DataDirOption = None,
     log_level: LogLevelOption = None,
     log_format: LogFormatOption = None,
 ) -> None:
     """Delete the files under each table's folder that no snapshot references and that
     are older than expiry.orphan_age_s (3 days): leftovers of jobs that died."""
-    _run_job("orphans", every, "local", None, data_dir, log_level, log_format)
+    _run_job("orphans", every, "local", None, data_dir, log_level, log_format, every_table)
 
 
 @app.command()
 def retention(
     every: EveryOption = None,
+    every_table: AllOption = False,
     data_dir: DataDirOption = None,
     log_level: LogLevelOption = None,
     log_format: LogFormatOption = None,
@@ -148,7 +160,7 @@ def retention(
     """Apply each table's retention (retention_ms, retention_records): record the earliest
     offset kept per partition, then remove the records below it from the Iceberg table
     and the hot tier."""
-    _run_job("retention", every, "local", None, data_dir, log_level, log_format)
+    _run_job("retention", every, "local", None, data_dir, log_level, log_format, every_table)
 
 
 _COMMAND = {"orphans": "clean-orphans"}
@@ -169,6 +181,7 @@ def _run_job(
     data_dir: Path | None,
     log_level: Any,
     log_format: Any,
+    every_table: bool = False,
 ) -> None:
     from gateway.config import Settings
     from gateway.hot.disk.log import HotTierBusy
@@ -186,10 +199,18 @@ def _run_job(
         settings = settings.model_copy(update={"data_dir": data_dir})
     try:
         if every:
-            run_forever(settings, every_s=every, kind=runner, master=master, job=job)
+            run_forever(
+                settings,
+                every_s=every,
+                kind=runner,
+                master=master,
+                job=job,
+                changed=not every_table,
+            )
             return
         with Components.open(settings) as c:
-            report = run_once(c, make_runner(c, runner, master), job)
+            report = run_once(c, make_runner(c, runner, master), job, changed=not every_table)
+            no_tables = not report.tables and not report.failures and not c.meta.has_tables()
     except HotTierBusy as err:
         typer.echo(
             f"error: {err.reason}: {err.message}. A gateway that owns the disk hot tier runs "
@@ -210,7 +231,7 @@ def _run_job(
         )
     else:
         typer.echo(f"{_DONE[job]} {plural(len(report.tables), 'table')}")
-    if not report.tables:
+    if no_tables:
         typer.echo(
             f"warning: no tables found (data folder {settings.data_dir.resolve()}, metadata "
             f"{settings.metadata_url.split('@')[-1]}): run {_COMMAND.get(job, job)} where the "

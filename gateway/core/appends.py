@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import datetime as dt
 import itertools
 import logging
 import time
@@ -31,6 +32,11 @@ from gateway.wire.schema import check_values, conform_batch
 from gateway.wire.types import AppendRange
 
 __all__ = ["AppendOps", "ClientStream"]
+
+
+def now_utc() -> dt.datetime:
+    return dt.datetime.now(dt.UTC)
+
 
 log = logging.getLogger(__name__)
 
@@ -235,7 +241,17 @@ class AppendOps(CoreBase):
         except HotStateLost as exc:
             self._reseed(table, part, exc.message)
             res = self.hot.append(part, payload, count, timestamp_us, producer, floor=0)
-        self._mark(part, res.base_offset + res.count)
+        end = res.base_offset + res.count
+        if part not in self._marked:
+            # This process's first append to the partition is marked before it is
+            # acknowledged: a gateway killed at once leaves it marked for the lake jobs
+            # (later appends are marked within a second, and a restart sweeps).
+            try:
+                self.meta.record_appends({part.table_id: {part.partition: (end, now_utc())}})
+                self._marked.add(part)
+            except Exception as exc:  # recorded with the others, once a second
+                log.warning("marking %s for tiering failed (%s); later", part.path, exc)
+        self._mark(part, end)
         return res
 
     def _tiered_floor(self, table: TableView, part: PartitionId, *, fresh: bool) -> int:

@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import datetime as dt
 import itertools
 import logging
 import time
+from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import TYPE_CHECKING, Generic, ParamSpec, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypeVar, overload
 
 from gateway.config import Settings
 from gateway.core.budget import ReadBudget
@@ -24,13 +26,15 @@ from gateway.wire.schema import parse_fields
 if TYPE_CHECKING:
     from gateway.cold import ColdSnapshot, ColdStore, ColdTable
 
-__all__ = ["CoreBase"]
+__all__ = ["TABLE_CACHE_MAX", "CoreBase", "LruDict"]
 
 P = ParamSpec("P")
 R = TypeVar("R")
 K = TypeVar("K")
 
 _TABLE_CACHE_TTL_S = TABLE_VIEW_TTL_S
+#: Tables whose definition (and round-robin counter) a process keeps at most.
+TABLE_CACHE_MAX = 8192
 #: How often a process records the high watermarks it acknowledged (see ``_mark``).
 MARKS_INTERVAL_S = 1.0
 
@@ -75,6 +79,49 @@ class BoundedSet(Generic[K]):
         self._items.discard(item)
 
 
+V = TypeVar("V")
+D = TypeVar("D")
+
+
+class LruDict(OrderedDict[K, V]):
+    """A dict that keeps its ``limit`` most recently used items (a read by ``get`` or
+    ``[]`` counts as a use): for caches and per-tenant or per-table state whose loss only
+    costs a lookup again, so that memory is bounded whatever the number of tenants and
+    tables (issue 30.4)."""
+
+    def __init__(self, limit: int) -> None:
+        super().__init__()
+        self.limit = limit
+
+    def __getitem__(self, key: K) -> V:
+        value = super().__getitem__(key)
+        self.move_to_end(key)
+        return value
+
+    @overload
+    def get(self, key: K, default: None = None, /) -> V | None: ...
+    @overload
+    def get(self, key: K, default: V, /) -> V: ...
+    @overload
+    def get(self, key: K, default: D, /) -> V | D: ...
+    def get(self, key: K, default: Any = None, /) -> Any:
+        if key in self:
+            return self[key]
+        return default
+
+    def __setitem__(self, key: K, value: V) -> None:
+        super().__setitem__(key, value)
+        self.move_to_end(key)
+        while len(self) > self.limit:
+            self.popitem(last=False)
+
+    def setdefault(self, key: K, default: V, /) -> V:
+        if key in self:
+            return self[key]
+        self[key] = default
+        return default
+
+
 class SchemaMemo(BoundedSet[tuple[str, str, int, bytes]]):
     """A bounded set of ``(check, table id, schema version, schema message)``: the schema
     messages that passed ``check`` for that version. It forgets everything once full
@@ -108,8 +155,12 @@ class CoreBase:
         self._cold_tables: dict[str, tuple[int, ColdTable]] = {}
         self._snapshots: dict[str, tuple[float, ColdSnapshot]] = {}
         self._pool = ThreadPoolExecutor(settings.server.io_threads, thread_name_prefix="tg-io")
-        self._tables: dict[tuple[str, str, str], tuple[float, TableView]] = {}
-        self._round_robin: dict[str, itertools.count[int]] = {}
+        #: Table definitions by name, and the round-robin counters of keyless tables:
+        #: for the tables in use (bounded, whatever the number of tables).
+        self._tables: LruDict[tuple[str, str, str], tuple[float, TableView]] = LruDict(
+            TABLE_CACHE_MAX
+        )
+        self._round_robin: LruDict[str, itertools.count[int]] = LruDict(TABLE_CACHE_MAX)
         #: Arrow schema messages already checked against a table's schema version, so a
         #: schema seen before is recognised by its bytes: appended streams found to be
         #: exactly it (``AppendOps._as_is``), hot payloads found to read under it
@@ -119,10 +170,14 @@ class CoreBase:
         #: its first append to each; see ``AppendOps._hot_append``). Bounded: forgetting
         #: only costs a check again.
         self._hot_checked: BoundedSet[PartitionId] = BoundedSet(65536)
-        #: Table id -> partition -> the highest offset + 1 this process acknowledged since
-        #: it last recorded them in the metadata store (every second, and at close): what a
-        #: partition is re-seeded above if its hot state is lost (``AppendOps._reseed``).
-        self._marks: dict[str, dict[int, int]] = {}
+        #: Partitions this process marked for tiering at its first append to them (see
+        #: ``AppendOps._hot_append``). Bounded: forgetting only costs a mark again.
+        self._marked: BoundedSet[PartitionId] = BoundedSet(65536)
+        #: Table id -> partition -> (the highest offset + 1 this process acknowledged since
+        #: it last recorded them in the metadata store (every second, and at close), the
+        #: time of the first of those appends): what a partition is re-seeded above if its
+        #: hot state is lost (``AppendOps._reseed``), and what the lake jobs visit.
+        self._marks: dict[str, dict[int, tuple[int, dt.datetime]]] = {}
         self._marks_task: asyncio.Task[None] | None = None
         self._notifier = _Notifier()
         #: Read data held at once, for the process and per tenant.
@@ -157,23 +212,29 @@ class CoreBase:
 
     def _mark(self, part: PartitionId, end: int) -> None:
         """Remember that ``part`` has offsets assigned below ``end`` (an acknowledged
-        append), to be recorded by :meth:`_record_marks`."""
+        append), to be recorded by :meth:`_record_marks`, with the time of the first
+        append since the last recording (the oldest record the lake jobs must move)."""
         marks = self._marks.setdefault(part.table_id, {})
-        if marks.get(part.partition, 0) < end:
-            marks[part.partition] = end
+        had = marks.get(part.partition)
+        if had is None:
+            marks[part.partition] = (end, dt.datetime.now(dt.UTC))
+        elif had[0] < end:
+            marks[part.partition] = (end, had[1])
 
     def _record_marks(self) -> None:
-        """Raise the metadata store's high watermarks to what this process acknowledged."""
+        """Raise the metadata store's high watermarks to what this process acknowledged
+        and mark those partitions for tiering (one transaction): the lake jobs visit
+        only what was marked (issue 30)."""
         marks, self._marks = self._marks, {}
-        for i, (table_id, by_partition) in enumerate(marks.items()):
-            try:
-                self.meta.update_high_watermarks(table_id, by_partition)
-            except BaseException:
-                for later, rest in list(marks.items())[i:]:  # kept for the next time
-                    mine = self._marks.setdefault(later, {})
-                    for p, end in rest.items():
-                        mine[p] = max(end, mine.get(p, 0))
-                raise
+        try:
+            self.meta.record_appends(marks)
+        except BaseException:
+            for table_id, rest in marks.items():  # kept for the next time
+                mine = self._marks.setdefault(table_id, {})
+                for p, (end, at) in rest.items():
+                    had = mine.get(p)
+                    mine[p] = (end, at) if had is None else (max(end, had[0]), min(at, had[1]))
+            raise
 
     def _start_recording_marks(self) -> None:
         if self._marks_task is None:

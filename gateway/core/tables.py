@@ -14,7 +14,13 @@ from gateway.core.base import CoreBase
 from gateway.core.names import check_ident, check_retention
 from gateway.core.views import MaintenanceView, PartitionView, TableView
 from gateway.hot import PartitionId
-from gateway.wire.errors import InvalidRequest, InvalidSchema, SchemaChangeRefused, TidegateError
+from gateway.wire.errors import (
+    InvalidRequest,
+    InvalidSchema,
+    QuotaExceeded,
+    SchemaChangeRefused,
+    TidegateError,
+)
 from gateway.wire.evolution import ACCEPTED, apply_changes
 from gateway.wire.schema import fields_to_json, parse_fields
 
@@ -53,6 +59,13 @@ class TableOps(CoreBase):
             or not (1 <= partitions <= MAX_PARTITIONS)
         ):
             raise InvalidRequest(f"partitions must be an integer from 1 to {MAX_PARTITIONS}")
+        per_table = self.settings.quota.max_table_partitions
+        if partitions > per_table:
+            raise QuotaExceeded(
+                f"a table may have at most {per_table} partitions on this gateway "
+                f"(quota.max_table_partitions); {namespace}.{name} asks for {partitions}",
+                quota="max_table_partitions",
+            )
         ms = check_retention("retention_ms", retention_ms) or None
         records = check_retention("retention_records", retention_records) or None
         keys = list(key_columns)

@@ -49,6 +49,7 @@ from gateway.lake.tiering import (
     crash_point,
     each_table,
     record_failure,
+    with_lake_work,
 )
 from gateway.wire.errors import CommitConflict
 
@@ -305,7 +306,9 @@ def compact_all(
     runner = runner or LocalRunner(c)
     return each_table(
         c,
-        lambda d: compact_table(c, d, runner=runner, retry=retry),
+        lambda d: with_lake_work(
+            c, d, "compact", 0.0, lambda: compact_table(c, d, runner=runner, retry=retry)
+        ),
         job="compaction",
         tables=tables,
         max_parallel_tenants=max_parallel_tenants,

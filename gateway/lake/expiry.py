@@ -40,7 +40,14 @@ from typing import TYPE_CHECKING
 
 from gateway.cold.base import SnapshotInfo, fs_path
 from gateway.lake.components import Components
-from gateway.lake.tiering import RunReport, commit_retry, crash_point, each_table, record_failure
+from gateway.lake.tiering import (
+    RunReport,
+    commit_retry,
+    crash_point,
+    each_table,
+    record_failure,
+    with_lake_work,
+)
 from gateway.wire.errors import CommitConflict
 
 if TYPE_CHECKING:
@@ -249,7 +256,13 @@ def expire_all(
     """Expire every table's (or ``tables``') old snapshots, tenants side by side."""
     return each_table(
         c,
-        lambda d: expire_table(c, d, now=now),
+        lambda d: with_lake_work(
+            c,
+            d,
+            "expire",
+            max(c.settings.expiry.retention_s, c.settings.tiering.hot_retention_s),
+            lambda: expire_table(c, d, now=now),
+        ),
         job="expiry",
         tables=tables,
         max_parallel_tenants=max_parallel_tenants,
@@ -267,7 +280,9 @@ def clean_all(
     """Remove every table's (or ``tables``') old orphan files, tenants side by side."""
     return each_table(
         c,
-        lambda d: clean_orphans(c, d, now=now),
+        lambda d: with_lake_work(
+            c, d, "orphans", c.settings.expiry.orphan_age_s, lambda: clean_orphans(c, d, now=now)
+        ),
         job="orphan clean-up",
         tables=tables,
         max_parallel_tenants=max_parallel_tenants,

@@ -4,12 +4,14 @@ job) on the same metadata store and shards; see :mod:`gateway.hot.placement`."""
 
 from __future__ import annotations
 
+import datetime as dt
 import logging
 import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
 from gateway.hot import PartitionId
+from gateway.meta.work import Mark
 from gateway.wire.errors import InvalidRequest, TableNotFound
 
 if TYPE_CHECKING:
@@ -97,6 +99,9 @@ def move_partition(c: Placed, tenant: str, table: str, partition: int, target: s
     before = _placement(c, part)
     started = time.monotonic()
     c.hot.move(part, target)
+    # The sealed segment goes once tiering has moved its records: mark the partition.
+    now = dt.datetime.now(dt.UTC)
+    c.meta.mark_work([Mark(part.table_id, part.partition, "tier", since=now, due_at=now)])
     after = _placement(c, part)
     seconds = time.monotonic() - started
     log.info(

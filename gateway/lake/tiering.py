@@ -83,6 +83,7 @@ __all__ = [
     "tier_all",
     "tier_table",
     "trim_hot",
+    "with_lake_work",
     "write_range",
 ]
 
@@ -496,6 +497,7 @@ def tier_table(
     """
     runner = runner or LocalRunner(c)
     retry = retry or commit_retry(c)
+    began = dt.datetime.now(dt.UTC)
     cold = c.cold.table(d)
     run_id = f"tier-{uuid.uuid4().hex[:16]}"
     started = time.monotonic()
@@ -541,6 +543,7 @@ def tier_table(
             snap_id = base.snapshot_id
             moved: dict[int, tuple[int, int]] = {}
             files: list[DataFile] = []
+            tiered = {p: base.watermark(p) for p in range(d.partitions)}
             break
         # Keep files already written for a range that still starts at T(p); write
         # the rest (a new plan after a conflict may start later and end later).
@@ -583,6 +586,7 @@ def tier_table(
         crash_point("after_commit")
         snap_id = snap.snapshot_id
         moved = {p: (t.start, t.end) for p, t in plan.items()}
+        tiered = {p: marks.get(p, base.watermark(p)) for p in range(d.partitions)}
         c.meta.update_tiered_watermarks(d.table_id, {p: e for p, (_, e) in moved.items()})
         crash_point("after_cache")
         with contextlib.suppress(Exception):  # what describe shows; never fails the run
@@ -590,6 +594,7 @@ def tier_table(
             c.meta.record_run(d.table_id, "tier", "ok", f"{count} records in snapshot {snap_id}")
         break
     trimmed = trim_hot(c, d, cold) if trim else {}
+    _after_tiering(c, d, tiered, began, committed=bool(moved), trimmed=trim)
     result = TableResult(
         table=d.qualified_name,
         tenant=d.tenant,
@@ -603,6 +608,70 @@ def tier_table(
         snapshot_id=snap_id,
     )
     _observe(result)
+    return result
+
+
+def _after_tiering(
+    c: Components,
+    d: TableDef,
+    tiered: Mapping[int, int],
+    began: dt.datetime,
+    *,
+    committed: bool,
+    trimmed: bool,
+) -> None:
+    """The lake work of ``d`` after a tiering run that began at ``began`` (issue 30):
+    the ``tier`` marks it covered go (a partition's once ``T(p)`` reached what was
+    acknowledged); a commit asks for the work it makes due later (the hot tier's trim
+    ``hot_retention_s`` on, compaction now, snapshot expiry and orphan clean-up once
+    their windows have passed). Never fails the run: a mark that stays costs a visit."""
+    from gateway.meta.work import TABLE_LEVEL, Mark
+
+    now = dt.datetime.now(dt.UTC)
+    s = c.settings
+    hold = s.tiering.hot_retention_s
+    try:
+        if committed:
+            # Whether or not this process schedules them: a Spark deployment runs them
+            # as CronJobs, with the embedded schedules off.
+            later = [
+                ("compact", 0.0),
+                ("expire", s.expiry.retention_s),
+                ("orphans", s.expiry.orphan_age_s),
+                *([("trim", hold)] if hold > 0 else []),
+            ]
+            c.meta.mark_work(
+                Mark(d.table_id, TABLE_LEVEL, job, since=now, due_at=now + dt.timedelta(seconds=w))
+                for job, w in later
+            )
+        c.meta.finish_tiering(d.table_id, tiered, began)
+        if trimmed and hold > 0:
+            c.meta.finish_work(d.table_id, "trim", now - dt.timedelta(seconds=hold), hold)
+    except Exception as exc:
+        log.warning("%s: recording its lake work failed (%s)", d.qualified_name, exc)
+
+
+def with_lake_work(c: Components, d: TableDef, job: str, window_s: float, fn: Callable[[], R]) -> R:
+    """Run ``fn``, ``job``'s work on ``d``, then clear the table's ``job`` mark for the
+    changes it covered: those marked ``window_s`` (the job's age threshold: snapshot
+    retention, the orphans' safety window) before it began; a later mark stays, due
+    ``window_s`` after it. A compaction that committed asks for expiry and orphan
+    clean-up in turn. Never fails the run for its bookkeeping."""
+    from gateway.meta.work import TABLE_LEVEL, Mark
+
+    began = dt.datetime.now(dt.UTC)
+    result = fn()
+    try:
+        if job == "compact" and bool(getattr(result, "added", False)):
+            s = c.settings
+            now = dt.datetime.now(dt.UTC)
+            c.meta.mark_work(
+                Mark(d.table_id, TABLE_LEVEL, j, since=now, due_at=now + dt.timedelta(seconds=w))
+                for j, w in (("expire", s.expiry.retention_s), ("orphans", s.expiry.orphan_age_s))
+            )
+        c.meta.finish_work(d.table_id, job, began - dt.timedelta(seconds=window_s), window_s)
+    except Exception as exc:
+        log.warning("%s: recording its lake work failed (%s)", d.qualified_name, exc)
     return result
 
 

@@ -22,6 +22,7 @@ from sqlalchemy import (
     DateTime,
     Dialect,
     ForeignKey,
+    Index,
     Integer,
     MetaData,
     String,
@@ -39,6 +40,7 @@ __all__ = [
     "Base",
     "GroupOffset",
     "GroupRecord",
+    "LakeWork",
     "MaintenanceRun",
     "PartitionRecord",
     "QuotaRecord",
@@ -336,3 +338,37 @@ class MaintenanceRun(Base):
     outcome: Mapped[str] = mapped_column(String(16))
     #: One line: what the run did, or why it failed.
     detail: Mapped[str] = mapped_column(Text, default="")
+
+
+#: The lake jobs a :class:`LakeWork` row can ask for.
+LAKE_JOBS = ("tier", "trim", "compact", "expire", "orphans")
+
+
+class LakeWork(Base):
+    """Lake work a table needs (issue 30): what the lake jobs visit, instead of every
+    table. A ``tier`` row per partition with records not yet tiered (written from what
+    gateways acknowledged, see ``StreamTables``); table-level rows (``partition`` -1) for
+    the jobs a change asks for later: ``trim`` (the hot tier, ``hot_retention_s`` after a
+    tiering commit), ``compact``, ``expire``, ``orphans``. A job takes the rows of its
+    kind that are due, and deletes a row once the work it asks for is done."""
+
+    __tablename__ = "tg_lake_work"
+    __table_args__ = (
+        CheckConstraint("job IN ({})".format(", ".join(f"'{j}'" for j in LAKE_JOBS)), name="job"),
+        Index("ix_tg_lake_work_job_due_at", "job", "due_at"),
+    )
+
+    table_id: Mapped[str] = mapped_column(
+        String(36), ForeignKey("tg_tables.id", ondelete="CASCADE"), primary_key=True
+    )
+    partition: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=False)
+    job: Mapped[str] = mapped_column(String(16), primary_key=True)
+    #: When the oldest change still waiting was made (for ``tier``: the oldest untiered
+    #: record acknowledged, as far as gateways told).
+    since: Mapped[datetime] = mapped_column()
+    #: When the newest change was marked.
+    marked_at: Mapped[datetime] = mapped_column()
+    #: From when a job should visit (the earliest mark's due time).
+    due_at: Mapped[datetime] = mapped_column()
+    #: ``tier``: the highest offset + 1 acknowledged; the row goes when ``T(p)`` reaches it.
+    high: Mapped[int] = mapped_column(BigInteger, default=0, server_default=text("0"))

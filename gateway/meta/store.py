@@ -15,11 +15,12 @@ from gateway.meta.maintenance import MaintenanceOps
 from gateway.meta.partitions import PartitionOps
 from gateway.meta.placement import PlacementOps
 from gateway.meta.tables import TableOps
+from gateway.meta.work import LakeWorkOps
 
 __all__ = ["MetadataStore"]
 
 
-class MetadataStore(TableOps, PartitionOps, GroupOps, MaintenanceOps, PlacementOps):
+class MetadataStore(TableOps, PartitionOps, GroupOps, MaintenanceOps, PlacementOps, LakeWorkOps):
     """Tenants, tables and partitions in a SQL database (SQLite or PostgreSQL).
 
     Opening migrates the database to the newest schema. Close the store when done.

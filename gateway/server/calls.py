@@ -13,7 +13,9 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
+import errno
 import logging
+import os
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -26,10 +28,23 @@ from gateway.core import ClientStream, ReadPlan, ReadResult, ScanResult, StreamT
 from gateway.core.budget import READ_COPIES, ReadBudget
 from gateway.tenancy import Gate, Tenancy
 from gateway.wire.codec import check_request, decode_valid
-from gateway.wire.errors import RequestTooLarge, TidegateError, Unauthenticated
+from gateway.wire.errors import (
+    RequestTooLarge,
+    ResourceUnavailable,
+    TidegateError,
+    Unauthenticated,
+)
 from gateway.wire.types import AppendRange
 
-__all__ = ["OFFLOAD_BYTES", "OFFLOAD_RECORDS", "AppendBody", "DataCalls", "wire_error"]
+__all__ = [
+    "OFFLOAD_BYTES",
+    "OFFLOAD_RECORDS",
+    "RESOURCE_ERRNOS",
+    "AppendBody",
+    "DataCalls",
+    "resource_error",
+    "wire_error",
+]
 
 log = logging.getLogger("tidegate.server")
 
@@ -85,12 +100,47 @@ class _FollowHold:
             self.budget.release(self.tenant, self.held.pop())
 
 
+#: ``errno`` values of a resource the process or the machine ran out of: descriptors,
+#: disk space, memory. Retrying later may succeed, so they are never an INTERNAL error.
+RESOURCE_ERRNOS = frozenset(
+    {errno.EMFILE, errno.ENFILE, errno.ENOSPC, errno.EDQUOT, errno.ENOMEM, errno.ENOBUFS}
+)
+
+#: Seconds a client is told to wait before retrying after a resource error.
+RESOURCE_RETRY_AFTER_MS = 1000
+
+
+def resource_error(exc: BaseException) -> OSError | MemoryError | None:
+    """The resource exhaustion behind ``exc`` (itself, or what it was raised from or
+    while handling: pyiceberg, pyarrow and SQLAlchemy wrap the ``OSError``), or None."""
+    seen: set[int] = set()
+    at: BaseException | None = exc
+    while at is not None and id(at) not in seen:
+        seen.add(id(at))
+        if isinstance(at, MemoryError):
+            return at
+        if isinstance(at, OSError) and at.errno in RESOURCE_ERRNOS:
+            return at
+        at = at.__cause__ or at.__context__
+    return None
+
+
 def wire_error(exc: BaseException, where: str = "a call") -> TidegateError:
-    """The error to send for ``exc``: a :class:`TidegateError` as it is; anything else is
-    logged with its traceback and answered as a bare INTERNAL error, whose message names
-    nothing of the gateway's internals."""
+    """The error to send for ``exc``: a :class:`TidegateError` as it is; a resource the
+    gateway ran out of (descriptors, disk space, memory: :func:`resource_error`) as a
+    retryable :class:`~gateway.wire.errors.ResourceUnavailable`; anything else is logged
+    with its traceback and answered as a bare INTERNAL error, whose message names nothing
+    of the gateway's internals."""
     if isinstance(exc, TidegateError):
         return exc
+    short = resource_error(exc)
+    if short is not None:
+        what = "memory" if isinstance(short, MemoryError) else os.strerror(short.errno or 0).lower()
+        log.warning("%s failed for want of a resource: %s", where, what)
+        return ResourceUnavailable(
+            f"the gateway is short of a resource ({what}); retry later",
+            retry_after_ms=RESOURCE_RETRY_AFTER_MS,
+        )
     log.error("unexpected error in %s", where, exc_info=exc)
     return TidegateError("internal error; see the gateway log")
 

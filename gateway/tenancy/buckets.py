@@ -19,9 +19,13 @@ import time
 from abc import ABC, abstractmethod
 from typing import Any
 
+from gateway.core.base import LruDict
 from gateway.wire.errors import Unavailable
 
-__all__ = ["LocalBuckets", "RedisBuckets", "TokenBuckets", "bucket_key"]
+__all__ = ["BUCKETS_MAX", "LocalBuckets", "RedisBuckets", "TokenBuckets", "bucket_key"]
+
+#: In-process token buckets kept at most (tenant x kind).
+BUCKETS_MAX = 16384
 
 
 def bucket_key(tenant: str, kind: str) -> str:
@@ -60,7 +64,9 @@ class LocalBuckets(TokenBuckets):
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._buckets: dict[tuple[str, str], tuple[float, float]] = {}
+        # The least recently used bucket goes past the bound: the one idle longest, whose
+        # tokens have most likely refilled to the burst anyway.
+        self._buckets: LruDict[tuple[str, str], tuple[float, float]] = LruDict(BUCKETS_MAX)
 
     def take(
         self, tenant: str, kind: str, amount: float, rate: float, burst: float, force: bool = False

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import NoReturn
 
 from gateway.config import Settings
+from gateway.core.base import LruDict
 from gateway.meta.tenants import TenantStore
 from gateway.tenancy.auth import run_blocking
 from gateway.tenancy.buckets import TokenBuckets
@@ -27,6 +28,8 @@ from gateway.wire.types import QUOTA_FIELDS
 __all__ = ["QuotaGuard", "Quotas"]
 
 _QUOTA_TTL_S = 1.0
+#: Tenants whose quotas, hot bytes and refusals a gateway keeps at most.
+TENANT_CACHE_MAX = 4096
 _HOT_BYTES_TTL_S = 1.0
 #: Retry hint when a tenant has too much work in flight on this gateway.
 _BUSY_RETRY_MS = 50
@@ -63,15 +66,17 @@ class QuotaGuard:
         self.meter = meter
         #: The tenant's bytes in the hot tier, read from the hot tier (blocking).
         self._sample_hot = sample_hot
-        self._quotas: dict[str, tuple[float, Quotas]] = {}
-        self._hot_bytes: dict[str, tuple[float, int]] = {}
+        # Per-tenant caches: bounded, whatever the number of tenants (a miss costs a
+        # lookup again).
+        self._quotas: LruDict[str, tuple[float, Quotas]] = LruDict(TENANT_CACHE_MAX)
+        self._hot_bytes: LruDict[str, tuple[float, int]] = LruDict(TENANT_CACHE_MAX)
         #: (tenant, pool) -> calls holding a slot of that pool here.
         self._in_flight: dict[tuple[str, str], int] = {}
         #: pool -> calls of every tenant holding one of its slots here (``server.max_*``).
         self._gateway_slots: dict[str, int] = {}
         #: (tenant, quota) -> (monotonic time until which this replica refuses at once,
         #: after the shared bucket refused with a retry-after (see ``_take``), the rate).
-        self._refusing: dict[tuple[str, str], tuple[float, int]] = {}
+        self._refusing: LruDict[tuple[str, str], tuple[float, int]] = LruDict(TENANT_CACHE_MAX)
 
     def _pool(self, follow: bool, stream: bool) -> tuple[str, int, int]:
         """(pool name, per-tenant limit, per-gateway limit or 0 for none) of a call."""

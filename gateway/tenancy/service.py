@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
 import time
 from collections.abc import Callable
 from contextlib import AbstractAsyncContextManager
@@ -74,6 +75,9 @@ class Tenancy(Gate):
             self.auth.derive_secret("plan-files"), settings.cold.presign_expiry_s
         )
         self._flusher: asyncio.Task[None] | None = None
+        #: Tenant -> when its storage was last sampled (monotonic), for the tenants
+        #: sampled within ``metering.storage_sample_s``.
+        self._sampled: dict[str, float] = {}
         #: Storage samplers run for every active tenant before a usage flush; each returns
         #: ``{"hot_bytes": n}`` / ``{"cold_bytes": n}``. The hot tier's is built in; the cold
         #: tier registers its own here (the metering hook for cold bytes).
@@ -105,9 +109,24 @@ class Tenancy(Gate):
         return total
 
     def sample_and_flush(self, only: str | None) -> None:
-        """Sample the storage of active tenants (or of ``only``), then flush usage."""
-        tenants = {only} if only is not None else self.meter.active_tenants()
+        """Sample the storage of active tenants not sampled for ``storage_sample_s`` (or
+        of ``only``, whatever its last sample), then flush usage. Sampling looks at each of
+        a tenant's tables: once a minute, not at every flush, for a tenant with thousands
+        of idle tables and one busy one."""
+        now = time.monotonic()
+        every = self.settings.metering.storage_sample_s
+        if only is not None:
+            tenants = {only}
+        else:
+            tenants = {
+                t
+                for t in self.meter.active_tenants()
+                if now - self._sampled.get(t, -math.inf) >= every
+            }
+            # Bounded by the tenants active within the last period.
+            self._sampled = {t: at for t, at in self._sampled.items() if now - at < every}
         for tenant in tenants:
+            self._sampled[tenant] = now
             for sampler in self.storage_samplers:
                 try:
                     self.meter.set_storage(tenant, **sampler(tenant))

@@ -43,8 +43,10 @@ for retryable errors), the FastAPI handler into ``{"error": {"reason", "message"
         ├── CommitConflict             ABORTED / 409: the Iceberg table moved; re-plan
         ├── Throttled                  RESOURCE_EXHAUSTED / 429, carries retry_after_ms
         └── Unavailable                UNAVAILABLE / 503: a backend is down
-            └── HotStateLost           the hot tier holds no (or an older) state of a
-                                       partition: the core re-seeds it, never reuses offsets
+            ├── HotStateLost           the hot tier holds no (or an older) state of a
+            │                          partition: the core re-seeds it, never reuses offsets
+            └── ResourceUnavailable    the gateway ran out of descriptors, disk space or
+                                       memory (EMFILE, ENFILE, ENOSPC...): retry later
 """
 
 from __future__ import annotations
@@ -73,6 +75,7 @@ __all__ = [
     "PermissionDenied",
     "QuotaExceeded",
     "RequestTooLarge",
+    "ResourceUnavailable",
     "RetryableError",
     "SchemaChangeRefused",
     "SchemaMismatch",
@@ -351,6 +354,14 @@ class Unavailable(RetryableError):
     grpc_code = grpc.StatusCode.UNAVAILABLE
     http_status = 503
     reason = "UNAVAILABLE"
+
+
+class ResourceUnavailable(Unavailable):
+    """The gateway ran out of a resource (file descriptors, disk space, memory) while
+    serving the request: nothing was acknowledged, and the same request may succeed
+    later. Never an INTERNAL error (a 500 would tell a client not to retry)."""
+
+    reason = "RESOURCE_UNAVAILABLE"
 
 
 class HotStateLost(Unavailable):

@@ -68,11 +68,14 @@ def test_gateway_and_tier_logs_are_quiet_and_json_on_demand(tmp_path: Path) -> N
 
     # `tidegate tier` on the same data folder, once the gateway that owns it has stopped.
     job_env = {k: v for k, v in gw.env().items() if k != "TIDEGATE_LOG__FORMAT"}
-    # (An idle run logs at DEBUG; the libraries stay at WARNING whatever --log-level says.)
+    # (An idle run logs at DEBUG; the libraries stay at WARNING whatever --log-level says.
+    # Everything was tiered: the run visits at most the table a last mark, written as the
+    # gateway stopped, still names; issue 30.)
     text = _tier(job_env, "--log-level", "debug")
     assert text.returncode == 0, text.stderr
-    assert "tiered 0 records in 1 table" in text.stdout
-    assert "DEBUG tidegate.tiering: tiering run: 1 tables, 0 records" in text.stderr
+    assert re.search(r"tiered 0 records in [01] tables?\n", text.stdout), text.stdout
+    assert "warning: no tables found" not in text.stderr
+    assert re.search(r"DEBUG tidegate.tiering: tiering run: [01] tables, 0 records", text.stderr)
     assert not [ln for ln in text.stderr.splitlines() if any(c in ln for c in CHATTY)]
 
     as_json = _tier(job_env, "--log-format", "json", "--log-level", "debug")
@@ -80,6 +83,7 @@ def test_gateway_and_tier_logs_are_quiet_and_json_on_demand(tmp_path: Path) -> N
     assert any(r["logger"] == "tidegate.tiering" for r in _json_lines(as_json.stderr))
 
     # The setting that turns a library back up: the chatter the checks above rule out.
-    loud = _tier({**job_env, "TIDEGATE_LOG__LEVELS": '{"pyiceberg.io": "INFO"}'})
+    # (--all: a sweep visits the table, so its Iceberg table is loaded.)
+    loud = _tier({**job_env, "TIDEGATE_LOG__LEVELS": '{"pyiceberg.io": "INFO"}'}, "--all")
     assert loud.returncode == 0, loud.stderr
     assert "INFO pyiceberg.io: Loaded FileIO" in loud.stderr

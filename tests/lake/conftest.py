@@ -3,6 +3,7 @@ SQL catalog on SQLite with a local warehouse, and one local[2] SparkSession per 
 
 from __future__ import annotations
 
+import datetime as dt
 import time
 import uuid
 from collections.abc import Iterator, Sequence
@@ -69,6 +70,10 @@ class Harness:
             encode_batch(batch),
             batch.num_rows,
             time.time_ns() // 1000,
+        )
+        # What the gateway records of what it acknowledged: the lake jobs' marks.
+        self.c.meta.record_appends(
+            {d.table_id: {partition: (res.base_offset + res.count, dt.datetime.now(dt.UTC))}}
         )
         return res.base_offset
 

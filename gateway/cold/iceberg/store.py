@@ -153,8 +153,15 @@ class IcebergColdStore(ColdStore):
             SortField(source_id=oid, transform=IdentityTransform()),
         )
         for ns in ((table.tenant,), (table.tenant, table.namespace)):
-            with contextlib.suppress(NamespaceAlreadyExistsError):
+            try:
                 self.catalog.create_namespace(ns)
+            except NamespaceAlreadyExistsError:
+                pass
+            except Exception:
+                # Two creates of a tenant's first tables at once: the SQL catalog checks,
+                # then inserts, so the loser of the race fails on the unique key.
+                if not self.catalog.namespace_exists(ns):
+                    raise
         location = (
             f"{self.warehouse}/{table.tenant}/{table.namespace}/{table.name}-{table.table_id}"
         )

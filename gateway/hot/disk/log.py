@@ -11,9 +11,11 @@ import socket
 import sys
 import tempfile
 import threading
+from collections import OrderedDict
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
+from gateway import metrics
 from gateway.config import DiskHotConfig, Settings
 from gateway.hot.base import (
     AppendResult,
@@ -44,7 +46,20 @@ from gateway.wire.errors import (
     Unavailable,
 )
 
-__all__ = ["LOCK_FILE", "DiskHotLog", "HotTierBusy", "folder_holder", "take_folder_lock"]
+__all__ = [
+    "DEFAULT_MAX_OPEN_FILES",
+    "LOCK_FILE",
+    "MIN_OPEN_FILES",
+    "DiskHotLog",
+    "HotTierBusy",
+    "folder_holder",
+    "take_folder_lock",
+]
+
+#: Files the disk hot tier keeps open by default (``hot.max_open_files``).
+DEFAULT_MAX_OPEN_FILES = 256
+#: The smallest bound accepted: a few partitions' worth of files.
+MIN_OPEN_FILES = 8
 
 #: The lock file of a disk hot tier's folder: one process owns the log.
 LOCK_FILE = ".lock"
@@ -113,7 +128,9 @@ log = logging.getLogger(__name__)
 class DiskHotLog(HotLog):
     """A :class:`HotLog` in local segment files: the embedded, single-node default.
 
-    One process owns a folder at a time; partitions are opened (and recovered) on first use.
+    One process owns a folder at a time; partitions are opened (and recovered) on first use,
+    and closed again when the files open pass ``max_open_files``, least recently used
+    first: what an idle partition costs is its folder, not descriptors.
     """
 
     name = "disk"
@@ -126,11 +143,17 @@ class DiskHotLog(HotLog):
         fsync_interval_ms: int = 200,
         segment_bytes: int = 64 * 1024 * 1024,
         lock: bool = True,
+        max_open_files: int = DEFAULT_MAX_OPEN_FILES,
     ) -> None:
         if fsync not in ("batch", "interval", "never"):
             raise ValueError(f"unknown fsync policy {fsync!r}")
         if segment_bytes < 1 or fsync_interval_ms < 1:
             raise ValueError("segment_bytes and fsync_interval_ms must be positive")
+        if max_open_files < MIN_OPEN_FILES:
+            raise ValueError(f"max_open_files must be at least {MIN_OPEN_FILES}")
+        #: Files the log keeps open at most (beyond the partitions in use this instant):
+        #: the least recently used partitions are closed past it and reopened on demand.
+        self.max_open_files = max_open_files
         self.root = Path(path)
         self.fsync_policy: FsyncPolicy = fsync
         self.fsync_interval_ms = fsync_interval_ms
@@ -138,8 +161,13 @@ class DiskHotLog(HotLog):
         self.root.mkdir(parents=True, exist_ok=True)
         #: The folder's exclusive lock: one process owns the log (None without ``lock``).
         self._lock_fd = take_folder_lock(self.root) if lock else None
-        self._parts: dict[PartitionId, Partition] = {}
+        #: The partitions in use or open, least recently used first.
+        self._parts: OrderedDict[PartitionId, Partition] = OrderedDict()
         self._parts_lock = threading.Lock()
+        #: Files the loaded partitions hold open (each partition's count is refreshed
+        #: after every operation on it, see :meth:`_account`).
+        self._open_files = 0
+        self._count_lock = threading.Lock()
         self._closed = False
         self._stop = threading.Event()
         self._flusher: threading.Thread | None = None
@@ -160,6 +188,7 @@ class DiskHotLog(HotLog):
             fsync_interval_ms=cfg.fsync_interval_ms,
             segment_bytes=cfg.segment_bytes,
             lock=cfg.lock,
+            max_open_files=cfg.max_open_files,
         )
 
     # Plumbing ---------------------------------------------------------------------------
@@ -178,6 +207,8 @@ class DiskHotLog(HotLog):
             p = self._parts.get(part)
             if p is None and (create or directory.is_dir()):
                 p = self._parts[part] = Partition(directory, self)
+            elif p is not None:
+                self._parts.move_to_end(part)
             return p
 
     @contextlib.contextmanager
@@ -191,21 +222,78 @@ class DiskHotLog(HotLog):
             if p is None:
                 yield None
                 return
-            with contextlib.ExitStack() as stack:
-                if sync:
-                    stack.enter_context(p.sync_lock)
-                stack.enter_context(p.lock)
-                if p.retired:
-                    continue  # dropped or closed meanwhile
-                try:
-                    if not p.loaded:
-                        p.load()
-                    yield p
-                except OSError as exc:
-                    raise Unavailable(
-                        f"hot log I/O error in {p.directory}: {exc}", backend="disk"
-                    ) from exc
-                return
+            try:
+                with contextlib.ExitStack() as stack:
+                    if sync:
+                        stack.enter_context(p.sync_lock)
+                    stack.enter_context(p.lock)
+                    if p.retired:
+                        continue  # dropped, closed or evicted meanwhile
+                    try:
+                        if not p.loaded:
+                            p.load()
+                        yield p
+                    except OSError as exc:
+                        raise Unavailable(
+                            f"hot log I/O error in {p.directory}: {exc}", backend="disk"
+                        ) from exc
+                    finally:
+                        self._account(p)
+            finally:
+                if self._open_files > self.max_open_files:
+                    self._evict(keep=part)
+            return
+
+    def _account(self, p: Partition) -> None:
+        """Refresh the count of files ``p`` holds open (its lock held)."""
+        now = p.open_files()
+        if now != p.counted_files:
+            with self._count_lock:
+                self._open_files += now - p.counted_files
+                metrics.HOT_DISK_OPEN_FILES.set(self._open_files)
+            p.counted_files = now
+
+    @property
+    def open_files(self) -> int:
+        """Files the log's partitions hold open now (the folder's lock file aside)."""
+        return self._open_files
+
+    def _evict(self, keep: PartitionId) -> None:
+        """Close the least recently used partitions until the files held open are within
+        ``max_open_files``. Called with no partition lock held; a partition in use (its
+        lock taken) is passed over, and so is ``keep``, the one just used. An evicted
+        partition is durable and its state written before its files close
+        (:meth:`Partition.evict`), so loading it again recovers nothing and loses nothing.
+        """
+        while self._open_files > self.max_open_files:
+            victim: tuple[PartitionId, Partition] | None = None
+            with self._parts_lock:
+                for key, p in self._parts.items():  # least recently used first
+                    if key == keep or not p.loaded:
+                        continue
+                    if not p.sync_lock.acquire(blocking=False):
+                        continue
+                    if not p.lock.acquire(blocking=False):
+                        p.sync_lock.release()
+                        continue
+                    victim = (key, p)
+                    break
+            if victim is None:
+                return  # every other partition is in use this instant
+            key, p = victim
+            try:
+                if not p.retired:
+                    p.evict()
+                    metrics.HOT_DISK_EVICTIONS.inc()
+                with self._count_lock:
+                    self._open_files -= p.counted_files
+                p.counted_files = 0
+                with self._parts_lock:
+                    if self._parts.get(key) is p:
+                        del self._parts[key]
+            finally:
+                p.lock.release()
+                p.sync_lock.release()
 
     def _flush_loop(self) -> None:
         interval = self.fsync_interval_ms / 1000
@@ -346,6 +434,9 @@ class DiskHotLog(HotLog):
                 for seg in p.segments:
                     seg.close()
                 p.retired = True
+                with self._count_lock:
+                    self._open_files -= p.counted_files
+                p.counted_files = 0
                 with self._parts_lock:
                     if self._parts.get(part) is p:
                         del self._parts[part]

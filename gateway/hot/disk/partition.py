@@ -67,8 +67,10 @@ class Partition:
         #: Serialises fsyncs; taken *before* ``lock`` by whoever also needs it.
         self.sync_lock = threading.Lock()
         self.loaded = False
-        #: Set when the partition was dropped or the log closed: re-resolve it.
+        #: Set when the partition was dropped, evicted or the log closed: re-resolve it.
         self.retired = False
+        #: Files the owner counted this partition as holding (``DiskHotLog._account``).
+        self.counted_files = 0
         self.failed: BaseException | None = None
         self.segments: list[Segment] = []
         self.bases: list[int] = []
@@ -99,6 +101,12 @@ class Partition:
         si = bisect.bisect_right(self.bases, offset) - 1
         seg = self.segments[si]
         return si, bisect.bisect_right(seg.offsets, offset) - 1
+
+    def open_files(self) -> int:
+        """Descriptors held: every segment's log, and the active segment's index."""
+        if not self.segments:
+            return 0
+        return len(self.segments) + (1 if self.active.index_fd is not None else 0)
 
     def check_usable(self) -> None:
         if self.failed is not None:
@@ -368,8 +376,16 @@ class Partition:
         """
         with self.sync_lock:
             with self.lock:
-                if self.retired or self.durable >= target:
+                if self.durable >= target:
                     return
+                if self.retired:
+                    # Dropped, or evicted or closed after an fsync that failed: the batch
+                    # may not be durable, so it is not acknowledged.
+                    raise Unavailable(
+                        f"hot log partition {self.directory} was closed before its writes "
+                        "were made durable",
+                        backend="disk",
+                    )
                 self.check_usable()
                 end, written = self.end, self.written
                 pending = sorted(self.unsynced, key=lambda s: s.base)
@@ -389,6 +405,18 @@ class Partition:
                 metrics.HOT_DISK_FSYNC_BATCHES.inc(written - self.synced)
                 self.durable = max(self.durable, end)
                 self.synced = max(self.synced, written)
+
+    def evict(self) -> None:
+        """Release the files of a partition the log closes to stay within its bound
+        (``sync_lock`` and ``lock`` held): as :meth:`close`, so every batch written is
+        durable and the state snapshot says exactly where the log ends, and the next use
+        loads it again without a recovery scan. An fsync that fails leaves the partition
+        failed (appenders waiting for it are refused, never acknowledged)."""
+        try:
+            self.close()
+        except OSError as exc:
+            self.failed = exc
+            log.warning("hot log %s: closing it failed (%s)", self.directory, exc)
 
     def close(self) -> None:
         """Flush, snapshot the state for a fast restart and release the files."""

@@ -29,6 +29,10 @@ __all__ = ["Shard", "to_int"]
 
 T = TypeVar("T")
 
+#: Connections one process opens to one Redis shard at most (the gateway's I/O threads,
+#: 32 by default, the lake jobs and the follow readers share them).
+MAX_CONNECTIONS = 64
+
 #: Server-side conditions that mean "try again later" rather than "your request is wrong".
 _RETRYABLE_REPLIES = (
     rex.OutOfMemoryError,
@@ -67,11 +71,16 @@ class Shard:
             )
             self.where = f"cluster {url.rsplit('@', 1)[-1]}"
         else:
-            pool = redis.ConnectionPool.from_url(
+            # Bounded whatever the number of tenants and tables: a caller past the bound
+            # waits for a connection (up to the socket timeout), then is refused as
+            # unavailable, instead of opening one more socket.
+            pool = redis.BlockingConnectionPool.from_url(
                 url,
                 socket_timeout=socket_timeout_s,
                 socket_connect_timeout=socket_timeout_s,
                 retry=Retry(NoBackoff(), 0),
+                max_connections=MAX_CONNECTIONS,
+                timeout=socket_timeout_s,
             )
             client = redis.Redis(connection_pool=pool)
             kw = pool.connection_kwargs

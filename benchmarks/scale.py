@@ -1,0 +1,364 @@
+"""What a gateway costs as tables accumulate (issue 30.5): N tables across M tenants on
+each hot tier, every table written once then idle, a few of them active.
+
+    python -m benchmarks.scale [--mode quick|full] [--sizes 10,100,1000]
+                               [--root DIR] [--label NAME] [--out DIR]
+
+For each hot tier (disk, and Redis on a redis-server of the run's own) one gateway is
+started with the tiering interval at 10 s (the issue's "before" setup). Tables are created
+through the HTTP API (4 partitions, one record appended to each), ``tables_per_tenant`` per
+tenant, until each size is reached; then, at that size:
+
+- **create**: 20 more tables created and appended to once, one after another (ms each);
+- **list**: the first page of one tenant's tables (``GET /v1/tables?limit=100``; a gateway
+  without pagination answers the whole list);
+- **idle**: once the new tables have been tiered (the tiering lag metric at 0, then one
+  more interval), the gateway's CPU share of one core over ``idle_s`` with no request at
+  all, its open descriptors and RSS;
+- **active**: ``active`` tables appended to at ``rate`` batches/s each for ``active_s``:
+  the append p99 (HTTP), then the freshness (seconds from the last acknowledged append
+  until ``T(p)`` covers it, as describe shows).
+
+``--root`` runs the gateway of another checkout (e.g. ``git archive main`` unpacked) with
+this one's benchmark, so a "before" is measured the same way in the same run. Results go
+to ``<out>/<label>.json`` and a table in ``<out>/summary.md``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import tempfile
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+HERE = Path(__file__).resolve().parent
+RESULTS = HERE / "results" / "scale"
+
+MODES: dict[str, dict[str, Any]] = {
+    "quick": {"sizes": [10, 100, 1000], "idle_s": 20.0, "active_s": 15.0},
+    "full": {"sizes": [10, 1000, 10000], "idle_s": 60.0, "active_s": 30.0},
+    "smoke": {"sizes": [5, 20], "idle_s": 3.0, "active_s": 3.0},
+}
+TABLES_PER_TENANT = 100
+PARTITIONS = 4
+INTERVAL_S = 10.0
+ACTIVE = 5
+RATE = 5.0
+FIELDS = [{"name": "k", "type": "string"}, {"name": "n", "type": "int64"}]
+
+
+def cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def rss_mib(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return 0.0
+
+
+def descriptors(pid: int) -> int:
+    return len(os.listdir(f"/proc/{pid}/fd"))
+
+
+def pct(values: list[float], q: float) -> float:
+    if not values:
+        return 0.0
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
+
+
+class Scale:
+    """One gateway and the tenants and tables made on it so far."""
+
+    def __init__(self, gw: Any) -> None:
+        self.gw = gw
+        self.keys: list[str] = []
+        self.tables: list[tuple[str, str]] = []  # (key, name)
+        self._clients: dict[str, httpx.Client] = {}
+        self._lock = threading.Lock()
+
+    def client(self, key: str) -> httpx.Client:
+        ident = f"{key}:{threading.get_ident()}"
+        with self._lock:
+            c = self._clients.get(ident)
+            if c is None:
+                c = self._clients[ident] = httpx.Client(
+                    base_url=self.gw.http_url,
+                    headers={"authorization": f"Bearer {key}"},
+                    timeout=120,
+                )
+            return c
+
+    def close(self) -> None:
+        for c in self._clients.values():
+            c.close()
+
+    def _key_for(self, index: int) -> str:
+        while len(self.keys) <= index // TABLES_PER_TENANT:
+            name = f"s{uuid.uuid4().hex[:8]}"
+            with self.gw.admin() as admin:
+                admin.create_tenant(name)
+                self.keys.append(admin.issue_key(name)[1])
+        return self.keys[index // TABLES_PER_TENANT]
+
+    def create(self, index: int) -> float:
+        """Create table ``index`` and append one record to it; seconds taken."""
+        key = self._key_for(index)
+        name = f"t{index}"
+        h = self.client(key)
+        started = time.perf_counter()
+        r = h.post(
+            "/v1/tables",
+            json={"namespace": "ns", "name": name, "schema": FIELDS, "partitions": PARTITIONS},
+        )
+        r.raise_for_status()
+        r = h.post(f"/v1/tables/ns/{name}/records", json={"rows": [{"k": "x", "n": index}]})
+        r.raise_for_status()
+        took = time.perf_counter() - started
+        with self._lock:
+            self.tables.append((key, name))
+        return took
+
+    def grow_to(self, n: int, threads: int = 6) -> None:
+        start = len(self.tables)
+        if n <= start:
+            return
+        # Each tenant's first table alone (a gateway before 7f74820 failed two first
+        # creates of a tenant at once), the rest in parallel.
+        firsts = [i for i in range(start, n) if i % TABLES_PER_TENANT == 0]
+        for i in firsts:
+            self.create(i)
+        with ThreadPoolExecutor(threads) as pool:
+            list(pool.map(self.create, [i for i in range(start, n) if i not in set(firsts)]))
+
+    def list_ms(self, tries: int = 5) -> float:
+        h = self.client(self.keys[0])
+        took = []
+        for _ in range(tries):
+            started = time.perf_counter()
+            r = h.get("/v1/tables", params={"limit": 100})
+            r.raise_for_status()
+            took.append((time.perf_counter() - started) * 1000)
+        return statistics.median(took)
+
+    def idle(self, seconds: float) -> dict[str, float]:
+        pid = self.gw.proc.pid
+        cpu0, t0 = cpu_seconds(pid), time.monotonic()
+        time.sleep(seconds)
+        share = (cpu_seconds(pid) - cpu0) / (time.monotonic() - t0)
+        return {
+            "idle_cpu_pct": round(100 * share, 2),
+            "descriptors": descriptors(pid),
+            "rss_mib": round(rss_mib(pid), 1),
+        }
+
+    def active(self, seconds: float) -> dict[str, float]:
+        """``ACTIVE`` tables appended to at ``RATE`` each; append p99, then freshness."""
+        chosen = self.tables[:ACTIVE]
+        latencies: list[float] = []
+        last: dict[str, int] = {}
+        stop = time.monotonic() + seconds
+
+        def writer(key: str, name: str) -> None:
+            h = self.client(key)
+            i = 0
+            while time.monotonic() < stop:
+                started = time.perf_counter()
+                r = h.post(f"/v1/tables/ns/{name}/records", json={"rows": [{"k": "a", "n": i}]})
+                r.raise_for_status()
+                latencies.append((time.perf_counter() - started) * 1000)
+                i += 1
+                time.sleep(max(0.0, 1 / RATE - (time.perf_counter() - started)))
+            last[name] = i
+
+        threads = [threading.Thread(target=writer, args=t) for t in chosen]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        acked = time.monotonic()
+        fresh_s = []
+        for key, name in chosen:
+            h = self.client(key)
+            deadline = acked + 10 * INTERVAL_S
+            while time.monotonic() < deadline:
+                d = h.get(f"/v1/tables/ns/{name}").json()
+                if all(p["tiered_watermark"] >= p["high_watermark"] for p in d["partition_info"]):
+                    break
+                time.sleep(0.25)
+            fresh_s.append(time.monotonic() - acked)
+        return {
+            "append_p99_ms": round(pct(latencies, 0.99), 1),
+            "append_p50_ms": round(pct(latencies, 0.5), 1),
+            "freshness_max_s": round(max(fresh_s), 1),
+        }
+
+
+def settle(gw: Any, deadline_s: float = 1800.0) -> None:
+    """Wait until the gateway has tiered every record (its ``tidegate_tiering_lag_records``
+    at 0 on two reads a tiering interval apart), then one more interval: the idle window
+    must not measure the tiering of the tables just created (on a loaded machine that
+    takes minutes at 1,000 tables)."""
+    stop = time.monotonic() + deadline_s
+    zeros = 0
+    while time.monotonic() < stop and zeros < 2:
+        text = httpx.get(f"{gw.http_url}/metrics", timeout=30).text
+        lag = [
+            float(line.split()[-1])
+            for line in text.splitlines()
+            if line.startswith("tidegate_tiering_lag_records ")
+        ]
+        zeros = zeros + 1 if lag and lag[0] == 0 else 0
+        time.sleep(INTERVAL_S)
+    time.sleep(INTERVAL_S)
+
+
+@contextmanager
+def gateway(root: Path | None, kind: str, redis_url: str | None, workdir: Path) -> Iterator[Any]:
+    import tests.services as services
+
+    if root is not None:
+        services.REPO_ROOT = root
+    env = {
+        "TIDEGATE_HOT__TYPE": kind,
+        "TIDEGATE_TIERING__INTERVAL_S": str(INTERVAL_S),
+        "TIDEGATE_LOG__LEVEL": "WARNING",
+    }
+    if redis_url:
+        env["TIDEGATE_HOT__URL"] = redis_url
+    gw = services.GatewayProcess(workdir / f"gw-{kind}", env).start()
+    try:
+        yield gw
+    finally:
+        gw.stop()
+
+
+def run(
+    root: Path | None, sizes: list[int], idle_s: float, active_s: float, workdir: Path
+) -> list[dict[str, Any]]:
+    from tests.services import RedisServer
+
+    rows: list[dict[str, Any]] = []
+    redis = RedisServer(workdir / "redis").start()
+    try:
+        for kind in ("disk", "redis"):
+            with gateway(root, kind, redis.url if kind == "redis" else None, workdir) as gw:
+                s = Scale(gw)
+                try:
+                    for n in sizes:
+                        started = time.monotonic()
+                        s.grow_to(n - 20 if n > 40 else n)
+                        creates = [
+                            s.create(len(s.tables)) * 1000 for _ in range(20 if n > 40 else 0)
+                        ]
+                        filled = time.monotonic() - started
+                        listed = s.list_ms()
+                        settle(gw)  # the new tables tiered, then idle
+                        row: dict[str, Any] = {
+                            "hot": kind,
+                            "tables": len(s.tables),
+                            "tenants": len(s.keys),
+                            "fill_s": round(filled, 1),
+                            "create_ms_p50": round(pct(creates, 0.5), 1) if creates else None,
+                            "create_ms_p90": round(pct(creates, 0.9), 1) if creates else None,
+                            "list_ms": round(listed, 1),
+                        }
+                        row.update(s.idle(idle_s))
+                        row.update(s.active(active_s))
+                        print(json.dumps(row), flush=True)
+                        rows.append(row)
+                finally:
+                    s.close()
+    finally:
+        redis.stop()
+    return rows
+
+
+def summary(out: Path) -> None:
+    lines = [
+        "# Scale: a gateway's cost against the number of tables (issue 30)",
+        "",
+        "Written by `python -m benchmarks.scale`; one gateway per hot tier, 4 partitions per "
+        "table, one record appended to each, tiering every 10 s; 5 active tables append "
+        "5 batches/s each during the active phase. Idle CPU is a share of one core.",
+        "",
+    ]
+    for path in sorted(out.glob("*.json")):
+        doc = json.loads(path.read_text())
+        lines += [
+            f"## {doc['label']} ({doc['mode']}, commit {doc['commit']}, {doc['date']}, "
+            f"load average at start {doc['load_avg_1m']})",
+            "",
+            "| hot | tables | idle CPU % | fds | RSS MiB | create+append ms p50 | list ms "
+            "| append p99 ms | freshness s |",
+            "|---|---|---|---|---|---|---|---|---|",
+        ]
+        for r in doc["rows"]:
+            lines.append(
+                f"| {r['hot']} | {r['tables']} | {r['idle_cpu_pct']} | {r['descriptors']} | "
+                f"{r['rss_mib']} | {r['create_ms_p50']} | {r['list_ms']} | "
+                f"{r['append_p99_ms']} | {r['freshness_max_s']} |"
+            )
+        lines.append("")
+    (out / "summary.md").write_text("\n".join(lines))
+
+
+def main() -> int:
+    import subprocess
+
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.scale", description=__doc__)
+    parser.add_argument("--mode", choices=sorted(MODES), default="quick")
+    parser.add_argument("--sizes", default=None, help="comma-separated table counts")
+    parser.add_argument("--root", type=Path, default=None, help="checkout whose gateway runs")
+    parser.add_argument("--label", default="after")
+    parser.add_argument("--out", type=Path, default=RESULTS)
+    ns = parser.parse_args()
+    mode = MODES[ns.mode]
+    sizes = [int(x) for x in ns.sizes.split(",")] if ns.sizes else mode["sizes"]
+    root = ns.root.resolve() if ns.root else None
+    commit = subprocess.run(
+        ["git", "describe", "--always", "--dirty"],
+        capture_output=True,
+        text=True,
+        cwd=root or HERE.parent,
+    ).stdout.strip() or (root.name if root else "?")
+    workdir = Path(tempfile.mkdtemp(prefix="tidegate-scale-"))
+    load = round(os.getloadavg()[0], 1)
+    try:
+        rows = run(root, sizes, mode["idle_s"], mode["active_s"], workdir)
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+    if ns.mode == "smoke":
+        return 0
+    ns.out.mkdir(parents=True, exist_ok=True)
+    doc = {
+        "label": ns.label,
+        "mode": ns.mode,
+        "commit": commit,
+        "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "load_avg_1m": load,
+        "cores": os.cpu_count(),
+        "rows": rows,
+    }
+    (ns.out / f"{ns.label}-{ns.mode}.json").write_text(json.dumps(doc, indent=2))
+    summary(ns.out)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
