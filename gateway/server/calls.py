@@ -11,6 +11,7 @@ format. Errors are turned into wire errors in one place too, :func:`wire_error`.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import datetime as dt
 import errno
