@@ -26,7 +26,7 @@ test)
   java_ok=0
   if [ -n "${JAVA_HOME:-}" ] && [ -x "$JAVA_HOME/bin/java" ]; then java_ok=1
   elif command -v java >/dev/null 2>&1; then java_ok=1; fi
-  [ "$java_ok" = 1 ] || need "a Java 17+ runtime (Spark runs the tiering tests in local[2])" "apt-get install openjdk-17-jre-headless"
+  [ "$java_ok" = 1 ] || need "a Java 17+ runtime (Spark runs the tiering tests in local[2] and on a standalone cluster)" "apt-get install openjdk-17-jre-headless"
   # The console's browser tests drive Debian's Chromium (never a browser Playwright downloads).
   [ -x /usr/bin/chromium ] || need "Chromium at /usr/bin/chromium (the console's browser tests)" "apt-get install chromium"
   ;;
