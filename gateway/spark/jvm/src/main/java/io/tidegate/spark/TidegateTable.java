@@ -54,13 +54,12 @@ final class TidegateTable implements SupportsRead, SupportsWrite {
     return schema;
   }
 
+  /** Batch reads of our own, and what the Python source does for streams and writes. */
   @Override
   public Set<TableCapability> capabilities() {
-    return EnumSet.of(
-        TableCapability.BATCH_READ,
-        TableCapability.MICRO_BATCH_READ,
-        TableCapability.BATCH_WRITE,
-        TableCapability.STREAMING_WRITE);
+    Set<TableCapability> out = EnumSet.of(TableCapability.BATCH_READ);
+    out.addAll(PythonFallback.table(schema, properties).capabilities());
+    return out;
   }
 
   @Override
