@@ -81,8 +81,14 @@ def test_a_dataframe_queried_twice_with_different_filters(
 def test_the_jvm_connector_wants_the_http_edge(
     lake: LakeGateway, tg_spark: Any, table_name: str
 ) -> None:
+    """The JVM connector refuses a gRPC address in one sentence; the Python source takes
+    the HTTP address too, through the gateway's ``/v1/endpoints``."""
+    import httpx
+
     with lake.gateway.client() as c:
         c.create_table(table_name, {"n": "int64"}, partitions=1)
+    told = httpx.get(f"{lake.gateway.http_url}/v1/endpoints").json()
+    assert told["grpc"] == lake.gateway.grpc_target
     options = {**lake.options(table_name), "endpoint": lake.gateway.grpc_target}
     with pytest.raises(Exception, match="the JVM connector talks to the gateway's HTTP edge"):
         tg_spark.read.format("tidegate").options(**options).load()
