@@ -6,6 +6,10 @@ import org.apache.hadoop.conf.Configuration;
 import org.apache.hadoop.fs.Path;
 import org.apache.hadoop.mapred.FileSplit;
 import org.apache.hadoop.mapreduce.TaskAttemptID;
+import org.apache.parquet.filter2.predicate.FilterApi;
+import org.apache.parquet.filter2.predicate.FilterPredicate;
+import org.apache.parquet.filter2.predicate.Operators;
+import org.apache.parquet.hadoop.ParquetInputFormat;
 import org.apache.hadoop.mapreduce.task.TaskAttemptContextImpl;
 import org.apache.spark.sql.catalyst.expressions.GenericInternalRow;
 import org.apache.spark.sql.connector.read.PartitionReader;
@@ -103,6 +107,11 @@ final class ParquetFilesReader implements PartitionReader<ColumnarBatch> {
       path = new Path(lower.startsWith("file:") ? url : "file://" + url);
     }
     Configuration c = new Configuration(conf);
+    FilterPredicate offsets = offsetPredicate(factory.bounds);
+    if (offsets != null) {
+      // Row groups whose _offset statistics lie outside the query's bounds are not read.
+      ParquetInputFormat.setFilterPredicate(c, offsets);
+    }
     String json = readSchema.json();
     c.set("org.apache.spark.sql.parquet.row.requested_schema", json);
     c.set("org.apache.spark.sql.parquet.row.attributes", json);
@@ -123,6 +132,20 @@ final class ParquetFilesReader implements PartitionReader<ColumnarBatch> {
       throw new IOException(
           "tidegate: cannot read data file " + describe(f) + " of the plan: " + e.getMessage(), e);
     }
+  }
+
+  /** The bounds' _offset range as a Parquet predicate (null: unbounded). */
+  static FilterPredicate offsetPredicate(Filters.Bounds bounds) {
+    Operators.LongColumn column = FilterApi.longColumn(Types.OFFSET);
+    FilterPredicate out = null;
+    if (bounds.low > 0) {
+      out = FilterApi.gtEq(column, Long.valueOf(bounds.low));
+    }
+    if (bounds.high >= 0) {
+      FilterPredicate below = FilterApi.lt(column, Long.valueOf(bounds.high));
+      out = out == null ? below : FilterApi.and(out, below);
+    }
+    return out;
   }
 
   private static String describe(FileSlice f) {

@@ -21,11 +21,14 @@ final class ReaderFactory implements PartitionReaderFactory {
   final StructType required;
   /** Rows per batch of a data file. */
   final int batchRows;
+  /** What the query's filters say of _partition and _offset: row groups outside are skipped. */
+  final Filters.Bounds bounds;
 
-  ReaderFactory(Gateway gateway, StructType required, int batchRows) {
+  ReaderFactory(Gateway gateway, StructType required, int batchRows, Filters.Bounds bounds) {
     this.gateway = gateway;
     this.required = required;
     this.batchRows = batchRows;
+    this.bounds = bounds;
   }
 
   @Override

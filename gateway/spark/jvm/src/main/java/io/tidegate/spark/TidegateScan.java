@@ -202,6 +202,6 @@ final class TidegateScan implements Scan, Batch {
 
   @Override
   public PartitionReaderFactory createReaderFactory() {
-    return new ReaderFactory(gateway, required, 4096);
+    return new ReaderFactory(gateway, required, 4096, builder.bounds());
   }
 }
