@@ -105,11 +105,20 @@ class SparkDriver:
         self.log_path = workdir / "driver.log"
         self._sent = 0
 
+    @staticmethod
+    def conf() -> dict[str, str]:
+        """The driver's own Spark configuration: the JVM connector's jar on the session
+        (``spark.jars``: the driver serves it to the executors), so ``tidegate`` is the
+        JVM connector and ``tidegate_python`` the Python source (``gateway.spark.register``)."""
+        import gateway.spark
+
+        return {**EXECUTOR_ENV_CONF, "spark.jars": gateway.spark.jar_path()}
+
     def start(self) -> SparkDriver:
         self.folder.mkdir(parents=True, exist_ok=True)
         log = open(self.log_path, "ab")  # noqa: SIM115 - owned by the child
         self.proc = subprocess.Popen(
-            [*self.cluster.submit_args(EXECUTOR_ENV_CONF), str(self.SCRIPT), str(self.folder)],
+            [*self.cluster.submit_args(self.conf()), str(self.SCRIPT), str(self.folder)],
             env=submitter_env(),
             cwd=self.workdir,
             stdin=subprocess.DEVNULL,

@@ -12,9 +12,11 @@ the SparkSession is up. Each file appears whole (written aside, then renamed).
 - ``{"op": "probe"}``: what the executors' Python workers see: per task its process, the
   folder it runs in (a worker's work folder: which worker ran it), its interpreter and its
   environment's ``TIDEGATE_*``, ``AWS_*`` and ``PYTHONPATH`` variables.
-- ``{"op": "read", "options": {...}, "out": path}``: ``spark.read.format("tidegate")``
-  with those options, the rows written to ``out`` as an Arrow IPC file; answers the
-  number of Spark partitions and how many rows each worker's executor read.
+- ``{"op": "read", "format": name, "options": {...}, "out": path}``:
+  ``spark.read.format(name)`` (``tidegate``: the JVM connector when its jar is on the
+  session; ``tidegate_python``: the Python source) with those options, the rows written to
+  ``out`` as an Arrow IPC file; answers the number of Spark partitions, how many rows each
+  worker's executor read and whether the scan was columnar.
 - ``{"op": "stream", "options": {...}, "checkpoint": path, "out": path}``:
   ``readStream.format("tidegate")`` drained with ``Trigger.AvailableNow``, its micro-batches
   collected on the driver (``foreachBatch``) and written to ``out`` (no file when there
@@ -72,7 +74,12 @@ def read(spark: Any, command: dict[str, Any]) -> Any:
     per_worker: dict[str, int] = {}
     for worker, count in df.rdd.mapPartitions(_count_rows).collect():
         per_worker[worker] = per_worker.get(worker, 0) + count
-    return {"partitions": df.rdd.getNumPartitions(), "per_worker": per_worker}
+    plan = df._jdf.queryExecution().executedPlan().toString()
+    return {
+        "partitions": df.rdd.getNumPartitions(),
+        "per_worker": per_worker,
+        "columnar": "ColumnarToRow" in plan,
+    }
 
 
 def stream(spark: Any, command: dict[str, Any]) -> Any:

@@ -215,8 +215,13 @@ def _sorted_rows(table: pa.Table) -> list[dict[str, Any]]:
     return sorted(rows, key=lambda r: (r["_partition"], r["_offset"]))
 
 
+#: ``format(...)`` of each implementation on the driver (the jar is on its session).
+SOURCES = {"jvm": "tidegate", "python": "tidegate_python"}
+
+
+@pytest.mark.parametrize("source", sorted(SOURCES))
 def test_a_batch_read_on_the_cluster_equals_the_gateways_scan(
-    cluster_lake: ClusterLake, driver: SparkDriver, table_name: str, tmp_path: Path
+    cluster_lake: ClusterLake, driver: SparkDriver, table_name: str, tmp_path: Path, source: str
 ) -> None:
     lake = cluster_lake
     with lake.gateway.client() as c:
@@ -235,7 +240,12 @@ def test_a_batch_read_on_the_cluster_equals_the_gateways_scan(
 
     out = tmp_path / "read.arrow"
     # One split per file: nine splits, read by the executors of both workers.
-    result = driver.ask("read", options=lake.options(table_name, split_bytes=1), out=str(out))
+    result = driver.ask(
+        "read",
+        format=SOURCES[source],
+        options=lake.options(table_name, split_bytes=1),
+        out=str(out),
+    )
     got = pa.ipc.open_file(pa.memory_map(str(out))).read_all()
     assert got.column_names == [*SCHEMA, "_partition", "_offset", "_timestamp"]
     assert len(want) == 3 * 105
@@ -243,6 +253,8 @@ def test_a_batch_read_on_the_cluster_equals_the_gateways_scan(
     assert result["partitions"] == 6 + 3
     assert set(result["per_worker"]) == BOTH_WORKERS
     assert sum(result["per_worker"].values()) == 3 * 105
+    # The JVM connector hands Spark columnar batches; the Python source, rows.
+    assert result["columnar"] == (source == "jvm")
 
 
 def test_an_available_now_stream_drains_on_the_cluster_and_resumes(
