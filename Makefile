@@ -13,7 +13,11 @@ RUN_EXTRAS ?= server
 STAMP := $(VENV)/.installed
 RUN_STAMP := $(VENV)/.installed-run
 
-.PHONY: setup run test lint format typecheck proto proto-check pytest dist wheelhouse bench bench-smoke profile fuzz faults soak attacks prereqs clean
+# The Spark connector's jar (gateway/spark/jvm), carried by the wheel: gateway.spark.jar_path().
+JAR := gateway/spark/jars/tidegate-spark.jar
+JVM_SOURCES := $(shell find gateway/spark/jvm/src -type f 2>/dev/null)
+
+.PHONY: setup run test jar lint format typecheck proto proto-check pytest dist wheelhouse bench bench-smoke profile fuzz faults soak attacks prereqs clean
 
 # $(call install,extras,what it is for): create the virtualenv if needed and install tidegate
 # (editable) with those extras, saying what and why first and showing pip's progress (no
@@ -45,20 +49,33 @@ run: $(RUN_STAMP)
 # tests in one process, one after another (as plain `.venv/bin/python -m pytest` does).
 PYTEST_WORKERS ?= 4
 
+## The JVM connector's jar, compiled against the installed pyspark's own jars (no Maven:
+## offline, a few seconds). `make run` does not need it; test, bench and dist build it.
+jar: $(JAR)
+
+$(JAR): $(JVM_SOURCES) | $(STAMP)
+	@sh scripts/prereqs.sh jdk
+	@rm -rf build/jvm && mkdir -p build/jvm/classes $(dir $(JAR))
+	javac --release 17 -Xlint:all,-path,-classfile -Werror -d build/jvm/classes \
+	  -cp "$$($(PY) -c 'import os, pyspark; print(os.path.dirname(pyspark.__file__))')/jars/*" \
+	  $(filter %.java,$(JVM_SOURCES))
+	cp -R gateway/spark/jvm/src/main/resources/. build/jvm/classes/
+	jar --create --file $@ -C build/jvm/classes .
+
 ## Everything CI checks: lint, types, generated stubs, then the whole test suite.
-test: setup
+test: setup jar
 	@sh scripts/prereqs.sh test
 	$(MAKE) --no-print-directory lint typecheck proto-check pytest
 
 # --dist loadgroup: tests of one xdist group (tests/conftest.py) run on one worker.
-pytest: setup wheelhouse
+pytest: setup wheelhouse jar
 	$(PY) -m pytest -n $(PYTEST_WORKERS) --dist loadgroup $(PYTEST_ARGS)
 
 ## The wheel and the sdist of tidegate, in $(DIST)/, built with the virtualenv's own
 ## setuptools (no download). `pip install dist/tidegate-*.whl` installs the package and
 ## its `tidegate` command anywhere (README, "Install from a wheel").
 DIST ?= dist
-dist: setup
+dist: setup jar
 	rm -f $(DIST)/tidegate-*.whl $(DIST)/tidegate-*.tar.gz
 	$(PY) -m build --no-isolation --outdir $(DIST) .
 
@@ -127,11 +144,11 @@ attacks: setup
 	$(PY) -m benchmarks.attacks --only $(ATTACKS) $(if $(ROOT),--root $(ROOT) --label $(or $(LABEL),before),--label $(or $(LABEL),after))
 
 ## The quick benchmark suite (< 5 min): results in benchmarks/results/.
-bench: setup
+bench: setup jar
 	$(PY) -m benchmarks --mode quick
 	$(PY) -m benchmarks.scale --mode quick
 
-bench-smoke: setup
+bench-smoke: setup jar
 	$(PY) -m benchmarks --mode smoke
 	$(PY) -m benchmarks.profile hot-read --seconds 1
 

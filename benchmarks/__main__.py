@@ -148,8 +148,8 @@ async def run_suite(
             if only and not any(part in w.name for part in only.split(",")):
                 continue
             print(f"== {w.name}: {w.description}", flush=True)
-            # A hang fails the run instead of stalling it.
-            limit = w.timeout_s or (3 * (w.warmup_s + w.duration_s) + 240) * max(
+            # A hang fails the run instead of stalling it (per table size, for spark-read).
+            limit = (w.timeout_s or (3 * (w.warmup_s + w.duration_s) + 240)) * max(
                 1, len(w.read_sizes)
             )
             rows = await asyncio.wait_for(SCENARIOS[w.kind](bench, w), limit)

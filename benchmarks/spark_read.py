@@ -1,11 +1,15 @@
-"""``spark.read.format("tidegate")`` against ``spark.read.parquet`` of the same data files,
-in one Spark session (``local[2]``), on one tiered table: ``count()``, ``sum(id)`` over the
-whole table, and a selective filter (one partition's first 1% of offsets).
+"""``spark.read.format("tidegate")`` (the JVM connector) and the Python source
+(``format("tidegate_python")``) against ``spark.read.parquet`` of the same data files, in
+one Spark session (``local[2]``, the connector's jar on it), on one tiered table:
+``count()``, ``sum(id)`` over the whole table, a sum over every column, and a selective
+filter (one partition's first 1% of offsets).
 
-The table is all cold (tiered in this process, as ``tidegate tier`` would), so both read
-the same Parquet files; the connector adds its plan (one PlanRead) and its own pyarrow
-readers in Python workers. Ratios are records/s of the table against records/s; the two
-readers take turns, query by query.
+The table is all cold (tiered in this process, as ``tidegate tier`` would), so all three
+read the same Parquet files; the JVM connector adds its plan (one ``POST /plan``) and reads
+the files with Spark's own vectorized Parquet reader through the plan's links (range
+requests to the gateway), the Python source its own pyarrow readers in Python workers.
+Ratios are records/s of the table against records/s; the readers take turns, query by
+query.
 
 ``python -m benchmarks --only spark-read --set read_sizes=[400000,2000000,4000000]``
 runs the queries over tables of each size in one run (rows ``spark-read-2M-count``...;
@@ -24,21 +28,28 @@ from benchmarks.harness import Bench, compare
 from benchmarks.loadgen import Result, Workload
 from benchmarks.scenarios import create_table, drop_table, fill_workload
 
+#: An aggregate over every column of the table: sums, the payload by its length, and
+#: maxima where a sum would overflow (nanosecond times).
+EVERY_COLUMN = (
+    "sum(id)",
+    "max(sent_ns)",
+    "sum(length(payload))",
+    "sum(_partition)",
+    "sum(_offset)",
+    "max(_timestamp)",
+)
 
-def _queries(n: int, partitions: int) -> dict[str, tuple[Any, str]]:
-    """name -> (query, the connector's ``columns`` option: "" for all). The Python Data
-    Source API passes no projection to the reader, so ``sum`` ships every column to Spark
-    unless the query names its columns; ``sum-columns`` measures that."""
+
+def _queries(n: int, partitions: int) -> dict[str, Any]:
+    """name -> query. (The Python Data Source API passes no projection to its reader, so
+    there ``sum`` ships every column to Spark; the JVM connector reads ``id`` alone.)"""
     per = n // partitions
     selective = f"_partition = 0 and _offset < {max(1, per // 100)}"
     return {
-        "count": (lambda df: df.count(), ""),
-        "sum": (lambda df: df.selectExpr("sum(id)").collect()[0][0], ""),
-        "sum-columns": (lambda df: df.selectExpr("sum(id)").collect()[0][0], "id"),
-        "filter": (
-            lambda df: df.filter(selective).selectExpr("sum(id)").collect()[0][0],
-            "",
-        ),
+        "count": lambda df: df.count(),
+        "sum": lambda df: df.selectExpr("sum(id)").collect()[0][0],
+        "sum-all": lambda df: df.selectExpr(*EVERY_COLUMN).collect()[0],
+        "filter": lambda df: df.filter(selective).selectExpr("sum(id)").collect()[0][0],
     }
 
 
@@ -50,7 +61,7 @@ async def run(b: Bench, w: Workload) -> list[dict[str, Any]]:
     md = b.auth(gw)
     rows: list[dict[str, Any]] = []
     # Started before any gRPC channel of this process is open: launching the JVM forks.
-    spark = spark_session("local[2]", "tidegate-bench")
+    spark = spark_session("local[2]", "tidegate-bench", {"spark.jars": gateway.spark.jar_path()})
     gateway.spark.register(spark)
     try:
         async with b.stub(gw) as stub:
@@ -84,36 +95,42 @@ async def _one_table(
         table = await asyncio.to_thread(b.iceberg_table, ref)
         paths = [_local_path(t.file.file_path) for t in table.scan().plan_files()]
         options = {
-            "endpoint": gw.grpc_target,
+            "endpoint": gw.http_url,
             "api_key": gw.api_key or "",
             "table": f"{ref.namespace}.{ref.name}",
         }
         parquet = spark.read.parquet(*paths)
         reps = max(1, round(w.duration_s * 1.25))
-        for name, (query, columns) in _queries(n, w.partitions).items():
-            read = spark.read.format("tidegate").options(**options)
-            tidegate = (read.option("columns", columns) if columns else read).load()
-            base, res = await asyncio.to_thread(
-                _measure, f"{w.name}-{name}", query, parquet, tidegate, n, reps
+        for name, query in _queries(n, w.partitions).items():
+            # A DataFrame per query: the Python source reuses a DataFrame's pushed filters.
+            readers = {
+                'spark.read.format("tidegate")': spark.read.format("tidegate")
+                .options(**options)
+                .load(),
+                'format("tidegate_python")': spark.read.format("tidegate_python")
+                .options(**options)
+                .load(),
+            }
+            base, results = await asyncio.to_thread(
+                _measure, f"{w.name}-{name}", query, parquet, readers, n, reps
             )
-            rows += [base.summary(), compare(res.summary(), [base.summary()])]
+            rows.append(base.summary())
+            rows += [compare(r.summary(), [base.summary()]) for r in results]
     finally:
         await drop_table(stub, ref, md)
     return rows
 
 
 def _measure(
-    workload: str, query: Any, parquet: Any, tidegate: Any, n: int, reps: int
-) -> tuple[Result, Result]:
+    workload: str, query: Any, parquet: Any, readers: dict[str, Any], n: int, reps: int
+) -> tuple[Result, list[Result]]:
     """One warm-up run of ``query`` on each DataFrame (JIT, Python workers), then ``reps``
     timed runs of each, taking turns so that a change in the machine's load (the
     benchmark shares it) falls on both alike. Each run counts as a pass over the table's
     ``n`` records (a query takes a fraction of a second: the closed loop's window would
     see too few of them)."""
-    systems = [
-        (Result(workload, "spark.read.parquet (baseline)"), parquet),
-        (Result(workload, 'spark.read.format("tidegate")'), tidegate),
-    ]
+    systems = [(Result(workload, "spark.read.parquet (baseline)"), parquet)]
+    systems += [(Result(workload, name), df) for name, df in readers.items()]
     for _, df in systems:
         query(df)
     for _ in range(reps):
@@ -125,4 +142,4 @@ def _measure(
             result.seconds += elapsed
             result.batches += 1
             result.records += n
-    return systems[0][0], systems[1][0]
+    return systems[0][0], [r for r, _ in systems[1:]]

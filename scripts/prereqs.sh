@@ -2,6 +2,7 @@
 # Checks what `make` cannot install by itself and says how to get it.
 #   prereqs.sh python   before creating the virtualenv
 #   prereqs.sh test     before running the tests
+#   prereqs.sh jdk      before building the Spark connector's jar
 set -u
 fail=0
 need() { echo "tidegate: missing prerequisite: $1" >&2; echo "  install it with: $2" >&2; fail=1; }
@@ -26,9 +27,17 @@ test)
   java_ok=0
   if [ -n "${JAVA_HOME:-}" ] && [ -x "$JAVA_HOME/bin/java" ]; then java_ok=1
   elif command -v java >/dev/null 2>&1; then java_ok=1; fi
-  [ "$java_ok" = 1 ] || need "a Java 17+ runtime (Spark runs the tiering tests in local[2])" "apt-get install openjdk-17-jre-headless"
+  [ "$java_ok" = 1 ] || need "a Java 17+ runtime (Spark runs the tiering tests in local[2] and on a standalone cluster)" "apt-get install openjdk-17-jre-headless"
   # The console's browser tests drive Debian's Chromium (never a browser Playwright downloads).
   [ -x /usr/bin/chromium ] || need "Chromium at /usr/bin/chromium (the console's browser tests)" "apt-get install chromium"
+  ;;
+jdk)
+  javac=javac
+  [ -n "${JAVA_HOME:-}" ] && [ -x "$JAVA_HOME/bin/javac" ] && javac="$JAVA_HOME/bin/javac"
+  if ! command -v "$javac" >/dev/null 2>&1 || ! command -v jar >/dev/null 2>&1; then
+    echo "tidegate: building the Spark connector's jar needs a Java 17 JDK (javac and jar); install it with: apt-get install openjdk-17-jdk-headless" >&2
+    fail=1
+  fi
   ;;
 esac
 exit $fail

@@ -121,9 +121,14 @@ def spark() -> Iterator[Any]:
 
     os.environ["PYSPARK_PYTHON"] = sys.executable
     os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
+    import gateway.spark
     from tiering.spark import spark_session
 
-    session = spark_session("local[2,2]", "tidegate-tests")
+    # The JVM connector's jar (`make test` builds it): both implementations of
+    # format("tidegate") run in this one session (tests/spark parametrises over them).
+    session = spark_session(
+        "local[2,2]", "tidegate-tests", {"spark.jars": gateway.spark.jar_path()}
+    )
     session.sparkContext.setLogLevel("ERROR")
     try:
         yield session

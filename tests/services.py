@@ -751,3 +751,263 @@ def running(service: RedisServer | GatewayProcess | MotoServer) -> Iterator[None
         yield
     finally:
         service.stop()
+
+
+def java_home() -> str:
+    """The folder of the Java runtime on PATH (or ``JAVA_HOME``); a clear error when absent."""
+    configured = os.environ.get("JAVA_HOME")
+    if configured and Path(configured, "bin", "java").exists():
+        return configured
+    java = require_binary(
+        "java", "Spark needs a Java 17+ runtime: apt-get install openjdk-17-jre-headless"
+    )
+    return str(Path(java).resolve().parent.parent)
+
+
+class SparkCluster:
+    """A standalone Spark cluster of our own: one master and ``workers`` workers, each a JVM
+    started with the pyspark wheel's own ``bin/spark-class``, on free ports, in a folder of
+    its own.
+
+    The daemons start with a clean environment (a short ``PATH``, ``JAVA_HOME``,
+    ``SPARK_HOME`` and Spark's own variables; nothing of the test process, so no
+    ``TIDEGATE_*``, ``AWS_*``, ``PYTHONPATH`` or ``VIRTUAL_ENV``), and the executors a worker
+    starts inherit the worker's: whatever an application's executors need must come through
+    its Spark configuration (``spark.pyspark.python``, ``spark.executorEnv.*``), as on a
+    cluster of other machines. Each daemon leads a process group of its own (its executors
+    and their Python workers are in it), and :meth:`stop` ends every group, so no JVM
+    outlives the cluster.
+    """
+
+    #: Cores and memory of each worker (and so of each application's executors).
+    CORES = 1
+    MEMORY = "512m"
+    #: Heap of the master's and the workers' own JVMs.
+    DAEMON_MEMORY = "256m"
+    #: Options of every JVM of the cluster and its applications: short-lived JVMs on two
+    #: busy cores start faster with the client compiler alone and one GC thread.
+    JVM_OPTS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
+
+    def __init__(self, workdir: Path, workers: int = 2) -> None:
+        import pyspark
+
+        self.workdir = workdir
+        self.spark_home = Path(pyspark.__file__).resolve().parent
+        self.port = free_port()
+        self.webui_port = free_port()
+        self.worker_ports = [(free_port(), free_port()) for _ in range(workers)]
+        self.procs: list[subprocess.Popen[bytes]] = []
+
+    @property
+    def master_url(self) -> str:
+        return f"spark://127.0.0.1:{self.port}"
+
+    @property
+    def webui_url(self) -> str:
+        return f"http://127.0.0.1:{self.webui_port}"
+
+    def daemon_env(self) -> dict[str, str]:
+        """The whole environment of the master and the workers (see the class docstring)."""
+        conf = self.workdir / "conf"  # empty: no spark-defaults.conf or spark-env.sh
+        conf.mkdir(parents=True, exist_ok=True)
+        return {
+            "PATH": "/usr/local/bin:/usr/bin:/bin",
+            "HOME": str(self.workdir),
+            "LANG": "C.UTF-8",
+            "JAVA_HOME": java_home(),
+            "SPARK_HOME": str(self.spark_home),
+            "SPARK_CONF_DIR": str(conf),
+            "SPARK_LOCAL_IP": "127.0.0.1",
+            "SPARK_LOG_DIR": str(self.workdir / "logs"),
+            "SPARK_DAEMON_MEMORY": self.DAEMON_MEMORY,
+            "SPARK_DAEMON_JAVA_OPTS": self.JVM_OPTS,
+            # No REST submission server: it would listen on the fixed port 6066.
+            "SPARK_MASTER_OPTS": "-Dspark.master.rest.enabled=false",
+        }
+
+    def _spawn(self, name: str, args: list[str]) -> subprocess.Popen[bytes]:
+        log = open(self.workdir / f"{name}.log", "ab")  # noqa: SIM115 - owned by the child
+        proc = subprocess.Popen(
+            [str(self.spark_home / "bin" / "spark-class"), *args],
+            env=self.daemon_env(),
+            cwd=self.workdir,
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,  # its own process group, executors included
+        )
+        log.close()
+        self.procs.append(proc)
+        return proc
+
+    def start(self) -> SparkCluster:
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        try:
+            master = self._spawn(
+                "master",
+                [
+                    "org.apache.spark.deploy.master.Master",
+                    "--host",
+                    "127.0.0.1",
+                    "--port",
+                    str(self.port),
+                    "--webui-port",
+                    str(self.webui_port),
+                ],
+            )
+            wait_for_port(self.port, proc=master)
+            wait_for_port(self.webui_port, proc=master)
+            for i, (port, webui) in enumerate(self.worker_ports):
+                work = self.workdir / f"worker{i}"
+                work.mkdir(exist_ok=True)
+                self._spawn(
+                    f"worker{i}",
+                    [
+                        "org.apache.spark.deploy.worker.Worker",
+                        "--host",
+                        "127.0.0.1",
+                        "--port",
+                        str(port),
+                        "--webui-port",
+                        str(webui),
+                        "--cores",
+                        str(self.CORES),
+                        "--memory",
+                        self.MEMORY,
+                        "--work-dir",
+                        str(work),
+                        self.master_url,
+                    ],
+                )
+            self._wait_workers()
+        except BaseException as exc:
+            self.stop()
+            if isinstance(exc, Exception):
+                raise RuntimeError(f"the Spark cluster did not start: {exc}\n{self.log()}") from exc
+            raise
+        return self
+
+    def state(self) -> dict[str, Any]:
+        """The master's view of the cluster (its ``/json/``: workers, applications)."""
+        import httpx
+
+        answer = httpx.get(f"{self.webui_url}/json/", timeout=5)
+        answer.raise_for_status()
+        state: dict[str, Any] = answer.json()
+        return state
+
+    def alive_workers(self) -> list[dict[str, Any]]:
+        return [w for w in self.state().get("workers", []) if w.get("state") == "ALIVE"]
+
+    def _wait_workers(self) -> None:
+        import httpx
+
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while True:
+            for proc in self.procs:
+                if proc.poll() is not None:
+                    raise RuntimeError(f"{proc.args[1]} exited with {proc.returncode}")
+            # ValueError: a master still starting may answer with a page that is not JSON.
+            with contextlib.suppress(httpx.HTTPError, ValueError):
+                if len(self.alive_workers()) == len(self.worker_ports):
+                    return
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"fewer than {len(self.worker_ports)} workers registered")
+            time.sleep(0.2)
+
+    def submit_conf(self) -> dict[str, str]:
+        """The Spark configuration an application on this cluster needs: where the master
+        is, a driver reachable on 127.0.0.1, executors that fit the workers (one core and
+        :attr:`MEMORY` each, one per worker) and this virtualenv's Python on the executors
+        (where tidegate is installed, as on a cluster's machines)."""
+        return {
+            "spark.master": self.master_url,
+            "spark.driver.host": "127.0.0.1",
+            "spark.driver.bindAddress": "127.0.0.1",
+            "spark.driver.memory": self.MEMORY,
+            "spark.executor.cores": str(self.CORES),
+            "spark.executor.memory": self.MEMORY,
+            "spark.driver.extraJavaOptions": self.JVM_OPTS,
+            "spark.executor.extraJavaOptions": self.JVM_OPTS,
+            "spark.cores.max": str(self.CORES * len(self.worker_ports)),
+            # A job waits for an executor on every worker before its first task (else the
+            # first executor to register may run them all).
+            "spark.scheduler.minRegisteredResourcesRatio": "1.0",
+            "spark.scheduler.maxRegisteredResourcesWaitingTime": f"{int(START_TIMEOUT_S)}s",
+            "spark.pyspark.python": sys.executable,
+            "spark.pyspark.driver.python": sys.executable,
+            "spark.ui.enabled": "false",
+            "spark.ui.showConsoleProgress": "false",
+            "spark.sql.session.timeZone": "UTC",
+        }
+
+    def submit_args(self, conf: Mapping[str, str] | None = None) -> list[str]:
+        """``spark-submit`` of the wheel with :meth:`submit_conf` and ``conf`` as ``--conf``
+        flags; the application (a ``.py`` file and its arguments) follows."""
+        merged = {**self.submit_conf(), **(conf or {})}
+        args = [str(self.spark_home / "bin" / "spark-submit")]
+        for key, value in merged.items():
+            args += ["--conf", f"{key}={value}"]
+        return args
+
+    def defaults_conf(self, folder: Path, conf: Mapping[str, str] | None = None) -> Path:
+        """A ``SPARK_CONF_DIR`` holding a ``spark-defaults.conf`` of :meth:`submit_conf` and
+        ``conf``: the Spark configuration of a program that starts its own SparkSession
+        (``tidegate tier --runner spark``) rather than being submitted."""
+        folder.mkdir(parents=True, exist_ok=True)
+        merged = {**self.submit_conf(), **(conf or {})}
+        lines = [f"{key} {value}" for key, value in merged.items()]
+        (folder / "spark-defaults.conf").write_text("\n".join(lines) + "\n")
+        return folder
+
+    def executors_by_app(self) -> dict[str, set[str]]:
+        """Which workers ran executors of each application (by application id), from the
+        workers' own ``/json/``."""
+        import httpx
+
+        out: dict[str, set[str]] = {}
+        for i, (_, webui) in enumerate(self.worker_ports):
+            answer = httpx.get(f"http://127.0.0.1:{webui}/json/", timeout=5)
+            answer.raise_for_status()
+            state = answer.json()
+            for executor in state.get("executors", []) + state.get("finishedexecutors", []):
+                out.setdefault(str(executor["appid"]), set()).add(f"worker{i}")
+        return out
+
+    def log(self) -> str:
+        out = []
+        for path in sorted(self.workdir.glob("*.log")):
+            out.append(f"--- {path.name}\n{path.read_text(errors='replace')[-3000:]}")
+        return "\n".join(out)
+
+    def process_groups(self) -> list[int]:
+        """The process groups of the daemons still running (or of their children)."""
+        alive = []
+        for proc in self.procs:
+            try:
+                os.killpg(proc.pid, 0)
+            except ProcessLookupError:
+                continue
+            alive.append(proc.pid)
+        return alive
+
+    def stop(self) -> None:
+        """SIGTERM to every daemon's process group (workers end their executors), then
+        SIGKILL to whatever of a group is left; waits until every group is empty."""
+        for proc in reversed(self.procs):  # workers first, then the master
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGTERM)
+        deadline = time.monotonic() + 20
+        while self.process_groups() and time.monotonic() < deadline:
+            for proc in self.procs:
+                proc.poll()  # reap the leaders
+            time.sleep(0.1)
+        for pgid in self.process_groups():
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(pgid, signal.SIGKILL)
+        for proc in self.procs:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.wait(10)
+        deadline = time.monotonic() + 10
+        while self.process_groups() and time.monotonic() < deadline:
+            time.sleep(0.1)

@@ -45,9 +45,14 @@ log = logging.getLogger("tidegate.tiering")
 _POOLS = threading.Lock()
 
 
-def spark_session(master: str | None = "local[2]", app_name: str = "tidegate-tiering") -> Any:
+def spark_session(
+    master: str | None = "local[2]",
+    app_name: str = "tidegate-tiering",
+    config: Mapping[str, str] | None = None,
+) -> Any:
     """A SparkSession fit for tiering (the active one when there is one). ``master=None``
-    leaves the master to ``spark-submit --master``."""
+    leaves the master to ``spark-submit --master``; ``config``: more settings (e.g.
+    ``spark.jars``)."""
     try:
         from pyspark.sql import SparkSession
     except ImportError as exc:  # `make run` installs the server extra alone
@@ -60,6 +65,8 @@ def spark_session(master: str | None = "local[2]", app_name: str = "tidegate-tie
     builder = SparkSession.builder
     if master is not None:
         builder = builder.master(master)
+    for key, value in (config or {}).items():
+        builder = builder.config(key, value)
     return (
         builder.appName(app_name)
         .config("spark.scheduler.mode", "FAIR")

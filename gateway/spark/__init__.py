@@ -1,21 +1,33 @@
 """The Spark connector: ``spark.read``, ``spark.readStream`` and ``df.write`` of Tidegate
-stream-tables, on PySpark's Python Data Source API.
+stream-tables.
+
+Two implementations answer to one behaviour suite (``tests/spark``):
+
+- the **JVM connector** (``gateway/spark/jvm``, a DataSource V2 connector shipped as a jar in
+  this package, :func:`jar_path`): columnar batch reads with column, filter, limit and
+  aggregate pushdown, data files read by Spark's own vectorized Parquet reader and hot
+  ranges as Arrow; its streaming reads and writes run the Python source below;
+- the **Python source** (PySpark's Python Data Source API), where jars cannot be added
+  (Spark Connect, a cluster that forbids them).
 
     import gateway.spark
 
+    spark = (
+        SparkSession.builder.config("spark.jars", gateway.spark.jar_path()).getOrCreate()
+    )
     gateway.spark.register(spark)
     df = (
         spark.read.format("tidegate")
-        .option("endpoint", "gateway:50051")
+        .option("endpoint", "http://gateway:8080")
         .option("api_key", key)
         .load("shop.orders")
     )
 
 Reads plan on the driver with the gateway's read plan (one pinned Iceberg snapshot plus
-the hot range per partition); executors read the data files directly with pyarrow
-(presigned URLs on object storage, never the warehouse's keys) and the hot ranges through
-the gateway. Writes append through the idempotent producer, exactly once across task
-retries. See ``docs/spark.md``.
+the hot range per partition); executors read the data files directly (presigned URLs on
+object storage, never the warehouse's keys) and the hot ranges through the gateway.
+Writes append through the idempotent producer, exactly once across task retries. See
+``docs/spark.md``.
 
 Needs ``pip install 'tidegate[spark]'`` (PySpark >= 4.2). Imports only
 :mod:`gateway.wire`, :mod:`gateway.client`, pyarrow and pyspark.
@@ -32,19 +44,68 @@ except ImportError as exc:  # pragma: no cover - depends on the install
         f"gateway.spark needs PySpark: pip install 'tidegate[spark]' ({exc})"
     ) from exc
 
-from gateway.spark._options import SparkOptionError
-from gateway.spark._source import TidegateDataSource
+from pathlib import Path
 
-__all__ = ["SparkOptionError", "TidegateDataSource", "register"]
+from gateway.spark._options import SparkOptionError
+from gateway.spark._source import TidegateDataSource, TidegatePythonSource
+
+__all__ = [
+    "JarMissing",
+    "SparkOptionError",
+    "TidegateDataSource",
+    "has_jvm_connector",
+    "jar_path",
+    "register",
+]
+
+#: Where ``make jar`` puts the JVM connector, and where the wheel carries it.
+JAR = Path(__file__).resolve().parent / "jars" / "tidegate-spark.jar"
+
+
+class JarMissing(FileNotFoundError):
+    """The JVM connector's jar is not in this installation."""
+
+
+def jar_path() -> str:
+    """The path of the JVM connector's jar, for ``spark.jars``; :class:`JarMissing`, saying
+    how to build it, when this installation has none."""
+    if not JAR.is_file():
+        raise JarMissing(
+            f"tidegate: the Spark connector's jar is not built ({JAR}); in a checkout run "
+            "`make jar` (needs a JDK: apt-get install openjdk-17-jdk-headless), or install "
+            "a tidegate wheel, which carries it"
+        )
+    return str(JAR)
+
+
+def has_jvm_connector(spark: Any) -> bool:
+    """Whether ``spark``'s JVM can load the JVM connector (its jar is on the session)."""
+    jvm = getattr(spark, "_jvm", None)
+    if jvm is None:  # Spark Connect: no JVM in this process
+        return False
+    try:
+        loader = jvm.java.lang.Thread.currentThread().getContextClassLoader()
+        jvm.java.lang.Class.forName("io.tidegate.spark.TidegateProvider", False, loader)
+    except Exception:  # py4j's error for a missing class
+        return False
+    return True
 
 
 def register(spark: Any, *, filter_pushdown: bool = True) -> None:
-    """Register the ``tidegate`` format on ``spark``.
+    """Make ``format("tidegate")`` work on ``spark``.
 
-    ``filter_pushdown`` sets ``spark.sql.python.filterPushdown.enabled``, which the
-    connector needs to prune files. PySpark 4.3 reuses a DataFrame's first pushed-down plan
-    for its later queries that push no filter (see docs/spark.md): load one DataFrame per
-    query, or pass ``False`` to leave all filtering to Spark.
+    With the jar on the session, ``tidegate`` is the JVM connector already, and its
+    streaming reads and writes run the Python source, registered here as
+    ``tidegate_python``. Without it (Spark Connect, a cluster that forbids jars), the Python
+    source is registered as ``tidegate`` too. ``format("tidegate_python")`` picks the
+    Python source either way.
+
+    ``filter_pushdown`` sets ``spark.sql.python.filterPushdown.enabled``, which the Python
+    source needs to prune files. PySpark 4.3 reuses a DataFrame's first pushed-down plan
+    for its later queries that push no filter (see docs/spark.md): with the Python source,
+    load one DataFrame per query, or pass ``False`` to leave all filtering to Spark.
     """
     spark.conf.set("spark.sql.python.filterPushdown.enabled", str(filter_pushdown).lower())
-    spark.dataSource.register(TidegateDataSource)
+    spark.dataSource.register(TidegatePythonSource)
+    if not has_jvm_connector(spark):
+        spark.dataSource.register(TidegateDataSource)

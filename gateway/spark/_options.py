@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import threading
+import urllib.request
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -45,6 +46,38 @@ ACCEPTED = frozenset(COMMON + BATCH_READ + STREAM_READ + WRITE + SPARKS)
 #: This process's clients, by (process id, endpoint, api key): see :meth:`Connection.shared`.
 _SHARED: dict[tuple[int, str, str | None, bool], Client] = {}
 _SHARED_LOCK = threading.Lock()
+
+
+#: gRPC addresses of gateways given by their HTTP URL, by URL (see :func:`grpc_endpoint`).
+_GRPC_OF: dict[str, str] = {}
+
+
+def grpc_endpoint(endpoint: str) -> str:
+    """The gRPC address of the gateway ``endpoint`` names: itself when it is one
+    (``host:port``), else, for the gateway's HTTP URL (``http://host:8080``, what the JVM
+    connector takes), the address its ``/v1/endpoints`` route tells, asked once per
+    process. So one set of options works with either implementation."""
+    if not endpoint.lower().startswith(("http://", "https://")):
+        return endpoint
+    url = endpoint.rstrip("/")
+    found = _GRPC_OF.get(url)
+    if found is not None:
+        return found
+    try:
+        with urllib.request.urlopen(f"{url}/v1/endpoints", timeout=30) as response:
+            grpc = json.loads(response.read()).get("grpc")
+    except (OSError, ValueError) as exc:
+        raise SparkOptionError(
+            f"tidegate: option 'endpoint' is {endpoint!r}, which does not answer as a "
+            f"Tidegate gateway's HTTP address ({exc})"
+        ) from None
+    if not isinstance(grpc, str) or not grpc:
+        raise SparkOptionError(
+            f"tidegate: the gateway at {endpoint!r} serves no gRPC edge, which the Python "
+            "source needs; put the connector's jar on the session (gateway.spark.jar_path())"
+        )
+    _GRPC_OF[url] = grpc
+    return grpc
 
 
 class SparkOptionError(InvalidRequest):
@@ -157,9 +190,10 @@ class Options:
         endpoint = self.get("endpoint")
         if endpoint is None:
             raise SparkOptionError(
-                "tidegate: option 'endpoint' is missing; give the gateway's gRPC address, "
-                "e.g. .option('endpoint', 'gateway:50051')"
+                "tidegate: option 'endpoint' is missing; give the gateway's HTTP address, "
+                "e.g. .option('endpoint', 'http://gateway:8080')"
             )
+        endpoint = grpc_endpoint(endpoint)
         table = self.get("table") or self.get("path")
         if table is None:
             raise SparkOptionError(

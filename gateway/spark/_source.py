@@ -27,7 +27,7 @@ from gateway.wire.errors import SchemaMismatch
 from gateway.wire.filters import And, Expr, In
 from gateway.wire.schema import PARTITION_COLUMN, system_schema
 
-__all__ = ["TidegateDataSource", "TidegateReader"]
+__all__ = ["TidegateDataSource", "TidegatePythonSource", "TidegateReader"]
 
 
 def read_spec(
@@ -161,3 +161,13 @@ class TidegateDataSource(DataSource):
 
         check_mode(overwrite)
         return TidegateStreamWriter(Options(self.options), schema)
+
+
+class TidegatePythonSource(TidegateDataSource):
+    """The Python source under its own name, ``tidegate_python``: what the JVM connector
+    runs for streaming reads and writes, and a way to pick this implementation when the
+    jar is on the session."""
+
+    @classmethod
+    def name(cls) -> str:
+        return "tidegate_python"

@@ -16,7 +16,7 @@ pytestmark = [
     pytest.mark.parametrize("gateway", ["disk"], indirect=True),  # the edge, not the tier
 ]
 
-OPEN = {"/healthz", "/readyz", "/metrics"}
+OPEN = {"/healthz", "/readyz", "/metrics", "/v1/endpoints"}
 #: The Iceberg catalog's OAuth2 exchange: the credential is what it takes in.
 TOKEN_ROUTE = "/iceberg/v1/oauth/tokens"
 #: A read plan's link to a data file: the sealed token in its path is the credential.

@@ -27,7 +27,8 @@ class LakeGateway:
     def options(self, table: str, **extra: Any) -> dict[str, str]:
         """The reader/writer options of ``table`` for this gateway's tenant."""
         assert self.gateway.api_key is not None
-        out = {"endpoint": self.gateway.grpc_target, "api_key": self.gateway.api_key}
+        # The gateway's HTTP URL: what both implementations take.
+        out = {"endpoint": self.gateway.http_url, "api_key": self.gateway.api_key}
         out["table"] = table
         out.update({k: str(v) for k, v in extra.items()})
         return out
@@ -106,3 +107,17 @@ def tg_spark(spark: Any) -> Any:
 @pytest.fixture
 def table_name() -> str:
     return f"ns{uuid.uuid4().hex[:8]}.t{uuid.uuid4().hex[:6]}"
+
+
+#: ``format(...)`` of each implementation in the test session (the jar is on it): the JVM
+#: connector, and the Python source under its own name.
+SOURCES = {"jvm": "tidegate", "python": "tidegate_python"}
+
+
+@pytest.fixture(params=sorted(SOURCES))
+def source(request: pytest.FixtureRequest, tg_spark: Any) -> str:
+    """The format name of one implementation: the behaviour suite runs against both."""
+    import gateway.spark
+
+    assert gateway.spark.has_jvm_connector(tg_spark), "the session has no JVM connector jar"
+    return SOURCES[request.param]

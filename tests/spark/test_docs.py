@@ -19,7 +19,9 @@ pytestmark = [pytest.mark.spark, pytest.mark.integration]
 def _run(code: str, lake: LakeGateway) -> str:
     out = io.StringIO()
     with contextlib.redirect_stdout(out):
-        exec(compile(code.replace("127.0.0.1:50051", lake.gateway.grpc_target), "doc", "exec"), {})
+        code = code.replace("http://127.0.0.1:8080", lake.gateway.http_url)
+        code = code.replace("127.0.0.1:50051", lake.gateway.grpc_target)
+        exec(compile(code, "doc", "exec"), {})
     return out.getvalue()
 
 

@@ -11,7 +11,7 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
-from gateway.wire.schema import parse_fields, system_schema
+from gateway.wire.schema import parse_fields
 from tests.spark.conftest import LakeGateway
 
 pytestmark = [pytest.mark.spark, pytest.mark.integration]
@@ -44,6 +44,18 @@ def _fill(lake: LakeGateway, table: str, partitions: int = 3) -> None:
             c.append(table, _rows(p * 1000 + 80, 25), partition=p)
 
 
+def raise_earliest(lake: LakeGateway, table: str, earliest: dict[int, int]) -> None:
+    """What retention records before it removes anything: the earliest offsets."""
+    from gateway.meta import MetadataStore
+
+    with lake.gateway.client() as c:
+        c.alter_table(table, retention_records=1_000_000)
+    ns, name = table.split(".")
+    with MetadataStore.from_settings(lake.settings) as meta:
+        d = meta.get_table(lake.gateway.tenant, ns, name)
+        meta.raise_earliest_offsets(d.table_id, earliest)
+
+
 def _key(row: dict[str, Any]) -> tuple[int, int]:
     return row["_partition"], row["_offset"]
 
@@ -65,7 +77,7 @@ def gateway_rows(lake: LakeGateway, table: str, **scan: Any) -> list[dict[str, A
 
 @pytest.mark.parametrize("where", ["folder", "s3"])
 def test_a_stitched_read_equals_the_gateways_scan(
-    request: pytest.FixtureRequest, tg_spark: Any, table_name: str, where: str
+    source: str, request: pytest.FixtureRequest, tg_spark: Any, table_name: str, where: str
 ) -> None:
     lake: LakeGateway = request.getfixturevalue("lake" if where == "folder" else "s3_lake")
     _fill(lake, table_name)
@@ -74,7 +86,7 @@ def test_a_stitched_read_equals_the_gateways_scan(
     assert len(plan.files) == 6 and {r.from_offset for r in plan.hot_ranges} == {80}
     if where == "s3":
         assert all(f.url.startswith("http://") for f in plan.files)
-    df = tg_spark.read.format("tidegate").options(**lake.options(table_name)).load()
+    df = tg_spark.read.format(source).options(**lake.options(table_name)).load()
     assert df.schema.simpleString() == (
         "struct<k:string,n:bigint,small:smallint,price:decimal(10,2),"
         "_partition:int,_offset:bigint,_timestamp:timestamp>"
@@ -97,11 +109,11 @@ def test_a_stitched_read_equals_the_gateways_scan(
 
 
 def test_pushed_filters_prune_files_and_hot_ranges(
-    lake: LakeGateway, tg_spark: Any, table_name: str
+    source: str, lake: LakeGateway, tg_spark: Any, table_name: str
 ) -> None:
     _fill(lake, table_name)
     # One split per file, so the number of Spark partitions counts the files opened.
-    df = tg_spark.read.format("tidegate").options(**lake.options(table_name, split_bytes=1)).load()
+    df = tg_spark.read.format(source).options(**lake.options(table_name, split_bytes=1)).load()
     assert df.rdd.getNumPartitions() == 6 + 3
     cases = [
         # Partition and offset: the second file of partition 1 and its hot range.
@@ -131,7 +143,7 @@ def test_pushed_filters_prune_files_and_hot_ranges(
     assert spark_rows(mixed) == want and want
     # A projection: only the columns asked for.
     narrow = (
-        tg_spark.read.format("tidegate")
+        tg_spark.read.format(source)
         .options(**lake.options(table_name, columns="n,_offset", partitions="1"))
         .load()
     )
@@ -139,7 +151,9 @@ def test_pushed_filters_prune_files_and_hot_ranges(
     assert sorted(r.n for r in narrow.collect()) == list(range(1000, 1105))
 
 
-def test_bad_reads_say_what_is_wrong(lake: LakeGateway, tg_spark: Any, table_name: str) -> None:
+def test_bad_reads_say_what_is_wrong(
+    source: str, lake: LakeGateway, tg_spark: Any, table_name: str
+) -> None:
     with lake.gateway.client() as c:
         c.create_table(table_name, {"n": "int64"}, partitions=3)
     ns = table_name.split(".")[0]
@@ -155,56 +169,45 @@ def test_bad_reads_say_what_is_wrong(lake: LakeGateway, tg_spark: Any, table_nam
     for change, words in cases:
         options = {**lake.options(table_name), **change}
         with pytest.raises(Exception, match=words):
-            tg_spark.read.format("tidegate").options(**options).load().collect()
+            tg_spark.read.format(source).options(**options).load().collect()
     options = lake.options(table_name)
     del options["endpoint"]
     with pytest.raises(Exception, match="option 'endpoint' is missing"):
-        tg_spark.read.format("tidegate").options(**options).load()
+        tg_spark.read.format(source).options(**options).load()
 
 
 def test_a_read_racing_tiering_returns_each_record_once(
-    lake: LakeGateway, tg_spark: Any, table_name: str
+    source: str, lake: LakeGateway, tg_spark: Any, table_name: str
 ) -> None:
     """The plan is pinned when Spark plans the query; tiering that commits between the
     planning and the executors' reads moves the hot ranges into new files, and appends add
     records above the pinned high watermarks: the read still sees each record of the
-    planned view once (the executors' code, driven here split by split)."""
-    from gateway.spark._options import Options
-    from gateway.spark._source import TidegateReader, spark_schema
-    from gateway.spark._splits import read_split
-
+    planned view once. (The RDD's splits are planned first, then the table changes, then
+    the same RDD runs.)"""
     _fill(lake, table_name)
-    options = Options(lake.options(table_name))
-    reader = TidegateReader(options, spark_schema(system_schema(ARROW)))
-    splits = reader.partitions()
+    df = tg_spark.read.format(source).options(**lake.options(table_name)).load()
+    rdd = df.rdd
+    assert rdd.getNumPartitions() >= 3  # planned: the plan is pinned now
     before = gateway_rows(lake, table_name)
     lake.tier(table_name)  # offsets 80..104 of every partition move to Iceberg
     with lake.gateway.client() as c:
         for p in range(3):
             c.append(table_name, _rows(p * 1000 + 105, 10), partition=p)
-    rows = [r for s in splits for b in read_split(reader.spec, s) for r in b.to_pylist()]
-    got = sorted((_instants(r) for r in rows), key=_key)
+    got = sorted((_instants(r.asDict()) for r in rdd.collect()), key=_key)
     assert got == before and len(got) == 3 * 105
 
 
 def test_a_read_leaves_out_rows_below_the_earliest_offset(
-    lake: LakeGateway, tg_spark: Any, table_name: str
+    source: str, lake: LakeGateway, tg_spark: Any, table_name: str
 ) -> None:
     """Retention recorded earliest offsets and has not removed anything yet: the plan's
     straddling file is read from the earliest offset, the hot range starts there."""
-    from gateway.meta import MetadataStore
-
     _fill(lake, table_name)  # per partition: files 0..39 and 40..79, hot 80..104
-    with lake.gateway.client() as c:
-        c.alter_table(table_name, retention_records=1_000_000)
-    ns, name = table_name.split(".")
-    with MetadataStore.from_settings(lake.settings) as meta:
-        d = meta.get_table(lake.gateway.tenant, ns, name)
-        meta.raise_earliest_offsets(d.table_id, {0: 50, 1: 90})
+    raise_earliest(lake, table_name, {0: 50, 1: 90})
     with lake.gateway.client() as c:
         plan = c.plan_read(table_name)
     assert {(e.partition, e.offset) for e in plan.earliest_offsets} == {(0, 50), (1, 90)}
-    df = tg_spark.read.format("tidegate").options(**lake.options(table_name)).load()
+    df = tg_spark.read.format(source).options(**lake.options(table_name)).load()
     got = spark_rows(df)
     for p, first in ((0, 50), (1, 90), (2, 0)):
         assert [r["_offset"] for r in got if r["_partition"] == p] == list(range(first, 105))

@@ -22,7 +22,9 @@ def _rows(schema: pa.Schema, start: int, count: int) -> pa.Table:
     return pa.Table.from_pylist([{k: r[k] for k in schema.names} for r in rows], schema=schema)
 
 
-def test_spark_reads_an_evolved_table(lake: LakeGateway, tg_spark: Any, table_name: str) -> None:
+def test_spark_reads_an_evolved_table(
+    source: str, lake: LakeGateway, tg_spark: Any, table_name: str
+) -> None:
     with lake.gateway.client() as c:
         c.create_table(table_name, [{"name": "n", "type": "int32", "nullable": False},
                                     {"name": "x", "type": "float32"}], partitions=2)  # fmt: skip
@@ -45,7 +47,7 @@ def test_spark_reads_an_evolved_table(lake: LakeGateway, tg_spark: Any, table_na
         lake.tier(table_name)  # files of both schemas
         for p in range(2):
             c.append(table_name, _rows(V1, p * 100 + 15, 5), partition=p)  # hot, new schema
-    df = tg_spark.read.format("tidegate").options(**lake.options(table_name)).load()
+    df = tg_spark.read.format(source).options(**lake.options(table_name)).load()
     assert df.schema.simpleString() == (
         "struct<n:bigint,x:double,tag:string,_partition:int,_offset:bigint,_timestamp:timestamp>"
     )
@@ -59,7 +61,7 @@ def test_spark_reads_an_evolved_table(lake: LakeGateway, tg_spark: Any, table_na
 
 
 def test_a_dataframe_loaded_before_a_schema_change(
-    lake: LakeGateway, tg_spark: Any, table_name: str
+    source: str, lake: LakeGateway, tg_spark: Any, table_name: str
 ) -> None:
     """Planning reuses the table described at ``load()``: a column added since is not in
     the DataFrame (its hot rows still read), a column whose type changed is refused in one
@@ -70,15 +72,15 @@ def test_a_dataframe_loaded_before_a_schema_change(
         c.append(table_name, _rows(V0, 0, 5), partition=0)
         lake.tier(table_name)
         c.append(table_name, _rows(V0, 5, 5), partition=0)
-        before_add = tg_spark.read.format("tidegate").options(**lake.options(table_name)).load()
+        before_add = tg_spark.read.format(source).options(**lake.options(table_name)).load()
         c.alter_schema(table_name, [{"op": "add_column", "column": "tag", "type": "string"}])
         tagged = pa.schema([*V0, ("tag", pa.string())])
         c.append(table_name, _rows(tagged, 10, 5), partition=0)
-        before_type = tg_spark.read.format("tidegate").options(**lake.options(table_name)).load()
+        before_type = tg_spark.read.format(source).options(**lake.options(table_name)).load()
         assert before_add.columns == ["n", "x", "_partition", "_offset", "_timestamp"]
         assert sorted(r.n for r in before_add.collect()) == list(range(15))
         c.alter_schema(table_name, [{"op": "update_type", "column": "n", "type": "int64"}])
     with pytest.raises(Exception, match="column 'n' is int64 now, was int32\\); load it again"):
         before_type.filter("x > 1").collect()
-    fresh = tg_spark.read.format("tidegate").options(**lake.options(table_name)).load()
+    fresh = tg_spark.read.format(source).options(**lake.options(table_name)).load()
     assert sorted(r.n for r in fresh.filter("x > 1").collect()) == list(range(1, 15))

@@ -30,7 +30,7 @@ from gateway.server.http.bodies import HTTP_REASONS, error_response, invalid
 from gateway.server.http.deps import TenantOf, gate_tenant_of
 from gateway.server.http.groups import groups_router
 from gateway.server.http.guard import BodyGuard
-from gateway.server.http.health import health_router, metrics_router
+from gateway.server.http.health import endpoints_router, health_router, metrics_router
 from gateway.server.http.iceberg import PREFIX as ICEBERG_PREFIX
 from gateway.server.http.iceberg import iceberg_error
 from gateway.server.http.models import ErrorResponse
@@ -215,6 +215,7 @@ def create_app(
     app.add_middleware(_Metrics)
 
     app.include_router(health_router(ready or (lambda: True)))
+    app.include_router(endpoints_router(settings.server))
     if not settings.server.metrics_port:
         app.include_router(metrics_router(settings.server))
     if isinstance(gate, Tenancy):

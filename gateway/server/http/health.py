@@ -15,7 +15,7 @@ from gateway.config import ServerConfig
 from gateway.server.http.deps import METRICS_TOKEN
 from gateway.wire.errors import Unauthenticated
 
-__all__ = ["health_router", "metrics_app", "metrics_router"]
+__all__ = ["endpoints_router", "health_router", "metrics_app", "metrics_router"]
 
 
 def metrics_router(server: ServerConfig) -> APIRouter:
@@ -76,5 +76,31 @@ def health_router(is_ready: Callable[[], bool]) -> APIRouter:
         if is_ready():
             return JSONResponse({"status": "ready"})
         return JSONResponse({"status": "not ready"}, status_code=503)
+
+    return router
+
+
+def endpoints_router(server: ServerConfig) -> APIRouter:
+    """``GET /v1/endpoints``: the gateway's other edges as the caller reaches them."""
+    router = APIRouter(tags=["health"])
+
+    @router.get(
+        "/v1/endpoints",
+        summary="The gRPC and Flight addresses of this gateway, for a client given its HTTP URL.",
+    )
+    async def endpoints(request: Request) -> dict[str, str | None]:
+        """``{"grpc": "host:port", "flight": "grpc://host:port"}`` (null: edge disabled),
+        on the host the caller dialled: a Spark job given the gateway's HTTP URL as its
+        ``endpoint`` runs the JVM connector over HTTP or the Python source over gRPC with
+        the same options. Public, as ``/healthz`` is: it names only addresses."""
+        host = request.url.hostname or "127.0.0.1"
+        shown = f"[{host}]" if ":" in host else host
+        flight = server.flight_advertise or (
+            f"grpc://{shown}:{server.flight_port}" if server.flight_port else None
+        )
+        return {
+            "grpc": f"{shown}:{server.grpc_port}" if server.grpc_port else None,
+            "flight": flight,
+        }
 
     return router

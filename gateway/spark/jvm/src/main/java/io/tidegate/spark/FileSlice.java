@@ -1,0 +1,64 @@
+package io.tidegate.spark;
+
+import java.io.Serializable;
+
+/**
+ * One data file of the plan, and the offsets {@code [low, high)} to keep from it (-1: no
+ * bound on that side).
+ */
+final class FileSlice implements Serializable {
+  private static final long serialVersionUID = 1L;
+
+  final String url;
+  final long size;
+  final int partition;
+  final long minOffset;
+  final long maxOffset;
+  final long recordCount;
+  final long low;
+  final long high;
+
+  FileSlice(
+      String url,
+      long size,
+      int partition,
+      long minOffset,
+      long maxOffset,
+      long recordCount,
+      long low,
+      long high) {
+    this.url = url;
+    this.size = size;
+    this.partition = partition;
+    this.minOffset = minOffset;
+    this.maxOffset = maxOffset;
+    this.recordCount = recordCount;
+    this.low = low;
+    this.high = high;
+  }
+
+  /** Whether rows must be cut at {@code low} or {@code high}. */
+  boolean clipped() {
+    return low >= 0 || high >= 0;
+  }
+
+  /** Whether its offsets are dense: one record per offset from min to max. */
+  boolean dense() {
+    return recordCount == maxOffset - minOffset + 1;
+  }
+
+  /** Records kept: exact when {@link #dense()}. */
+  long kept() {
+    long lo = low < 0 ? minOffset : Math.max(minOffset, low);
+    long hi = high < 0 ? maxOffset + 1 : Math.min(maxOffset + 1, high);
+    return Math.max(0, hi - lo);
+  }
+
+  long firstKept() {
+    return low < 0 ? minOffset : Math.max(minOffset, low);
+  }
+
+  long lastKept() {
+    return high < 0 ? maxOffset : Math.min(maxOffset, high - 1);
+  }
+}

@@ -1,0 +1,91 @@
+package io.tidegate.spark;
+
+import com.fasterxml.jackson.databind.JsonNode;
+import java.util.ArrayList;
+import java.util.Collections;
+import java.util.List;
+import java.util.Map;
+import java.util.TreeMap;
+
+/**
+ * The gateway's read plan of one pinned view: the snapshot's data files (by partition and
+ * offsets) and, per partition, the hot range {@code [from, to)} above the tiered watermark.
+ * Fetched once per query, on the driver.
+ */
+final class ReadPlan {
+  final long snapshotId;
+  final List<FileSlice> files;
+  /** partition → {from, to}. */
+  final Map<Integer, long[]> hot;
+  /** The table's stored schema when the plan was made. */
+  final JsonNode schema;
+
+  private ReadPlan(long snapshotId, List<FileSlice> files, Map<Integer, long[]> hot, JsonNode schema) {
+    this.snapshotId = snapshotId;
+    this.files = files;
+    this.hot = hot;
+    this.schema = schema;
+  }
+
+  static ReadPlan of(JsonNode json) {
+    Map<Integer, Long> earliest = new TreeMap<>();
+    for (Map.Entry<String, JsonNode> e : json.path("earliest_offsets").properties()) {
+      earliest.put(Integer.parseInt(e.getKey()), e.getValue().asLong());
+    }
+    List<FileSlice> files = new ArrayList<>();
+    for (JsonNode f : json.path("files")) {
+      int p = f.get("partition").asInt();
+      long min = f.get("min_offset").asLong();
+      long low = earliest.getOrDefault(p, 0L);
+      files.add(
+          new FileSlice(
+              f.get("url").asText(),
+              f.get("file_size_bytes").asLong(),
+              p,
+              min,
+              f.get("max_offset").asLong(),
+              f.path("record_count").asLong(-1),
+              min < low ? low : -1,
+              -1));
+    }
+    Map<Integer, long[]> hot = new TreeMap<>();
+    for (JsonNode r : json.path("hot_ranges")) {
+      hot.put(
+          r.get("partition").asInt(),
+          new long[] {r.get("from_offset").asLong(), r.get("to_offset").asLong()});
+    }
+    return new ReadPlan(
+        json.path("snapshot_id").asLong(0),
+        Collections.unmodifiableList(files),
+        Collections.unmodifiableMap(hot),
+        json.path("schema"));
+  }
+
+  /** The hot ranges the filter's partitions and offsets can keep. */
+  List<HotSplit> hotSplits(Filters.Bounds bounds) {
+    List<HotSplit> out = new ArrayList<>();
+    for (Map.Entry<Integer, long[]> e : hot.entrySet()) {
+      int p = e.getKey();
+      if (!bounds.keeps(p)) {
+        continue;
+      }
+      long lo = Math.max(e.getValue()[0], bounds.low);
+      long hi = bounds.high < 0 ? e.getValue()[1] : Math.min(e.getValue()[1], bounds.high);
+      if (lo < hi) {
+        out.add(new HotSplit(p, lo, hi));
+      }
+    }
+    return out;
+  }
+
+  /** The files the filter's partitions can keep (the gateway pruned the rest already). */
+  List<FileSlice> files(Filters.Bounds bounds) {
+    List<FileSlice> out = new ArrayList<>();
+    for (FileSlice f : files) {
+      if (bounds.keeps(f.partition)) {
+        out.add(f);
+      }
+    }
+    return out;
+  }
+}
