@@ -50,6 +50,7 @@ def test_public_surface_is_pinned() -> None:
         "QuotaExceeded",
         "RecordMetadata",
         "RequestTooLarge",
+        "ResourceUnavailable",
         "Retry",
         "RetryableError",
         "SchemaChangeRefused",

@@ -190,7 +190,7 @@ def read_back(cluster: Cluster, history: History, spark: Any = None) -> dict[str
             scan = c.scan(table, columns=["rid", "_partition", "_offset"])
             state.paths["scan"] = records_of(scan.to_pylist())
             if spark is not None:
-                state.paths["spark"] = spark_records(spark, gw.grpc_target, key, table)
+                state.paths["spark"] = spark_records(spark, gw.http_url, key, table)
             for group, _ in c.list_groups(table):
                 offsets = c.fetch_offsets(group, table)
                 history.record(

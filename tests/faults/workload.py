@@ -474,7 +474,7 @@ class SparkWriter(Operation):
                 try:
                     (
                         frame.write.format("tidegate")
-                        .option("endpoint", self.front.grpc_target)
+                        .option("endpoint", self.front.http_url)
                         .option("api_key", self.api_key)
                         .option("write_id", write_id)
                         .option("batch_rows", 25)
