@@ -10,12 +10,16 @@ the engine and the migrations in :mod:`gateway.meta.engine`.
 
 from __future__ import annotations
 
+import datetime as dt
+from collections.abc import Sequence
+
 from gateway.meta.groups import GroupOps
 from gateway.meta.maintenance import MaintenanceOps
 from gateway.meta.partitions import PartitionOps
 from gateway.meta.placement import PlacementOps
+from gateway.meta.records import SegmentRow
 from gateway.meta.tables import TableOps
-from gateway.meta.work import LakeWorkOps
+from gateway.meta.work import LakeWorkOps, Mark
 
 __all__ = ["MetadataStore"]
 
@@ -25,3 +29,22 @@ class MetadataStore(TableOps, PartitionOps, GroupOps, MaintenanceOps, PlacementO
 
     Opening migrates the database to the newest schema. Close the store when done.
     """
+
+    def replace_chain(
+        self,
+        table_id: str,
+        partition: int,
+        expected_epoch: int,
+        segments: Sequence[SegmentRow],
+        finish_move: bool,
+    ) -> bool:
+        """:meth:`PlacementOps.replace_chain`; a chain that now holds a sealed segment is
+        marked for tiering, which drops the segment once its records are tiered, whoever
+        made the chain (a mover, a gateway finishing a move, the next mover after a
+        crash): an idle partition is otherwise never visited again (lake work is driven
+        by change)."""
+        applied = super().replace_chain(table_id, partition, expected_epoch, segments, finish_move)
+        if applied and len(segments) > 1:
+            now = dt.datetime.now(dt.UTC)
+            self.mark_work([Mark(table_id, partition, "tier", since=now, due_at=now)])
+        return applied
