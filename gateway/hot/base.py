@@ -18,6 +18,8 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from gateway.wire.errors import UnknownProducer
+
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
@@ -44,12 +46,27 @@ class PartitionId:
 class ProducerSequence:
     """Idempotent-producer identity of one batch for one partition.
 
-    For a given ``(producer_id, partition)`` sequences must grow by exactly one per batch.
-    The first batch seen from a producer may carry any non-negative sequence.
+    For a given ``(producer_id, partition)`` sequences must grow by exactly one per batch
+    from 0. A producer the partition holds no state of may only start at sequence 0: any
+    other is refused with :class:`UnknownProducer` (its earlier batches were never seen,
+    or their state was lost with the hot tier's, so a retry could not be recognised).
     """
 
     producer_id: str
     sequence: int
+
+    def unknown(self, where: str) -> UnknownProducer:
+        """The refusal of this batch by partition ``where``, which holds no state of its
+        producer (and the sequence is above 0)."""
+        pid, seq = self.producer_id, self.sequence
+        return UnknownProducer(
+            f"producer {pid!r} sent sequence {seq} to partition {where}, which holds no state "
+            "of this producer (the hot tier may have lost it): nothing was stored, but whether "
+            "its earlier batches were is unknown; continue under a new producer id from "
+            "sequence 0",
+            producer_id=pid,
+            sequence=seq,
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -136,6 +153,8 @@ class HotLog(ABC):
 
         Raises:
             OutOfOrderSequence: ``producer.sequence`` skips one or more sequences.
+            UnknownProducer: ``producer.sequence`` is above 0 and the partition holds no
+                state of the producer (never seen, or lost with the hot tier's state).
             InvalidIdempotentAppend: the sequence is older than the de-duplication window,
                 or the retried batch's record count differs from the stored one.
             HotStateLost: ``floor`` is given and the backend holds no state for the

@@ -348,11 +348,7 @@ class DiskHotLog(HotLog):
                     backend="disk",
                 )
             p.check_usable()
-            result = (
-                p.producers.check(p.directory.name, producer, count)
-                if producer is not None
-                else None
-            )
+            result = p.producers.check(part.path, producer, count) if producer is not None else None
             if result is None:
                 result = p.append(bytes(payload), count, timestamp_us, producer)
             needs_sync = p.policy == "batch" and p.durable < result.base_offset + result.count
