@@ -330,3 +330,59 @@ def test_a_producer_a_wiped_disk_partition_forgot_is_refused_above_sequence_zero
         check_producer_after_loss(gw, lose, caplog)
     finally:
         gw.stop()
+
+
+# A scan whose pinned hot range empties (issue 33, the lead's follow-up) --------------------
+def test_a_scan_whose_pinned_hot_range_emptied_fails_unavailable(tmp_path: Path) -> None:
+    """A scan pins ``[T(p), HW(p))`` per partition, then reads it as its client takes the
+    rows. Redis is emptied while a client holds a scan open (its flow-control window full):
+    the scan ends UNAVAILABLE (retryable: a new scan pins a new view) in one sentence, not
+    an INTERNAL error with a traceback in the log."""
+    import grpc
+    import redis as redis_py
+
+    from gateway.wire._proto.tidegate.v1 import tidegate_pb2 as pb
+    from gateway.wire._proto.tidegate.v1 import tidegate_pb2_grpc as pb_grpc
+
+    server = RedisServer(tmp_path / "redis")
+    server.extra_args = ["--appendonly", "no"]
+    server.start()
+    gw = GatewayProcess(
+        tmp_path / "gw",
+        {
+            "TIDEGATE_HOT__TYPE": "redis",
+            "TIDEGATE_HOT__URL": server.url,
+            "TIDEGATE_TIERING__ENABLED": "false",
+            "TIDEGATE_SERVER__MAX_READ_RECORDS": "1024",  # one stored batch per hot read
+        },
+    ).start()
+    try:
+        with gw.client() as c:
+            c.create_table(TABLE, {"id": "int64", "note": "string"}, partitions=PARTITIONS)
+            # 24 MiB of rows on the wire (a few KiB in Redis, compressed): far more than a
+            # client's window and the sockets' buffers hold.
+            for b in range(24):
+                rows = [{"id": b * 1000 + i, "note": "x" * 1024} for i in range(1024)]
+                c.append(TABLE, rows, partition=0)
+        # No BDP probing: the client's receive window stays at 64 KiB.
+        options = [("grpc.http2.bdp_probe", 0), ("grpc.max_receive_message_length", 64 << 20)]
+        with gw.channel(options=options) as channel:
+            stub = pb_grpc.TidegateStub(channel)
+            ref = pb.TableRef(namespace="shop", name="orders")
+            answers = stub.Scan(pb.ScanRequest(table=ref, columns=["id", "note"]), timeout=120)
+            first = next(answers)
+            assert first.arrow_ipc
+            with redis_py.Redis.from_url(server.url) as r:
+                r.flushall()
+            with pytest.raises(grpc.RpcError) as failed:
+                for _ in answers:
+                    pass
+        assert failed.value.code() == grpc.StatusCode.UNAVAILABLE, failed.value.details()
+        message = failed.value.details()
+        assert "partition 0 of shop.orders no longer holds offsets" in message, message
+        assert "scan again" in message and "\n" not in message
+        log = gw.log()
+        assert "unexpected error" not in log and "Traceback" not in log, log
+    finally:
+        gw.stop()
+        server.stop()
