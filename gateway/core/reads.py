@@ -67,11 +67,14 @@ class ReadOps(CoreBase):
         part = self._part(table, partition)
         records, nbytes = self._limits(max_records, max_bytes)
         try:
-            return await self._read(table, part, offset, records, nbytes, raw_hot)
-        except StaleSchema:
-            # Rows appended under a schema changed through another gateway: look again.
-            table = await self.table(tenant, namespace, name, fresh=True)
-            return await self._read(table, part, offset, records, nbytes, raw_hot)
+            try:
+                return await self._read(table, part, offset, records, nbytes, raw_hot)
+            except StaleSchema:
+                # Rows appended under a schema changed through another gateway: look again.
+                table = await self.table(tenant, namespace, name, fresh=True)
+                return await self._read(table, part, offset, records, nbytes, raw_hot)
+        except Exception as exc:
+            raise await self._unless_dropped(table, exc) from None
 
     async def _read(
         self,

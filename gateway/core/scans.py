@@ -253,7 +253,10 @@ class ScanOps(CoreBase):
             it = rows()
             try:
                 while True:
-                    b = await self._run(next, it, None)
+                    try:
+                        b = await self._run(next, it, None)
+                    except Exception as exc:
+                        raise await self._unless_dropped(table, exc) from None
                     if b is None:
                         return
                     yield b

@@ -60,7 +60,7 @@ from gateway.cold.base import (
 from gateway.hot import HotLog, PartitionId
 from gateway.lake.components import Components, TieringError
 from gateway.wire.codec import iter_rows
-from gateway.wire.errors import CommitConflict, NotFound, SnapshotNotFound
+from gateway.wire.errors import CommitConflict, NotFound, SnapshotNotFound, TableNotFound
 from gateway.wire.evolution import read_as
 from gateway.wire.retry import ExponentialBackoff, Retry
 from gateway.wire.schema import TIMESTAMP_TYPE, conform_batch, parse_fields, system_schema
@@ -780,7 +780,8 @@ def each_table(
     one driver thread per tenant (at most ``max_parallel_tenants`` at once), so a Spark
     runner puts each tenant's tasks in its own fair-scheduler pool; a table that fails
     is logged and reported and never stops another table or tenant. A table still being
-    created (:func:`being_created`) is skipped without a word above DEBUG."""
+    created (:func:`being_created`) is skipped without a word above DEBUG, one dropped
+    while its pass ran (:func:`dropped`) with one INFO line, no traceback."""
     defs = list(c.meta.all_tables() if tables is None else tables)
     by_tenant: dict[str, list[TableDef]] = defaultdict(list)
     for d in defs:
@@ -796,6 +797,12 @@ def each_table(
             except Exception as exc:
                 if isinstance(exc, SnapshotNotFound) and being_created(d, exc):
                     log.debug("%s %s/%s: not created yet; skipped", job, d.tenant, d.qualified_name)
+                    continue
+                if dropped(c, d):
+                    log.info(
+                        "%s %s/%s: the table was dropped while the pass ran; skipped (%s)",
+                        job, d.tenant, d.qualified_name, type(exc).__name__,
+                    )  # fmt: skip
                     continue
                 log.exception("%s %s/%s failed", job, d.tenant, d.qualified_name)
                 if on_failure is not None:
@@ -817,6 +824,19 @@ def each_table(
         with ThreadPoolExecutor(workers, "tg-tenant") as pool:
             list(pool.map(one_tenant, by_tenant.values()))
     return report
+
+
+def dropped(c: Components, d: TableDef) -> bool:
+    """Whether ``d`` is no longer its name's table (dropped, and maybe created again under
+    a new id): the failure of a lake job on it is the race of a drop with the pass, and
+    the drop has removed or will remove everything the job would have touched."""
+    try:
+        now = c.meta.get_table(d.tenant, d.namespace, d.name)
+    except TableNotFound:
+        return True
+    except Exception:  # the metadata store is down: not a drop that can be shown
+        return False
+    return now.table_id != d.table_id
 
 
 def being_created(d: TableDef, exc: SnapshotNotFound, now: float | None = None) -> bool:

@@ -333,6 +333,38 @@ def test_a_producer_a_wiped_disk_partition_forgot_is_refused_above_sequence_zero
 
 
 # A scan whose pinned hot range empties (issue 33, the lead's follow-up) --------------------
+def scan_broken_midway(gw: GatewayProcess, breaking: Any) -> Any:
+    """Fill partition 0 of ``TABLE`` with 24 MiB of rows on the wire (a few KiB stored,
+    compressed: far more than a client's window and the sockets' buffers hold), open a
+    gRPC scan and take its first answer, call ``breaking()`` while the scan is held open,
+    then read on; returns the ``grpc.RpcError`` the scan ended with. The gateway reads
+    one stored batch per hot read (``TIDEGATE_SERVER__MAX_READ_RECORDS`` 1024)."""
+    import grpc
+
+    from gateway.wire._proto.tidegate.v1 import tidegate_pb2 as pb
+    from gateway.wire._proto.tidegate.v1 import tidegate_pb2_grpc as pb_grpc
+
+    with gw.client() as c:
+        c.create_table(TABLE, {"id": "int64", "note": "string"}, partitions=PARTITIONS)
+        for b in range(24):
+            rows = [{"id": b * 1000 + i, "note": "x" * 1024} for i in range(1024)]
+            c.append(TABLE, rows, partition=0)
+    # No BDP probing: the client's receive window stays at 64 KiB.
+    options = [("grpc.http2.bdp_probe", 0), ("grpc.max_receive_message_length", 64 << 20)]
+    with gw.channel(options=options) as channel:
+        stub = pb_grpc.TidegateStub(channel)
+        ref = pb.TableRef(namespace="shop", name="orders")
+        answers = stub.Scan(pb.ScanRequest(table=ref, columns=["id", "note"]), timeout=120)
+        assert next(answers).arrow_ipc
+        breaking()
+        with pytest.raises(grpc.RpcError) as failed:
+            for _ in answers:
+                pass
+    log = gw.log()
+    assert "unexpected error" not in log and "Traceback" not in log, log
+    return failed.value
+
+
 def test_a_scan_whose_pinned_hot_range_emptied_fails_unavailable(tmp_path: Path) -> None:
     """A scan pins ``[T(p), HW(p))`` per partition, then reads it as its client takes the
     rows. Redis is emptied while a client holds a scan open (its flow-control window full):
@@ -340,9 +372,6 @@ def test_a_scan_whose_pinned_hot_range_emptied_fails_unavailable(tmp_path: Path)
     an INTERNAL error with a traceback in the log."""
     import grpc
     import redis as redis_py
-
-    from gateway.wire._proto.tidegate.v1 import tidegate_pb2 as pb
-    from gateway.wire._proto.tidegate.v1 import tidegate_pb2_grpc as pb_grpc
 
     server = RedisServer(tmp_path / "redis")
     server.extra_args = ["--appendonly", "no"]
@@ -353,36 +382,44 @@ def test_a_scan_whose_pinned_hot_range_emptied_fails_unavailable(tmp_path: Path)
             "TIDEGATE_HOT__TYPE": "redis",
             "TIDEGATE_HOT__URL": server.url,
             "TIDEGATE_TIERING__ENABLED": "false",
-            "TIDEGATE_SERVER__MAX_READ_RECORDS": "1024",  # one stored batch per hot read
+            "TIDEGATE_SERVER__MAX_READ_RECORDS": "1024",
         },
     ).start()
+
+    def flush() -> None:
+        with redis_py.Redis.from_url(server.url) as r:
+            r.flushall()
+
     try:
-        with gw.client() as c:
-            c.create_table(TABLE, {"id": "int64", "note": "string"}, partitions=PARTITIONS)
-            # 24 MiB of rows on the wire (a few KiB in Redis, compressed): far more than a
-            # client's window and the sockets' buffers hold.
-            for b in range(24):
-                rows = [{"id": b * 1000 + i, "note": "x" * 1024} for i in range(1024)]
-                c.append(TABLE, rows, partition=0)
-        # No BDP probing: the client's receive window stays at 64 KiB.
-        options = [("grpc.http2.bdp_probe", 0), ("grpc.max_receive_message_length", 64 << 20)]
-        with gw.channel(options=options) as channel:
-            stub = pb_grpc.TidegateStub(channel)
-            ref = pb.TableRef(namespace="shop", name="orders")
-            answers = stub.Scan(pb.ScanRequest(table=ref, columns=["id", "note"]), timeout=120)
-            first = next(answers)
-            assert first.arrow_ipc
-            with redis_py.Redis.from_url(server.url) as r:
-                r.flushall()
-            with pytest.raises(grpc.RpcError) as failed:
-                for _ in answers:
-                    pass
-        assert failed.value.code() == grpc.StatusCode.UNAVAILABLE, failed.value.details()
-        message = failed.value.details()
+        failed = scan_broken_midway(gw, flush)
+        assert failed.code() == grpc.StatusCode.UNAVAILABLE, failed.details()
+        message = failed.details()
         assert "partition 0 of shop.orders no longer holds offsets" in message, message
         assert "scan again" in message and "\n" not in message
-        log = gw.log()
-        assert "unexpected error" not in log and "Traceback" not in log, log
     finally:
         gw.stop()
         server.stop()
+
+
+def test_a_table_dropped_under_a_scan_ends_it_not_found(tmp_path: Path) -> None:
+    """The table is dropped (its hot logs removed) while a client holds a scan of it open:
+    the scan ends NOT_FOUND, saying the table was dropped meanwhile; the gateway logs no
+    ERROR and no traceback."""
+    import grpc
+
+    gw = GatewayProcess(
+        tmp_path / "gw",
+        {"TIDEGATE_TIERING__ENABLED": "false", "TIDEGATE_SERVER__MAX_READ_RECORDS": "1024"},
+    ).start()
+
+    def drop() -> None:
+        with gw.client() as c:
+            c.drop_table(TABLE)
+
+    try:
+        failed = scan_broken_midway(gw, drop)
+        assert failed.code() == grpc.StatusCode.NOT_FOUND, failed.details()
+        assert failed.details() == "table shop.orders was dropped while this call read it"
+        assert " ERROR " not in gw.log()
+    finally:
+        gw.stop()
