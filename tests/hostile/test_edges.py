@@ -373,6 +373,35 @@ def test_over_quota_appends_are_refused_before_their_body(
     assert peak.growth < 160 * MiB, peak.growth / MiB
 
 
+def test_refused_small_appends_keep_their_connection(disk: GatewayProcess) -> None:
+    """An over-quota tenant's HTTP appends are refused before routing; one of a small
+    declared body has it received and dropped, so three refusals go over one connection
+    (each new connection costs both sides more), with the retry hint; one of a large body
+    is answered without it and the connection closed."""
+    t = tenant_with_table(disk, append_bytes_per_s=1000)
+    with t.http() as http:
+        r = http.post("/v1/tables/e/t/records", json={"rows": [{"v": 1}] * 6000})
+        assert r.status_code == 200, r.text
+    body = one_row()
+    head = (
+        b"POST /v1/tables/e/t/records HTTP/1.1\r\nhost: x\r\n"
+        b"content-type: application/vnd.apache.arrow.stream\r\n"
+        + f"authorization: Bearer {t.key}\r\ncontent-length: {len(body)}\r\n\r\n".encode()
+    )
+    with socket.create_connection(("127.0.0.1", disk.http_port), timeout=20) as s:
+        s.sendall((head + body) * 3)
+        answers = b""
+        while answers.count(b"HTTP/1.1 ") < 3 or not answers.endswith(b"}"):
+            got = s.recv(65536)
+            assert got, answers
+            answers += got
+    assert answers.count(b"HTTP/1.1 429") == 3, answers
+    assert b"connection: close" not in answers.lower() and b"retry-after: " in answers
+    assert answers.count(b'"reason":"THROTTLED"') == 3
+    refused = headers_only(disk, t.key, 4 * MiB)
+    assert refused.startswith(b"HTTP/1.1 429") and b"connection: close" in refused.lower()
+
+
 # 33.5: connections ----------------------------------------------------------------------
 def closed_by_server(s: socket.socket, wait_s: float = 60) -> bool:
     """Whether the server closes ``s`` (reading and dropping what it answers first)."""
