@@ -7,7 +7,7 @@ a 64 KiB Arrow body are sent ``concurrency`` at a time, and the CPU time the gat
 (every thread) and this client process used over them is divided by the number of
 refusals: CPU microseconds per refusal, server and client side, and the refusal rate the
 gateway sustained. The same is done for accepted 64 KiB appends of a tenant without quota,
-for comparison.
+for comparison, and the standard health check, grpcio's own floor for a call.
 
 Results: ``benchmarks/results/neighbours/refusal-cost.json`` (``--out`` to change).
 """
@@ -44,9 +44,7 @@ def _self_cpu_s() -> float:
     return r.ru_utime + r.ru_stime
 
 
-async def _measure(
-    pid: int, calls: int, concurrency: int, one: Any
-) -> dict[str, Any]:
+async def _measure(pid: int, calls: int, concurrency: int, one: Any) -> dict[str, Any]:
     """Run ``one(i)`` ``calls`` times, ``concurrency`` at once; CPU per call on each side."""
     codes: dict[str, int] = {}
     queue = iter(range(calls))
@@ -86,6 +84,26 @@ async def _grpc(gw: GatewayProcess, key: str, ref: Any, body: bytes, calls: int,
             return "OK"
 
         await one(0)  # the connection is up before the clock starts
+        return await _measure(gw.proc.pid, calls, conc, one)  # type: ignore[union-attr]
+
+
+async def _health(gw: GatewayProcess, calls: int, conc: int) -> Any:
+    """grpcio's floor: the standard health check, a unary call that none of our code
+    intercepts or serves (grpcio's own servicer answers it)."""
+    from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+    async with grpc.aio.insecure_channel(gw.grpc_target, options=CHANNEL_OPTIONS) as ch:
+        stub = health_pb2_grpc.HealthStub(ch)
+        request = health_pb2.HealthCheckRequest()
+
+        async def one(_: int) -> str:
+            try:
+                await stub.Check(request, timeout=30)
+            except grpc.aio.AioRpcError as err:
+                return err.code().name
+            return "OK"
+
+        await one(0)
         return await _measure(gw.proc.pid, calls, conc, one)  # type: ignore[union-attr]
 
 
@@ -150,6 +168,7 @@ async def run(workdir: Path, calls: int, concurrency: int) -> dict[str, Any]:
             await pb_grpc.TidegateStub(ch).Append(
                 pb.AppendRequest(table=ref_loud, arrow_ipc=body, partition=0), metadata=md
             )
+        out["grpc_health"] = await _health(gw, calls, concurrency)
         out["grpc_refused"] = await _grpc(gw, loud, ref_loud, body, calls, concurrency)
         out["http_refused"] = await _http(gw, loud, ref_loud, body, calls, concurrency)
         accepted = max(200, calls // 10)
