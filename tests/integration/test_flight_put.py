@@ -215,3 +215,77 @@ def test_doput_through_kill_9_stores_every_acknowledged_batch_once(
             assert v[base] == seq * size  # every acknowledged offset holds its batch
     finally:
         gw.stop()
+
+
+def test_the_producer_appends_over_flight_where_offered_and_over_grpc_elsewhere(
+    gateway: GatewayProcess, namespace: str, tmp_path: Path
+) -> None:
+    """The sync producer over DoPut: keyed routing, offsets in its futures, idempotent
+    batches; ``transport='grpc'`` and a gateway without a Flight edge append over gRPC."""
+    table = f"{namespace}.byflight"
+    with gateway.client() as c:
+        c.create_table(table, {"user": "string", "n": "int64"}, partitions=3, key_columns=["user"])
+        users = [f"user-{i}" for i in range(90)]
+        with c.producer(table, batch_records=16, linger=0.01, transport="flight") as p:
+            assert p.transport == "flight"
+            singles = [p.send({"user": u, "n": i}) for i, u in enumerate(users)]
+            many = p.send(pa.table({"user": users, "n": list(range(100, 190))}))
+            p.flush()
+        with c.producer(table, transport="auto") as a:
+            assert a.transport == "flight"
+        with c.producer(table) as g:  # gRPC unless asked (docs/decisions/data-plane.md)
+            assert g.transport == "grpc"
+            g.send({"user": "last", "n": 1000}).result(30)
+        offsets = {(m.partition, m.offset) for f in singles for m in [f.result(30)]}
+        offsets |= {(m.partition, m.offset) for m in many.result(30)}
+        rows = [r for p in range(3) for r in c.read(table, partition=p, offset=0).to_pylist()]
+        assert len(rows) == 181 and len(offsets) == 180  # each row once
+        by_offset = {(r["_partition"], r["_offset"]): r for r in rows}
+        assert all(by_offset[o]["n"] < 1000 for o in offsets)
+        assert sorted(r["n"] for r in rows) == [*range(90), *range(100, 190), 1000]
+        with pytest.raises(InvalidRequest, match="unknown producer transport 'udp'"):
+            c.producer(table, transport="udp")
+    # A gateway with no Flight edge: 'auto' appends over gRPC, 'flight' is refused.
+    plain = GatewayProcess(tmp_path / "plain", {"TIDEGATE_SERVER__FLIGHT_PORT": "0"}).start()
+    try:
+        with plain.client() as c:
+            c.create_table("a.b", {"n": "int64"})
+            with c.producer("a.b", transport="auto") as p:
+                assert p.transport == "grpc"
+                p.send({"n": 1}).result(30)
+            with pytest.raises(InvalidRequest, match="takes no appends"):
+                c.producer("a.b", transport="flight")
+    finally:
+        plain.stop()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("kind", ["disk", "redis"])
+def test_the_flight_producer_rides_through_kill_9_storing_each_row_once(
+    kind: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    redis = request.getfixturevalue("redis_server") if kind == "redis" else None
+    gw = GatewayProcess(tmp_path / "gw", gateway_env(kind, redis)).start()
+    table = f"fp{kind}.t"
+    try:
+        with gw.client() as c:
+            c.create_table(table, {"n": "int64"}, partitions=2)
+            with c.producer(table, transport="flight", batch_records=50, linger=0.005) as p:
+                futures = []
+                for i in range(0, 6000, 100):
+                    futures.append(p.send(pa.table({"n": list(range(i, i + 100))})))
+                    if i in (2000, 4000):
+                        gw.restart()
+                p.flush(180)
+            acked = [m for f in futures for m in f.result(1)]
+            rows = [
+                r
+                for part in (0, 1)
+                for r in c.read(table, partition=part, offset=0, max_records=10_000).to_pylist()
+            ]
+        assert sorted(r["n"] for r in rows) == list(range(6000))  # each row once
+        assert len(acked) == 6000
+        where = {(r["_partition"], r["_offset"]): r["n"] for r in rows}
+        assert all((m.partition, m.offset) in where for m in acked)
+    finally:
+        gw.stop()
