@@ -151,9 +151,12 @@ class ProducerCore:
     the :class:`Finished` sends those return (outside its lock).
     """
 
-    def __init__(self, table: TableInfo, config: ProducerConfig) -> None:
+    def __init__(self, table: TableInfo, config: ProducerConfig, *, encode: bool = True) -> None:
+        """``encode``: requests carry Arrow IPC (gRPC's ``AppendStream``); without it each
+        request's batch is kept as Arrow (``ProducerBatch.arrow``, for Flight's DoPut)."""
         self.table = table
         self.config = config
+        self.encode = encode
         self.producer_id = (config.producer_id or new_producer_id()) if config.idempotent else None
         self.acc = Accumulator(table, config)
         self.queues = [PartitionQueue(p, config.max_in_flight) for p in range(table.partitions)]
@@ -195,7 +198,7 @@ class ProducerCore:
     def _stage(self, now: float, force: bool) -> None:
         for b in self.acc.drain(now, force):
             try:
-                b.seal(self.table.schema, self.config.compression)
+                b.seal(self.table.schema, self.config.compression, self.encode)
             except SchemaMismatch as err:
                 # Dict rows the check at send let through, refused by Arrow: fail this
                 # batch alone (it never got a sequence, so nothing behind it is affected).

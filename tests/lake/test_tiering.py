@@ -16,16 +16,10 @@ import pytest
 from gateway.cold import fs_path
 from gateway.config import Settings
 from gateway.hot import PartitionId
+from gateway.lake.runners import LocalRunner
 from gateway.lake.scheduler import PARALLEL_TENANTS, embedded_parallel_tenants, run_once
-from gateway.lake.tiering import (
-    LocalRunner,
-    RangeTask,
-    each_table,
-    tier_all,
-    tier_table,
-    trim_hot,
-    write_range,
-)
+from gateway.lake.tasks import RangeTask, write_range
+from gateway.lake.tiering import each_table, tier_all, tier_table, trim_hot
 from gateway.wire.codec import Compression, encode_stream
 from gateway.wire.errors import CommitConflict
 from gateway.wire.jsonrows import rows_to_batch

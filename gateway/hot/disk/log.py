@@ -206,7 +206,7 @@ class DiskHotLog(HotLog):
                 raise Unavailable("the disk hot log is closed", backend="disk")
             p = self._parts.get(part)
             if p is None and (create or directory.is_dir()):
-                p = self._parts[part] = Partition(directory, self)
+                p = self._parts[part] = Partition(directory, self.fsync_policy, self.segment_bytes)
             elif p is not None:
                 self._parts.move_to_end(part)
             return p
@@ -423,7 +423,9 @@ class DiskHotLog(HotLog):
                 p = self._parts.get(part)
                 if p is None:
                     # Registered (not loaded) so that a concurrent first use waits for us.
-                    p = self._parts[part] = Partition(directory, self)
+                    p = self._parts[part] = Partition(
+                        directory, self.fsync_policy, self.segment_bytes
+                    )
             with p.sync_lock, p.lock:
                 if p.retired:
                     continue

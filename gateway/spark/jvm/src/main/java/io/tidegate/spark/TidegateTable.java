@@ -54,10 +54,22 @@ final class TidegateTable implements SupportsRead, SupportsWrite {
     return schema;
   }
 
-  /** Batch reads of our own, and what the Python source does for streams and writes. */
+  /**
+   * Batch reads and writes of our own (TRUNCATE only so that {@code mode("overwrite")} reaches
+   * {@link TidegateWriteBuilder#truncate}, which refuses it in the Python writer's words), and
+   * what the Python source does for streaming reads.
+   */
   @Override
   public Set<TableCapability> capabilities() {
-    Set<TableCapability> out = EnumSet.of(TableCapability.BATCH_READ);
+    // Spark's analyzer asks this in the session that plans the query, before any plan of
+    // it is printed: the session whose printed plans must not show the api_key option.
+    Secrets.redactApiKey();
+    Set<TableCapability> out =
+        EnumSet.of(
+            TableCapability.BATCH_READ,
+            TableCapability.BATCH_WRITE,
+            TableCapability.STREAMING_WRITE,
+            TableCapability.TRUNCATE);
     out.addAll(PythonFallback.table(schema, properties).capabilities());
     return out;
   }
@@ -74,6 +86,6 @@ final class TidegateTable implements SupportsRead, SupportsWrite {
 
   @Override
   public WriteBuilder newWriteBuilder(LogicalWriteInfo info) {
-    return PythonFallback.writable(schema, properties).newWriteBuilder(info);
+    return new TidegateWriteBuilder(info);
   }
 }
