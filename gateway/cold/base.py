@@ -713,7 +713,9 @@ class ColdStore(ABC):
 
     @abstractmethod
     def table(self, table: TableDef) -> ColdTable:
-        """The Iceberg table of an existing stream-table."""
+        """The Iceberg table of an existing stream-table, created empty with the
+        table's current schema when it is first used (the gateway does not create it
+        with the stream-table: a create stays cheap however many tables exist)."""
 
     @abstractmethod
     def drop_table(self, table: TableDef) -> None:

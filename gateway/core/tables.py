@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import logging
 from collections.abc import Sequence
 from typing import Any
@@ -71,8 +70,7 @@ class TableOps(CoreBase):
         keys = list(key_columns)
         # Parsing and checking a schema costs up to its bounds (MAX_FIELDS fields): on
         # the I/O pool, so that the event loop serves other tenants meanwhile.
-        schema, stored = await self._run(self._checked_schema, fields, keys)
-        cold = self.cold
+        _, stored = await self._run(self._checked_schema, fields, keys)
         await self._run(self.meta.ensure_tenant, tenant)
         d = await self._run(
             self.meta.create_table,
@@ -86,13 +84,9 @@ class TableOps(CoreBase):
             ms,
             records,
         )
-        if cold is not None:
-            try:
-                await self._run(cold.create_table, d, schema)
-            except BaseException:
-                with contextlib.suppress(Exception):
-                    await self._run(self.meta.drop_table, tenant, namespace, name)
-                raise
+        # No Iceberg table yet: the cold store creates it when the table is first used
+        # (tiered, described, scanned, planned or loaded through the REST catalog), so a
+        # create costs the same with 10 tables or 50,000 (docs/decisions/serverless.md).
         # The hot tier learns the partitions exist, at offset 0: an append to a partition
         # it holds no state for means the state was lost (see AppendOps._hot_append). A
         # failure here is not the caller's: the first append opens them then.
@@ -104,7 +98,13 @@ class TableOps(CoreBase):
         else:
             for part in parts:
                 self._hot_checked.add(part)
-        return await self.describe_table(tenant, namespace, name)
+        # What a describe would show, without asking the tiers: every partition is empty.
+        return TableView(
+            d,
+            parse_fields(d.fields, stored=True),
+            tuple(PartitionView(p, 0, 0, 0, 0, 0) for p in range(partitions)),
+            iceberg_table=".".join((tenant, namespace, name)) if self.cold is not None else "",
+        )
 
     def _checked_schema(
         self, fields: Any, keys: Sequence[str]
