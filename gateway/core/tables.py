@@ -11,6 +11,7 @@ import pyarrow as pa
 from gateway.cold.base import SnapshotInfo
 from gateway.core.base import CoreBase
 from gateway.core.names import check_ident, check_retention
+from gateway.core.paging import Page, check_search, decode_token, encode_token, size_of
 from gateway.core.views import MaintenanceView, PartitionView, TableView
 from gateway.hot import PartitionId
 from gateway.wire.errors import (
@@ -284,6 +285,40 @@ class TableOps(CoreBase):
             return [TableView(d, parse_fields(d.fields, stored=True)) for d in defs]
 
         return await self._run(views)
+
+    async def list_tables_page(
+        self,
+        tenant: str,
+        namespace: str | None = None,
+        page_size: int | None = None,
+        page_token: str | None = None,
+        contains: str | None = None,
+    ) -> Page[TableView]:
+        """One page of the tenant's tables by namespace and name (see
+        :mod:`gateway.core.paging`), whose name holds ``contains`` when given.
+
+        Raises:
+            InvalidRequest: a bad namespace, page size, token or search string.
+        """
+        if namespace:
+            check_ident("namespace", namespace)
+        size = size_of(page_size)
+        after = decode_token(page_token, 2)
+        search = check_search(contains)
+
+        def page() -> Page[TableView]:
+            defs = self.meta.list_tables(
+                tenant,
+                namespace or None,
+                after=(after[0], after[1]) if after else None,
+                limit=size + 1,
+                contains=search,
+            )
+            views = [TableView(d, parse_fields(d.fields, stored=True)) for d in defs[:size]]
+            last = defs[size - 1] if len(defs) > size else None
+            return Page(views, encode_token((last.namespace, last.name)) if last else "")
+
+        return await self._run(page)
 
     async def drop_table(self, tenant: str, namespace: str, name: str) -> None:
         """Drop the table and its hot data.
