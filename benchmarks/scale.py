@@ -111,10 +111,15 @@ class Scale:
 
     def _key_for(self, index: int) -> str:
         while len(self.keys) <= index // TABLES_PER_TENANT:
+            # Over HTTP, retried: a loaded machine delays a gRPC channel's first contact
+            # past its timeout (a full run died so at 1,000 tables).
             name = f"s{uuid.uuid4().hex[:8]}"
-            with self.gw.admin() as admin:
-                admin.create_tenant(name)
-                self.keys.append(admin.issue_key(name)[1])
+            op = self.client(self.gw.operator_key)
+            made = _retried(op.post, "/v1/admin/tenants", json={"name": name})
+            assert made.status_code in (201, 409), made.text
+            key = _retried(op.post, f"/v1/admin/tenants/{name}/keys")
+            key.raise_for_status()
+            self.keys.append(key.json()["api_key"])
         return self.keys[index // TABLES_PER_TENANT]
 
     def create(self, index: int) -> float:
@@ -123,12 +128,13 @@ class Scale:
         name = f"t{index}"
         h = self.client(key)
         started = time.perf_counter()
-        r = h.post(
+        r = _retried(
+            h.post,
             "/v1/tables",
             json={"namespace": "ns", "name": name, "schema": FIELDS, "partitions": PARTITIONS},
         )
-        r.raise_for_status()
-        r = h.post(f"/v1/tables/ns/{name}/records", json={"rows": [{"k": "x", "n": index}]})
+        assert r.status_code in (201, 409), r.text
+        r = _retried(h.post, f"/v1/tables/ns/{name}/records", json={"rows": [{"k": "x", "n": 1}]})
         r.raise_for_status()
         took = time.perf_counter() - started
         with self._lock:
@@ -219,6 +225,19 @@ class Scale:
         }
 
 
+def _retried(call: Any, *args: Any, tries: int = 5, **kwargs: Any) -> httpx.Response:
+    """``call(*args, **kwargs)`` again after a timeout or a lost connection (a loaded
+    machine; a create retried after its answer was lost is answered 409)."""
+    for attempt in range(tries):
+        try:
+            return call(*args, **kwargs)  # type: ignore[no-any-return]
+        except httpx.TransportError:
+            if attempt == tries - 1:
+                raise
+            time.sleep(2.0)
+    raise AssertionError("unreachable")
+
+
 def settle(gw: Any, deadline_s: float = 1800.0) -> None:
     """Wait until the gateway has tiered every record (its ``tidegate_tiering_lag_records``
     at 0 on two reads a tiering interval apart), then one more interval: the idle window
@@ -227,7 +246,7 @@ def settle(gw: Any, deadline_s: float = 1800.0) -> None:
     stop = time.monotonic() + deadline_s
     zeros = 0
     while time.monotonic() < stop and zeros < 2:
-        text = httpx.get(f"{gw.http_url}/metrics", timeout=30).text
+        text = _retried(httpx.get, f"{gw.http_url}/metrics", timeout=120).text
         lag = [
             float(line.split()[-1])
             for line in text.splitlines()
