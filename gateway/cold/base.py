@@ -489,6 +489,12 @@ class ColdTable(ABC):
     def snapshots(self) -> list[SnapshotInfo]:
         """Every retained snapshot, oldest first."""
 
+    def data_bytes(self) -> int:
+        """Bytes of the data files of the latest snapshot (0 for a table with none, or
+        whose lake side was never made: a look that makes nothing)."""
+        snaps = self.snapshots()
+        return int(snaps[-1].summary.get("total-files-size", 0)) if snaps else 0
+
     @abstractmethod
     def catalog_entry(self) -> CatalogEntry:
         """The table's current committed metadata file and its document, read afresh

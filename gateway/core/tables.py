@@ -346,7 +346,6 @@ class TableOps(CoreBase):
             return 0
         total = 0
         for d in self.meta.list_tables(tenant):
-            snaps = self._cold_table(TableView(d, parse_fields(d.fields, stored=True))).snapshots()
-            if snaps:
-                total += int(snaps[-1].summary.get("total-files-size", 0))
+            view = TableView(d, parse_fields(d.fields, stored=True))
+            total += self._cold_table(view).data_bytes()
         return total

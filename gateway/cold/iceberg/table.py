@@ -422,6 +422,16 @@ class IcebergColdTable(ColdTable):
             out.append(SnapshotInfo(snap.snapshot_id, snap.timestamp_ms, operation, props))
         return out
 
+    def data_bytes(self) -> int:
+        if self._cached is None:  # a table never made is not made for a look
+            from pyiceberg.exceptions import NoSuchTableError
+
+            try:
+                self._cached = self.store.catalog.load_table(self.identifier)
+            except NoSuchTableError:
+                return 0
+        return super().data_bytes()
+
     @property
     def location(self) -> str:
         return str((self._cached or self._load()).location())  # never changes
