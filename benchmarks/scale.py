@@ -2,7 +2,7 @@
 each hot tier, every table written once then idle, a few of them active.
 
     python -m benchmarks.scale [--mode quick|full] [--sizes 10,100,1000]
-                               [--root DIR] [--label NAME] [--out DIR]
+                               [--hot disk,redis] [--root DIR] [--label NAME] [--out DIR]
 
 For each hot tier (disk, and Redis on a redis-server of the run's own) one gateway is
 started with the tiering interval at 10 s (the issue's "before" setup). Tables are created
@@ -10,8 +10,9 @@ through the HTTP API (4 partitions, one record appended to each), ``tables_per_t
 tenant, until each size is reached; then, at that size:
 
 - **create**: 20 more tables created and appended to once, one after another (ms each);
-- **list**: the first page of one tenant's tables (``GET /v1/tables?limit=100``; a gateway
-  without pagination answers the whole list);
+- **list**: one page of 100 of a tenant's tables (``GET /v1/tables?page_size=100``; a
+  gateway without pagination answers the whole list, 100 tables per tenant here), and one
+  page of 100 tenants (``GET /v1/admin/tenants?page_size=100``);
 - **idle**: once the new tables have been tiered (the tiering lag metric at 0, then one
   more interval), the gateway's CPU share of one core over ``idle_s`` with no request at
   all, its open descriptors and RSS;
@@ -48,7 +49,7 @@ RESULTS = HERE / "results" / "scale"
 
 MODES: dict[str, dict[str, Any]] = {
     "quick": {"sizes": [10, 100, 1000], "idle_s": 20.0, "active_s": 15.0},
-    "full": {"sizes": [10, 1000, 10000], "idle_s": 60.0, "active_s": 30.0},
+    "full": {"sizes": [10, 1000, 10000, 50000], "idle_s": 60.0, "active_s": 30.0},
     "smoke": {"sizes": [5, 20], "idle_s": 3.0, "active_s": 3.0},
 }
 TABLES_PER_TENANT = 100
@@ -110,10 +111,15 @@ class Scale:
 
     def _key_for(self, index: int) -> str:
         while len(self.keys) <= index // TABLES_PER_TENANT:
+            # Over HTTP, retried: a loaded machine delays a gRPC channel's first contact
+            # past its timeout (a full run died so at 1,000 tables).
             name = f"s{uuid.uuid4().hex[:8]}"
-            with self.gw.admin() as admin:
-                admin.create_tenant(name)
-                self.keys.append(admin.issue_key(name)[1])
+            op = self.client(self.gw.operator_key)
+            made = _retried(op.post, "/v1/admin/tenants", json={"name": name})
+            assert made.status_code in (201, 409), made.text
+            key = _retried(op.post, f"/v1/admin/tenants/{name}/keys")
+            key.raise_for_status()
+            self.keys.append(key.json()["api_key"])
         return self.keys[index // TABLES_PER_TENANT]
 
     def create(self, index: int) -> float:
@@ -122,12 +128,13 @@ class Scale:
         name = f"t{index}"
         h = self.client(key)
         started = time.perf_counter()
-        r = h.post(
+        r = _retried(
+            h.post,
             "/v1/tables",
             json={"namespace": "ns", "name": name, "schema": FIELDS, "partitions": PARTITIONS},
         )
-        r.raise_for_status()
-        r = h.post(f"/v1/tables/ns/{name}/records", json={"rows": [{"k": "x", "n": index}]})
+        assert r.status_code in (201, 409), r.text
+        r = _retried(h.post, f"/v1/tables/ns/{name}/records", json={"rows": [{"k": "x", "n": 1}]})
         r.raise_for_status()
         took = time.perf_counter() - started
         with self._lock:
@@ -147,11 +154,20 @@ class Scale:
             list(pool.map(self.create, [i for i in range(start, n) if i not in set(firsts)]))
 
     def list_ms(self, tries: int = 5) -> float:
-        h = self.client(self.keys[0])
+        """Median ms of one page of 100 tables of the last tenant."""
+        return self._median_get(self.client(self.keys[-1]), "/v1/tables", tries)
+
+    def list_tenants_ms(self, tries: int = 5) -> float:
+        """Median ms of one page of 100 tenants (the operator's listing)."""
+        h = self.client(self.gw.operator_key)
+        return self._median_get(h, "/v1/admin/tenants", tries)
+
+    @staticmethod
+    def _median_get(h: httpx.Client, path: str, tries: int) -> float:
         took = []
         for _ in range(tries):
             started = time.perf_counter()
-            r = h.get("/v1/tables", params={"limit": 100})
+            r = h.get(path, params={"page_size": 100})
             r.raise_for_status()
             took.append((time.perf_counter() - started) * 1000)
         return statistics.median(took)
@@ -209,6 +225,19 @@ class Scale:
         }
 
 
+def _retried(call: Any, *args: Any, tries: int = 5, **kwargs: Any) -> httpx.Response:
+    """``call(*args, **kwargs)`` again after a timeout or a lost connection (a loaded
+    machine; a create retried after its answer was lost is answered 409)."""
+    for attempt in range(tries):
+        try:
+            return call(*args, **kwargs)  # type: ignore[no-any-return]
+        except httpx.TransportError:
+            if attempt == tries - 1:
+                raise
+            time.sleep(2.0)
+    raise AssertionError("unreachable")
+
+
 def settle(gw: Any, deadline_s: float = 1800.0) -> None:
     """Wait until the gateway has tiered every record (its ``tidegate_tiering_lag_records``
     at 0 on two reads a tiering interval apart), then one more interval: the idle window
@@ -217,7 +246,7 @@ def settle(gw: Any, deadline_s: float = 1800.0) -> None:
     stop = time.monotonic() + deadline_s
     zeros = 0
     while time.monotonic() < stop and zeros < 2:
-        text = httpx.get(f"{gw.http_url}/metrics", timeout=30).text
+        text = _retried(httpx.get, f"{gw.http_url}/metrics", timeout=120).text
         lag = [
             float(line.split()[-1])
             for line in text.splitlines()
@@ -249,14 +278,20 @@ def gateway(root: Path | None, kind: str, redis_url: str | None, workdir: Path) 
 
 
 def run(
-    root: Path | None, sizes: list[int], idle_s: float, active_s: float, workdir: Path
+    root: Path | None,
+    sizes: list[int],
+    idle_s: float,
+    active_s: float,
+    workdir: Path,
+    kinds: list[str],
+    out: Path | None = None,
 ) -> list[dict[str, Any]]:
     from tests.services import RedisServer
 
     rows: list[dict[str, Any]] = []
     redis = RedisServer(workdir / "redis").start()
     try:
-        for kind in ("disk", "redis"):
+        for kind in kinds:
             with gateway(root, kind, redis.url if kind == "redis" else None, workdir) as gw:
                 s = Scale(gw)
                 try:
@@ -268,6 +303,7 @@ def run(
                         ]
                         filled = time.monotonic() - started
                         listed = s.list_ms()
+                        tenants_listed = s.list_tenants_ms()
                         settle(gw)  # the new tables tiered, then idle
                         row: dict[str, Any] = {
                             "hot": kind,
@@ -277,11 +313,16 @@ def run(
                             "create_ms_p50": round(pct(creates, 0.5), 1) if creates else None,
                             "create_ms_p90": round(pct(creates, 0.9), 1) if creates else None,
                             "list_ms": round(listed, 1),
+                            "list_tenants_ms": round(tenants_listed, 1),
+                            "load_avg_1m": round(os.getloadavg()[0], 1),
                         }
                         row.update(s.idle(idle_s))
                         row.update(s.active(active_s))
                         print(json.dumps(row), flush=True)
                         rows.append(row)
+                        if out is not None:  # each size kept as soon as it is measured
+                            with out.open("a") as f:
+                                f.write(json.dumps(row) + "\n")
                 finally:
                     s.close()
     finally:
@@ -305,14 +346,15 @@ def summary(out: Path) -> None:
             f"load average at start {doc['load_avg_1m']})",
             "",
             "| hot | tables | idle CPU % | fds | RSS MiB | create+append ms p50 | list ms "
-            "| append p99 ms | freshness s |",
-            "|---|---|---|---|---|---|---|---|---|",
+            "| tenants list ms | append p99 ms | freshness s | load |",
+            "|---|---|---|---|---|---|---|---|---|---|---|",
         ]
         for r in doc["rows"]:
             lines.append(
                 f"| {r['hot']} | {r['tables']} | {r['idle_cpu_pct']} | {r['descriptors']} | "
                 f"{r['rss_mib']} | {r['create_ms_p50']} | {r['list_ms']} | "
-                f"{r['append_p99_ms']} | {r['freshness_max_s']} |"
+                f"{r.get('list_tenants_ms', '-')} | {r['append_p99_ms']} | "
+                f"{r['freshness_max_s']} | {r.get('load_avg_1m', '-')} |"
             )
         lines.append("")
     (out / "summary.md").write_text("\n".join(lines))
@@ -324,6 +366,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.scale", description=__doc__)
     parser.add_argument("--mode", choices=sorted(MODES), default="quick")
     parser.add_argument("--sizes", default=None, help="comma-separated table counts")
+    parser.add_argument("--hot", default="disk,redis", help="comma-separated hot tiers")
     parser.add_argument("--root", type=Path, default=None, help="checkout whose gateway runs")
     parser.add_argument("--label", default="after")
     parser.add_argument("--out", type=Path, default=RESULTS)
@@ -339,8 +382,14 @@ def main() -> int:
     ).stdout.strip() or (root.name if root else "?")
     workdir = Path(tempfile.mkdtemp(prefix="tidegate-scale-"))
     load = round(os.getloadavg()[0], 1)
+    kinds = ns.hot.split(",")
+    suffix = "" if kinds == ["disk", "redis"] else "-" + "-".join(kinds)
     try:
-        rows = run(root, sizes, mode["idle_s"], mode["active_s"], workdir)
+        partial = None
+        if ns.mode != "smoke":
+            ns.out.mkdir(parents=True, exist_ok=True)
+            partial = ns.out / f"{ns.label}-{ns.mode}{suffix}.rows.jsonl"
+        rows = run(root, sizes, mode["idle_s"], mode["active_s"], workdir, kinds, partial)
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
     if ns.mode == "smoke":
@@ -355,7 +404,7 @@ def main() -> int:
         "cores": os.cpu_count(),
         "rows": rows,
     }
-    (ns.out / f"{ns.label}-{ns.mode}.json").write_text(json.dumps(doc, indent=2))
+    (ns.out / f"{ns.label}-{ns.mode}{suffix}.json").write_text(json.dumps(doc, indent=2))
     summary(ns.out)
     return 0
 

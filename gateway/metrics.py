@@ -436,12 +436,14 @@ def record_move_outcome(outcome: str) -> None:
     MOVE_REQUESTS.labels(outcome=outcome).inc()
 
 
-def set_shard_stats(stats: dict[str, tuple[int, int, int]]) -> None:
-    """``shard -> (partitions, segments, bytes)`` of every configured shard."""
+def set_shard_stats(stats: dict[str, tuple[int, int, int | None]]) -> None:
+    """``shard -> (partitions, segments, bytes)`` of every configured shard (bytes None:
+    the gauge keeps its last value)."""
     for shard, (partitions, segments, nbytes) in stats.items():
         SHARD_PARTITIONS.labels(shard=shard).set(partitions)
         SHARD_SEGMENTS.labels(shard=shard).set(segments)
-        SHARD_HOT_BYTES.labels(shard=shard).set(nbytes)
+        if nbytes is not None:
+            SHARD_HOT_BYTES.labels(shard=shard).set(nbytes)
 
 
 #: Refreshers of gauges that are read from the backends when /metrics is scraped.
@@ -450,6 +452,8 @@ _SCRAPE_LOCK = threading.Lock()
 _SCRAPED_AT = [0.0]
 #: A scrape within this many seconds of the last refresh shows the same gauges.
 SCRAPE_REFRESH_S = 5.0
+#: The hot-tier bytes of each shard (one read per segment) are read at most this often.
+SHARD_BYTES_REFRESH_S = 60.0
 
 
 def on_scrape(hook: Callable[[], None]) -> None:

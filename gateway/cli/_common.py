@@ -49,6 +49,19 @@ tenant_app.add_typer(quota_app, name="quota")
 
 TableArg = Annotated[str, typer.Argument(help="The table, as namespace.name.", show_default=False)]
 JsonFlag = Annotated[bool, typer.Option("--json", help="Print JSON instead of text.")]
+PageSizeOption = Annotated[
+    int, typer.Option(min=0, help="Print one page of this many (the gateway serves 1,000 at most).")
+]
+PageTokenOption = Annotated[
+    str, typer.Option(help="The page to print: the token the previous page ended with.")
+]
+ContainsOption = Annotated[str, typer.Option(help="Only names holding this text (any case).")]
+
+
+def next_page(token: str) -> None:
+    """Say, on stderr, how to ask for the page after the one printed (if any)."""
+    if token:
+        typer.echo(f"more: --page-token {token}", err=True)
 
 
 def plural(n: int, word: str) -> str:

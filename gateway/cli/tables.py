@@ -11,11 +11,15 @@ from typing import Annotated, Any
 import typer
 
 from gateway.cli._common import (
+    ContainsOption,
     JsonFlag,
+    PageSizeOption,
+    PageTokenOption,
     TableArg,
     client_for,
     columns,
     duration,
+    next_page,
     plural,
     size,
     table_app,
@@ -308,11 +312,21 @@ def table_alter(
 @table_app.command("list")
 def table_list(
     namespace: Annotated[str, typer.Option(help="Only this namespace.")] = "",
+    page_size: PageSizeOption = 0,
+    page_token: PageTokenOption = "",
+    contains: ContainsOption = "",
 ) -> None:
-    """List tables."""
+    """List tables by namespace and name: all of them, or one page with --page-size."""
     with client_for() as c:
-        for info in c.list_tables(namespace):
+        if page_size or page_token:
+            tables, token = c.list_tables_page(
+                namespace, page_size=page_size, page_token=page_token, name_contains=contains
+            )
+        else:
+            tables, token = c.list_tables(namespace, name_contains=contains), ""
+        for info in tables:
             typer.echo(f"{info.table}\t{plural(info.partitions, 'partition')}")
+    next_page(token)
 
 
 @table_app.command("describe")

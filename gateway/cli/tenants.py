@@ -7,7 +7,16 @@ from typing import Annotated
 
 import typer
 
-from gateway.cli._common import admin_for, key_app, quota_app, tenant_app
+from gateway.cli._common import (
+    ContainsOption,
+    PageSizeOption,
+    PageTokenOption,
+    admin_for,
+    key_app,
+    next_page,
+    quota_app,
+    tenant_app,
+)
 
 
 @tenant_app.command("create")
@@ -27,11 +36,22 @@ def tenant_create(
 
 
 @tenant_app.command("list")
-def tenant_list() -> None:
-    """List tenants and their status."""
+def tenant_list(
+    page_size: PageSizeOption = 0,
+    page_token: PageTokenOption = "",
+    contains: ContainsOption = "",
+) -> None:
+    """List tenants by name and their status: all of them, or one page with --page-size."""
     with admin_for() as a:
-        for t in a.list_tenants():
+        if page_size or page_token:
+            tenants, token = a.list_tenants_page(
+                page_size=page_size, page_token=page_token, name_contains=contains
+            )
+        else:
+            tenants, token = a.list_tenants(name_contains=contains), ""
+        for t in tenants:
             typer.echo(f"{t['name']}\t{t['status']}")
+    next_page(token)
 
 
 def _tenant_action(action: str, name: str) -> None:

@@ -70,10 +70,27 @@ class AdminClient:
     def create_tenant(self, name: str) -> dict[str, Any]:
         return self._tenant(self._call("CreateTenant", apb.CreateTenantRequest(name=name)))
 
-    def list_tenants(self) -> list[dict[str, Any]]:
-        return [
-            self._tenant(t) for t in self._call("ListTenants", apb.ListTenantsRequest()).tenants
-        ]
+    def list_tenants(self, *, name_contains: str = "") -> list[dict[str, Any]]:
+        """Every tenant by name (whose name holds ``name_contains`` when given): page
+        after page."""
+        tenants: list[dict[str, Any]] = []
+        token = ""
+        while True:
+            page, token = self.list_tenants_page(page_token=token, name_contains=name_contains)
+            tenants.extend(page)
+            if not token:
+                return tenants
+
+    def list_tenants_page(
+        self, *, page_size: int = 0, page_token: str = "", name_contains: str = ""
+    ) -> tuple[list[dict[str, Any]], str]:
+        """One page of tenants by name (``page_size`` 0: the gateway's default, 1,000 at
+        most) and the token of the next page ("" after the last)."""
+        request = apb.ListTenantsRequest(
+            page_size=page_size, page_token=page_token, name_contains=name_contains
+        )
+        response = self._call("ListTenants", request)
+        return [self._tenant(t) for t in response.tenants], response.next_page_token
 
     def get_tenant(self, name: str) -> dict[str, Any]:
         return self._tenant(self._call("GetTenant", apb.TenantRequest(name=name)))

@@ -130,11 +130,37 @@ class AsyncClient(AsyncCalls):
         request = alter_table_request(table, retention_ms, retention_records)
         return TableInfo.from_pb(await self._call("AlterTable", request))
 
-    async def list_tables(self, namespace: str = "") -> list[TableInfo]:
-        response = await self._call(
-            "ListTables", pb.ListTablesRequest(namespace=namespace), idempotent=True
+    async def list_tables(self, namespace: str = "", *, name_contains: str = "") -> list[TableInfo]:
+        """Every table of the tenant (of ``namespace`` only, when given) by namespace and
+        name, whose name holds ``name_contains`` when given: page after page."""
+        tables: list[TableInfo] = []
+        token = ""
+        while True:
+            page, token = await self.list_tables_page(
+                namespace, page_token=token, name_contains=name_contains
+            )
+            tables.extend(page)
+            if not token:
+                return tables
+
+    async def list_tables_page(
+        self,
+        namespace: str = "",
+        *,
+        page_size: int = 0,
+        page_token: str = "",
+        name_contains: str = "",
+    ) -> tuple[list[TableInfo], str]:
+        """One page of tables by namespace and name (``page_size`` 0: the gateway's
+        default, 1,000 at most) and the token of the next page ("" after the last)."""
+        request = pb.ListTablesRequest(
+            namespace=namespace,
+            page_size=page_size,
+            page_token=page_token,
+            name_contains=name_contains,
         )
-        return [TableInfo.from_pb(t) for t in response.tables]
+        response = await self._call("ListTables", request, idempotent=True)
+        return [TableInfo.from_pb(t) for t in response.tables], response.next_page_token
 
     async def list_snapshots(self, table: str | TableRef) -> list[Snapshot]:
         """The table's Iceberg snapshots, oldest first (what ``as_of`` can name)."""

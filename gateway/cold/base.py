@@ -489,6 +489,12 @@ class ColdTable(ABC):
     def snapshots(self) -> list[SnapshotInfo]:
         """Every retained snapshot, oldest first."""
 
+    def data_bytes(self) -> int:
+        """Bytes of the data files of the latest snapshot (0 for a table with none, or
+        whose lake side was never made: a look that makes nothing)."""
+        snaps = self.snapshots()
+        return int(snaps[-1].summary.get("total-files-size", 0)) if snaps else 0
+
     @abstractmethod
     def catalog_entry(self) -> CatalogEntry:
         """The table's current committed metadata file and its document, read afresh
@@ -713,7 +719,9 @@ class ColdStore(ABC):
 
     @abstractmethod
     def table(self, table: TableDef) -> ColdTable:
-        """The Iceberg table of an existing stream-table."""
+        """The Iceberg table of an existing stream-table, created empty with the
+        table's current schema when it is first used (the gateway does not create it
+        with the stream-table: a create stays cheap however many tables exist)."""
 
     @abstractmethod
     def drop_table(self, table: TableDef) -> None:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import logging
 from collections.abc import Sequence
 from typing import Any
@@ -12,6 +11,7 @@ import pyarrow as pa
 from gateway.cold.base import SnapshotInfo
 from gateway.core.base import CoreBase
 from gateway.core.names import check_ident, check_retention
+from gateway.core.paging import Page, check_search, decode_token, encode_token, size_of
 from gateway.core.views import MaintenanceView, PartitionView, TableView
 from gateway.hot import PartitionId
 from gateway.wire.errors import (
@@ -71,8 +71,7 @@ class TableOps(CoreBase):
         keys = list(key_columns)
         # Parsing and checking a schema costs up to its bounds (MAX_FIELDS fields): on
         # the I/O pool, so that the event loop serves other tenants meanwhile.
-        schema, stored = await self._run(self._checked_schema, fields, keys)
-        cold = self.cold
+        _, stored = await self._run(self._checked_schema, fields, keys)
         await self._run(self.meta.ensure_tenant, tenant)
         d = await self._run(
             self.meta.create_table,
@@ -86,13 +85,9 @@ class TableOps(CoreBase):
             ms,
             records,
         )
-        if cold is not None:
-            try:
-                await self._run(cold.create_table, d, schema)
-            except BaseException:
-                with contextlib.suppress(Exception):
-                    await self._run(self.meta.drop_table, tenant, namespace, name)
-                raise
+        # No Iceberg table yet: the cold store creates it when the table is first used
+        # (tiered, described, scanned, planned or loaded through the REST catalog), so a
+        # create costs the same with 10 tables or 50,000 (docs/decisions/serverless.md).
         # The hot tier learns the partitions exist, at offset 0: an append to a partition
         # it holds no state for means the state was lost (see AppendOps._hot_append). A
         # failure here is not the caller's: the first append opens them then.
@@ -104,7 +99,13 @@ class TableOps(CoreBase):
         else:
             for part in parts:
                 self._hot_checked.add(part)
-        return await self.describe_table(tenant, namespace, name)
+        # What a describe would show, without asking the tiers: every partition is empty.
+        return TableView(
+            d,
+            parse_fields(d.fields, stored=True),
+            tuple(PartitionView(p, 0, 0, 0, 0, 0) for p in range(partitions)),
+            iceberg_table=".".join((tenant, namespace, name)) if self.cold is not None else "",
+        )
 
     def _checked_schema(
         self, fields: Any, keys: Sequence[str]
@@ -285,6 +286,40 @@ class TableOps(CoreBase):
 
         return await self._run(views)
 
+    async def list_tables_page(
+        self,
+        tenant: str,
+        namespace: str | None = None,
+        page_size: int | None = None,
+        page_token: str | None = None,
+        contains: str | None = None,
+    ) -> Page[TableView]:
+        """One page of the tenant's tables by namespace and name (see
+        :mod:`gateway.core.paging`), whose name holds ``contains`` when given.
+
+        Raises:
+            InvalidRequest: a bad namespace, page size, token or search string.
+        """
+        if namespace:
+            check_ident("namespace", namespace)
+        size = size_of(page_size)
+        after = decode_token(page_token, 2)
+        search = check_search(contains)
+
+        def page() -> Page[TableView]:
+            defs = self.meta.list_tables(
+                tenant,
+                namespace or None,
+                after=(after[0], after[1]) if after else None,
+                limit=size + 1,
+                contains=search,
+            )
+            views = [TableView(d, parse_fields(d.fields, stored=True)) for d in defs[:size]]
+            last = defs[size - 1] if len(defs) > size else None
+            return Page(views, encode_token((last.namespace, last.name)) if last else "")
+
+        return await self._run(page)
+
     async def drop_table(self, tenant: str, namespace: str, name: str) -> None:
         """Drop the table and its hot data.
 
@@ -311,7 +346,6 @@ class TableOps(CoreBase):
             return 0
         total = 0
         for d in self.meta.list_tables(tenant):
-            snaps = self._cold_table(TableView(d, parse_fields(d.fields, stored=True))).snapshots()
-            if snaps:
-                total += int(snaps[-1].summary.get("total-files-size", 0))
+            view = TableView(d, parse_fields(d.fields, stored=True))
+            total += self._cold_table(view).data_bytes()
         return total

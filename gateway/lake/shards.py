@@ -8,7 +8,7 @@ import datetime as dt
 import logging
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from gateway.hot import PartitionId, sharded
 from gateway.meta.work import Mark
@@ -197,19 +197,23 @@ def copy_sealed(c: Placed, shard: str) -> int:
     return copied
 
 
-def shard_stats(c: Placed) -> dict[str, tuple[int, int, int]]:
+def shard_stats(c: Placed, *, with_bytes: bool = True) -> dict[str, tuple[int, int, int | None]]:
     """``shard -> (partitions, segments, bytes)``: partitions whose active segment is on
-    the shard, segments (active or sealed) it holds and their stored payload bytes."""
+    the shard, segments (active or sealed) it holds and their stored payload bytes (None
+    unless ``with_bytes``: those are one hot-tier read per segment, the counts are a few
+    aggregate queries whatever the number of partitions)."""
     configured = c.hot.shard_names()
-    stats = {s: [0, 0, 0] for s in configured}
-    segments: list[tuple[PartitionId, int, str]] = []
-    for p in c.meta.placements():
-        stats.setdefault(p.shard, [0, 0, 0])[0] += 1
-        part = PartitionId(p.tenant, p.table_id, p.partition)
-        for seq, on, _, _ in p.segments:
-            stats.setdefault(on, [0, 0, 0])[1] += 1
-            if on in configured:
-                segments.append((part, seq, on))
-    for (_, _, on), nbytes in zip(segments, c.hot.held_bytes(segments), strict=True):
-        stats[on][2] += nbytes
+    counts = c.meta.shard_counts()
+    stats: dict[str, list[Any]] = {s: [0, 0, 0 if with_bytes else None] for s in configured}
+    for shard, (partitions, segments) in counts.items():
+        row = stats.setdefault(shard, [0, 0, 0 if with_bytes else None])
+        row[0], row[1] = partitions, segments
+    if with_bytes:
+        held = [
+            (PartitionId(tenant, table_id, p), seq, on)
+            for tenant, table_id, p, seq, on in c.meta.all_segments()
+            if on in configured
+        ]
+        for (_, _, on), nbytes in zip(held, c.hot.held_bytes(held), strict=True):
+            stats[on][2] += nbytes
     return {s: (a, b, n) for s, (a, b, n) in stats.items()}

@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from sqlalchemy import Table, delete, func, select, update
+from sqlalchemy import Table, delete, exists, func, literal, select, update
 from sqlalchemy.orm import Session
 
 from gateway.meta.base import MetaBase
@@ -160,6 +160,61 @@ class PlacementOps(MetaBase):
             if rec is None:
                 raise KeyError(f"no partition {partition} of table {table_id}")
             return rec.move_target
+
+    def shard_counts(self) -> dict[str, tuple[int, int]]:
+        """``shard -> (partitions, segments)``: partitions whose active segment is on the
+        shard, and segments (active or sealed) it holds. Aggregates: a few queries
+        whatever the number of partitions (a /metrics scrape asks)."""
+        implicit = ~exists().where(
+            SegmentRecord.table_id == PartitionRecord.table_id,
+            SegmentRecord.partition == PartitionRecord.partition,
+        )
+        by_shard = PartitionRecord.shard
+        counts: dict[str, list[int]] = {}
+        with self._session(write=False) as session:
+            for name, n in session.execute(select(by_shard, func.count()).group_by(by_shard)):
+                counts.setdefault(name, [0, 0])[0] += n
+            for name, n in session.execute(
+                select(by_shard, func.count()).where(implicit).group_by(by_shard)
+            ):
+                counts.setdefault(name, [0, 0])[1] += n
+            for name, n in session.execute(
+                select(SegmentRecord.shard, func.count()).group_by(SegmentRecord.shard)
+            ):
+                counts.setdefault(name, [0, 0])[1] += n
+        return {name: (a, b) for name, (a, b) in counts.items()}
+
+    def all_segments(self) -> list[tuple[str, str, int, int, str]]:
+        """``(tenant, table id, partition, seq, shard)`` of every segment, in two queries
+        (a partition without segment rows has its implicit segment 0 on its shard)."""
+        implicit = ~exists().where(
+            SegmentRecord.table_id == PartitionRecord.table_id,
+            SegmentRecord.partition == PartitionRecord.partition,
+        )
+        with self._session(write=False) as session:
+            rows = list(
+                session.execute(
+                    select(
+                        TableRecord.tenant_id,
+                        SegmentRecord.table_id,
+                        SegmentRecord.partition,
+                        SegmentRecord.seq,
+                        SegmentRecord.shard,
+                    ).join(TableRecord, TableRecord.id == SegmentRecord.table_id)
+                )
+            )
+            rows += session.execute(
+                select(
+                    TableRecord.tenant_id,
+                    PartitionRecord.table_id,
+                    PartitionRecord.partition,
+                    literal(0),
+                    PartitionRecord.shard,
+                )
+                .join(TableRecord, TableRecord.id == PartitionRecord.table_id)
+                .where(implicit)
+            ).all()
+        return [(t, table_id, p, seq, shard) for t, table_id, p, seq, shard in rows]
 
     def placements(
         self, *, tenant: str | None = None, shard: str | None = None, moving: bool = False

@@ -10,7 +10,7 @@ import uuid
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from sqlalchemy import delete, select, update
+from sqlalchemy import and_, delete, func, or_, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
@@ -199,12 +199,36 @@ class TableOps(MetaBase):
             session.flush()
             return _table_def(record)
 
-    def list_tables(self, tenant: str, namespace: str | None = None) -> list[TableDef]:
-        """The tenant's tables (in ``namespace`` only, when given), by namespace and name."""
+    def list_tables(
+        self,
+        tenant: str,
+        namespace: str | None = None,
+        *,
+        after: tuple[str, str] | None = None,
+        limit: int | None = None,
+        contains: str | None = None,
+    ) -> list[TableDef]:
+        """The tenant's tables (in ``namespace`` only, when given), by namespace and name:
+        those after ``(namespace, name)`` when ``after`` is given, at most ``limit``, whose
+        name holds ``contains`` (any case) when given. Keyset pages on the unique index
+        (tenant, namespace, name): a page costs the same at any depth."""
         stmt = select(TableRecord).where(TableRecord.tenant_id == tenant)
         if namespace is not None:
             stmt = stmt.where(TableRecord.namespace == namespace)
+        if after is not None:
+            stmt = stmt.where(
+                or_(
+                    TableRecord.namespace > after[0],
+                    and_(TableRecord.namespace == after[0], TableRecord.name > after[1]),
+                )
+            )
+        if contains:
+            stmt = stmt.where(
+                func.lower(TableRecord.name).contains(contains.lower(), autoescape=True)
+            )
         stmt = stmt.order_by(TableRecord.namespace, TableRecord.name)
+        if limit is not None:
+            stmt = stmt.limit(limit)
         with self._session(write=False) as session:
             return [_table_def(r) for r in session.scalars(stmt)]
 

@@ -106,12 +106,21 @@ class TenantStore:
                 raise _tenant_not_found(name)
             return TenantInfo(row.id, row.status, row.created_at)
 
-    def list_tenants(self) -> list[TenantInfo]:
+    def list_tenants(
+        self, *, after: str | None = None, limit: int | None = None, contains: str | None = None
+    ) -> list[TenantInfo]:
+        """Tenants by name: those after ``after`` when given, at most ``limit``, whose name
+        holds ``contains`` (any case) when given (keyset pages on the primary key)."""
+        stmt = select(Tenant)
+        if after is not None:
+            stmt = stmt.where(Tenant.id > after)
+        if contains:
+            stmt = stmt.where(func.lower(Tenant.id).contains(contains.lower(), autoescape=True))
+        stmt = stmt.order_by(Tenant.id)
+        if limit is not None:
+            stmt = stmt.limit(limit)
         with self._session(write=False) as session:
-            return [
-                TenantInfo(r.id, r.status, r.created_at)
-                for r in session.scalars(select(Tenant).order_by(Tenant.id))
-            ]
+            return [TenantInfo(r.id, r.status, r.created_at) for r in session.scalars(stmt)]
 
     def set_status(self, name: str, status: str) -> TenantInfo:
         """Raises: TenantNotFound."""

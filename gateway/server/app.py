@@ -8,6 +8,7 @@ import gc
 import logging
 import os
 import signal
+import time
 from collections.abc import Iterator
 from contextlib import suppress
 from pathlib import Path
@@ -327,7 +328,16 @@ async def serve(settings: Settings) -> None:
     # One DataCalls (stateless) serves both edges that speak Arrow to SDK clients.
     calls = DataCalls(service, tenancy)
     if settings.hot.type == "redis":  # per-shard gauges, read from the shards at scrape
-        metrics.on_scrape(lambda: metrics.set_shard_stats(shard_stats(service)))
+        bytes_read = [float("-inf")]
+
+        def shard_gauges() -> None:
+            now = time.monotonic()
+            fresh = now - bytes_read[0] >= metrics.SHARD_BYTES_REFRESH_S
+            metrics.set_shard_stats(shard_stats(service, with_bytes=fresh))
+            if fresh:
+                bytes_read[0] = now
+
+        metrics.on_scrape(shard_gauges)
     most_groups = settings.groups.metrics_max_groups
     metrics.on_scrape(lambda: metrics.set_group_lags(*service.group_lags(), most_groups))
     ready = asyncio.Event()

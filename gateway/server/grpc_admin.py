@@ -49,8 +49,11 @@ class AdminServicer(apb_grpc.AdminServicer):  # type: ignore[misc]
     async def ListTenants(
         self, request: apb.ListTenantsRequest, context: Any
     ) -> apb.ListTenantsResponse:
+        page = await self.tenancy.admin.list_tenants_page(
+            request.page_size, request.page_token, request.name_contains
+        )
         return apb.ListTenantsResponse(
-            tenants=[_tenant(t) for t in await self.tenancy.admin.list_tenants()]
+            tenants=[_tenant(t) for t in page.items], next_page_token=page.next_page_token
         )
 
     async def GetTenant(self, request: apb.TenantRequest, context: Any) -> apb.TenantInfo:

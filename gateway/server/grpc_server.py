@@ -282,8 +282,16 @@ class TidegateServicer(pb_grpc.TidegateServicer):  # type: ignore[misc]
     async def ListTables(
         self, request: pb.ListTablesRequest, context: Any
     ) -> pb.ListTablesResponse:
-        views = await self.service.list_tables(current_call().tenant, request.namespace or None)
-        return pb.ListTablesResponse(tables=[table_info(v) for v in views])
+        page = await self.service.list_tables_page(
+            current_call().tenant,
+            request.namespace or None,
+            request.page_size,
+            request.page_token,
+            request.name_contains,
+        )
+        return pb.ListTablesResponse(
+            tables=[table_info(v) for v in page.items], next_page_token=page.next_page_token
+        )
 
     async def ListSnapshots(
         self, request: pb.ListSnapshotsRequest, context: Any

@@ -10,6 +10,7 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 
+from gateway.core.paging import Page, check_search, decode_token, encode_token, size_of
 from gateway.lake import shards
 from gateway.meta.tenants import KeyInfo, TenantInfo, UsageRow
 from gateway.tenancy import keys
@@ -95,6 +96,28 @@ class TenantAdmin:
 
     async def list_tenants(self) -> list[TenantInfo]:
         return await run_blocking(self.tenants.list_tenants)
+
+    async def list_tenants_page(
+        self,
+        page_size: int | None = None,
+        page_token: str | None = None,
+        contains: str | None = None,
+    ) -> Page[TenantInfo]:
+        """One page of tenants by name (see :mod:`gateway.core.paging`), whose name holds
+        ``contains`` when given.
+
+        Raises:
+            InvalidRequest: a bad page size, token or search string.
+        """
+        size = size_of(page_size)
+        after = decode_token(page_token, 1)
+        found = await run_blocking(
+            lambda: self.tenants.list_tenants(
+                after=after[0] if after else None, limit=size + 1, contains=check_search(contains)
+            )
+        )
+        last = found[size - 1].name if len(found) > size else None
+        return Page(found[:size], encode_token((last,)) if last else "")
 
     async def _change_keys(self, fn: Callable[P, R], *args: P.args, **kwargs: P.kwargs) -> R:
         """Run a change of keys or of a tenant's status, and drop the key cache once the

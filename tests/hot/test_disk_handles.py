@@ -169,3 +169,31 @@ def test_kill_9_while_partitions_are_closed_and_reopened_loses_nothing(tmp_path:
         assert len({p for p, _, _ in acked.values()}) == 40
     finally:
         log.close()
+
+
+def test_a_partition_closed_unchanged_writes_no_state(tmp_path: Path) -> None:
+    """A partition only looked at (its offsets read) and closed again, by eviction, keeps
+    its state file as it was: no write and no fsync for a look. A partition written since
+    its last state write gets a new one when closed."""
+    log = DiskHotLog(tmp_path / "hot", max_open_files=8)
+    tenant = f"t{uuid.uuid4().hex[:8]}"
+    looked, others = (
+        PartitionId(tenant, "looked", 0),
+        [PartitionId(tenant, f"o{i}", 0) for i in range(8)],
+    )
+    try:
+        log.append(looked, b"x", 1, 0, None)
+        for part in others:  # evicts `looked`: written, so its state is written
+            log.append(part, b"y", 1, 0, None)
+        state = log.partition_dir(looked) / "state.json"
+        first = state.stat()
+        assert log.offsets(looked).high == 1  # loaded again, only read
+        for part in others:
+            log.offsets(part)  # evicts it again
+        assert (state.stat().st_ino, state.stat().st_mtime_ns) == (first.st_ino, first.st_mtime_ns)
+        log.append(looked, b"z", 1, 1, None)
+        for part in others:
+            log.offsets(part)
+        assert state.stat().st_mtime_ns != first.st_mtime_ns or state.stat().st_ino != first.st_ino
+    finally:
+        log.close()

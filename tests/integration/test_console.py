@@ -718,3 +718,66 @@ def test_the_table_page_gives_the_catalog_and_snippets_that_run(
         con.close()
     assert got.column("page").to_pylist() == ["/a"]
     assert pyiceberg_catalog(gw, token=key).table_exists("web.shown")
+
+
+def test_many_tenants_and_tables_are_paged_and_found_by_search(
+    tmp_path_factory: pytest.TempPathFactory, browser: Any
+) -> None:
+    """Issue 30.4: with more tenants and tables than a page holds, the console lists one
+    page (in name order) with a link to the next, and its search box finds one by name."""
+    env = {"TIDEGATE_HOT__TYPE": "disk", "TIDEGATE_TIERING__ENABLED": "false"}
+    proc = GatewayProcess(tmp_path_factory.mktemp("console-many"), env)
+    proc.tenant = "a-bootstrap"  # sorts before the tenants made here
+    with running(proc.start()):
+        made = [f"m{i:03d}" for i in range(120)]
+        with proc.http_client(api_key=proc.operator_key) as h:
+            for name in made:
+                assert h.post("/v1/admin/tenants", json={"name": name}).status_code == 201
+            key = h.post("/v1/admin/tenants/m077/keys").json()["api_key"]
+        tables = [f"p{i:02d}" for i in range(60)]
+        with proc.http_client(api_key=key) as h:
+            for name in tables:
+                body = {
+                    "namespace": "web",
+                    "name": name,
+                    "schema": [{"name": "a", "type": "int64"}],
+                }
+                assert h.post("/v1/tables", json=body).status_code == 201
+        everyone = [proc.tenant, *made]
+
+        context = browser.new_context(viewport=VIEWPORT)
+        page = context.new_page()
+        page.set_default_timeout(30_000)
+        origin = proc.http_url
+        page.goto(f"{origin}/console/login")
+        page.fill("#key", proc.operator_key)
+        page.click("#sign-in")
+        assert page.url == f"{origin}/console/tenants"
+
+        def listed(selector: str) -> list[str]:
+            return [
+                t.strip()
+                for t in page.locator(f"{selector} tbody td:first-child").all_text_contents()
+            ]
+
+        assert listed("#tenants") == everyone[:50]
+        page.click("#next-tenants")
+        assert listed("#tenants") == everyone[50:100]
+        page.click("#next-tenants")
+        assert listed("#tenants") == everyone[100:]
+        assert page.locator("#next-tenants").count() == 0
+        page.fill("#search-tenants", "M07")
+        page.click("#search-tenants-go")
+        assert listed("#tenants") == [f"m07{i}" for i in range(10)]
+        page.click("text=m077")
+        assert page.url == f"{origin}/console/tenants/m077"
+        assert listed("#tables") == [f"web.{t}" for t in tables[:50]]
+        page.click("#next-tables")
+        assert listed("#tables") == [f"web.{t}" for t in tables[50:]]
+        page.fill("#search-tables", "p42")
+        page.click("#search-tables-go")
+        assert listed("#tables") == ["web.p42"]
+        page.fill("#search-tables", "nothing-like-it")
+        page.click("#search-tables-go")
+        assert "No table's name holds" in page.text_content("#tables")
+        context.close()

@@ -281,7 +281,7 @@ def test_a_tenant_cannot_reach_another_tenants_tables(gateway: GatewayProcess) -
         else:
             assert after[k] == before[k], k
     assert after["grpc list"] == [] and after["grpc list all"] == []
-    assert after["http list"] == {"tables": []}
+    assert after["http list"] == {"tables": [], "next_page_token": ""}
     assert _snapshot(gateway, b, f"{ns}.{name}") == b_before
 
     # A may use the same name in its own namespace: a different table, B's stays intact.

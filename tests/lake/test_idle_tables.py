@@ -20,7 +20,6 @@ from gateway.lake.runners import LocalRunner
 from gateway.lake.scheduler import changed_tables, run_once
 from gateway.meta.models import PartitionRecord, TableRecord, Tenant, utcnow
 from gateway.server.app import build_service
-from gateway.wire.schema import parse_fields
 from tests.lake.conftest import FIELDS, tier_settings
 
 pytestmark = pytest.mark.anyio
@@ -125,7 +124,6 @@ async def test_a_tiering_pass_visits_no_idle_table(settings_of: Any) -> None:
     with Components.open(settings) as c:
         [due] = changed_tables(c, "tier")
         assert (due.namespace, due.name) == ("idle", "t1234")
-        c.cold.create_table(due, parse_fields(due.fields))
         after = run_once(c, LocalRunner(c), "tier", changed=True)
         assert after.ok and [r.table for r in after.tables] == ["idle.t1234"]
         assert after.records == 1

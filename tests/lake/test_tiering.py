@@ -14,6 +14,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from gateway.cold import fs_path
+from gateway.cold.iceberg import IcebergColdStore
 from gateway.config import Settings
 from gateway.hot import PartitionId
 from gateway.lake.runners import LocalRunner
@@ -158,9 +159,12 @@ def test_failing_table_does_not_stop_other_tenants(harness: Harness) -> None:
     for d in [*good, bad]:
         harness.append(d, 0, _rows(0, 3))
         harness.append(d, 1, _rows(0, 3))
-    # Poison: the Iceberg table of a table made long ago disappears behind the
-    # gateway's back (a young one would be taken for a table still being created).
-    harness.c.cold.drop_table(bad)
+    # Poison: the Iceberg table of a table made long ago is dropped from the catalog
+    # behind the gateway's back. It is not made again, empty, at its next use: that
+    # would say nothing was ever tiered.
+    cold = harness.c.cold
+    assert isinstance(cold, IcebergColdStore)
+    cold.catalog.drop_table((bad.tenant, bad.namespace, bad.name))
     bad = dataclasses.replace(bad, created_at=bad.created_at - dt.timedelta(hours=1))
     report = tier_all(harness.c, tables=[bad, *good], trim=False)
     assert list(report.failures) == [f"{bad.tenant}/{bad.qualified_name}"]
@@ -168,25 +172,21 @@ def test_failing_table_does_not_stop_other_tenants(harness: Harness) -> None:
         assert harness.watermarks(d) == {0: 3, 1: 3}
 
 
-def test_a_table_being_created_is_skipped_quietly(
-    harness: Harness, caplog: pytest.LogCaptureFixture
-) -> None:
-    """Tiering lists a table between its metadata row and its Iceberg table (a create in
-    flight): it is skipped without an error, and tiered once the Iceberg table exists."""
+def test_a_table_gets_its_iceberg_table_at_its_first_tiering(harness: Harness) -> None:
+    """A stream-table is created with no Iceberg table (a create stays cheap): its first
+    tiering makes it and commits in the same pass, beside tables tiered before."""
     good = harness.create_table(partitions=1)
     harness.append(good, 0, _rows(0, 3))
-    young = harness.c.meta.create_table(good.tenant, "ns", "young", list(FIELDS), 1)
-    harness.append(young, 0, _rows(0, 2))
-    caplog.set_level("DEBUG", logger="tidegate")
-    report = tier_all(harness.c, tables=[young, good], trim=False)
+    new = harness.c.meta.create_table(good.tenant, "ns", "new", list(FIELDS), 1)
+    harness.append(new, 0, _rows(0, 2))
+    cold = harness.c.cold
+    assert isinstance(cold, IcebergColdStore)
+    assert not cold.catalog.table_exists((new.tenant, new.namespace, new.name))
+    report = tier_all(harness.c, tables=[new, good], trim=False)
     assert report.failures == {}
-    assert not [r for r in caplog.records if r.levelname == "ERROR" or r.exc_info]
-    assert any("not created yet" in r.getMessage() for r in caplog.records)
+    assert harness.watermarks(new) == {0: 2}
     assert harness.watermarks(good) == {0: 3}
-    harness.c.cold.create_table(young, parse_fields(list(FIELDS)))
-    report = tier_all(harness.c, tables=[young], trim=False)
-    assert report.failures == {}
-    assert harness.watermarks(young) == {0: 2}
+    assert [r["_offset"] for r in harness.cold_rows(new)] == [0, 1]
 
 
 def test_a_table_dropped_during_a_pass_is_skipped_quietly(

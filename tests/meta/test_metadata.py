@@ -479,3 +479,48 @@ def test_a_refused_commit_stores_no_offset_but_keeps_the_checks_changes(
     assert store.read_group("acme", "g", table.table_id).generation == 7
     assert store.commit_offsets("acme", "g", table.table_id, {0: 5}, lambda s: None) is None
     assert store.fetch_offsets("acme", "g", table.table_id) == {0: 5}
+
+
+def test_shard_counts_and_segments_take_a_few_queries_whatever_the_partitions(
+    store: MetadataStore,
+) -> None:
+    """What a /metrics scrape reads of the hot tier's shards (issue 30): the same as the
+    placements say, in aggregate queries whose number does not grow with partitions."""
+    from sqlalchemy import event
+
+    shards = ["s1", "s2"]
+    moved = store.create_table(
+        "acme", "ns", "moved", [{"name": "a", "type": "int64"}], 3, (), shards
+    )
+    epoch, _, _ = store.chain(moved.table_id, 0)
+    first = store.placements()[0].shard
+    other = "s2" if first == "s1" else "s1"
+    assert store.replace_chain(
+        moved.table_id, 0, epoch, [(0, first, 0, 5), (1, other, 5, None)], finish_move=False
+    )
+
+    def expected() -> tuple[dict[str, tuple[int, int]], list[tuple[str, str, int, int, str]]]:
+        counts: dict[str, list[int]] = {}
+        segments = []
+        for p in store.placements():
+            counts.setdefault(p.shard, [0, 0])[0] += 1
+            for seq, on, _, _ in p.segments:
+                counts.setdefault(on, [0, 0])[1] += 1
+                segments.append((p.tenant, p.table_id, p.partition, seq, on))
+        return {s: (a, b) for s, (a, b) in counts.items()}, sorted(segments)
+
+    statements: list[str] = []
+    event.listen(store._engine, "before_cursor_execute", lambda *a: statements.append(a[2]))
+
+    def queries() -> int:
+        want = expected()
+        statements.clear()
+        counts, segments = store.shard_counts(), sorted(store.all_segments())
+        made = len([s for s in statements if s.lstrip().upper().startswith("SELECT")])
+        assert (counts, segments) == want
+        return made
+
+    few = queries()
+    for i in range(20):
+        store.create_table("globex", "ns", f"t{i}", [{"name": "a", "type": "int64"}], 4, (), shards)
+    assert queries() == few <= 5

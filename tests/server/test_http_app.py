@@ -235,7 +235,7 @@ async def test_create_table_rejects(
     gw: Gateway, body: dict[str, Any], status: int, reason: str
 ) -> None:
     assert_error(await gw.http.post("/v1/tables", json=body), status, reason)
-    assert (await gw.http.get("/v1/tables")).json() == {"tables": []}
+    assert (await gw.http.get("/v1/tables")).json() == {"tables": [], "next_page_token": ""}
 
 
 async def test_create_table_rejects_malformed_json(gw: Gateway) -> None:
@@ -835,7 +835,7 @@ async def test_tenant_resolution_and_error_translation(gw: Gateway) -> None:
         return "globex"
 
     async with gw.client_for(create_app(gw.service, gw.settings, tenant_of=other_tenant)) as http:
-        assert (await http.get("/v1/tables")).json() == {"tables": []}
+        assert (await http.get("/v1/tables")).json() == {"tables": [], "next_page_token": ""}
         assert_error(await http.get("/v1/tables/ns/events"), 404, "TABLE_NOT_FOUND")
 
     def throttled(request: Request) -> str:

@@ -23,7 +23,7 @@ from gateway.cold.base import (
 from gateway.cold.iceberg.schema import arrow_to_iceberg
 from gateway.cold.iceberg.table import METADATA_PROPERTIES, IcebergColdTable
 from gateway.cold.iceberg.vending import StsVendor
-from gateway.wire.errors import PermissionDenied
+from gateway.wire.errors import PermissionDenied, SnapshotNotFound
 from gateway.wire.schema import OFFSET_COLUMN, PARTITION_COLUMN, parse_fields
 
 if TYPE_CHECKING:
@@ -55,6 +55,9 @@ TABLE_PROPERTIES = {
     **METADATA_PROPERTIES,
 }
 
+#: Iceberg namespaces a store remembers having made (beyond it, it forgets them all).
+_NAMESPACES_KEPT = 20_000
+
 
 class IcebergColdStore(ColdStore):
     """A pyiceberg catalog (SQL or REST) and a warehouse (local folder or S3)."""
@@ -76,6 +79,8 @@ class IcebergColdStore(ColdStore):
         self._s3: Any = None
         self._fs: Any = None
         self._lock = threading.Lock()
+        #: Namespaces known to exist (bounded; forgotten when a tenant is dropped).
+        self._namespaces: set[tuple[str, ...]] = set()
 
     @classmethod
     def from_settings(cls, settings: Settings) -> IcebergColdStore:
@@ -135,7 +140,41 @@ class IcebergColdStore(ColdStore):
         return (table.tenant, table.namespace, table.name)
 
     def create_table(self, table: TableDef, schema: pa.Schema) -> IcebergColdTable:
-        from pyiceberg.exceptions import NamespaceAlreadyExistsError
+        self._create_iceberg(table, schema)
+        return self.table(table)
+
+    def _location(self, table: TableDef) -> str:
+        return f"{self.warehouse}/{table.tenant}/{table.namespace}/{table.name}-{table.table_id}"
+
+    def _create_missing(self, table: TableDef, schema: pa.Schema) -> None:
+        """Create the Iceberg table of a stream-table at its first use; a table created
+        meanwhile (by another gateway or a job) is the one used.
+
+        Never one that existed: a table whose metadata files are in its folder was made
+        and then dropped from the catalog behind the gateway's back, and an empty table in
+        its place would say nothing was ever tiered (the hot tier may have let those
+        records go).
+
+        Raises:
+            SnapshotNotFound: the table was made, and dropped from the catalog since.
+        """
+        from pyarrow import fs
+        from pyiceberg.exceptions import TableAlreadyExistsError
+
+        folder = fs_path(self._location(table) + "/metadata")
+        found = self.filesystem().get_file_info(fs.FileSelector(folder, allow_not_found=True))
+        if any(f.type == fs.FileType.File for f in found):
+            name = ".".join(self._identifier(table))
+            raise SnapshotNotFound(
+                f"the Iceberg table {name} was dropped from the catalog outside Tidegate "
+                "(its files remain); register it again, or drop the stream-table",
+                missing_iceberg_table=name,
+            )
+        with contextlib.suppress(TableAlreadyExistsError):
+            self._create_iceberg(table, schema)
+
+    def _create_iceberg(self, table: TableDef, schema: pa.Schema) -> None:
+        from pyiceberg.exceptions import NamespaceAlreadyExistsError, NoSuchNamespaceError
         from pyiceberg.partitioning import PartitionField, PartitionSpec
         from pyiceberg.table.sorting import SortField, SortOrder
         from pyiceberg.transforms import IdentityTransform
@@ -152,7 +191,11 @@ class IcebergColdStore(ColdStore):
             SortField(source_id=pid, transform=IdentityTransform()),
             SortField(source_id=oid, transform=IdentityTransform()),
         )
+        known = False
         for ns in ((table.tenant,), (table.tenant, table.namespace)):
+            if ns in self._namespaces:
+                known = True
+                continue  # made by this process: pyiceberg's check scans the catalog
             try:
                 self.catalog.create_namespace(ns)
             except NamespaceAlreadyExistsError:
@@ -162,30 +205,43 @@ class IcebergColdStore(ColdStore):
                 # then inserts, so the loser of the race fails on the unique key.
                 if not self.catalog.namespace_exists(ns):
                     raise
-        location = (
-            f"{self.warehouse}/{table.tenant}/{table.namespace}/{table.name}-{table.table_id}"
-        )
+            with self._lock:
+                if len(self._namespaces) >= _NAMESPACES_KEPT:
+                    self._namespaces.clear()
+                self._namespaces.add(ns)
+        location = self._location(table)
         props = {
             **TABLE_PROPERTIES,
             "tidegate.table-id": table.table_id,
             "schema.name-mapping.default": ice.name_mapping.model_dump_json(),
         }
-        self.catalog.create_table(
-            self._identifier(table),
-            schema=ice,
-            location=location,
-            partition_spec=spec,
-            sort_order=order,
-            properties=props,
-        )
-        return IcebergColdTable(self, self._identifier(table), schema)
+        try:
+            self.catalog.create_table(
+                self._identifier(table),
+                schema=ice,
+                location=location,
+                partition_spec=spec,
+                sort_order=order,
+                properties=props,
+            )
+        except NoSuchNamespaceError:
+            if not known:
+                raise
+            # Remembered, but dropped since by another process: made again.
+            with self._lock:
+                self._namespaces.clear()
+            self._create_iceberg(table, schema)
 
     def check_schema(self, schema: pa.Schema) -> None:
         arrow_to_iceberg(schema)
 
     def table(self, table: TableDef) -> IcebergColdTable:
+        schema = parse_fields(table.fields, stored=True)
         return IcebergColdTable(
-            self, self._identifier(table), parse_fields(table.fields, stored=True)
+            self,
+            self._identifier(table),
+            schema,
+            create=lambda: self._create_missing(table, schema),
         )
 
     def drop_table(self, table: TableDef) -> None:
@@ -224,6 +280,8 @@ class IcebergColdStore(ColdStore):
         """
         from pyiceberg.exceptions import NamespaceNotEmptyError, NoSuchNamespaceError
 
+        with self._lock:
+            self._namespaces = {ns for ns in self._namespaces if ns[0] != tenant}
         owned: list[tuple[str, ...]] = []
         with contextlib.suppress(NoSuchNamespaceError):
             owned = [tuple(ns) for ns in self.catalog.list_namespaces((tenant,))]

@@ -8,7 +8,7 @@ import datetime as dt
 import json
 import threading
 from collections import OrderedDict
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
 import pyarrow as pa
@@ -342,10 +342,18 @@ class IcebergColdTable(ColdTable):
     """One stream-table's Iceberg table."""
 
     def __init__(
-        self, store: TableHome, identifier: tuple[str, ...], user_schema: pa.Schema
+        self,
+        store: TableHome,
+        identifier: tuple[str, ...],
+        user_schema: pa.Schema,
+        create: Callable[[], None] | None = None,
     ) -> None:
         self.store = store
         self.identifier = identifier
+        #: Creates the Iceberg table when it is missing (a stream-table's Iceberg table is
+        #: made at its first use, not when the stream-table is created); None: a missing
+        #: table is an error.
+        self._create = create
         self.user_schema = user_schema
         self.stored_schema = system_schema(user_schema)
         self._cached: Table | None = None
@@ -364,10 +372,16 @@ class IcebergColdTable(ColdTable):
         try:
             table = self.store.catalog.load_table(self.identifier)
         except NoSuchTableError as exc:
-            name = ".".join(self.identifier)
-            raise SnapshotNotFound(
-                f"the Iceberg table {name} does not exist", missing_iceberg_table=name
-            ) from exc
+            if self._create is None:
+                name = ".".join(self.identifier)
+                raise SnapshotNotFound(
+                    f"the Iceberg table {name} does not exist", missing_iceberg_table=name
+                ) from exc
+            # First use of the stream-table's lake side: its Iceberg table is made now,
+            # empty, with the current schema (or by a racing gateway or job meanwhile).
+            self._create()
+            self._create = None
+            return self._load()
         self._cached = table
         return table
 
@@ -407,6 +421,16 @@ class IcebergColdTable(ColdTable):
             operation = summary.operation.value if summary is not None else ""
             out.append(SnapshotInfo(snap.snapshot_id, snap.timestamp_ms, operation, props))
         return out
+
+    def data_bytes(self) -> int:
+        if self._cached is None:  # a table never made is not made for a look
+            from pyiceberg.exceptions import NoSuchTableError
+
+            try:
+                self._cached = self.store.catalog.load_table(self.identifier)
+            except NoSuchTableError:
+                return 0
+        return super().data_bytes()
 
     @property
     def location(self) -> str:

@@ -82,6 +82,9 @@ class Partition:
         self.payload_bytes = 0
         self.unsynced: set[Segment] = set()
         self.producers = ProducerWindows()
+        #: (low, end) as the state file on disk says: a close with nothing changed since
+        #: writes no state (an idle partition evicted after a look costs no fsync).
+        self.saved: tuple[int, int] | None = None
 
     # Views ----------------------------------------------------------------------------
     @property
@@ -199,6 +202,8 @@ class Partition:
         self._delete_segments_below_low()
         if state is None or state_low != self.low or state_high > self.end:
             self.write_state()
+        else:
+            self.saved = (state_low, state_high)
 
     def _read_state(self) -> State | None:
         try:
@@ -226,6 +231,7 @@ class Partition:
             os.close(fd)
         os.replace(tmp, path)
         self._sync_dir()
+        self.saved = (state.low, state.high)
 
     def start_over(self, floor: int) -> None:
         """Empty the partition and open it again at ``floor`` (above its end: writes were
@@ -424,7 +430,8 @@ class Partition:
                         os.fsync(seg.log_fd)
                 self.unsynced.clear()
                 self.durable = self.end
-                self.write_state()
+                if self.saved != (self.low, self.end):
+                    self.write_state()
         finally:
             for seg in self.segments:
                 seg.close()

@@ -15,7 +15,13 @@ from fastapi import APIRouter, Path, Query, Security
 from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel, ConfigDict, Field
 
-from gateway.server.http.deps import OPERATOR_KEY, operator_route
+from gateway.server.http.deps import (
+    OPERATOR_KEY,
+    NameContains,
+    PageSize,
+    PageToken,
+    operator_route,
+)
 from gateway.tenancy import KeyInfo, Tenancy, TenantInfo
 from gateway.wire.types import QUOTA_FIELDS
 
@@ -90,9 +96,19 @@ def admin_router(tenancy: Tenancy) -> APIRouter:
     async def create_tenant(body: CreateTenantRequest) -> JSONResponse:
         return JSONResponse(_tenant(await tenancy.admin.create_tenant(body.name)), status_code=201)
 
-    @router.get("/tenants", summary="List tenants.")
-    async def list_tenants() -> JSONResponse:
-        return JSONResponse({"tenants": [_tenant(t) for t in await tenancy.admin.list_tenants()]})
+    @router.get("/tenants", summary="List tenants by name, a page at a time.")
+    async def list_tenants(
+        page_size: PageSize = None,
+        page_token: PageToken = None,
+        name_contains: NameContains = None,
+    ) -> JSONResponse:
+        page = await tenancy.admin.list_tenants_page(page_size, page_token, name_contains)
+        return JSONResponse(
+            {
+                "tenants": [_tenant(t) for t in page.items],
+                "next_page_token": page.next_page_token,
+            }
+        )
 
     @router.get("/tenants/{tenant}", summary="A tenant and its status.")
     async def get_tenant(tenant: TenantName) -> JSONResponse:

@@ -26,7 +26,7 @@ from contextlib import AsyncExitStack
 from dataclasses import dataclass
 from typing import Annotated, Any
 
-from fastapi import Depends, Path, Request, Response, Security
+from fastapi import Depends, Path, Query, Request, Response, Security
 from fastapi.routing import APIRoute
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
@@ -42,7 +42,10 @@ __all__ = [
     "CallerRoute",
     "Credential",
     "Name",
+    "NameContains",
     "Namespace",
+    "PageSize",
+    "PageToken",
     "TenantOf",
     "gate_tenant_of",
     "operator_route",
@@ -162,3 +165,16 @@ async def _caller(
 Caller = Annotated[CallerInfo, Depends(_caller)]
 Namespace = Annotated[str, Path(description="Namespace of the table.")]
 Name = Annotated[str, Path(description="Table name.")]
+#: The paging of a listing (gateway.core.paging): ``page_size``, ``page_token``, and a
+#: search in names, as query parameters.
+PageSize = Annotated[
+    int | None,
+    Query(description="Items in a page (default and most: 1,000).", ge=0, le=2**31 - 1),
+]
+PageToken = Annotated[
+    str | None,
+    Query(description="The next_page_token of the previous page; none for the first page."),
+]
+NameContains = Annotated[
+    str | None, Query(description="Only items whose name holds this text (any case).")
+]

@@ -260,6 +260,9 @@ class GroupList(BaseModel):
 
 class TableList(BaseModel):
     tables: list[TableDescription]
+    next_page_token: str = Field(
+        "", description="Where the next page starts (pass it as page_token); empty: last page."
+    )
 
 
 class AppendedRange(BaseModel):

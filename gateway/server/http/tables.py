@@ -9,7 +9,15 @@ from fastapi.responses import JSONResponse, Response
 
 from gateway.server.calls import DataCalls
 from gateway.server.http.bodies import describe
-from gateway.server.http.deps import Caller, CallerRoute, Name, Namespace
+from gateway.server.http.deps import (
+    Caller,
+    CallerRoute,
+    Name,
+    NameContains,
+    Namespace,
+    PageSize,
+    PageToken,
+)
 from gateway.server.http.models import (
     ERRORS,
     AlterSchemaRequest,
@@ -57,14 +65,24 @@ def tables_router(calls: DataCalls) -> APIRouter:
         "",
         response_model=TableList,
         responses=ERRORS,
-        summary="List the tenant's tables, optionally of one namespace.",
+        summary="List the tenant's tables by namespace and name, a page at a time.",
     )
     async def list_tables(
         caller: Caller,
         namespace: Annotated[str | None, Query(description="Only this namespace.")] = None,
+        page_size: PageSize = None,
+        page_token: PageToken = None,
+        name_contains: NameContains = None,
     ) -> JSONResponse:
-        views = await service.list_tables(caller.tenant, namespace)
-        return JSONResponse({"tables": [describe(v, with_partitions=False) for v in views]})
+        page = await service.list_tables_page(
+            caller.tenant, namespace, page_size, page_token, name_contains
+        )
+        return JSONResponse(
+            {
+                "tables": [describe(v, with_partitions=False) for v in page.items],
+                "next_page_token": page.next_page_token,
+            }
+        )
 
     @router.get(
         "/{namespace}/{name}",

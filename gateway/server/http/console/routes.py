@@ -45,6 +45,8 @@ TEMPLATES = Path(__file__).parent / "templates"
 SESSION_S = 8 * 3600
 #: Records on one page of the record browser, at most.
 MAX_RECORDS = 500
+#: Tenants or tables on one page of the console (a search narrows them; "Next" pages on).
+CONSOLE_PAGE = 50
 
 #: Sent with every console answer: scripts, styles and data only from the gateway itself, no
 #: framing, no referrer to other sites (``same-origin``, not ``no-referrer``: with the latter
@@ -126,6 +128,12 @@ def _bounded(what: str, text: str, default: int, low: int, high: int) -> int:
 def _form_text(form: FormData, name: str) -> str:
     raw = form.get(name)
     return raw.strip() if isinstance(raw, str) else ""
+
+
+def _listing(request: Request) -> tuple[str, str]:
+    """The search string (``q``) and page token (``page``) of a listing page."""
+    q = request.query_params
+    return q.get("q", "").strip(), q.get("page", "")
 
 
 def console_router(tenancy: Tenancy, calls: DataCalls) -> APIRouter:
@@ -252,8 +260,16 @@ def console_router(tenancy: Tenancy, calls: DataCalls) -> APIRouter:
     async def tenants_page(request: Request, viewer: Looker) -> Response:
         if viewer.tenant is not None:
             return back(tenant_url(viewer.tenant))
-        tenants = await tenancy.admin.list_tenants()
-        return render(request, "tenants.html", viewer=viewer, tenants=tenants)
+        search, token = _listing(request)
+        page = await tenancy.admin.list_tenants_page(CONSOLE_PAGE, token, search)
+        return render(
+            request,
+            "tenants.html",
+            viewer=viewer,
+            tenants=page.items,
+            search=search,
+            next_page=page.next_page_token,
+        )
 
     # Shards ----------------------------------------------------------------------------
     @router.get("/shards")
@@ -288,7 +304,8 @@ def console_router(tenancy: Tenancy, calls: DataCalls) -> APIRouter:
         info = await tenancy.admin.get_tenant(tenant)
         keys = await tenancy.admin.list_keys(tenant)
         quota = await tenancy.admin.get_quota(tenant)
-        tables = await service.list_tables(tenant)
+        search, token = _listing(request)
+        tables = await service.list_tables_page(tenant, None, CONSOLE_PAGE, token, search)
         return render(
             request,
             "tenant.html",
@@ -296,7 +313,9 @@ def console_router(tenancy: Tenancy, calls: DataCalls) -> APIRouter:
             tenant=info,
             keys=keys,
             quota=[(f, quota.get(f)) for f in QUOTA_FIELDS],
-            tables=[t.definition for t in tables],
+            tables=[t.definition for t in tables.items],
+            search=search,
+            next_page=tables.next_page_token,
         )
 
     @router.post("/tenants/{tenant}/suspend")

@@ -29,14 +29,22 @@ class TenantRequest(_message.Message):
     def __init__(self, name: _Optional[str] = ...) -> None: ...
 
 class ListTenantsRequest(_message.Message):
-    __slots__ = ()
-    def __init__(self) -> None: ...
+    __slots__ = ("page_size", "page_token", "name_contains")
+    PAGE_SIZE_FIELD_NUMBER: _ClassVar[int]
+    PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    NAME_CONTAINS_FIELD_NUMBER: _ClassVar[int]
+    page_size: int
+    page_token: str
+    name_contains: str
+    def __init__(self, page_size: _Optional[int] = ..., page_token: _Optional[str] = ..., name_contains: _Optional[str] = ...) -> None: ...
 
 class ListTenantsResponse(_message.Message):
-    __slots__ = ("tenants",)
+    __slots__ = ("tenants", "next_page_token")
     TENANTS_FIELD_NUMBER: _ClassVar[int]
+    NEXT_PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
     tenants: _containers.RepeatedCompositeFieldContainer[TenantInfo]
-    def __init__(self, tenants: _Optional[_Iterable[_Union[TenantInfo, _Mapping]]] = ...) -> None: ...
+    next_page_token: str
+    def __init__(self, tenants: _Optional[_Iterable[_Union[TenantInfo, _Mapping]]] = ..., next_page_token: _Optional[str] = ...) -> None: ...
 
 class DeleteTenantResponse(_message.Message):
     __slots__ = ()

@@ -209,16 +209,24 @@ class DescribeTableRequest(_message.Message):
     def __init__(self, table: _Optional[_Union[TableRef, _Mapping]] = ...) -> None: ...
 
 class ListTablesRequest(_message.Message):
-    __slots__ = ("namespace",)
+    __slots__ = ("namespace", "page_size", "page_token", "name_contains")
     NAMESPACE_FIELD_NUMBER: _ClassVar[int]
+    PAGE_SIZE_FIELD_NUMBER: _ClassVar[int]
+    PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    NAME_CONTAINS_FIELD_NUMBER: _ClassVar[int]
     namespace: str
-    def __init__(self, namespace: _Optional[str] = ...) -> None: ...
+    page_size: int
+    page_token: str
+    name_contains: str
+    def __init__(self, namespace: _Optional[str] = ..., page_size: _Optional[int] = ..., page_token: _Optional[str] = ..., name_contains: _Optional[str] = ...) -> None: ...
 
 class ListTablesResponse(_message.Message):
-    __slots__ = ("tables",)
+    __slots__ = ("tables", "next_page_token")
     TABLES_FIELD_NUMBER: _ClassVar[int]
+    NEXT_PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
     tables: _containers.RepeatedCompositeFieldContainer[TableInfo]
-    def __init__(self, tables: _Optional[_Iterable[_Union[TableInfo, _Mapping]]] = ...) -> None: ...
+    next_page_token: str
+    def __init__(self, tables: _Optional[_Iterable[_Union[TableInfo, _Mapping]]] = ..., next_page_token: _Optional[str] = ...) -> None: ...
 
 class DropTableRequest(_message.Message):
     __slots__ = ("table",)
