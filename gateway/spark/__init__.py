@@ -6,7 +6,7 @@ Two implementations answer to one behaviour suite (``tests/spark``):
 - the **JVM connector** (``gateway/spark/jvm``, a DataSource V2 connector shipped as a jar in
   this package, :func:`jar_path`): columnar batch reads with column, filter, limit and
   aggregate pushdown, data files read by Spark's own vectorized Parquet reader and hot
-  ranges as Arrow; its streaming reads and writes run the Python source below;
+  ranges as Arrow, and streaming reads of its own; its writes run the Python source below;
 - the **Python source** (PySpark's Python Data Source API), where jars cannot be added
   (Spark Connect, a cluster that forbids them).
 
@@ -94,8 +94,8 @@ def has_jvm_connector(spark: Any) -> bool:
 def register(spark: Any, *, filter_pushdown: bool = True) -> None:
     """Make ``format("tidegate")`` work on ``spark``.
 
-    With the jar on the session, ``tidegate`` is the JVM connector already, and its
-    streaming reads and writes run the Python source, registered here as
+    With the jar on the session, ``tidegate`` is the JVM connector already (batch and
+    streaming reads need nothing more), and its writes run the Python source, registered here as
     ``tidegate_python``. Without it (Spark Connect, a cluster that forbids jars), the Python
     source is registered as ``tidegate`` too. ``format("tidegate_python")`` picks the
     Python source either way.

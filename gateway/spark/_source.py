@@ -165,7 +165,7 @@ class TidegateDataSource(DataSource):
 
 class TidegatePythonSource(TidegateDataSource):
     """The Python source under its own name, ``tidegate_python``: what the JVM connector
-    runs for streaming reads and writes, and a way to pick this implementation when the
+    runs for writes, and a way to pick this implementation when the
     jar is on the session."""
 
     @classmethod

@@ -14,8 +14,8 @@ import org.apache.spark.sql.util.CaseInsensitiveStringMap;
 
 /**
  * {@code format("tidegate")}: a stream-table of a Tidegate gateway, reached over its HTTP edge.
- * Batch reads are this connector's own (columnar, with column, filter, limit and aggregate
- * pushdown); streaming reads and writes run the Python source registered by {@code
+ * Batch reads (columnar, with column, filter, limit and aggregate pushdown) and streaming reads
+ * are this connector's own; writes run the Python source registered by {@code
  * gateway.spark.register(spark)} (see {@link PythonFallback}).
  */
 public final class TidegateProvider implements TableProvider, DataSourceRegister {

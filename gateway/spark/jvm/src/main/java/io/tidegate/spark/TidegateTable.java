@@ -54,10 +54,11 @@ final class TidegateTable implements SupportsRead, SupportsWrite {
     return schema;
   }
 
-  /** Batch reads of our own, and what the Python source does for streams and writes. */
+  /** Batch and streaming reads of our own, and what the Python source does for writes. */
   @Override
   public Set<TableCapability> capabilities() {
-    Set<TableCapability> out = EnumSet.of(TableCapability.BATCH_READ);
+    Set<TableCapability> out =
+        EnumSet.of(TableCapability.BATCH_READ, TableCapability.MICRO_BATCH_READ);
     out.addAll(PythonFallback.table(schema, properties).capabilities());
     return out;
   }
@@ -69,7 +70,7 @@ final class TidegateTable implements SupportsRead, SupportsWrite {
     if (described == null) {
       described = gateway.describe();
     }
-    return new TidegateScanBuilder(o, gateway, schema, described, options);
+    return new TidegateScanBuilder(o, gateway, schema, described);
   }
 
   @Override
