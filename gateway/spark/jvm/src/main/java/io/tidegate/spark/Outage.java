@@ -1,5 +1,7 @@
 package io.tidegate.spark;
 
+import java.io.InterruptedIOException;
+import java.io.UncheckedIOException;
 import java.util.Set;
 import java.util.concurrent.ThreadLocalRandom;
 import java.util.function.Supplier;
@@ -56,6 +58,9 @@ final class Outage {
         ok();
         return got;
       } catch (TidegateException e) {
+        if (Thread.currentThread().isInterrupted()) {
+          throw interrupted(e);
+        }
         pause(e);
       }
     }
@@ -101,9 +106,20 @@ final class Outage {
     delay = ThreadLocalRandom.current().nextDouble(delay / 2, delay);
     try {
       Thread.sleep(Math.max(1, (long) (delay * 1000)));
-    } catch (InterruptedException interrupted) {
+    } catch (InterruptedException stop) {
       Thread.currentThread().interrupt();
-      throw new TidegateException(what + ": interrupted while reconnecting", "CANCELLED");
+      throw interrupted(e);
     }
+  }
+
+  /**
+   * What a thread interrupted mid-call throws: an interruption Spark recognizes as such (an
+   * {@link InterruptedIOException}, wrapped), so a query stopped during a call or an outage
+   * ends as stopped, not as failed.
+   */
+  private UncheckedIOException interrupted(TidegateException cause) {
+    InterruptedIOException e = new InterruptedIOException(what + ": interrupted");
+    e.initCause(cause);
+    return new UncheckedIOException(e);
   }
 }
