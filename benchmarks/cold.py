@@ -202,12 +202,14 @@ async def run_reads(b: Bench, w: Workload) -> list[dict[str, Any]]:
                 iceberg,
                 _blocking(lambda r, c: table.scan().to_arrow()),
             )
+            duck = Result(scan_name, "DuckDB iceberg_scan of the table (baseline)")
+            await closed_loop(scan_w, duck, _blocking(_duckdb_scan(table.metadata_location)))
             scan = Result(scan_name, "tidegate Scan (all cold)")
 
             await closed_loop(scan_w, scan, gateway_scanner(stub, ref, md))
             flight_scan = Result(scan_name, "tidegate Flight scan (all cold)")
             await closed_loop(scan_w, flight_scan, flight.scan)
-            bases = [arrow.summary(), iceberg.summary()]
+            bases = [arrow.summary(), iceberg.summary(), duck.summary()]
             rows += [
                 *bases,
                 compare(scan.summary(), bases),
@@ -228,6 +230,30 @@ async def run_reads(b: Bench, w: Workload) -> list[dict[str, Any]]:
         finally:
             await drop_table(stub, ref, md)
     return rows
+
+
+def _duckdb_scan(metadata_location: str) -> Any:
+    """A scan of the whole table by DuckDB's ``iceberg_scan`` (the offline extension
+    packages of PyPI), the engine a user might pick for scans instead of pyiceberg: one
+    connection with the extensions loaded, a fresh cursor per scan."""
+    import duckdb
+
+    from tests.cold.helpers import extension_file
+
+    con = duckdb.connect()
+    for name in ("avro", "iceberg"):
+        con.execute(f"INSTALL '{extension_file(name)}'")
+        con.execute(f"LOAD {name}")
+    location = metadata_location.removeprefix("file://")
+
+    def scan(r: int, c: int) -> pa.Table:
+        cur = con.cursor()
+        try:
+            return cur.execute(f"SELECT * FROM iceberg_scan('{location}')").arrow().read_all()
+        finally:
+            cur.close()
+
+    return scan
 
 
 async def _boundary(

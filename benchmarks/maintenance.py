@@ -130,7 +130,7 @@ def _small_commits(c: Any, d: Any, commits: int, per: int) -> None:
     """Tier partition 0 as ``commits`` tiering commits of ``per`` records, one file each:
     the ranges a tiering run every interval would have moved (the same tasks and commit as
     ``tier_table``, cut by hand so the table is built without waiting for intervals)."""
-    from gateway.lake.tiering import RangeTask, write_range
+    from gateway.lake.tasks import RangeTask, write_range
 
     cold = c.cold.table(d)
     storage = c.cold.storage_options()

@@ -4,6 +4,7 @@ same loop written directly against Redis streams."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 import uuid
 from collections.abc import Awaitable, Callable
@@ -14,7 +15,7 @@ import redis.asyncio as aioredis
 
 from benchmarks.harness import Bench, compare
 from benchmarks.loadgen import Result, Workload, record_schema
-from gateway.client import AsyncClient
+from gateway.client import AsyncClient, Client
 
 #: One record in ``SAMPLE`` has its acknowledgement latency recorded (a callback per
 #: record would cost the producer more than the benchmark wants to measure).
@@ -30,6 +31,22 @@ def _records(w: Workload) -> Callable[[int], dict[str, Any]]:
     return record
 
 
+def _tracker(result: Result) -> Callable[[float], Callable[[Any], None]]:
+    """A done-callback factory recording a sampled send's acknowledgement latency (or an
+    error) into ``result``."""
+
+    def track(t0: float) -> Callable[[Any], None]:
+        def done(fut: Any) -> None:
+            if fut.cancelled() or fut.exception() is not None:
+                result.errors += 1
+            else:
+                result.ack.record_value(max(1, int((time.monotonic() - t0) * 1e6)))
+
+        return done
+
+    return track
+
+
 async def _send_loop(
     w: Workload, result: Result, send: Callable[[dict[str, Any]], Awaitable[Any]]
 ) -> None:
@@ -41,14 +58,7 @@ async def _send_loop(
     stop_at = measure_from + w.duration_s
     pending: list[Awaitable[Any]] = []
 
-    def track(t0: float) -> Callable[[Any], None]:
-        def done(fut: Any) -> None:
-            if fut.cancelled() or fut.exception() is not None:
-                result.errors += 1
-            else:
-                result.ack.record_value(max(1, int((time.monotonic() - t0) * 1e6)))
-
-        return done
+    track = _tracker(result)
 
     i = 0
     while True:
@@ -87,6 +97,62 @@ async def via_sdk(b: Bench, w: Workload, hot: str) -> Result:
             await _send_loop(w, result, producer.send)
             result.extra["retries"] = producer.retries
         await client.drop_table(table)
+    return result
+
+
+def _sync_send_loop(w: Workload, result: Result, send: Callable[[dict[str, Any]], Any]) -> None:
+    """:func:`_send_loop` for the sync producer (its futures are concurrent ones)."""
+    make = _records(w)
+    start = time.monotonic()
+    measure_from = start + w.warmup_s
+    stop_at = measure_from + w.duration_s
+    pending: list[Any] = []
+
+    track = _tracker(result)
+
+    i = 0
+    while True:
+        now = time.monotonic()
+        if now >= stop_at:
+            break
+        fut = send(make(i))
+        if now >= measure_from:
+            result.records += 1
+            result.bytes += w.record_bytes
+            if i % SAMPLE == 0:
+                fut.add_done_callback(track(now))
+                pending.append(fut)
+        i += 1
+    for fut in pending:
+        with contextlib.suppress(Exception):
+            fut.result(60)
+    result.seconds = w.duration_s
+    result.batches = result.records // w.batch_records
+
+
+async def via_sync_sdk(b: Bench, w: Workload, hot: str, transport: str) -> Result:
+    """The sync SDK producer over ``transport`` (``grpc``: AppendStream; ``flight``:
+    DoPut), the same one-record-at-a-time loop in a thread."""
+    gw = b.gateways[hot]
+    result = Result(w.name, f"tidegate sync SDK producer over {transport} ({hot} hot tier)")
+
+    def produce() -> None:
+        with Client(gw.grpc_target, api_key=gw.api_key) as client:
+            table = f"bench{uuid.uuid4().hex[:8]}.small"
+            schema = {f.name: str(f.type) for f in record_schema()}
+            client.create_table(table, schema, partitions=w.partitions)
+            with client.producer(
+                table,
+                batch_records=w.batch_records,
+                max_in_flight=w.inflight,
+                buffer_records=w.batch_records * w.inflight * w.partitions,
+                transport=transport,
+            ) as producer:
+                _sync_send_loop(w, result, producer.send)
+                result.extra["retries"] = producer.retries
+            client.drop_table(table)
+
+    await asyncio.to_thread(produce)
     return result
 
 
@@ -154,4 +220,7 @@ async def run(b: Bench, w: Workload) -> list[dict[str, Any]]:
     rows = [base]
     for hot in b.gateways:
         rows.append(compare((await via_sdk(b, w, hot)).summary(), [base]))
+        for transport in ("grpc", "flight"):
+            result = await via_sync_sdk(b, w, hot, transport)
+            rows.append(compare(result.summary(), [base]))
     return rows

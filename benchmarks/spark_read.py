@@ -59,7 +59,7 @@ def _queries(n: int, partitions: int) -> dict[str, Any]:
 
 async def run(b: Bench, w: Workload) -> list[dict[str, Any]]:
     import gateway.spark
-    from tiering.spark import spark_session
+    from tiering.spark_runner import spark_session
 
     gw = b.tiered
     md = b.auth(gw)

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 from pydantic import (
+    AfterValidator,
     BaseModel,
     BeforeValidator,
     ConfigDict,
@@ -28,6 +29,8 @@ from pydantic_settings import (
     SettingsConfigDict,
     YamlConfigSettingsSource,
 )
+
+from gateway.plugins import BUILTINS, check_name
 
 __all__ = [
     "AuthConfig",
@@ -131,7 +134,7 @@ class CustomHotConfig(_Section):
 
 def _hot_kind(value: Any) -> str:
     kind = value.get("type", "disk") if isinstance(value, dict) else getattr(value, "type", "")
-    return kind if kind in ("disk", "redis") else "custom"
+    return kind if kind in BUILTINS["hot tier"] else "custom"
 
 
 HotConfig = Annotated[
@@ -208,9 +211,19 @@ class ServedCatalogConfig(_Section):
     )
 
 
+def _backend(kind: str) -> AfterValidator:
+    """Accept a built-in name of ``kind`` (:data:`gateway.plugins.BUILTINS`) or a dotted path."""
+    return AfterValidator(lambda name: check_name(kind, name))
+
+
 class ColdConfig(_Section):
     """The cold tier: Iceberg catalog and warehouse."""
 
+    type: Annotated[str, _backend("cold tier")] = Field(
+        "iceberg",
+        description="Cold tier backend: 'iceberg' or the dotted path of a "
+        "gateway.cold.ColdStore subclass of your own ('mypkg.mymod:MyColdStore').",
+    )
     enabled: bool = Field(True, description="Keep an Iceberg table per stream-table.")
     catalog: CatalogConfig = Field(
         default_factory=SqlCatalogConfig, description="Iceberg catalog backend."
@@ -495,9 +508,10 @@ class TieringConfig(_Section):
         "this many seconds (0: at start only), for appends a crashed gateway acknowledged "
         "but had not yet marked; otherwise it visits only the tables marked for it.",
     )
-    runner: Literal["local", "spark"] = Field(
+    runner: Annotated[str, _backend("tiering runner")] = Field(
         "local",
-        description="Embedded schedule's runner: threads in the gateway ('local') or Spark.",
+        description="Embedded schedule's runner: threads in the gateway ('local'), Spark "
+        "('spark'), or the dotted path of a gateway.lake.runners.Runner of your own.",
     )
     master: str = Field("local[2]", description="Spark master of the spark runner.")
     embedded_parallel_tenants: int | None = Field(

@@ -11,12 +11,34 @@ from __future__ import annotations
 
 import importlib
 import re
-from collections.abc import Mapping
 from typing import Any
 
-__all__ = ["BackendError", "load_class"]
+__all__ = ["BUILTINS", "DOTTED_PATH", "BackendError", "check_name", "load_class"]
 
-_DOTTED = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*[:.][A-Za-z_]\w*", re.ASCII)
+#: Every built-in backend, in one table: part -> short name -> ("module:Class", the extra
+#: that installs its dependencies). The settings (``hot.type``, ``cold.type``,
+#: ``tiering.runner``) accept these names or a dotted path.
+BUILTINS: dict[str, dict[str, tuple[str, str]]] = {
+    "hot tier": {
+        "disk": ("gateway.hot.disk:DiskHotLog", "server"),
+        "redis": ("gateway.hot.redis:RedisHotLog", "server"),
+    },
+    "cold tier": {
+        "iceberg": ("gateway.cold.iceberg:IcebergColdStore", "server"),
+    },
+    "tiering runner": {
+        "local": ("gateway.lake.runners:LocalRunner", "server"),
+        "spark": ("tiering.spark_runner:SparkRunner", "spark"),
+    },
+    "heat meter": {
+        "local": ("gateway.lake.rebalance:LocalHeat", "server"),
+        "spark": ("tiering.rebalance:SparkHeat", "spark"),
+    },
+}
+
+#: A dotted path to a class: ``package.module:Class`` (or ``package.module.Class``).
+DOTTED_PATH = r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*[:.][A-Za-z_]\w*"
+_DOTTED = re.compile(DOTTED_PATH, re.ASCII)
 
 
 class BackendError(ValueError):
@@ -24,15 +46,27 @@ class BackendError(ValueError):
     not import, or a class that does not implement the interface."""
 
 
-def load_class(
-    kind: str, name: str, builtins: Mapping[str, tuple[str, str]], base: type[Any]
-) -> type[Any]:
+def check_name(kind: str, name: str) -> str:
+    """``name`` if it is a built-in ``kind`` (a key of :data:`BUILTINS`) or a dotted path.
+
+    Raises:
+        BackendError: neither.
+    """
+    builtins = BUILTINS[kind]
+    if name in builtins or _DOTTED.fullmatch(name):
+        return name
+    raise BackendError(
+        f"unknown {kind} {name!r}: use one of {sorted(builtins)} or a dotted path "
+        "'package.module:Class' to a class of your own"
+    )
+
+
+def load_class(kind: str, name: str, base: type[Any]) -> type[Any]:
     """The backend class ``name`` stands for.
 
     Args:
-        kind: what is being loaded, for messages ("hot tier", "cold tier"...).
-        name: a key of ``builtins`` or a dotted path ``package.module:Class``.
-        builtins: short name -> ("module:Class", the extra that installs its dependencies).
+        kind: the part being loaded, a key of :data:`BUILTINS` ("hot tier"...).
+        name: one of its built-in names or a dotted path ``package.module:Class``.
         base: the interface the class must subclass.
 
     Raises:
@@ -40,15 +74,11 @@ def load_class(
             extra to install), no such class, or not a subclass of ``base``.
     """
     extra: str | None = None
+    builtins = BUILTINS[kind]
     if name in builtins:
         path, extra = builtins[name]
-    elif _DOTTED.fullmatch(name):
-        path = name
     else:
-        raise BackendError(
-            f"unknown {kind} {name!r}: use one of {sorted(builtins)} or a dotted path "
-            "'package.module:Class' to a class of your own"
-        )
+        path = check_name(kind, name)
     module_name, _, class_name = path.rpartition(":") if ":" in path else path.rpartition(".")
     try:
         module = importlib.import_module(module_name)

@@ -122,7 +122,7 @@ def spark() -> Iterator[Any]:
     os.environ["PYSPARK_PYTHON"] = sys.executable
     os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
     import gateway.spark
-    from tiering.spark import spark_session
+    from tiering.spark_runner import spark_session
 
     # The JVM connector's jar (`make test` builds it): both implementations of
     # format("tidegate") run in this one session (tests/spark parametrises over them).

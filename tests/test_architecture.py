@@ -49,7 +49,7 @@ def copy_of_the_tree(tmp_path_factory: pytest.TempPathFactory) -> Path:
     [
         ("gateway/core/base.py", "import gateway.hot.redis", "The core names no backend"),
         ("gateway/core/scans.py", "import pyiceberg", "The core names no backend"),
-        ("gateway/cli/jobs.py", "import tiering.spark", "gateway never imports tiering"),
+        ("gateway/cli/jobs.py", "import tiering.spark_runner", "gateway never imports tiering"),
         ("gateway/client/_types.py", "import gateway.config", "The client SDK is light"),
         ("gateway/wire/codec.py", "import sqlalchemy", "gateway.wire is light"),
         ("gateway/server/grpc_server.py", "import gateway.meta.tenants", "The edges reach"),
@@ -61,6 +61,16 @@ def copy_of_the_tree(tmp_path_factory: pytest.TempPathFactory) -> Path:
             "gateway/cold/iceberg/table.py",
             "import gateway.cold.iceberg.store",
             "A part never imports its whole",
+        ),
+        (
+            "gateway/hot/disk/partition.py",
+            "import gateway.hot.disk.log",
+            "A part never imports its whole: the disk partition",
+        ),
+        (
+            "gateway/tenancy/admin.py",
+            "import gateway.tenancy.service",
+            "A part never imports its whole: the tenant admin",
         ),
     ],
 )

@@ -5,7 +5,7 @@ What tiering, compaction, expiry, retention and rebalancing *do* lives in
 table through pyiceberg), which the gateway's embedded schedule runs with the local runner
 (threads in the gateway). This package runs the same engine's tasks on Spark executors:
 
-- :mod:`tiering.spark`: the Spark runner (a Spark task per hot range or run of small files,
+- :mod:`tiering.spark_runner`: the Spark runner (a Spark task per hot range or run of small files,
   a fair-scheduler pool per tenant) and the session it runs in;
 - :mod:`tiering.rebalance`: the rebalancing job's heat measured by Spark tasks;
 - ``python -m tiering`` / ``spark-submit tiering/__main__.py``: the jobs' command line.

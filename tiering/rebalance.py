@@ -9,7 +9,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from gateway.lake.rebalance import Heat, HeatMeter, partition_heat
-from tiering.spark import executor_hot_log
+from tiering.spark_runner import executor_hot_log
 
 if TYPE_CHECKING:
     from gateway.config import Settings
@@ -44,7 +44,7 @@ class SparkHeat(HeatMeter):
 
     @classmethod
     def create(cls, c: Components, master: str | None = None) -> SparkHeat:
-        from tiering.spark import spark_session
+        from tiering.spark_runner import spark_session
 
         if master is None and not os.environ.get("PYSPARK_GATEWAY_PORT"):
             master = c.settings.tiering.master

@@ -76,7 +76,13 @@ def serve(
         fail(err)
 
 
-RunnerOption = Annotated[str, typer.Option(help="'local' (threads in this process) or 'spark'.")]
+RunnerOption = Annotated[
+    str,
+    typer.Option(
+        help="'local' (threads in this process), 'spark', or the dotted path of a Runner "
+        "of your own ('mypkg.mymod:MyRunner')."
+    ),
+]
 EveryOption = Annotated[
     float | None, typer.Option(help="Repeat every N seconds (default: run once).")
 ]
@@ -189,10 +195,12 @@ def _run_job(
     from gateway.lake.runners import make_runner
     from gateway.lake.scheduler import run_forever, run_once
     from gateway.logs import configure as configure_logging
-    from gateway.plugins import BackendError
+    from gateway.plugins import BackendError, check_name
 
-    if runner not in ("local", "spark"):
-        raise typer.BadParameter("--runner must be 'local' or 'spark'")
+    try:
+        check_name("tiering runner", runner)
+    except BackendError as err:
+        raise typer.BadParameter(str(err)) from None
     settings = Settings()
     configure_logging(settings.log, level=log_level, fmt=log_format)
     if data_dir is not None:

@@ -58,6 +58,7 @@ from gateway.wire.errors import (
     Unavailable,
     Unimplemented,
     UnknownMember,
+    UnknownProducer,
     UnsupportedMediaType,
 )
 from gateway.wire.retry import Backoff, ConstantBackoff, ExponentialBackoff, Retry
@@ -122,6 +123,7 @@ __all__ = [
     "Unavailable",
     "Unimplemented",
     "UnknownMember",
+    "UnknownProducer",
     "UnsupportedMediaType",
     "error_from_rpc",
 ]

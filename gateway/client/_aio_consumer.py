@@ -269,7 +269,7 @@ class AsyncConsumer(ConsumerBase):
         for p in self._pos.order():
             while True:
                 try:
-                    batches, nxt = await self.client._read_once(
+                    batches, nxt = await self.client.fetch(
                         self.ref,
                         p,
                         self._pos.positions[p],

@@ -19,7 +19,7 @@ from gateway.client._types import (
     TableRef,
 )
 from gateway.wire._proto.tidegate.v1 import tidegate_pb2 as pb
-from gateway.wire.errors import Throttled, Unavailable
+from gateway.wire.errors import InvalidRequest, Throttled, Unavailable
 from gateway.wire.status import error_from_rpc
 
 if TYPE_CHECKING:
@@ -43,8 +43,14 @@ class AsyncProducer:
         table: str | TableRef,
         *,
         max_block: float = 60.0,
+        transport: str = "grpc",
         **config: Any,
     ) -> None:
+        if transport not in ("auto", "grpc"):
+            raise InvalidRequest(
+                f"the asyncio producer appends over gRPC only (transport 'auto' or 'grpc'), "
+                f"not {transport!r}; the sync Producer appends over Flight too"
+            )
         self.client = client
         self._table_name = table
         self.config = ProducerConfig(**config)
@@ -84,6 +90,11 @@ class AsyncProducer:
     @property
     def producer_id(self) -> str | None:
         return self.core.producer_id
+
+    @property
+    def transport(self) -> str:
+        """What the producer appends over: always ``grpc`` for the asyncio producer."""
+        return "grpc"
 
     async def __aenter__(self) -> AsyncProducer:
         await self.start()

@@ -131,6 +131,9 @@ class ProducerBatch:
     created: float = field(default_factory=time.monotonic)
     sequence: int | None = None
     payload: bytes = b""
+    #: The request's rows as one Arrow batch, for a transport that sends batches (Flight's
+    #: DoPut) instead of ``payload``.
+    arrow: pa.RecordBatch | None = None
     attempts: int = 0
     first_attempt: float = 0.0
     #: Futures among ``owners`` (one-dict sends).
@@ -180,9 +183,10 @@ class ProducerBatch:
         self.records += 1
         self.nbytes += nbytes
 
-    def seal(self, schema: pa.Schema, compression: Compression) -> None:
-        """Encode the request: one Arrow record batch with exactly the table's schema
-        (column order and types), however many sends it holds.
+    def seal(self, schema: pa.Schema, compression: Compression, encode: bool = True) -> None:
+        """Make the request: one Arrow record batch with exactly the table's schema
+        (column order and types), however many sends it holds, encoded as an Arrow IPC
+        stream (``payload``) or, without ``encode``, kept as the batch (``arrow``).
 
         Raises:
             SchemaMismatch: dict rows that passed the check at ``send`` still failed to
@@ -195,7 +199,10 @@ class ProducerBatch:
         ]
         if len(parts) > 1:
             parts = pa.Table.from_batches(parts, schema).combine_chunks().to_batches()
-        self.payload = encode_stream(parts, schema, compression)
+        if encode:
+            self.payload = encode_stream(parts, schema, compression)
+        else:
+            self.arrow = parts[0] if len(parts) == 1 else pa.concat_batches(parts)
         self.chunks = []
         self.columns = None
 

@@ -94,6 +94,8 @@ class _Channel:
                 timeout=self.timeout,
                 root_certificates=self._root_certificates,
             )
+            # A location given by the caller is taken at its word: it appends too.
+            self._flight_reads.appends = bool(info.flight_appends) if info is not None else True
         self._flight_known = True
         return self._flight_reads
 

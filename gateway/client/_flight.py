@@ -1,9 +1,11 @@
-"""Bulk reads over a gateway's Arrow Flight edge (see ``gateway/server/flight.py``).
+"""Bulk reads and appends over a gateway's Arrow Flight edge (see
+``gateway/server/flight.py``).
 
 Scans move as Flight ``DoGet`` streams: Arrow's C++ transport receives the batches
 straight into Arrow memory, with no protobuf message per chunk and no Python-side IPC
-decoding. A client finds the edge with ``GetGatewayInfo`` and falls back to gRPC where a
-gateway has none.
+decoding; a producer's appends may go as a ``DoPut`` stream the same way. A client finds
+the edge with ``GetGatewayInfo`` and falls back to gRPC where a gateway has none (or, for
+appends, where ``flight_appends`` is false: gateways older than Flight appends).
 """
 
 from __future__ import annotations
@@ -121,10 +123,27 @@ class FlightReads:
             kwargs["tls_root_certs"] = root_certificates
         self._client = fl.FlightClient(location, **kwargs)
         headers = [(b"authorization", authorization.encode())] if authorization else []
+        self._headers = headers
         self._options = fl.FlightCallOptions(headers=headers, timeout=timeout)
+        #: Whether the edge takes appends (``GatewayInfo.flight_appends``).
+        self.appends = False
 
     def close(self) -> None:
         self._client.close()
+
+    def do_put(self, table: TableRef, schema: pa.Schema, compression: str) -> tuple[Any, Any]:
+        """Open a ``DoPut`` of appends to ``table``: ``(writer, metadata reader)``, with no
+        deadline (a producer's call lives as long as the producer), its batches compressed
+        with ``compression`` (``zstd``, ``lz4`` or ``none``) by Arrow's C++."""
+        where = fl.FlightDescriptor.for_path(table.namespace, table.name)
+        codec = None if compression == "none" else compression
+        options = fl.FlightCallOptions(
+            headers=self._headers, write_options=pa.ipc.IpcWriteOptions(compression=codec)
+        )
+        try:
+            return self._client.do_put(where, schema, options)  # type: ignore[no-any-return]
+        except fl.FlightError as exc:
+            raise error_from_flight(exc) from None
 
     def _get(self, command: dict[str, Any]) -> fl.FlightStreamReader:
         ticket = fl.Ticket(json.dumps(command).encode())

@@ -11,7 +11,13 @@ from typing import Any
 from gateway.client._batching import Accumulator, Delivery, Finished, ProducerBatch, ProducerConfig
 from gateway.client._types import TableInfo
 from gateway.wire._proto.tidegate.v1 import tidegate_pb2 as pb
-from gateway.wire.errors import RetryableError, SchemaMismatch, TidegateError, Unavailable
+from gateway.wire.errors import (
+    RetryableError,
+    SchemaMismatch,
+    TidegateError,
+    Unavailable,
+    UnknownProducer,
+)
 from gateway.wire.status import error_from_pb
 
 __all__ = ["PartitionQueue", "ProducerCore", "RetryLog", "new_producer_id"]
@@ -76,12 +82,13 @@ class PartitionQueue:
     """Sequencing and in-flight bookkeeping of one partition (Kafka's rules).
 
     Batches get consecutive sequences when first sent. At most ``max_in_flight`` are
-    unanswered at once, and only one until the partition's first acknowledgement (the
-    gateway accepts any sequence as a producer's first one, so a second in-flight batch
-    must never overtake a refused first). After a retryable failure every unanswered batch
-    is resent in order, keeping its sequence: the gateway answers those it already stored
-    with their original offsets. After a final failure the batches behind it are
-    renumbered, as none of them can have been stored.
+    unanswered at once, and only one until the partition's first acknowledgement (a second
+    in-flight batch must never overtake a refused first). After a retryable failure every
+    unanswered batch is resent in order, keeping its sequence: the gateway answers those it
+    already stored with their original offsets. After a final failure the batches behind it
+    are renumbered, as none of them can have been stored. When the gateway no longer knows
+    the producer (``UNKNOWN_PRODUCER_ID``: its hot tier lost the state) the partition goes
+    on under a new epoch: see :meth:`ProducerCore._unknown_producer`.
     """
 
     def __init__(self, partition: int, max_in_flight: int) -> None:
@@ -144,9 +151,12 @@ class ProducerCore:
     the :class:`Finished` sends those return (outside its lock).
     """
 
-    def __init__(self, table: TableInfo, config: ProducerConfig) -> None:
+    def __init__(self, table: TableInfo, config: ProducerConfig, *, encode: bool = True) -> None:
+        """``encode``: requests carry Arrow IPC (gRPC's ``AppendStream``); without it each
+        request's batch is kept as Arrow (``ProducerBatch.arrow``, for Flight's DoPut)."""
         self.table = table
         self.config = config
+        self.encode = encode
         self.producer_id = (config.producer_id or new_producer_id()) if config.idempotent else None
         self.acc = Accumulator(table, config)
         self.queues = [PartitionQueue(p, config.max_in_flight) for p in range(table.partitions)]
@@ -188,7 +198,7 @@ class ProducerCore:
     def _stage(self, now: float, force: bool) -> None:
         for b in self.acc.drain(now, force):
             try:
-                b.seal(self.table.schema, self.config.compression)
+                b.seal(self.table.schema, self.config.compression, self.encode)
             except SchemaMismatch as err:
                 # Dict rows the check at send let through, refused by Arrow: fail this
                 # batch alone (it never got a sequence, so nothing behind it is affected).
@@ -288,6 +298,8 @@ class ProducerCore:
                     self.rewound[rid] = q
 
     def _failed(self, q: PartitionQueue, batch: ProducerBatch, err: BaseException) -> Finished:
+        if isinstance(err, UnknownProducer):
+            return self._unknown_producer(q, err)
         self.failures[q.partition] += 1
         delay = self.config.retry.next_delay(err, self.failures[q.partition], batch.first_attempt)
         self._forget(q)
@@ -306,6 +318,54 @@ class ProducerCore:
             q.rewind()
         done = Finished()
         done.failed(batch, err)
+        return done
+
+    def _unknown_producer(self, q: PartitionQueue, err: UnknownProducer) -> Finished:
+        """The gateway holds no state of this producer in the partition (its hot tier lost
+        it), so it cannot tell a resent batch from a new one: the partition goes on under a
+        new epoch (a new producer id) from sequence 0. A batch sent only once was refused
+        by that one send, so it is resent under the new identity; one sent before may have
+        been stored by an earlier attempt, and resending it could store it twice: it fails
+        (its fate is unknown) and is never resent."""
+        self._forget(q)
+        # Whether each batch may have been stored: one in flight by an earlier send than
+        # this one, or by this one when a batch ahead of it may have been (its request may
+        # have been served first); one waiting by any send so far.
+        unsure_ahead = False
+        unsure: list[bool] = []
+        for b in q.in_flight:
+            unsure_ahead = unsure_ahead or b.attempts > 1
+            unsure.append(unsure_ahead)
+        unsure += [b.attempts > 0 for b in q.waiting]
+        q.rewind()
+        done = Finished()
+        kept, lost = [], 0
+        failure = UnknownProducer(
+            f"the gateway lost this producer's state for partition {q.partition} of "
+            f"{self.table.ref} while a batch of it was being resent: an earlier attempt of "
+            "the batch may have been stored, so it is not sent again (its records may be in "
+            "the table once, or not at all)",
+            **err.details,
+        )
+        for b, maybe_stored in zip(q.waiting, unsure, strict=True):
+            if maybe_stored:
+                self.unfinished -= b.records
+                done.failed(b, failure)
+                lost += 1
+            else:
+                b.sequence = None
+                kept.append(b)
+        q.waiting = kept
+        q.epoch += 1
+        q.next_sequence = 0
+        q.acked_once = False
+        self.failures[q.partition] = 0
+        log.warning(
+            "tidegate producer for %s: partition %d no longer knows this producer (%s); "
+            "going on as %s.%d from sequence 0, %d batch(es) of unknown fate failed",
+            self.table.ref, q.partition, err.message, self.producer_id, q.epoch,
+            lost,
+        )  # fmt: skip
         return done
 
     def on_stream_error(self, gen: int, err: BaseException) -> Finished:

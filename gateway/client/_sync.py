@@ -347,7 +347,7 @@ class Client(SyncCalls):
             return pa.table({})
         return pa.Table.from_batches(batches)
 
-    def _read_once(
+    def fetch(
         self,
         ref: TableRef,
         partition: int,
@@ -356,7 +356,9 @@ class Client(SyncCalls):
         with_tier: bool = False,
         retry: Retry | None = None,
     ) -> tuple[list[pa.RecordBatch], int]:
-        """One bounded read, retried on retryable errors; ``(batches, next_offset)``."""
+        """One bounded read of a partition, as a consumer's poll makes it: at most
+        ``max_records`` from ``offset``, retried on retryable errors within ``retry`` (else
+        the client's policy); ``(non-empty batches, next offset)``."""
         started = time.monotonic()
         failures = 0
         while True:

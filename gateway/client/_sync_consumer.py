@@ -309,7 +309,7 @@ class Consumer(ConsumerBase):
         for p in self._pos.order():
             while True:
                 try:
-                    batches, nxt = self.client._read_once(
+                    batches, nxt = self.client.fetch(
                         self.ref,
                         p,
                         self._pos.positions[p],

@@ -1,8 +1,10 @@
 """The sync producer: batching, linger, compression, idempotence and retries over one
-append stream (its logic is :class:`gateway.client._producer.ProducerCore`)."""
+append stream, gRPC's ``AppendStream`` or Flight's ``DoPut`` (its logic is
+:class:`gateway.client._producer.ProducerCore`)."""
 
 from __future__ import annotations
 
+import contextlib
 import queue
 import threading
 import time
@@ -10,15 +12,18 @@ from concurrent.futures import Future
 from typing import TYPE_CHECKING, Any
 
 import grpc
+import pyarrow as pa
+import pyarrow.flight as fl
 
 from gateway.client._batching import ProducerConfig
+from gateway.client._flight import FlightReads, error_from_flight
 from gateway.client._producer import ProducerCore
 from gateway.client._types import (
     RecordMetadata,
     TableRef,
 )
 from gateway.wire._proto.tidegate.v1 import tidegate_pb2 as pb
-from gateway.wire.errors import Throttled, Unavailable
+from gateway.wire.errors import InvalidRequest, Throttled, TidegateError, Unavailable
 from gateway.wire.status import error_from_rpc
 
 if TYPE_CHECKING:
@@ -48,21 +53,31 @@ class Producer:
         max_block: ...for at most this many seconds, then raises :class:`Throttled`.
         retry: a :class:`Retry`; waits at least the gateway's retry-after hint.
         producer_id: a stable id (default: a random one per producer).
+        transport: ``grpc`` (``AppendStream``, the default), ``flight`` (the gateway's
+            Flight edge, ``DoPut``: Arrow's C++ sends the batches, compressed there), or
+            ``auto``: Flight when the gateway offers Flight appends, else gRPC.
     """
 
     def __init__(
-        self, client: Client, table: str | TableRef, *, max_block: float = 60.0, **config: Any
+        self,
+        client: Client,
+        table: str | TableRef,
+        *,
+        max_block: float = 60.0,
+        transport: str = "grpc",
+        **config: Any,
     ) -> None:
         self.client = client
         self.config = ProducerConfig(**config)
         self.table = client.table_info(table)
         self.max_block = max_block
-        self._core = ProducerCore(self.table, self.config)
+        self._flight = _flight_of(client, transport)
+        self._core = ProducerCore(self.table, self.config, encode=self._flight is None)
         self._cond = threading.Condition()
         self._closed = False
         self._stop = False
         self._flushing = 0
-        self._requests: queue.SimpleQueue[pb.AppendStreamRequest | None] | None = None
+        self._requests: queue.SimpleQueue[Any] | None = None
         self._call: Any = None
         self._thread = threading.Thread(target=self._run, name="tidegate-producer", daemon=True)
         self._thread.start()
@@ -75,6 +90,11 @@ class Producer:
     @property
     def producer_id(self) -> str | None:
         return self._core.producer_id
+
+    @property
+    def transport(self) -> str:
+        """What the producer appends over: ``grpc`` or ``flight``."""
+        return "grpc" if self._flight is None else "flight"
 
     def __enter__(self) -> Producer:
         return self
@@ -161,6 +181,9 @@ class Producer:
 
     def _open_stream(self) -> None:
         self._close_stream()
+        if self._flight is not None:
+            self._open_put(self._flight)
+            return
         requests: queue.SimpleQueue[pb.AppendStreamRequest | None] = queue.SimpleQueue()
         gen = self._core.stream_opened()
         call = self.client.stub.AppendStream(
@@ -170,6 +193,51 @@ class Producer:
         threading.Thread(
             target=self._read_responses, args=(call, gen), name="tidegate-producer-rx", daemon=True
         ).start()
+
+    def _open_put(self, flight: FlightReads) -> None:
+        """Open a Flight ``DoPut``: a thread writes the batches with their requests as app
+        metadata, another reads the answers (each the ``AppendStreamResponse``)."""
+        requests: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        gen = self._core.stream_opened()
+        try:
+            writer, reader = flight.do_put(
+                self.table.ref, self.table.schema, self.config.compression
+            )
+        except TidegateError as err:
+            # Flight connects when the call opens (gRPC's stream does so lazily): a gateway
+            # away now is the stream failing, retried as any stream failure.
+            self._core.on_stream_error(gen, err).resolve()
+            return
+        self._requests, self._call = requests, _PutCall(writer, requests)
+        threading.Thread(
+            target=_write_put, args=(writer, requests), name="tidegate-producer-tx", daemon=True
+        ).start()
+        threading.Thread(
+            target=self._read_put, args=(reader, writer, gen), name="tidegate-producer-rx",
+            daemon=True,
+        ).start()  # fmt: skip
+
+    def _read_put(self, reader: Any, writer: Any, gen: int) -> None:
+        err: BaseException
+        try:
+            while (answer := reader.read()) is not None:
+                resp = pb.AppendStreamResponse.FromString(answer.to_pybytes())
+                with self._cond:
+                    done = self._core.on_response(gen, resp)
+                    self._cond.notify_all()
+                done.resolve()
+            err = Unavailable("the append stream ended")
+        except fl.FlightError as exc:
+            err = _put_error(exc)
+        except (pa.ArrowException, OSError) as exc:
+            err = Unavailable(f"the Flight append stream failed: {exc}", transport=True)
+        finally:
+            with contextlib.suppress(Exception):
+                writer.close()
+        with self._cond:
+            done = self._core.on_stream_error(gen, err)
+            self._cond.notify_all()
+        done.resolve()
 
     def _read_responses(self, call: Any, gen: int) -> None:
         err: BaseException
@@ -208,8 +276,70 @@ class Producer:
                     self._cond.notify_all()
                 if requests and self._requests is not None:
                     for r in requests:
-                        self._requests.put(r)
+                        if self._flight is not None:  # the batch goes with its request
+                            self._requests.put((r, self._core.pending[r.request_id][1].arrow))
+                        else:
+                            self._requests.put(r)
                     continue
                 wake = self._core.next_wakeup(now)
                 self._core.acc.kick = False
                 self._cond.wait(None if wake is None else max(0.0, wake - now) + 0.0005)
+
+
+def _flight_of(client: Client, transport: str) -> FlightReads | None:
+    """The Flight edge a producer appends over (None: gRPC).
+
+    Raises:
+        InvalidRequest: an unknown ``transport``, or ``flight`` where the gateway offers
+            no Flight appends.
+    """
+    if transport not in ("auto", "grpc", "flight"):
+        raise InvalidRequest(
+            f"unknown producer transport {transport!r}: use 'auto', 'grpc' or 'flight'"
+        )
+    if transport == "grpc":
+        return None
+    flight = client._flight()
+    if flight is not None and flight.appends:
+        return flight
+    if transport == "flight":
+        raise InvalidRequest(
+            "transport='flight': this gateway's Flight edge takes no appends (it has none, "
+            "or predates Flight appends); use transport='grpc' or 'auto'"
+        )
+    return None
+
+
+class _PutCall:
+    """The producer's handle on a DoPut call: cancelling it ends the batches it writes."""
+
+    def __init__(self, writer: Any, requests: queue.SimpleQueue[Any]) -> None:
+        self.writer = writer
+        self.requests = requests
+
+    def cancel(self) -> None:
+        self.requests.put(None)
+
+
+def _write_put(writer: Any, requests: queue.SimpleQueue[Any]) -> None:
+    """Write a DoPut's batches, each with its request as app metadata, until told to end
+    (a failure here ends the call: its reader reports it)."""
+    try:
+        while (item := requests.get()) is not None:
+            request, batch = item
+            request.append.ClearField("table")  # the call's descriptor names the table
+            writer.write_with_metadata(batch, pa.py_buffer(request.SerializeToString()))
+        writer.done_writing()
+    except (fl.FlightError, pa.ArrowException, OSError, TidegateError):
+        with contextlib.suppress(Exception):
+            writer.close()
+
+
+def _put_error(exc: fl.FlightError) -> TidegateError:
+    """What a DoPut's failure means to the producer: the gateway's own error when it sent
+    one, else the call broke below the API (a reset, a gateway gone): retryable, since
+    the producer's batches are idempotent."""
+    err = error_from_flight(exc)
+    if type(err) is TidegateError:
+        return Unavailable(f"the Flight append stream broke: {err.message}", transport=True)
+    return err

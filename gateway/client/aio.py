@@ -284,7 +284,7 @@ class AsyncClient(AsyncCalls):
             return pa.table({})
         return pa.Table.from_batches(batches)
 
-    async def _read_once(
+    async def fetch(
         self,
         ref: TableRef,
         partition: int,
@@ -293,6 +293,9 @@ class AsyncClient(AsyncCalls):
         with_tier: bool = False,
         retry: Retry | None = None,
     ) -> tuple[list[pa.RecordBatch], int]:
+        """One bounded read of a partition, as a consumer's poll makes it: at most
+        ``max_records`` from ``offset``, retried on retryable errors within ``retry`` (else
+        the client's policy); ``(non-empty batches, next offset)``."""
         started = time.monotonic()
         failures = 0
         while True:

@@ -36,20 +36,15 @@ __all__ = [
     "write_data_file",
 ]
 
-#: Short name -> (class, extra that provides its dependencies).
-BACKENDS: dict[str, tuple[str, str]] = {
-    "iceberg": ("gateway.cold.iceberg:IcebergColdStore", "server"),
-}
 
-
-def load_cold_store(settings: Settings, name: str = "iceberg") -> ColdStore | None:
-    """Build the cold store (None when ``settings.cold.enabled`` is false). ``name`` is a
-    short name or a dotted ``module:Class`` path.
+def load_cold_store(settings: Settings) -> ColdStore | None:
+    """Build the cold store named by ``settings.cold.type`` (a short name or a dotted
+    ``module:Class`` path); None when ``settings.cold.enabled`` is false.
 
     Raises:
         BackendError: an unknown name, a missing extra, or a class that is not a ColdStore.
     """
     if not settings.cold.enabled:
         return None
-    cls: type[ColdStore] = load_class("cold tier", name, BACKENDS, ColdStore)
+    cls: type[ColdStore] = load_class("cold tier", settings.cold.type, ColdStore)
     return cls.from_settings(settings)

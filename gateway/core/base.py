@@ -19,7 +19,7 @@ from gateway.core.budget import ReadBudget
 from gateway.core.views import TableView
 from gateway.hot import HotLog, PartitionId
 from gateway.meta import TABLE_VIEW_TTL_S, MetadataStore
-from gateway.wire.errors import InvalidPartition
+from gateway.wire.errors import InvalidPartition, InvalidRequest, TableNotFound
 from gateway.wire.filters import FilterLimits
 from gateway.wire.schema import parse_fields
 
@@ -271,6 +271,34 @@ class CoreBase:
         view = await self._run(load)
         self._tables[key] = (now + _TABLE_CACHE_TTL_S, view)
         return view
+
+    async def _unless_dropped(self, table: TableView, exc: Exception) -> Exception:
+        """What to raise for ``exc``, which a read or scan of ``table`` met: the table's
+        ``TableNotFound`` when it was dropped while the call ran (its Iceberg table, files
+        and hot logs are going, and any of them may fail first), else ``exc`` itself.
+        Bad input is never a drop; anything else asks the metadata store once."""
+        if isinstance(exc, InvalidRequest):
+            return exc
+        d = table.definition
+        key = (d.tenant, d.namespace, d.name)
+
+        def same() -> bool:
+            try:
+                return self.meta.get_table(*key).table_id == d.table_id
+            except TableNotFound:
+                return False
+
+        try:
+            if await self._run(same):
+                return exc
+        except Exception:  # the metadata store cannot say: the error as it was
+            return exc
+        self._tables.pop(key, None)
+        return TableNotFound(
+            f"table {d.namespace}.{d.name} was dropped while this call read it",
+            namespace=d.namespace,
+            table=d.name,
+        )
 
     def _part(self, table: TableView, partition: int) -> PartitionId:
         d = table.definition

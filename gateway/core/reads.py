@@ -11,11 +11,11 @@ from typing import Protocol
 import pyarrow as pa
 
 from gateway.core.base import CoreBase
-from gateway.core.views import ReadResult, TableView, fit_bytes, hot_pieces, slice_batches
+from gateway.core.stitch import PartitionView, check_offset, stitch_cold
+from gateway.core.views import ReadResult, TableView, hot_pieces, slice_batches
 from gateway.hot import PartitionId, StoredBatch
-from gateway.wire.errors import InvalidRequest, OffsetOutOfRange
+from gateway.wire.errors import InvalidRequest
 from gateway.wire.evolution import StaleSchema, read_as
-from gateway.wire.schema import OFFSET_COLUMN
 from gateway.wire.stored import HotPiece, schema_message
 
 __all__ = ["FollowHold", "ReadOps"]
@@ -67,11 +67,14 @@ class ReadOps(CoreBase):
         part = self._part(table, partition)
         records, nbytes = self._limits(max_records, max_bytes)
         try:
-            return await self._read(table, part, offset, records, nbytes, raw_hot)
-        except StaleSchema:
-            # Rows appended under a schema changed through another gateway: look again.
-            table = await self.table(tenant, namespace, name, fresh=True)
-            return await self._read(table, part, offset, records, nbytes, raw_hot)
+            try:
+                return await self._read(table, part, offset, records, nbytes, raw_hot)
+            except StaleSchema:
+                # Rows appended under a schema changed through another gateway: look again.
+                table = await self.table(tenant, namespace, name, fresh=True)
+                return await self._read(table, part, offset, records, nbytes, raw_hot)
+        except Exception as exc:
+            raise await self._unless_dropped(table, exc) from None
 
     async def _read(
         self,
@@ -109,65 +112,29 @@ class ReadOps(CoreBase):
                 # Trimmed above the reused snapshot's watermark: look at the newest one.
                 snap = self._read_snapshot(table, cold, fresh=True)
                 tiered = snap.watermark(part.partition)
-            earliest = max(recorded, 0 if tiered > 0 else o.low)
-            high = max(o.high, tiered)
-            if (
-                isinstance(offset, bool)
-                or not isinstance(offset, int)
-                or offset < earliest
-                or offset > high
-            ):
-                raise OffsetOutOfRange(
-                    _out_of_range(offset, part.partition, earliest, high),
-                    offset=offset if isinstance(offset, int) else -1,
-                    earliest=earliest,
-                    latest=high,
-                )
-            out: list[pa.RecordBatch] = []
-            remaining, nbytes, next_offset = max_records, 0, offset
-            full = False  # the byte cap is reached: stop here
-            if cold is not None and snap is not None and offset < tiered:
-                stop = min(tiered, offset + max_records)
-                for batch in cold.read_range(snap, part.partition, offset, stop):
-                    first = batch.column(OFFSET_COLUMN)[0].as_py()
-                    if first > next_offset and snap.lost_through(
-                        part.partition, next_offset, first
-                    ):
-                        next_offset = first  # offsets lost with a hot tier's state
-                    if first != next_offset:  # pragma: no cover - a broken snapshot
-                        raise RuntimeError(
-                            f"cold tier gap in partition {part.partition}: expected offset "
-                            f"{next_offset}, found {first}"
-                        )
-                    piece = fit_bytes(batch, max_bytes - nbytes, not out)
-                    if piece.num_rows:
-                        out.append(piece)
-                        remaining -= piece.num_rows
-                        nbytes += piece.nbytes
-                        next_offset += piece.num_rows
-                    if piece.num_rows < batch.num_rows or nbytes >= max_bytes:
-                        full = True
-                        break
-                if not full and snap.lost_through(part.partition, next_offset, stop):
-                    next_offset = stop
-                if next_offset < stop and not full:  # pragma: no cover - a broken snapshot
-                    raise RuntimeError(
-                        f"cold tier is missing offsets {next_offset}..{stop - 1} of "
-                        f"partition {part.partition}"
-                    )
+            view = PartitionView(part.partition, tiered, recorded, o.low, o.high)
+            start = check_offset(offset, view)
+            taken = stitch_cold(
+                view,
+                start,
+                max_records,
+                max_bytes,
+                (lambda lo, hi: cold.read_range(snap, part.partition, lo, hi))
+                if cold is not None and snap is not None
+                else None,
+                lambda lo, hi: snap is not None and snap.lost_through(part.partition, lo, hi),
+            )
+            out, next_offset, nbytes = taken.batches, taken.next_offset, taken.nbytes
             pieces: list[HotPiece] = []
-            if tiered <= next_offset < o.low and not full:
-                # The hot tier was re-seeded above T(p) after it lost its state, and the
-                # lost offsets are not recorded in the cold tier yet: pass over them.
-                next_offset = o.low
-            if remaining > 0 and not full and next_offset < o.high:
-                if early is not None and next_offset == offset and not out:
+            hot_from = taken.hot_from(view)
+            if hot_from is not None:
+                if early is not None and hot_from == start and not out:
                     stored = early  # read from here with these very limits
                 else:
-                    stored = self.hot.read(part, next_offset, remaining, max_bytes - nbytes)
+                    stored = self.hot.read(part, hot_from, taken.remaining, max_bytes - nbytes)
                 if raw_hot:
                     pieces, next_offset = hot_pieces(
-                        stored, next_offset, remaining, max_bytes, nbytes
+                        stored, hot_from, taken.remaining, max_bytes, nbytes
                     )
                     for piece in pieces:
                         self._check_stored_schema(table, piece.payload)
@@ -175,15 +142,20 @@ class ReadOps(CoreBase):
                     hot, next_offset = slice_batches(
                         stored,
                         part.partition,
-                        next_offset,
-                        remaining,
+                        hot_from,
+                        taken.remaining,
                         max_bytes,
                         nbytes,
                         table.schema,
                     )
                     out.extend(hot)
             return ReadResult(
-                out, next_offset, max(high, next_offset), table.stored_schema, tiered, pieces
+                out,
+                next_offset,
+                max(view.latest, next_offset),
+                table.stored_schema,
+                tiered,
+                pieces,
             )
 
         return await self._run(fetch)
@@ -312,18 +284,3 @@ class ReadOps(CoreBase):
         if stored is not None:
             read_as(pa.RecordBatch.from_pylist([], schema=stored), table.schema)
         self._schemas_checked.add(key)
-
-
-def _out_of_range(offset: object, partition: int, earliest: int, high: int) -> str:
-    """Why ``offset`` cannot be read, with what can."""
-    span = (
-        f"partition {partition} holds offsets {earliest} to {high - 1}"
-        if high > earliest
-        else f"partition {partition} holds no records yet"
-    )
-    where = f"{span}; reading at its high watermark {high} returns nothing until more arrive"
-    if isinstance(offset, bool) or not isinstance(offset, int):
-        return f"offset {offset!r} is not an integer offset: {where}"
-    if offset < earliest:
-        return f"offset {offset} is no longer kept (retention): {where}"
-    return f"offset {offset} is past the end: {where}"

@@ -14,7 +14,7 @@ from gateway.core.names import INT64_MAX, parse_as_of
 from gateway.core.views import HotRange, ReadPlan, ScanPart, ScanResult, TableView
 from gateway.hot import PartitionId
 from gateway.wire.codec import decode_batch
-from gateway.wire.errors import InvalidRequest, SnapshotNotFound
+from gateway.wire.errors import InvalidRequest, OffsetOutOfRange, SnapshotNotFound, Unavailable
 from gateway.wire.evolution import read_as
 from gateway.wire.filters import And, Compare, Expr, In, Or, compile_filter, to_arrow
 from gateway.wire.schema import OFFSET_COLUMN, PARTITION_COLUMN, with_system_columns
@@ -130,11 +130,22 @@ class ScanOps(CoreBase):
         s = self.settings.server
         offset = r.from_offset
         while offset < r.to_offset:
-            stored = self.hot.read(
-                part, offset, min(s.max_read_records, r.to_offset - offset), s.max_read_bytes
-            )
-            if not stored:  # pragma: no cover - the range was below HW when pinned
-                raise RuntimeError(f"hot range {r} ended early at {offset}")
+            try:
+                stored = self.hot.read(
+                    part, offset, min(s.max_read_records, r.to_offset - offset), s.max_read_bytes
+                )
+            except OffsetOutOfRange:
+                stored = []
+            if not stored:
+                # Below the high watermark when pinned, gone now: the hot tier lost it
+                # (an emptied Redis) or it was trimmed. A new scan pins a new view.
+                raise Unavailable(
+                    f"partition {r.partition} of {d.namespace}.{d.name} no longer holds "
+                    f"offsets {offset} to {r.to_offset} in the hot tier, which this scan "
+                    "pinned (the hot tier lost or trimmed them meanwhile): scan again",
+                    partition=r.partition,
+                    offset=offset,
+                )
             for sb in stored:
                 rows = with_system_columns(
                     # The scan's schema is sent already: a batch of a schema newer than
@@ -242,7 +253,10 @@ class ScanOps(CoreBase):
             it = rows()
             try:
                 while True:
-                    b = await self._run(next, it, None)
+                    try:
+                        b = await self._run(next, it, None)
+                    except Exception as exc:
+                        raise await self._unless_dropped(table, exc) from None
                     if b is None:
                         return
                     yield b

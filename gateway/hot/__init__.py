@@ -15,7 +15,9 @@ from gateway.hot.base import (
     LogOffsets,
     PartitionId,
     ProducerSequence,
+    ShardedHotLog,
     StoredBatch,
+    sharded,
 )
 from gateway.plugins import load_class
 
@@ -28,15 +30,11 @@ __all__ = [
     "LogOffsets",
     "PartitionId",
     "ProducerSequence",
+    "ShardedHotLog",
     "StoredBatch",
     "load_hot_log",
+    "sharded",
 ]
-
-#: Short name -> (class, extra that provides its dependencies).
-BACKENDS: dict[str, tuple[str, str]] = {
-    "disk": ("gateway.hot.disk:DiskHotLog", "server"),
-    "redis": ("gateway.hot.redis:RedisHotLog", "server"),
-}
 
 
 def load_hot_log(settings: Settings) -> HotLog:
@@ -45,5 +43,5 @@ def load_hot_log(settings: Settings) -> HotLog:
     Raises:
         BackendError: an unknown name, a missing extra, or a class that is not a HotLog.
     """
-    cls: type[HotLog] = load_class("hot tier", settings.hot.type, BACKENDS, HotLog)
+    cls: type[HotLog] = load_class("hot tier", settings.hot.type, HotLog)
     return cls.from_settings(settings)

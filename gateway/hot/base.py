@@ -18,11 +18,13 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from gateway.wire.errors import UnknownProducer
+
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
     from gateway.config import Settings
-    from gateway.hot.placement import PlacementStore
+    from gateway.hot.placement import Chain, PlacementStore
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,12 +46,27 @@ class PartitionId:
 class ProducerSequence:
     """Idempotent-producer identity of one batch for one partition.
 
-    For a given ``(producer_id, partition)`` sequences must grow by exactly one per batch.
-    The first batch seen from a producer may carry any non-negative sequence.
+    For a given ``(producer_id, partition)`` sequences must grow by exactly one per batch
+    from 0. A producer the partition holds no state of may only start at sequence 0: any
+    other is refused with :class:`UnknownProducer` (its earlier batches were never seen,
+    or their state was lost with the hot tier's, so a retry could not be recognised).
     """
 
     producer_id: str
     sequence: int
+
+    def unknown(self, where: str) -> UnknownProducer:
+        """The refusal of this batch by partition ``where``, which holds no state of its
+        producer (and the sequence is above 0)."""
+        pid, seq = self.producer_id, self.sequence
+        return UnknownProducer(
+            f"producer {pid!r} sent sequence {seq} to partition {where}, which holds no state "
+            "of this producer (the hot tier may have lost it): nothing was stored, but whether "
+            "its earlier batches were is unknown; continue under a new producer id from "
+            "sequence 0",
+            producer_id=pid,
+            sequence=seq,
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -136,6 +153,8 @@ class HotLog(ABC):
 
         Raises:
             OutOfOrderSequence: ``producer.sequence`` skips one or more sequences.
+            UnknownProducer: ``producer.sequence`` is above 0 and the partition holds no
+                state of the producer (never seen, or lost with the hot tier's state).
             InvalidIdempotentAppend: the sequence is older than the de-duplication window,
                 or the retried batch's record count differs from the stored one.
             HotStateLost: ``floor`` is given and the backend holds no state for the
@@ -261,31 +280,44 @@ class HotLog(ABC):
         """Let a sharded backend read and change partition placements (see
         :mod:`gateway.hot.placement`); a backend without shards ignores it."""
 
-    def move(self, part: PartitionId, target: str) -> None:
-        """Move the partition's appends to shard ``target`` (see :mod:`gateway.hot.placement`).
-
-        Raises:
-            InvalidRequest: the backend has no shards, or no such shard.
-        """
-        from gateway.wire.errors import InvalidRequest
-
-        raise InvalidRequest(f"the {self.name} hot tier has no shards to move partitions to")
-
     def held_bytes(self, segments: Sequence[tuple[PartitionId, int, str]]) -> list[int]:
         """Payload bytes held by each ``(partition, seq, shard)`` segment. A backend without
         shards has one segment per partition, its whole hot log."""
         return [self.offsets(part).size_bytes for part, _, _ in segments]
 
-    def copy_segment(self, part: PartitionId, seq: int, target: str) -> bool:
-        """Copy sealed segment ``seq`` to shard ``target`` and put the copy in its place in
-        the chain (the forced drain of a failing shard).
+
+class ShardedHotLog(HotLog):
+    """A hot log spread over shards, whose partitions move between them (the operator's
+    ``tidegate shard`` jobs and the rebalancer; see :mod:`gateway.hot.placement`). Only a
+    backend with shards implements it; :func:`sharded` asks for it by name."""
+
+    @abstractmethod
+    def move(self, part: PartitionId, target: str) -> Chain:
+        """Move the partition's appends to shard ``target``: seal its active segment and
+        open a new one there (no copy); returns the new chain.
 
         Raises:
-            InvalidRequest: the backend has no shards.
+            InvalidRequest: no such shard.
         """
+
+    @abstractmethod
+    def copy_segment(self, part: PartitionId, seq: int, target: str) -> bool:
+        """Copy sealed segment ``seq`` to shard ``target`` and put the copy in its place in
+        the chain (the forced drain of a failing shard); False when it is there already."""
+
+    @abstractmethod
+    def finish_move(self, part: PartitionId) -> Chain:
+        """Finish a move that a crash left under way; returns the partition's chain."""
+
+
+def sharded(hot: HotLog) -> ShardedHotLog:
+    """``hot`` as a :class:`ShardedHotLog`.
+
+    Raises:
+        InvalidRequest: the backend has no shards (the disk tier is one node).
+    """
+    if not isinstance(hot, ShardedHotLog):
         from gateway.wire.errors import InvalidRequest
 
-        raise InvalidRequest(f"the {self.name} hot tier has no shards to copy segments to")
-
-    def finish_move(self, part: PartitionId) -> None:  # noqa: B027 - optional hook
-        """Finish a move that a crash left under way (nothing to do without shards)."""
+        raise InvalidRequest(f"the {hot.name} hot tier has no shards to move partitions between")
+    return hot

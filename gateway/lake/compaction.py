@@ -41,12 +41,11 @@ from gateway.cold.base import (
     write_data_file,
 )
 from gateway.lake.components import Components, TieringError
+from gateway.lake.runners import LocalRunner, Runner
+from gateway.lake.tasks import crash_point
 from gateway.lake.tiering import (
-    LocalRunner,
-    Runner,
     RunReport,
     commit_retry,
-    crash_point,
     each_table,
     record_failure,
     with_lake_work,

@@ -14,7 +14,7 @@ if TYPE_CHECKING:
     from gateway.hot import HotLog
     from gateway.meta import MetadataStore
 
-__all__ = ["Components", "TieringError", "load_cold_store"]
+__all__ = ["Components", "TieringError", "require_cold_store"]
 
 
 class TieringError(TidegateError):
@@ -25,8 +25,8 @@ class TieringError(TidegateError):
     reason = "TIERING_FAILED"
 
 
-def load_cold_store(settings: Settings) -> ColdStore:
-    """The cold store of the settings.
+def require_cold_store(settings: Settings) -> ColdStore:
+    """The cold store of the settings, which a lake job cannot do without.
 
     Raises:
         TieringError: the cold tier is disabled (``cold.enabled=false``).
@@ -61,7 +61,7 @@ class Components:
         try:
             hot = load_hot_log(settings)
             hot.bind_placements(meta)
-            cold = load_cold_store(settings)
+            cold = require_cold_store(settings)
         except BaseException:
             if hot is not None:
                 hot.close()

@@ -40,10 +40,10 @@ from typing import TYPE_CHECKING
 
 from gateway.cold.base import SnapshotInfo, fs_path
 from gateway.lake.components import Components
+from gateway.lake.tasks import crash_point
 from gateway.lake.tiering import (
     RunReport,
     commit_retry,
-    crash_point,
     each_table,
     record_failure,
     with_lake_work,

@@ -35,7 +35,6 @@ if TYPE_CHECKING:
     from gateway.meta import Placement
 
 __all__ = [
-    "HEAT_METERS",
     "RECORD_COST",
     "Heat",
     "HeatMeter",
@@ -173,20 +172,13 @@ class LocalHeat(HeatMeter):
         return [partition_heat(c.hot, p, window_s, now_us) for p in placements]
 
 
-#: Short name -> (class, extra that installs its dependencies).
-HEAT_METERS: dict[str, tuple[str, str]] = {
-    "local": ("gateway.lake.rebalance:LocalHeat", "server"),
-    "spark": ("tiering.rebalance:SparkHeat", "spark"),
-}
-
-
 def make_heat_meter(c: Components, name: str, master: str | None = None) -> HeatMeter:
-    """The heat meter ``name`` (a key of :data:`HEAT_METERS` or ``module:Class``).
+    """The heat meter ``name``: built-in (:data:`gateway.plugins.BUILTINS`) or ``module:Class``.
 
     Raises:
         BackendError: an unknown name, a missing extra, or not a :class:`HeatMeter`.
     """
-    cls: type[HeatMeter] = load_class("heat meter", name, HEAT_METERS, HeatMeter)
+    cls: type[HeatMeter] = load_class("heat meter", name, HeatMeter)
     return cls.create(c, master)
 
 

@@ -22,8 +22,8 @@ from typing import TYPE_CHECKING, Any, Literal
 from gateway import metrics
 from gateway.hot import PartitionId
 from gateway.lake.components import Components
-from gateway.lake.runners import make_runner
-from gateway.lake.tiering import Runner, RunReport, tier_all
+from gateway.lake.runners import Runner, make_runner
+from gateway.lake.tiering import RunReport, tier_all
 
 if TYPE_CHECKING:
     from gateway.cold.base import FileStats

@@ -10,7 +10,7 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
-from gateway.hot import PartitionId
+from gateway.hot import PartitionId, sharded
 from gateway.meta.work import Mark
 from gateway.wire.errors import InvalidRequest, TableNotFound
 
@@ -98,7 +98,7 @@ def move_partition(c: Placed, tenant: str, table: str, partition: int, target: s
     part = find_partition(c, tenant, table, partition)
     before = _placement(c, part)
     started = time.monotonic()
-    c.hot.move(part, target)
+    sharded(c.hot).move(part, target)
     # The sealed segment goes once tiering has moved its records: mark the partition.
     now = dt.datetime.now(dt.UTC)
     c.meta.mark_work([Mark(part.table_id, part.partition, "tier", since=now, due_at=now)])
@@ -130,7 +130,7 @@ def recover_moves(c: Placed) -> int:
     """Finish every move that a crash left under way; returns how many."""
     done = 0
     for p in c.meta.placements(moving=True):
-        c.hot.finish_move(PartitionId(p.tenant, p.table_id, p.partition))
+        sharded(c.hot).finish_move(PartitionId(p.tenant, p.table_id, p.partition))
         done += 1
     return done
 
@@ -192,7 +192,7 @@ def copy_sealed(c: Placed, shard: str) -> int:
             )
         part = PartitionId(p.tenant, p.table_id, p.partition)
         for seq, on, _, end in p.segments:
-            if on == shard and end is not None and c.hot.copy_segment(part, seq, p.shard):
+            if on == shard and end is not None and sharded(c.hot).copy_segment(part, seq, p.shard):
                 copied += 1
     return copied
 

@@ -3,13 +3,14 @@
 Usable in-process, with no Spark at all, through the :class:`LocalRunner` (plain threads)::
 
     from gateway.lake.components import Components
-    from gateway.lake.tiering import LocalRunner, tier_table
+    from gateway.lake.runners import LocalRunner
+    from gateway.lake.tiering import tier_table
     with Components.open(settings) as c:
         tier_table(c, table_def, runner=LocalRunner(c))
 
-The Spark runner (``tiering.spark``, chosen by name in :mod:`gateway.lake.runners`) runs the
-very same :func:`write_range` as one Spark task per ``(table, partition)`` range. Either way
-the driver commits once per table.
+The Spark runner (``tiering.spark_runner``, chosen by name in :mod:`gateway.lake.runners`) runs
+the very same :func:`~gateway.lake.tasks.write_range` as one Spark task per ``(table,
+partition)`` range. Either way the driver commits once per table.
 
 Exactly once, per table:
 
@@ -34,47 +35,32 @@ from __future__ import annotations
 import contextlib
 import datetime as dt
 import logging
-import os
-import signal
 import threading
 import time
 import uuid
-from abc import ABC, abstractmethod
 from collections import defaultdict
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, ClassVar, Generic, Protocol, TypeVar
-
-import numpy as np
-import pyarrow as pa
+from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
 
 from gateway.cold.base import (
-    ROW_GROUP_ROWS,
     ColdSnapshot,
     ColdTable,
     DataFile,
-    DataFileWriter,
-    StorageOptions,
 )
-from gateway.hot import HotLog, PartitionId
+from gateway.hot import PartitionId
 from gateway.lake.components import Components, TieringError
-from gateway.wire.codec import iter_rows
-from gateway.wire.errors import CommitConflict, NotFound, SnapshotNotFound
-from gateway.wire.evolution import read_as
+from gateway.lake.runners import LocalRunner, Runner
+from gateway.lake.tasks import RangeTask, crash_point
+from gateway.wire.errors import CommitConflict, NotFound, SnapshotNotFound, TableNotFound
 from gateway.wire.retry import ExponentialBackoff, Retry
-from gateway.wire.schema import TIMESTAMP_TYPE, conform_batch, parse_fields, system_schema
 
 if TYPE_CHECKING:
     from gateway.meta import TableDef
 
 __all__ = [
-    "CRASH_POINT_ENV",
-    "LakeTask",
-    "LocalRunner",
-    "RangeTask",
     "RunReport",
-    "Runner",
     "TableResult",
     "commit_retry",
     "crash_point",
@@ -84,280 +70,14 @@ __all__ = [
     "tier_table",
     "trim_hot",
     "with_lake_work",
-    "write_range",
 ]
 
 log = logging.getLogger("tidegate.tiering")
-
-#: Crash-test hook: the job SIGKILLs its own process at this point (``before_commit``,
-#: ``after_commit``, ``after_cache``). Only for tests of exactly-once; never set it else.
-CRASH_POINT_ENV = "TIDEGATE_TIERING_CRASH_POINT"
 
 #: A table younger than this whose Iceberg table is missing is still being created (the
 #: metadata row is written first, the Iceberg table a moment later, in one request): the
 #: lake jobs skip it quietly. Older, a missing Iceberg table is a failure of the table.
 CREATION_GRACE_S = 60.0
-
-_READ_RECORDS = 50_000
-_READ_BYTES = 16 * 1024 * 1024
-
-
-def crash_point(name: str, env: str = CRASH_POINT_ENV) -> None:
-    """Crash-test hook of the lake jobs: SIGKILL this process when ``env`` names ``name``."""
-    if os.environ.get(env) == name:
-        log.warning("crash point %s: killing this process", name)
-        os.kill(os.getpid(), signal.SIGKILL)
-
-
-class LakeTask(Protocol):
-    """One task of a lake job (a hot range to tier, files to compact): serialisable,
-    shipped to a Spark executor, run there by :meth:`run`, returning the data files it
-    wrote. Nothing a task writes is visible until the driver commits it."""
-
-    @property
-    def tenant(self) -> str: ...
-    @property
-    def table(self) -> str: ...
-    @property
-    def partition(self) -> int: ...
-
-    #: The job's name (``tier``, ``compact``): labels Spark job groups and logs.
-    job: ClassVar[str]
-    #: Whether :meth:`run` reads the hot tier (an executor opens it only then).
-    needs_hot: ClassVar[bool]
-
-    def run(self, hot: HotLog | None) -> list[DataFile]: ...
-
-
-@dataclass(frozen=True, slots=True)
-class RangeTask:
-    """One partition's hot range to write: serialisable, shipped to a Spark executor."""
-
-    job: ClassVar[str] = "tier"
-    needs_hot: ClassVar[bool] = True
-
-    tenant: str
-    table_id: str
-    table: str
-    partition: int
-    start: int
-    end: int
-    #: The user schema as stored in the metadata (JSON fields).
-    fields: tuple[Mapping[str, Any], ...]
-    #: Folder URI for the new files (``ColdTable.data_location``).
-    location: str
-    storage: StorageOptions
-    #: Arrow schema of the data files, with Iceberg field ids (``ColdTable.file_schema``).
-    file_schema: pa.Schema
-    target_file_bytes: int
-    run_id: str
-
-    @property
-    def part(self) -> PartitionId:
-        return PartitionId(self.tenant, self.table_id, self.partition)
-
-    def run(self, hot: HotLog | None) -> list[DataFile]:
-        if hot is None:
-            raise TieringError(f"tiering {self.table} needs the hot tier")
-        return write_range(self, hot)
-
-
-# --------------------------------------------------------------------------------------
-# The task: hot range -> Parquet files
-# --------------------------------------------------------------------------------------
-def _iter_range(
-    hot: HotLog, task: RangeTask, user: pa.Schema
-) -> Iterator[tuple[int, int, pa.RecordBatch]]:
-    """Records ``[start, end)`` of the partition, in offset order, as ``(first offset,
-    timestamp_us, rows)`` with the rows in the user schema ``user``: each record batch of
-    each hot payload as it is decoded (any IPC compression, any number of record batches
-    per payload), sliced at the ends of the range, never copied or concatenated."""
-    part = task.part
-    offset = task.start
-    while offset < task.end:
-        stored = hot.read(part, offset, min(_READ_RECORDS, task.end - offset), _READ_BYTES)
-        read_from = offset
-        if not stored:
-            raise TieringError(
-                f"the hot tier of {task.table} partition {task.partition} ends at {offset}, "
-                f"before the planned {task.end}"
-            )
-        for sb in stored:
-            if offset >= task.end:
-                break
-            if sb.base_offset > offset:
-                raise TieringError(
-                    f"gap in the hot tier of {task.table} partition {task.partition}: "
-                    f"expected offset {offset}, found {sb.base_offset}"
-                )
-            skip = offset - sb.base_offset
-            if skip >= sb.count:
-                continue
-            left = task.end - offset
-            rows = (
-                iter_rows(sb.payload, threads=False)  # all of it: decoded in one go
-                if skip == 0 and sb.count <= left
-                else iter_rows(sb.payload, skip, left, threads=False)
-            )
-            for at, data in rows:
-                first = sb.base_offset + at
-                if first >= task.end:
-                    break
-                if data.num_rows > task.end - first:
-                    data = data.slice(0, task.end - first)
-                if not data.schema.equals(user):
-                    newer = set(data.schema.names) - set(user.names)
-                    if newer:  # pragma: no cover - excluded by the order of _tasks' reads
-                        raise TieringError(
-                            f"{task.table} partition {task.partition} offset "
-                            f"{sb.base_offset} holds columns {sorted(newer)} unknown to this "
-                            "run's schema; the next run moves them"
-                        )
-                    # Written under an older schema (added columns read as null).
-                    data = conform_batch(read_as(data, user), user)
-                yield first, sb.timestamp_us, data
-                offset = first + data.num_rows
-        if offset == read_from:
-            raise TieringError(
-                f"the hot tier of {task.table} partition {task.partition} holds no record "
-                f"at offset {offset}"
-            )
-
-
-@dataclass
-class _Group:
-    """Consecutive hot records on their way to one row group: user columns as decoded,
-    the system columns built for all of them at once by :meth:`rows`."""
-
-    first: int = -1
-    records: int = 0
-    nbytes: int = 0
-    batches: list[pa.RecordBatch] = field(default_factory=list)
-    stamps: list[int] = field(default_factory=list)
-    counts: list[int] = field(default_factory=list)
-
-    def add(self, first: int, timestamp_us: int, rows: pa.RecordBatch) -> None:
-        if self.first < 0:
-            self.first = first
-        elif first != self.first + self.records:  # pragma: no cover - _iter_range is dense
-            raise TieringError(f"offset {first} does not follow {self.first + self.records}")
-        self.batches.append(rows)
-        self.stamps.append(timestamp_us)
-        self.counts.append(rows.num_rows)
-        self.records += rows.num_rows
-        self.nbytes += rows.nbytes
-
-    def rows(self, user: pa.Schema, partition: int) -> pa.Table:
-        """The group in the stored schema (``user`` plus the system columns)."""
-        n = self.records
-        offsets = np.arange(self.first, self.first + n, dtype=np.int64)
-        stamps = np.repeat(np.asarray(self.stamps, dtype=np.int64), self.counts)
-        return pa.Table.from_arrays(
-            [
-                *pa.Table.from_batches(self.batches, user).columns,
-                pa.repeat(pa.scalar(partition, pa.int32()), n),
-                _wrap(pa.int64(), offsets),
-                _wrap(TIMESTAMP_TYPE, stamps),
-            ],
-            schema=system_schema(user),
-        )
-
-
-def _wrap(kind: pa.DataType, values: np.ndarray[Any, Any]) -> pa.Array:
-    """A numpy int64 array as an Arrow array of ``kind`` without nulls, sharing its memory
-    (``pa.array`` would copy nothing either, but imports ``numpy.ma`` on first use: a
-    sixth of a one-shot tiering run's CPU)."""
-    return pa.Array.from_buffers(kind, len(values), [None, pa.py_buffer(values)])
-
-
-def write_range(task: RangeTask, hot: HotLog) -> list[DataFile]:
-    """Write the task's records as Parquet files of about ``target_file_bytes`` of
-    Arrow data each (sorted by offset, one partition per file, in the table's file
-    schema) and return their metadata. Nothing is committed here. The records go from
-    the hot payloads to the Parquet writer a row group at a time, with the system
-    columns built once per row group.
-
-    Raises:
-        TieringError: the hot range has a gap or ends early; or the hot tier's error.
-    """
-    user = parse_fields(list(task.fields), stored=True)
-    filesystem, _ = task.storage.filesystem()
-    files: list[DataFile] = []
-    writer: DataFileWriter | None = None
-    group = _Group()
-
-    def flush(roll: bool) -> None:
-        nonlocal writer, group
-        if group.records:
-            if writer is None:
-                writer = DataFileWriter(
-                    task.storage, task.location, task.file_schema, filesystem=filesystem
-                )
-            writer.write(group.rows(user, task.partition))
-            group = _Group()
-        if writer is not None and (roll or writer.nbytes >= task.target_file_bytes):
-            files.append(writer.close())
-            writer = None
-
-    try:
-        for first, stamp, rows in _iter_range(hot, task, user):
-            group.add(first, stamp, rows)
-            if group.records >= ROW_GROUP_ROWS:
-                flush(False)
-            elif group.nbytes + (writer.nbytes if writer else 0) >= task.target_file_bytes:
-                flush(True)
-        flush(True)
-    finally:
-        if writer is not None:
-            writer.abort()
-    return files
-
-
-# --------------------------------------------------------------------------------------
-# Runners
-# --------------------------------------------------------------------------------------
-class Runner(ABC):
-    """Executes the range tasks of one table and returns the files they wrote; chosen by
-    name (``tiering.runner``) through :func:`gateway.lake.runners.make_runner`."""
-
-    @classmethod
-    @abstractmethod
-    def create(cls, c: Components, master: str | None = None) -> Runner:
-        """Build the runner for the components of a job (``master``: a Spark master, for
-        runners that have one)."""
-
-    @abstractmethod
-    def write(self, tenant: str, tasks: Sequence[LakeTask]) -> list[DataFile]:
-        """Run the tasks (one per partition range, or per run of files to compact) and
-        return every file they wrote.
-
-        Raises:
-            Exception: any task's failure (the table's run fails; other tables go on).
-        """
-
-
-class LocalRunner(Runner):
-    """Runs range tasks on plain threads of this process, with the hot log it already
-    holds: tiering with no Spark at all (the embedded gateway's schedule and the
-    property tests use it)."""
-
-    def __init__(self, components: Components, threads: int = 2) -> None:
-        self.components = components
-        self.threads = max(1, threads)
-
-    @classmethod
-    def create(cls, c: Components, master: str | None = None) -> LocalRunner:
-        return cls(c)
-
-    def write(self, tenant: str, tasks: Sequence[LakeTask]) -> list[DataFile]:
-        if not tasks:
-            return []
-        hot = self.components.hot
-        if len(tasks) == 1 or self.threads == 1:
-            return [f for t in tasks for f in t.run(hot)]
-        with ThreadPoolExecutor(min(self.threads, len(tasks)), f"tg-{tasks[0].job}") as pool:
-            results = list(pool.map(lambda t: t.run(hot), tasks))
-        return [f for r in results for f in r]
 
 
 # --------------------------------------------------------------------------------------
@@ -780,7 +500,8 @@ def each_table(
     one driver thread per tenant (at most ``max_parallel_tenants`` at once), so a Spark
     runner puts each tenant's tasks in its own fair-scheduler pool; a table that fails
     is logged and reported and never stops another table or tenant. A table still being
-    created (:func:`being_created`) is skipped without a word above DEBUG."""
+    created (:func:`being_created`) is skipped without a word above DEBUG, one dropped
+    while its pass ran (:func:`dropped`) with one INFO line, no traceback."""
     defs = list(c.meta.all_tables() if tables is None else tables)
     by_tenant: dict[str, list[TableDef]] = defaultdict(list)
     for d in defs:
@@ -796,6 +517,12 @@ def each_table(
             except Exception as exc:
                 if isinstance(exc, SnapshotNotFound) and being_created(d, exc):
                     log.debug("%s %s/%s: not created yet; skipped", job, d.tenant, d.qualified_name)
+                    continue
+                if dropped(c, d):
+                    log.info(
+                        "%s %s/%s: the table was dropped while the pass ran; skipped (%s)",
+                        job, d.tenant, d.qualified_name, type(exc).__name__,
+                    )  # fmt: skip
                     continue
                 log.exception("%s %s/%s failed", job, d.tenant, d.qualified_name)
                 if on_failure is not None:
@@ -817,6 +544,19 @@ def each_table(
         with ThreadPoolExecutor(workers, "tg-tenant") as pool:
             list(pool.map(one_tenant, by_tenant.values()))
     return report
+
+
+def dropped(c: Components, d: TableDef) -> bool:
+    """Whether ``d`` is no longer its name's table (dropped, and maybe created again under
+    a new id): the failure of a lake job on it is the race of a drop with the pass, and
+    the drop has removed or will remove everything the job would have touched."""
+    try:
+        now = c.meta.get_table(d.tenant, d.namespace, d.name)
+    except TableNotFound:
+        return True
+    except Exception:  # the metadata store is down: not a drop that can be shown
+        return False
+    return now.table_id != d.table_id
 
 
 def being_created(d: TableDef, exc: SnapshotNotFound, now: float | None = None) -> bool:

@@ -310,6 +310,7 @@ async def serve(settings: Settings) -> None:
     from gateway.server.http import create_app
     from gateway.server.http.connections import guarded_protocol
     from gateway.server.http.health import metrics_app
+    from gateway.server.http.refusals import AppendRefusals
 
     _QuietServer = _quiet_server_class()
     max_connections = connection_cap(settings)
@@ -381,7 +382,7 @@ async def serve(settings: Settings) -> None:
                 ready=lambda: ready.is_set() and not stopping.is_set(),
                 tenancy=tenancy,
             )
-            await start_http(app, settings.server.http_port, "HTTP")
+            await start_http(AppendRefusals(app, tenancy), settings.server.http_port, "HTTP")
         if settings.server.metrics_port:
             await start_http(metrics_app(settings.server), settings.server.metrics_port, "metrics")
         _freeze_startup_objects()  # before the tiering thread starts allocating

@@ -28,6 +28,7 @@ from gateway import metrics
 from gateway.core import ClientStream, ReadPlan, ReadResult, ScanResult, StreamTables, TableView
 from gateway.core.budget import READ_COPIES, ReadBudget
 from gateway.tenancy import Gate, Tenancy
+from gateway.wire._proto.tidegate.v1 import tidegate_pb2 as pb
 from gateway.wire.codec import check_request, decode_valid
 from gateway.wire.errors import (
     RequestTooLarge,
@@ -43,6 +44,7 @@ __all__ = [
     "RESOURCE_ERRNOS",
     "AppendBody",
     "DataCalls",
+    "append_response",
     "resource_error",
     "wire_error",
 ]
@@ -74,6 +76,21 @@ class AppendBody:
     producer_id: str | None = None
     sequence: int | None = None
     stream: ClientStream | None = None
+
+
+def append_response(ranges: Sequence[AppendRange]) -> pb.AppendResponse:
+    """The ranges an append stored, as the gRPC and Flight edges answer them."""
+    return pb.AppendResponse(
+        ranges=[
+            pb.AppendRange(
+                partition=r.partition,
+                base_offset=r.base_offset,
+                count=r.count,
+                duplicate=r.duplicate,
+            )
+            for r in ranges
+        ]
+    )
 
 
 class _FollowHold:
@@ -279,6 +296,38 @@ class DataCalls:
         return await self.append(
             tenant, namespace, name, nbytes, decode, charge_bytes=info.decoded_bytes
         )
+
+    async def append_batches(
+        self,
+        tenant: str,
+        namespace: str,
+        name: str,
+        batches: Sequence[pa.RecordBatch],
+        *,
+        partition: int | None = None,
+        producer_id: str | None = None,
+        sequence: int | None = None,
+    ) -> list[AppendRange]:
+        """Append record batches an edge decoded and validated already (Flight's
+        ``DoPut``: Arrow's C++ read them off the wire, :func:`validate_batches` checked them
+        on the edge's thread), charged and metered by their Arrow size.
+
+        Raises:
+            RequestTooLarge: over ``server.max_request_bytes``.
+            Whatever :meth:`append` raises.
+        """
+        nbytes = sum(b.nbytes for b in batches)
+        limit = self.service.settings.server.max_request_bytes
+        if nbytes > limit:
+            raise RequestTooLarge(
+                f"the append carries {nbytes} bytes of Arrow data; the limit is {limit}",
+                limit=limit,
+            )
+
+        async def decoded() -> AppendBody:
+            return AppendBody(batches, partition, producer_id, sequence, None)
+
+        return await self.append(tenant, namespace, name, nbytes, decoded)
 
     # Reads -----------------------------------------------------------------------------
     async def _answer(

@@ -1,4 +1,5 @@
-"""The Arrow Flight edge: bulk reads (scans and stream reads) as Flight ``DoGet`` streams.
+"""The Arrow Flight edge: bulk reads (scans and stream reads) as Flight ``DoGet`` streams,
+bulk appends as ``DoPut`` streams.
 
 Bulk data then moves through Arrow's C++ transport: the batches a read produces are sent
 as they are, with no protobuf wrapping and no Python-side IPC encoding. Tenancy is the
@@ -19,6 +20,15 @@ Tickets are JSON (documented with ``GatewayInfo`` in ``proto/tidegate/v1/tidegat
 ``GetFlightInfo`` takes the same JSON as a command, or a path ``[namespace, name]`` (a
 whole-table scan), and answers one endpoint whose ticket is that command: what generic
 Flight clients (ADBC, DuckDB's and pandas' Flight readers) expect.
+
+``DoPut`` appends to the table its descriptor names (a path ``[namespace, name]``, or the
+command ``{"append": {"namespace": ..., "name": ...}}``). Each record batch written is one
+append request, answered in order by one ``PutResult``: the batch's app metadata is an
+``AppendStreamRequest`` (its ``request_id``, and in ``append`` the ``partition``,
+``producer_id`` and ``sequence``; ``table`` and ``arrow_ipc`` unset) and the result's is the
+``AppendStreamResponse``, exactly as on gRPC's ``AppendStream``; a batch without metadata
+is routed by key with no idempotence. Arrow's C++ reads and decompresses the batches and
+they are validated on the call's own thread: the event loop sees only decoded batches.
 """
 
 from __future__ import annotations
@@ -36,8 +46,10 @@ import pyarrow.flight as fl
 from gateway import metrics
 from gateway.config import Settings
 from gateway.core import ReadResult
-from gateway.server.calls import DataCalls, pieces, wire_error
+from gateway.server.calls import DataCalls, append_response, pieces, wire_error
 from gateway.tenancy import Gate
+from gateway.wire._proto.tidegate.v1 import tidegate_pb2 as pb
+from gateway.wire.codec import validate_batches
 from gateway.wire.errors import (
     InvalidRequest,
     PermissionDenied,
@@ -46,7 +58,7 @@ from gateway.wire.errors import (
     Unauthenticated,
     Unimplemented,
 )
-from gateway.wire.status import error_metadata
+from gateway.wire.status import error_metadata, error_to_pb
 
 __all__ = ["FlightEdge", "flight_error"]
 
@@ -246,7 +258,8 @@ class _Server(fl.FlightServerBase):  # type: ignore[misc]
         raise _unimplemented("ListFlights")
 
     def do_put(self, context: Any, descriptor: Any, reader: Any, writer: Any) -> None:
-        raise _unimplemented("DoPut", "append over gRPC (Append) or HTTP (POST .../records)")
+        caller = context.get_middleware("tidegate")
+        self.edge.guard(self.edge.do_put, caller, descriptor, reader, writer)
 
     def do_exchange(self, context: Any, descriptor: Any, reader: Any, writer: Any) -> None:
         raise _unimplemented("DoExchange")
@@ -261,8 +274,9 @@ class _Server(fl.FlightServerBase):  # type: ignore[misc]
 def _unimplemented(method: str, instead: str = "") -> fl.FlightError:
     return flight_error(
         Unimplemented(
-            f"Tidegate's Flight edge does not serve {method}; it serves GetFlightInfo and "
-            f"DoGet (scans and stream reads){'; ' + instead if instead else ''}"
+            f"Tidegate's Flight edge does not serve {method}; it serves GetFlightInfo, "
+            f"DoGet (scans and stream reads) and DoPut (appends)"
+            f"{'; ' + instead if instead else ''}"
         )
     )
 
@@ -295,6 +309,16 @@ class FlightEdge:
             raise
         except Exception as exc:
             raise flight_error(wire_error(exc, "a Flight call")) from None
+
+    def _on_loop_raw(self, coro: Any) -> Any:
+        """Run ``coro`` on the gateway's loop and wait for its result here; its error comes
+        back as a :class:`TidegateError` (an unexpected one as the error it maps to)."""
+        try:
+            return asyncio.run_coroutine_threadsafe(coro, self.loop).result()
+        except TidegateError:
+            raise
+        except Exception as exc:
+            raise wire_error(exc, "a Flight call") from None
 
     def guard(self, fn: Any, *args: Any) -> Any:
         try:
@@ -346,6 +370,66 @@ class FlightEdge:
         endpoint = fl.FlightEndpoint(fl.Ticket(command), [])
         # The schema comes with the stream; an empty one here spares a second table load.
         return fl.FlightInfo(pa.schema([]), descriptor, [endpoint], -1, -1)
+
+    def do_put(
+        self, caller: _Caller, descriptor: fl.FlightDescriptor, reader: Any, writer: Any
+    ) -> None:
+        """Appends of a ``DoPut``: each batch one request, answered in order (see the
+        module's docstring). The call holds one of the tenant's append-stream slots and
+        each batch is a request of its own, as on gRPC's ``AppendStream``; a refused
+        batch is answered in place and the call goes on, a revoked key ends it."""
+        namespace, name = parse_put(descriptor)
+        slot = self.gate.admit(caller.tenant, stream=True)
+        self.on_loop(slot.__aenter__())
+        try:
+            for number, chunk in enumerate(_chunks(reader)):
+                writer.write(pa.py_buffer(self._put_one(caller, namespace, name, number, chunk)))
+        finally:
+            self.on_loop(slot.__aexit__(None, None, None))
+
+    def _put_one(
+        self, caller: _Caller, namespace: str, name: str, number: int, chunk: Any
+    ) -> bytes:
+        """The answer (an ``AppendStreamResponse``) to batch ``number`` of a ``DoPut``."""
+        request = pb.AppendStreamRequest()
+        try:
+            if chunk.app_metadata is not None and chunk.app_metadata.size:
+                try:
+                    request.ParseFromString(chunk.app_metadata.to_pybytes())
+                except Exception:
+                    raise InvalidRequest(
+                        f"the app metadata of DoPut batch {number} is not an "
+                        "AppendStreamRequest (tidegate.v1)"
+                    ) from None
+            if chunk.data is None:
+                raise InvalidRequest(f"DoPut message {number} carries no record batch")
+            validate_batches([chunk.data], number)
+            append = request.append
+            ranges = self._on_loop_raw(self._append(caller, namespace, name, chunk.data, append))
+            response = pb.AppendStreamResponse(
+                request_id=request.request_id, ok=append_response(ranges)
+            )
+        except (Unauthenticated, PermissionDenied):
+            raise  # a revoked key or a suspended tenant ends the call
+        except TidegateError as err:
+            response = pb.AppendStreamResponse(
+                request_id=request.request_id, error=error_to_pb(err)
+            )
+        return response.SerializeToString()
+
+    async def _append(
+        self, caller: _Caller, namespace: str, name: str, batch: pa.RecordBatch, append: Any
+    ) -> Any:
+        async with self.calls.stream_message(caller.tenant, caller.authorization):
+            return await self.calls.append_batches(
+                caller.tenant,
+                namespace,
+                name,
+                [batch],
+                partition=append.partition if append.HasField("partition") else None,
+                producer_id=append.producer_id or None,
+                sequence=append.sequence if append.HasField("sequence") else None,
+            )
 
     def do_get(self, caller: _Caller, raw: bytes) -> fl.FlightDataStream:
         command = parse_command(raw)
@@ -453,6 +537,41 @@ class FlightEdge:
                     yield _Last(chunk)
                     return
                 yield chunk
+
+
+def parse_put(descriptor: fl.FlightDescriptor) -> tuple[str, str]:
+    """The ``(namespace, name)`` a ``DoPut`` appends to: a path ``[namespace, name]`` or the
+    command ``{"append": {"namespace": ..., "name": ...}}``.
+
+    Raises:
+        InvalidRequest: neither.
+    """
+    if descriptor.descriptor_type == fl.DescriptorType.PATH:
+        path = [p.decode() if isinstance(p, bytes) else str(p) for p in descriptor.path]
+        if len(path) == 2:
+            return path[0], path[1]
+        raise InvalidRequest(f"a DoPut path names a table as [namespace, name], not {path}")
+    raw = bytes(descriptor.command)
+    wanted = 'a DoPut command is {"append": {"namespace": ..., "name": ...}}'
+    if len(raw) > MAX_TICKET_BYTES:
+        raise InvalidRequest(f"the DoPut command is over {MAX_TICKET_BYTES} bytes")
+    try:
+        doc = json.loads(raw)
+    except (UnicodeDecodeError, ValueError):
+        raise InvalidRequest(f"the DoPut command is not JSON; {wanted}") from None
+    body = doc.get("append") if isinstance(doc, dict) and len(doc) == 1 else None
+    if not isinstance(body, dict) or set(body) - {"namespace", "name"}:
+        raise InvalidRequest(wanted)
+    return _field(body, "namespace", (str,), True), _field(body, "name", (str,), True)
+
+
+def _chunks(reader: Any) -> Iterator[Any]:
+    """The messages of a ``DoPut`` (Arrow's C++ reads and decompresses them)."""
+    while True:
+        try:
+            yield reader.read_chunk()
+        except StopIteration:
+            return
 
 
 @dataclass(frozen=True, slots=True)

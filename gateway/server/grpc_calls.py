@@ -37,7 +37,7 @@ from gateway.server.calls import wire_error
 from gateway.tenancy import Gate, Tenancy
 from gateway.wire._proto.tidegate.v1 import admin_pb2
 from gateway.wire._proto.tidegate.v1 import tidegate_pb2 as pb
-from gateway.wire.errors import PermissionDenied, TidegateError
+from gateway.wire.errors import PermissionDenied, Throttled, TidegateError
 from gateway.wire.status import STATUS_DETAILS_KEY, error_to_status
 
 __all__ = ["ADMIN_SERVICE_NAME", "SERVICE_NAME", "CallInterceptor", "Caller", "current_call"]
@@ -99,21 +99,28 @@ def _code_of(context: Any) -> str:
     return code.name if isinstance(code, grpc.StatusCode) else "UNKNOWN"
 
 
+#: Longest a refusal is answered again, as it was, to the same credential's calls of a
+#: method (never past the retry hint it carries).
+REFUSAL_REUSE_S = 0.25
+_REFUSALS_KEPT = 10_000
+
+
 class CallInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
     def __init__(self, gate: Gate) -> None:
         self.gate = gate
+        #: (credential, method) -> (until, tenant, the refusing handler): a tenant far over
+        #: its quota is answered, until then, by a lookup instead of authentication,
+        #: quota checks, an exception and a new status for each call.
+        self._refusals: dict[tuple[str | None, str], tuple[float, str, Any]] = {}
 
-    async def _enter(self, authorization: str | None, admin: bool, name: str) -> Caller | None:
-        """The caller of a call, from its metadata alone, or what refuses it."""
+    async def _enter(self, authorization: str | None, admin: bool) -> Caller | None:
+        """The caller of a call, from its metadata alone (None for the operator)."""
         if admin:
             if not isinstance(self.gate, Tenancy):  # pragma: no cover - not registered then
                 raise PermissionDenied("this gateway has no admin API")
             await self.gate.operator(authorization)
             return None
-        caller = Caller(await self.gate.tenant_of(authorization), authorization)
-        if name not in _LATE:
-            self.gate.refuse_early(caller.tenant, **_EARLY.get(name, {}))
-        return caller
+        return Caller(await self.gate.tenant_of(authorization), authorization)
 
     def _slot(
         self, caller: Caller | None, *, follow: bool = False, stream: bool = False
@@ -135,10 +142,34 @@ class CallInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
             return handler
 
         started = time.perf_counter()
+        authorization = _authorization(details.invocation_metadata)
+        known = self._refusals.get((authorization, method))
+        if known is not None:
+            if known[0] > started:
+                self.gate.count_refused(known[1])
+                return known[2]
+            del self._refusals[(authorization, method)]
+        caller: Caller | None = None
         try:
-            caller = await self._enter(_authorization(details.invocation_metadata), admin, name)
+            caller = await self._enter(authorization, admin)
+            if caller is not None and name not in _LATE:
+                self.gate.refuse_early(caller.tenant, **_EARLY.get(name, {}))
         except Exception as exc:
-            return _refusal(handler, wire_error(exc, method), name, started)
+            err = wire_error(exc, method)
+            refusal = _refusal(handler, err, name, started)
+            if (
+                caller is not None
+                and isinstance(err, Throttled)
+                and err.retry_after_ms
+                and err.details.get("quota") == "append_bytes_per_s"
+            ):
+                # The same credential's next calls of the method, until the hint is due
+                # (at most REFUSAL_REUSE_S): the same answer, reused.
+                until = started + min(err.retry_after_ms / 1000, REFUSAL_REUSE_S)
+                if len(self._refusals) >= _REFUSALS_KEPT:
+                    self._refusals.clear()
+                self._refusals[(authorization, method)] = (until, caller.tenant, refusal)
+            return refusal
 
         if handler.unary_unary:
             inner_uu = handler.unary_unary
@@ -206,14 +237,21 @@ def _refusal(
 
     trailers = ((STATUS_DETAILS_KEY, error_to_status(err).SerializeToString()),)
 
+    code = err.grpc_code.name
+    first = True
+
     async def refuse(requests: Any, context: Any) -> None:
         # The status set and no answer returned: cheaper than an abort (no exception
         # through grpc's handler machinery), which counts when a tenant far over its
-        # quota makes hundreds of calls a second.
+        # quota makes hundreds of calls a second. A reused refusal is timed from here:
+        # what else it costs is grpc's.
+        nonlocal first
+        begun = started if first else time.perf_counter()
+        first = False
         context.set_trailing_metadata(trailers)
         context.set_code(err.grpc_code)
         context.set_details(err.message)
-        metrics.observe_grpc_request(name, err.grpc_code.name, time.perf_counter() - started)
+        metrics.observe_grpc_request(name, code, time.perf_counter() - begun)
 
     if handler.response_streaming:
 

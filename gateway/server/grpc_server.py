@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncIterator
 from datetime import datetime
 from typing import Any
 
@@ -21,7 +21,7 @@ from grpc_reflection.v1alpha import reflection
 
 from gateway.config import Settings
 from gateway.core import GroupView, MaintenanceView, ReadResult, StreamTables, TableView
-from gateway.server.calls import DataCalls, pieces, wire_error
+from gateway.server.calls import DataCalls, append_response, pieces, wire_error
 from gateway.server.grpc_calls import (
     ADMIN_SERVICE_NAME,
     SERVICE_NAME,
@@ -34,7 +34,6 @@ from gateway.wire._proto.tidegate.v1 import tidegate_pb2_grpc as pb_grpc
 from gateway.wire.codec import encode_stream
 from gateway.wire.errors import PermissionDenied, Unauthenticated
 from gateway.wire.status import error_to_pb
-from gateway.wire.types import AppendRange
 
 __all__ = ["GrpcEdge", "TidegateServicer"]
 
@@ -118,20 +117,6 @@ def _maintenance(m: MaintenanceView | None) -> pb.TableMaintenance | None:
 def _optional(message: Any, name: str) -> int | None:
     """An ``optional`` integer field: None when unset."""
     return int(getattr(message, name)) if message.HasField(name) else None
-
-
-def _ranges(ranges: Iterable[AppendRange]) -> pb.AppendResponse:
-    return pb.AppendResponse(
-        ranges=[
-            pb.AppendRange(
-                partition=r.partition,
-                base_offset=r.base_offset,
-                count=r.count,
-                duplicate=r.duplicate,
-            )
-            for r in ranges
-        ]
-    )
 
 
 def _read_messages(result: ReadResult) -> tuple[list[pb.ReadResponse], int]:
@@ -336,7 +321,7 @@ class TidegateServicer(pb_grpc.TidegateServicer):  # type: ignore[misc]
             producer_id=request.producer_id or None,
             sequence=request.sequence if request.HasField("sequence") else None,
         )
-        return _ranges(ranges)
+        return append_response(ranges)
 
     async def Append(self, request: pb.AppendRequest, context: Any) -> pb.AppendResponse:
         return await self._append(request)
@@ -522,7 +507,11 @@ class TidegateServicer(pb_grpc.TidegateServicer):  # type: ignore[misc]
         self, request: pb.GetGatewayInfoRequest, context: Any
     ) -> pb.GatewayInfo:
         s = self.settings.server
-        return pb.GatewayInfo(flight_port=s.flight_port, flight_location=s.flight_advertise)
+        return pb.GatewayInfo(
+            flight_port=s.flight_port,
+            flight_location=s.flight_advertise,
+            flight_appends=s.flight_port != 0,
+        )
 
     async def PlanRead(self, request: pb.PlanReadRequest, context: Any) -> pb.PlanReadResponse:
         plan = await self.calls.plan(

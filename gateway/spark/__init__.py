@@ -6,7 +6,8 @@ Two implementations answer to one behaviour suite (``tests/spark``):
 - the **JVM connector** (``gateway/spark/jvm``, a DataSource V2 connector shipped as a jar in
   this package, :func:`jar_path`): columnar batch reads with column, filter, limit and
   aggregate pushdown, data files read by Spark's own vectorized Parquet reader and hot
-  ranges as Arrow, and streaming reads of its own; its writes run the Python source below;
+  ranges as Arrow, streaming reads of its own, and batch and streaming writes through the
+  idempotent producer;
 - the **Python source** (PySpark's Python Data Source API), where jars cannot be added
   (Spark Connect, a cluster that forbids them).
 
@@ -55,6 +56,7 @@ __all__ = [
     "TidegateDataSource",
     "has_jvm_connector",
     "jar_path",
+    "redact_api_key",
     "register",
 ]
 
@@ -91,14 +93,40 @@ def has_jvm_connector(spark: Any) -> bool:
     return True
 
 
+#: The session setting of the options whose values Spark never prints (by name or value).
+REDACTED_OPTIONS = "spark.sql.redaction.options.regex"
+#: The option names of ours among them.
+API_KEY_PATTERN = "(?i)^api_key$"
+
+
+def redact_api_key(spark: Any) -> None:
+    """Add ``api_key`` to the options ``spark`` redacts when it prints a plan.
+
+    Spark prints a write's options with its plan (an extended explain, the SQL tab of its
+    UI with ``spark.sql.ui.explainMode=extended``, errors that quote a plan), hiding only
+    those whose name or value matches ``spark.redaction.regex`` (secret, password, token,
+    access key) or this session's ``spark.sql.redaction.options.regex`` (url by default);
+    ``api_key`` matches neither. The JVM connector does the same when a session first uses
+    it (``Secrets.java``).
+    """
+    current = spark.conf.get(REDACTED_OPTIONS, "(?i)url") or ""
+    if API_KEY_PATTERN not in current:
+        spark.conf.set(
+            REDACTED_OPTIONS, f"(?:{current})|{API_KEY_PATTERN}" if current else API_KEY_PATTERN
+        )
+
+
 def register(spark: Any, *, filter_pushdown: bool = True) -> None:
     """Make ``format("tidegate")`` work on ``spark``.
 
-    With the jar on the session, ``tidegate`` is the JVM connector already (batch and
-    streaming reads need nothing more), and its writes run the Python source, registered here as
-    ``tidegate_python``. Without it (Spark Connect, a cluster that forbids jars), the Python
-    source is registered as ``tidegate`` too. ``format("tidegate_python")`` picks the
-    Python source either way.
+    With the jar on the session, ``tidegate`` is the JVM connector already (its reads and
+    writes, batch and streaming, need nothing more), and the Python source is registered
+    here as ``tidegate_python``. Without it (Spark Connect, a cluster that forbids jars),
+    the Python source is registered as ``tidegate`` too. ``format("tidegate_python")``
+    picks the Python source either way.
+
+    It also keeps the ``api_key`` option out of the plans Spark prints
+    (:func:`redact_api_key`).
 
     ``filter_pushdown`` sets ``spark.sql.python.filterPushdown.enabled``, which the Python
     source needs to prune files. PySpark 4.3 reuses a DataFrame's first pushed-down plan
@@ -106,6 +134,7 @@ def register(spark: Any, *, filter_pushdown: bool = True) -> None:
     load one DataFrame per query, or pass ``False`` to leave all filtering to Spark.
     """
     spark.conf.set("spark.sql.python.filterPushdown.enabled", str(filter_pushdown).lower())
+    redact_api_key(spark)
     spark.dataSource.register(TidegatePythonSource)
     if not has_jvm_connector(spark):
         spark.dataSource.register(TidegateDataSource)

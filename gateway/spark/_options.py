@@ -126,9 +126,10 @@ class Connection:
             raise described(err, f"table {self.table} at {self.endpoint}") from None
 
 
-def described(err: TidegateError, what: str) -> TidegateError:
-    """``err`` (same class, same details) with a message that says what was being done."""
-    message = f"tidegate: {what}: {err.message}"
+def described(err: TidegateError, what: str, more: str = "") -> TidegateError:
+    """``err`` (same class, same details) with a message that says what was being done
+    (and ``more`` after the error's own words)."""
+    message = f"tidegate: {what}: {err.message}{more}"
     try:
         return type(err)(message, **err.details)
     except TypeError:  # a class whose details are not all keyword arguments

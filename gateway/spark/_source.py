@@ -19,43 +19,14 @@ from pyspark.sql.pandas.types import from_arrow_schema
 from pyspark.sql.types import StructType
 
 from gateway.client import TableInfo
-from gateway.spark._options import Options, SparkOptionError
+from gateway.spark._options import Options
 from gateway.spark._plan import fetch_plan
 from gateway.spark._pushdown import bounds_of, translate
-from gateway.spark._splits import ReadSpec, plan_splits, read_split
+from gateway.spark._splits import ReadSpec, plan_splits, read_spec, read_split
 from gateway.wire.errors import SchemaMismatch
-from gateway.wire.filters import And, Expr, In
-from gateway.wire.schema import PARTITION_COLUMN, system_schema
+from gateway.wire.filters import And
 
 __all__ = ["TidegateDataSource", "TidegatePythonSource", "TidegateReader"]
-
-
-def read_spec(
-    options: Options, schema: StructType | None = None, info: TableInfo | None = None
-) -> tuple[ReadSpec, int]:
-    """The read's connection, stored schema, columns and partition subset (as a filter),
-    with the table's partition count; every option checked on the driver. ``info``: the
-    table as described already (else it is described now)."""
-    connection = options.connection()
-    if info is None:
-        info = connection.table_info()
-    stored = system_schema(info.schema)
-    if schema is not None and options.get("columns") is None:
-        wanted = [f.name for f in schema.fields]
-        unknown = [c for c in wanted if c not in stored.names]
-        if unknown:
-            raise SparkOptionError(
-                f"tidegate: the schema given names unknown column(s) {unknown}; "
-                f"{connection.table} has {stored.names}"
-            )
-        columns = wanted
-    else:
-        columns = options.columns(stored.names)
-    subset = options.partitions(info.partitions)
-    row_filter: Expr | None = None
-    if subset is not None:
-        row_filter = In(PARTITION_COLUMN, tuple(subset))
-    return ReadSpec(connection, stored, tuple(columns), row_filter), info.partitions
 
 
 def spark_schema(schema: pa.Schema) -> StructType:
@@ -164,9 +135,8 @@ class TidegateDataSource(DataSource):
 
 
 class TidegatePythonSource(TidegateDataSource):
-    """The Python source under its own name, ``tidegate_python``: what the JVM connector
-    runs for writes, and a way to pick this implementation when the
-    jar is on the session."""
+    """The Python source under its own name, ``tidegate_python``: a way to pick this
+    implementation when the jar is on the session."""
 
     @classmethod
     def name(cls) -> str:

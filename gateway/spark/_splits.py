@@ -16,14 +16,24 @@ import pyarrow.compute as pc
 import pyarrow.dataset as ds
 import pyarrow.fs as pafs
 from pyspark.sql.datasource import InputPartition
+from pyspark.sql.types import StructType
 
+from gateway.client import TableInfo
 from gateway.client._consuming import Outage
-from gateway.spark._options import Connection
+from gateway.spark._options import Connection, Options, SparkOptionError
 from gateway.wire.errors import TidegateError
-from gateway.wire.filters import Expr, bind, to_arrow
-from gateway.wire.schema import OFFSET_COLUMN
+from gateway.wire.filters import Expr, In, bind, to_arrow
+from gateway.wire.schema import OFFSET_COLUMN, PARTITION_COLUMN, system_schema
 
-__all__ = ["FileSlice", "FilesSplit", "HotSplit", "ReadSpec", "read_split"]
+__all__ = [
+    "FileSlice",
+    "FilesSplit",
+    "HotSplit",
+    "ReadSpec",
+    "plan_splits",
+    "read_spec",
+    "read_split",
+]
 
 #: Rows per batch handed to Spark.
 BATCH_ROWS = 64 * 1024
@@ -110,6 +120,34 @@ class ReadSpec:
             col = batch.column(batch.schema.get_field_index(f.name))
             arrays.append(col if col.type.equals(f.type) else col.cast(f.type))
         return pa.RecordBatch.from_arrays(arrays, schema=out)
+
+
+def read_spec(
+    options: Options, schema: StructType | None = None, info: TableInfo | None = None
+) -> tuple[ReadSpec, int]:
+    """The read's connection, stored schema, columns and partition subset (as a filter),
+    with the table's partition count; every option checked on the driver. ``info``: the
+    table as described already (else it is described now)."""
+    connection = options.connection()
+    if info is None:
+        info = connection.table_info()
+    stored = system_schema(info.schema)
+    if schema is not None and options.get("columns") is None:
+        wanted = [f.name for f in schema.fields]
+        unknown = [c for c in wanted if c not in stored.names]
+        if unknown:
+            raise SparkOptionError(
+                f"tidegate: the schema given names unknown column(s) {unknown}; "
+                f"{connection.table} has {stored.names}"
+            )
+        columns = wanted
+    else:
+        columns = options.columns(stored.names)
+    subset = options.partitions(info.partitions)
+    row_filter: Expr | None = None
+    if subset is not None:
+        row_filter = In(PARTITION_COLUMN, tuple(subset))
+    return ReadSpec(connection, stored, tuple(columns), row_filter), info.partitions
 
 
 class _HttpRangeFile(io.RawIOBase):

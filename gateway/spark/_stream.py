@@ -29,8 +29,7 @@ from pyspark.sql.types import StructType
 from gateway.client._consuming import Outage
 from gateway.spark._options import Options, SparkOptionError
 from gateway.spark._plan import fetch_plan
-from gateway.spark._source import read_spec
-from gateway.spark._splits import plan_splits, read_split
+from gateway.spark._splits import plan_splits, read_spec, read_split
 from gateway.wire.errors import TidegateError
 from gateway.wire.filters import And, Compare, Expr, Or
 from gateway.wire.schema import OFFSET_COLUMN, PARTITION_COLUMN

@@ -7,7 +7,13 @@ by rows and bytes only, never by time, so a retried attempt over the same input 
 the same batches with the same sequences and the gateway answers the ones it already
 stored as duplicates (with their original offsets) instead of storing them twice. A
 sequence older than the gateway's de-duplication window is refused with the producer's
-last sequence, which proves it was stored: the writer skips it.
+last sequence, which proves it was stored: the writer skips it. Any other refusal of an
+idempotent append (an unknown producer at a sequence above 0, after a hot tier lost its
+producer state; another batch under a sequence already used) proves nothing, and fails
+the write in one sentence.
+
+The JVM connector's writer (``gateway/spark/jvm``: ``PartitionWriter``, ``KeyRouting``)
+appends with the same producer ids, sequences and routing.
 
 The write id is the ``write_id`` option, else, for a batch write, an id drawn on the driver
 when the write is planned (shared by every task and attempt of that write), and for a
@@ -168,9 +174,10 @@ class _Appender:
                     compression="zstd",
                 )
             except InvalidIdempotentAppend as err:
-                last = err.details.get("last_sequence")
-                if last is None or int(last) < seq:
-                    raise
+                if not _stored(err, seq):
+                    raise described(
+                        err, f"appending to {self.target.connection.table}", _NOT_PROVEN
+                    ) from None
                 # Older than the window: the producer got past it, so it was stored.
                 self.report.duplicates += rows.num_rows
                 return
@@ -192,6 +199,27 @@ class _Appender:
                     "(option test_fail_after_batches)"
                 )
             return
+
+
+#: What a refused idempotent append that proves nothing adds to the gateway's words.
+_NOT_PROVEN = (
+    " (this does not prove the batch was stored, so the write stops: see what the table "
+    "holds of it before writing it again)"
+)
+
+
+def _stored(err: InvalidIdempotentAppend, sequence: int) -> bool:
+    """Whether a refused append proves its batch was stored: only a sequence older than the
+    de-duplication window, refused with the producer's last sequence at or past it. An
+    unknown producer at a sequence above 0 (``UNKNOWN_PRODUCER_ID``: a hot tier that lost
+    its producer state), or another batch under a sequence already used, proves nothing."""
+    if err.reason != InvalidIdempotentAppend.reason:
+        return False
+    last = err.details.get("last_sequence")
+    try:
+        return last is not None and int(last) >= sequence
+    except (TypeError, ValueError):
+        return False
 
 
 def _write(target: _Target, write_id: str, batches: Iterator[pa.RecordBatch]) -> WriteReport:

@@ -12,6 +12,10 @@ import contextlib
 from abc import ABC, abstractmethod
 from collections.abc import AsyncIterator
 from contextlib import AbstractAsyncContextManager
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from gateway.wire.errors import TidegateError
 
 __all__ = ["Gate", "OpenGate"]
 
@@ -64,6 +68,19 @@ class Gate(ABC):
         Raises:
             Throttled.
         """
+
+    async def append_refusal(self, authorization: str | None) -> TidegateError | None:
+        """The refusal of an append with this credential that is refused from its headers
+        alone (the tenant's appends are refused here for a while after a throttle),
+        counted as one of the tenant's requests; None, with nothing counted, when it is not
+        refused so or the credential names no tenant (the route then answers it as any
+        request). For an edge that refuses before it routes a request (no I/O when the
+        key is cached)."""
+        return None
+
+    def count_refused(self, tenant: str) -> None:  # noqa: B027 - optional hook
+        """Count a call of the tenant refused again as an earlier one was (an edge that
+        reuses a refusal for a moment, without asking :meth:`tenant_of` again)."""
 
     @abstractmethod
     async def check_create_table(self, tenant: str, partitions: int) -> None:

@@ -29,7 +29,7 @@ from gateway.tenancy.gate import Gate
 from gateway.tenancy.metering import Meter
 from gateway.tenancy.quotas import QuotaGuard
 from gateway.tenancy.tokens import TOKEN_PREFIX, CatalogTokens, FileTokens
-from gateway.wire.errors import PermissionDenied, Unauthenticated
+from gateway.wire.errors import PermissionDenied, Throttled, TidegateError, Unauthenticated
 
 __all__ = ["Tenancy"]
 
@@ -218,6 +218,24 @@ class Tenancy(Gate):
         self, tenant: str, *, follow: bool = False, stream: bool = False
     ) -> AbstractAsyncContextManager[None]:
         return self.guard.admit(tenant, follow=follow, stream=stream)
+
+    async def append_refusal(self, authorization: str | None) -> TidegateError | None:
+        try:
+            principal = await self.auth.authenticate(authorization)
+        except TidegateError:
+            return None  # the route answers it, as any request
+        tenant = principal.tenant
+        if tenant is None:
+            return None
+        try:
+            self.guard.refuse_early(tenant, append=True, slot=False)
+        except Throttled as err:
+            self.meter.add(tenant, requests=1)
+            return err
+        return None
+
+    def count_refused(self, tenant: str) -> None:
+        self.meter.add(tenant, requests=1, throttled=1)
 
     def refuse_early(
         self,

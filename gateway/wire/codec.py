@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import struct
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -23,6 +23,7 @@ __all__ = [
     "encode_stream",
     "inspect_stream",
     "iter_rows",
+    "validate_batches",
 ]
 
 _I32 = struct.Struct("<i")
@@ -316,9 +317,20 @@ def decode_valid(data: bytes | pa.Buffer) -> tuple[pa.Schema, list[pa.RecordBatc
         MalformedPayload: naming the first invalid batch and what is wrong with it.
     """
     schema, batches = decode_stream(data)
-    for i, batch in enumerate(batches):
+    validate_batches(batches)
+    return schema, batches
+
+
+def validate_batches(batches: Sequence[pa.RecordBatch], first: int = 0) -> None:
+    """Check record batches a client sent in full: offsets inside their buffers, valid
+    UTF-8, struct children of the right length (``first``: the number of the first one,
+    for the message).
+
+    Raises:
+        MalformedPayload: naming the first invalid batch and what is wrong with it.
+    """
+    for i, batch in enumerate(batches, first):
         try:
             batch.validate(full=True)
         except pa.ArrowException as exc:
             raise MalformedPayload(f"record batch {i} of the body is invalid: {exc}") from exc
-    return schema, batches

@@ -13,6 +13,8 @@ for retryable errors), the FastAPI handler into ``{"error": {"reason", "message"
     │   ├── MalformedPayload           bytes that are not Arrow IPC / JSON
     │   ├── InvalidPartition           partition outside 0..N-1
     │   ├── InvalidIdempotentAppend    producer_id/sequence used inconsistently
+    │   │   └── UnknownProducer        FAILED_PRECONDITION / 400: a producer the partition
+    │   │                              holds no state of, at a sequence above 0
     │   ├── RequestTooLarge            over the configured request size (HTTP 413)
     │   └── UnsupportedMediaType       a body neither JSON nor Arrow IPC (HTTP 415)
     ├── Unauthenticated                UNAUTHENTICATED / 401: no, a malformed, a revoked
@@ -91,6 +93,7 @@ __all__ = [
     "Unavailable",
     "Unimplemented",
     "UnknownMember",
+    "UnknownProducer",
     "UnsupportedMediaType",
     "error_for_reason",
 ]
@@ -186,6 +189,18 @@ class InvalidPartition(InvalidRequest):
 
 class InvalidIdempotentAppend(InvalidRequest):
     reason = "INVALID_IDEMPOTENT_APPEND"
+
+
+class UnknownProducer(InvalidIdempotentAppend):
+    """A batch with a sequence above 0 from a producer the partition holds no state of
+    (Kafka's UNKNOWN_PRODUCER_ID): its earlier batches were never seen here, or the hot
+    tier lost their state (an emptied Redis, a wiped disk partition). Nothing was stored,
+    but whether the producer's earlier batches were is unknown. Not retryable as is: a
+    producer continues under a new producer id (or epoch) from sequence 0, and never
+    sends again under it a batch whose earlier attempt may have been stored."""
+
+    grpc_code = grpc.StatusCode.FAILED_PRECONDITION
+    reason = "UNKNOWN_PRODUCER_ID"
 
 
 class RequestTooLarge(InvalidRequest):

@@ -5,6 +5,7 @@ from __future__ import annotations
 import datetime as dt
 import random
 import time
+from typing import Any
 
 import pyarrow as pa
 import pytest
@@ -20,13 +21,17 @@ from gateway.client import (
     TableNotFound,
     TableRef,
     Throttled,
+    TidegateError,
     Unavailable,
+    UnknownProducer,
 )
 from gateway.client._batching import Accumulator, ProducerBatch, ProducerConfig
-from gateway.client._producer import PartitionQueue
+from gateway.client._producer import PartitionQueue, ProducerCore
 from gateway.client._reading import start_positions
 from gateway.client._types import PartitionInfo, timestamp_us
+from gateway.wire._proto.tidegate.v1 import tidegate_pb2 as pb
 from gateway.wire.routing import route_by_key
+from gateway.wire.status import error_to_pb
 
 SCHEMA = pa.schema([("user", pa.string()), ("region", pa.int64()), ("n", pa.int64())])
 
@@ -188,3 +193,78 @@ def test_every_reason_maps_to_its_own_class() -> None:
     assert not issubclass(error_for_reason("INTERNAL"), RetryableError)
     assert error_for_reason("THROTTLED") is Throttled
     assert error_for_reason("NO_SUCH_REASON") is TidegateError
+
+
+def _answer(core: ProducerCore, request: pb.AppendStreamRequest, err: Exception | None) -> Any:
+    response = pb.AppendStreamResponse(request_id=request.request_id)
+    if err is None:
+        response.ok.ranges.add(partition=request.append.partition, base_offset=0, count=1)
+    else:
+        assert isinstance(err, TidegateError)
+        response.error.CopyFrom(error_to_pb(err))
+    return core.on_response(core.stream_gen, response)
+
+
+def _reopen(core: ProducerCore, err: Exception) -> None:
+    """The append stream breaks (the fate of what it carried is unknown) and a new one
+    opens at once."""
+    core.on_stream_error(core.stream_gen, err)
+    core.stream_paused_until = 0
+    for q in core.queues:
+        q.paused_until = 0
+    core.stream_opened()
+
+
+def _sent(requests: list[pb.AppendStreamRequest]) -> list[tuple[str, int]]:
+    return [(r.append.producer_id, r.append.sequence) for r in requests]
+
+
+def test_a_producer_the_gateway_lost_goes_on_under_a_new_epoch() -> None:
+    """UNKNOWN_PRODUCER_ID (the gateway's hot tier lost the producer's state): batches
+    sent once go again under a new epoch from sequence 0; a batch sent before may have
+    been stored by its earlier attempt, so it fails and is never sent under the new id."""
+    config = ProducerConfig(linger=60, batch_records=1, producer_id="prod")
+    core = ProducerCore(table(partitions=1), config)
+    sends = [core.add([{"user": "u", "region": 0, "n": 0}], 0)]
+    core.stream_opened()
+    (first,) = core.outgoing(time.monotonic(), force=True)
+    _answer(core, first, None)
+    # Batch 1's stream breaks (its fate is unknown): it is sent again and stored.
+    sends.append(core.add([{"user": "u", "region": 1, "n": 1}], 0))
+    assert _sent(core.outgoing(time.monotonic(), force=True)) == [("prod", 1)]
+    _reopen(core, Unavailable("the stream broke"))
+    (resent,) = core.outgoing(time.monotonic(), force=True)
+    assert _sent([resent]) == [("prod", 1)]
+    _answer(core, resent, None)
+    # Batches 2-4 go, sent once each; the hot tier has lost the producer's state.
+    sends += [core.add([{"user": "u", "region": i, "n": i}], 0) for i in range(2, 5)]
+    sent = core.outgoing(time.monotonic(), force=True)
+    assert _sent(sent) == [("prod", 2), ("prod", 3), ("prod", 4)]
+    lost = UnknownProducer("partition 0 holds no state of this producer", producer_id="prod")
+    assert not _answer(core, sent[0], lost)  # each was refused by its only send: none fails
+    for r in sent[1:]:
+        assert not _answer(core, r, lost)  # the late refusals change nothing
+    again = core.outgoing(time.monotonic(), force=True)
+    assert _sent(again) == [("prod.1", 0)]  # one until the new identity is acknowledged
+    _answer(core, again[0], None)
+    rest = core.outgoing(time.monotonic(), force=True)
+    assert _sent(rest) == [("prod.1", 1), ("prod.1", 2)]
+    for r in rest:
+        _answer(core, r, None).resolve()
+    assert core.idle()
+    assert all(d is not None and d.done and d.error is None for d in sends)
+
+    # Batches 5 and 6 go; the stream breaks (either may have been stored), then the
+    # gateway no longer knows the producer: neither is sent again, under any identity.
+    more = [core.add([{"user": "u", "region": i, "n": i}], 0) for i in (5, 6)]
+    assert _sent(core.outgoing(time.monotonic(), force=True)) == [("prod.1", 3), ("prod.1", 4)]
+    _reopen(core, Unavailable("the stream broke"))
+    (retry,) = core.outgoing(time.monotonic(), force=True)
+    _answer(core, retry, lost).resolve()
+    for d in more:
+        assert d is not None and isinstance(d.error, UnknownProducer)
+        assert "may have been stored" in d.error.message
+    assert core.idle()
+    # New sends go under the next identity.
+    core.add([{"user": "u", "region": 7, "n": 7}], 0)
+    assert _sent(core.outgoing(time.monotonic(), force=True)) == [("prod.2", 0)]

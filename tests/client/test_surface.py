@@ -71,6 +71,7 @@ def test_public_surface_is_pinned() -> None:
         "Unavailable",
         "Unimplemented",
         "UnknownMember",
+        "UnknownProducer",
         "UnsupportedMediaType",
         "error_from_rpc",
     ]

@@ -101,7 +101,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     spark = None
     if args.spark:
-        from tiering.spark import spark_session
+        from tiering.spark_runner import spark_session
 
         spark = spark_session("local[2]", "tidegate-faults")
         spark.sparkContext.setLogLevel("ERROR")

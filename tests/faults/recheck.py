@@ -17,7 +17,7 @@ from tests.faults.checker import TableState, check, records_of
 from tests.faults.cluster import Cluster
 from tests.faults.history import History
 from tests.faults.runner import lost_ranges
-from tests.faults.workload import MAYBE_STORED, TABLES
+from tests.faults.workload import TABLES, maybe_stored
 
 
 def main(argv: list[str]) -> None:
@@ -29,8 +29,7 @@ def main(argv: list[str]) -> None:
     for line in path.read_text().splitlines():
         e = json.loads(line)
         error = e.get("error", "")
-        maybe_stored = "InvalidIdempotentAppend" in error or MAYBE_STORED in error
-        if e["type"] == "append" and e["outcome"] == "refused" and maybe_stored:
+        if e["type"] == "append" and e["outcome"] == "refused" and maybe_stored(error):
             e["outcome"] = "unknown"
             changed += 1
         events.append(e)

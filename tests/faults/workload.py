@@ -161,11 +161,19 @@ def rows_of(t: Any, *names: str) -> list[list[Any]]:
 #: refusal that says nothing was stored (docs/durability.md lists those); an earlier
 #: attempt of the batch may have been stored, e.g. after Redis lost the producer's state
 #: and a later sequence of the producer arrived first.
-MAYBE_STORED = "INVALID_IDEMPOTENT_APPEND"
+#: The same for a producer the gateway no longer knows (``UNKNOWN_PRODUCER_ID``: Redis lost
+#: its state): this attempt stored nothing, an earlier one may have.
+MAYBE_STORED = ("INVALID_IDEMPOTENT_APPEND", "UNKNOWN_PRODUCER_ID")
+
+
+def maybe_stored(error: str) -> bool:
+    """Whether a recorded error (its text or repr) is one of :data:`MAYBE_STORED`."""
+    names = ("InvalidIdempotentAppend", "UnknownProducer", *MAYBE_STORED)
+    return any(n in error for n in names)
 
 
 def outcome_of(err: BaseException) -> str:
-    if isinstance(err, InvalidIdempotentAppend) or MAYBE_STORED in str(err):
+    if isinstance(err, InvalidIdempotentAppend) or maybe_stored(str(err)):
         return "unknown"
     return "refused" if isinstance(err, DEFINITE) else "unknown"
 

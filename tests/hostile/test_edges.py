@@ -373,6 +373,35 @@ def test_over_quota_appends_are_refused_before_their_body(
     assert peak.growth < 160 * MiB, peak.growth / MiB
 
 
+def test_refused_small_appends_keep_their_connection(disk: GatewayProcess) -> None:
+    """An over-quota tenant's HTTP appends are refused before routing; one of a small
+    declared body has it received and dropped, so three refusals go over one connection
+    (each new connection costs both sides more), with the retry hint; one of a large body
+    is answered without it and the connection closed."""
+    t = tenant_with_table(disk, append_bytes_per_s=1000)
+    with t.http() as http:
+        r = http.post("/v1/tables/e/t/records", json={"rows": [{"v": 1}] * 6000})
+        assert r.status_code == 200, r.text
+    body = one_row()
+    head = (
+        b"POST /v1/tables/e/t/records HTTP/1.1\r\nhost: x\r\n"
+        b"content-type: application/vnd.apache.arrow.stream\r\n"
+        + f"authorization: Bearer {t.key}\r\ncontent-length: {len(body)}\r\n\r\n".encode()
+    )
+    with socket.create_connection(("127.0.0.1", disk.http_port), timeout=20) as s:
+        s.sendall((head + body) * 3)
+        answers = b""
+        while answers.count(b"HTTP/1.1 ") < 3 or not answers.endswith(b"}"):
+            got = s.recv(65536)
+            assert got, answers
+            answers += got
+    assert answers.count(b"HTTP/1.1 429") == 3, answers
+    assert b"connection: close" not in answers.lower() and b"retry-after: " in answers
+    assert answers.count(b'"reason":"THROTTLED"') == 3
+    refused = headers_only(disk, t.key, 4 * MiB)
+    assert refused.startswith(b"HTTP/1.1 429") and b"connection: close" in refused.lower()
+
+
 # 33.5: connections ----------------------------------------------------------------------
 def closed_by_server(s: socket.socket, wait_s: float = 60) -> bool:
     """Whether the server closes ``s`` (reading and dropping what it answers first)."""
@@ -455,3 +484,42 @@ def test_connections_past_the_cap_are_refused_and_grpc_handshakes_time_out(
         assert isinstance(c.list_tables(), list)
     with disk.http_client(api_key=None) as http:
         assert http.get("/healthz").status_code == 200
+
+
+def test_clients_gone_mid_request_are_no_gateway_error(disk: GatewayProcess) -> None:
+    """HTTP clients that disconnect mid-body (a proxy's cut), mid-answer (a streamed scan
+    or read whose reader goes away) or during a long poll: nothing of them is the
+    gateway's error, so its log holds no ERROR, no traceback and no "unexpected error",
+    and a body cut short says so in one INFO line."""
+    t = tenant_with_table(disk)
+    with t.http() as http:
+        rows = [{"v": i} for i in range(20_000)]
+        assert http.post("/v1/tables/e/t/records", json={"rows": rows}).status_code == 200
+    auth = f"authorization: Bearer {t.key}\r\n".encode()
+    arrow = b"application/vnd.apache.arrow.stream"
+    cuts = [  # (request line, headers, body sent, bytes of the answer read: whole requests)
+        (b"POST /v1/tables/e/t/records", b"content-type: application/json", b'{"rows": [', 0),
+        (b"POST /v1/tables/e/t/records", b"content-type: " + arrow, one_row()[:20], 0),
+        (b"POST /v1/tables", b"content-type: application/json", b'{"namespace": "e"', 0),
+        (b"POST /v1/tables/e/t/scan", b"content-type: application/json", b"{", 0),
+        (b"POST /v1/tables/e/t/scan", b"content-type: application/json\r\naccept: " + arrow,
+         b"{}", 100),
+        (b"GET /v1/tables/e/t/partitions/0/records?offset=0", b"accept: " + arrow, b"", 100),
+        (b"GET /v1/tables/e/t/partitions/0/records?offset=20000&follow=true", b"x-a: b", b"", 0),
+    ]  # fmt: skip
+    before = len(disk.log_path.read_bytes())
+    for head, header, body, read in cuts:
+        length = len(body) if read or head.startswith(b"GET") else len(body) + 100
+        with socket.create_connection(("127.0.0.1", disk.http_port), timeout=20) as s:
+            s.sendall(
+                head + b" HTTP/1.1\r\nhost: x\r\n" + header + b"\r\n" + auth
+                + f"content-length: {length}\r\n\r\n".encode() + body
+            )  # fmt: skip
+            if read:
+                assert s.recv(read)
+            time.sleep(0.3)
+    time.sleep(1)
+    log = disk.log_path.read_bytes()[before:].decode(errors="replace")
+    for bad in (" ERROR ", "Traceback", "unexpected error", "Exception in ASGI"):
+        assert bad not in log, log
+    assert "disconnected before its body was read; nothing applied" in log, log

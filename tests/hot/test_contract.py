@@ -30,6 +30,7 @@ from gateway.wire.errors import (
     InvalidIdempotentAppend,
     OffsetOutOfRange,
     OutOfOrderSequence,
+    UnknownProducer,
 )
 from tests.hot.conftest import provision, reopen
 
@@ -311,9 +312,17 @@ def test_trim_everything_keeps_the_high_watermark(hot_log: HotLog, part: Partiti
 
 
 # Idempotent producers ---------------------------------------------------------------------
-def test_first_sequence_may_be_any_non_negative(hot_log: HotLog, part: PartitionId) -> None:
-    assert hot_log.append(part, b"a", 2, 0, seq("p", 41)) == AppendResult(0, 2)
-    assert hot_log.append(part, b"b", 1, 0, seq("p", 42)) == AppendResult(2, 1)
+def test_a_producer_starts_at_sequence_zero(hot_log: HotLog, part: PartitionId) -> None:
+    """A producer the partition holds no state of may only start at 0: above it, its
+    earlier batches were never seen here (or their state was lost), so a retry of one
+    could not be recognised (Kafka's UNKNOWN_PRODUCER_ID)."""
+    with pytest.raises(UnknownProducer) as exc:
+        hot_log.append(part, b"a", 2, 0, seq("p", 41))
+    assert exc.value.reason == "UNKNOWN_PRODUCER_ID" and not exc.value.retryable
+    assert "holds no state of this producer" in exc.value.message
+    assert hot_log.offsets(part).high == 0  # nothing stored
+    assert hot_log.append(part, b"a", 2, 0, seq("p", 0)) == AppendResult(0, 2)
+    assert hot_log.append(part, b"b", 1, 0, seq("p", 1)) == AppendResult(2, 1)
     assert hot_log.append(part, b"c", 1, 0, seq("q", 0)) == AppendResult(3, 1)
     with pytest.raises(InvalidIdempotentAppend):
         hot_log.append(part, b"d", 1, 0, seq("r", -1))
@@ -343,14 +352,15 @@ def test_retry_with_another_count_is_rejected(hot_log: HotLog, part: PartitionId
 
 
 def test_sequence_gap_raises_out_of_order(hot_log: HotLog, part: PartitionId) -> None:
-    hot_log.append(part, b"x", 1, 0, seq("p", 7))
-    for bad in (9, 100):
+    hot_log.append(part, b"x", 1, 0, seq("p", 0))
+    hot_log.append(part, b"x", 1, 0, seq("p", 1))
+    for bad in (3, 100):
         with pytest.raises(OutOfOrderSequence) as exc:
             hot_log.append(part, b"y", 1, 0, seq("p", bad))
         assert exc.value.retryable
-    assert hot_log.offsets(part).high == 1
+    assert hot_log.offsets(part).high == 2
     # Nothing was remembered for the rejected sequences.
-    assert hot_log.append(part, b"y", 1, 0, seq("p", 8)) == AppendResult(1, 1)
+    assert hot_log.append(part, b"y", 1, 0, seq("p", 2)) == AppendResult(2, 1)
 
 
 def test_sequences_older_than_the_window_are_rejected(hot_log: HotLog, part: PartitionId) -> None:
@@ -457,7 +467,9 @@ def test_drop_deletes_data_and_producer_state(hot_log: HotLog, part: PartitionId
         hot_log.read(part, 3, 10, BIG)
     # A new log from offset 0, and the producer is unknown again.
     assert hot_log.append(part, b"z", 1, 0, seq("p", 0)) == AppendResult(0, 1)
-    assert hot_log.append(part, b"w", 1, 0, seq("q", 9)) == AppendResult(1, 1)
+    with pytest.raises(UnknownProducer):
+        hot_log.append(part, b"w", 1, 0, seq("q", 9))
+    assert hot_log.append(part, b"w", 1, 0, seq("q", 0)) == AppendResult(1, 1)
     hot_log.drop(part)
     hot_log.drop(part)  # dropping twice is harmless
     assert hot_log.offsets(part) == LogOffsets(0, 0, 0)
@@ -496,7 +508,10 @@ def test_a_partition_behind_a_known_floor_is_refused_then_started_over(
     assert hot_log.open_partition(part, 20) == 20
     assert hot_log.offsets(part) == LogOffsets(20, 20, 0)
     assert hot_log.append(part, b"y", 1, 5, floor=20) == AppendResult(20, 1)
-    # The producer state from before is gone with the rest: the sequence is new again.
+    # The producer state from before is gone with the rest: its next sequence is refused
+    # (a retry of its last batch could not be told from a new one), a restart from 0 taken.
+    with pytest.raises(UnknownProducer):
+        hot_log.append(part, b"p", 1, 0, seq("p", 1), floor=0)
     assert hot_log.append(part, b"p", 1, 0, seq("p", 0), floor=0) == AppendResult(21, 1)
     assert [b.base_offset for b in read_all(hot_log, part)] == [20, 21]
 
@@ -556,6 +571,8 @@ class Model:
     ) -> AppendResult | type[Exception]:
         if producer is not None:
             window = self.windows.get(producer.producer_id, [])
+            if not window and producer.sequence > 0:
+                return UnknownProducer
             if window:
                 last = window[-1][0]
                 if producer.sequence > last + 1:

@@ -164,7 +164,7 @@ def test_from_settings(tmp_path: Path) -> None:
 def test_record_and_index_format(open_log: OpenLog, root: Path, part: PartitionId) -> None:
     log = open_log()
     log.append(part, b"first", 3, 111)
-    log.append(part, b"second!", 2, 222, ProducerSequence("prod-\u00e9", 7))
+    log.append(part, b"second!", 2, 222, ProducerSequence("prod-\u00e9", 0))
     directory = part_dir(root, part)
     data = (directory / f"{segment_name(0)}.log").read_bytes()
 
@@ -194,7 +194,7 @@ def test_record_and_index_format(open_log: OpenLog, root: Path, part: PartitionI
         2,
         222,
         1,
-        7,
+        0,
         len(pid),
     )
     assert crc == zlib.crc32(data[first_end + 8 :])

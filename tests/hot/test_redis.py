@@ -25,6 +25,7 @@ from gateway.wire.errors import (
     OffsetOutOfRange,
     OutOfOrderSequence,
     Unavailable,
+    UnknownProducer,
 )
 from tests.conftest import hot_settings
 from tests.services import RedisServer
@@ -145,7 +146,8 @@ def test_offsets_stay_exact_beyond_lua_number_formatting(
     """Lua prints numbers above 1e14 in exponent notation: offsets never go through it."""
     start = 10**15 + 7
     _, meta = partition_keys(part)
-    raw.hset(meta, mapping={"hw": start, "low": start})
+    # A producer already at sequence 2**52 - 1 (its first batch must be sequence 0).
+    raw.hset(meta, mapping={"hw": start, "low": start, "p:big": f"{2**52 - 1},{start - 1},1"})
 
     first = log.append(part, b"x", 3, 10, ProducerSequence("big", 2**52))
     second = log.append(part, b"y", 4, 11, ProducerSequence("big", 2**52 + 1))
@@ -204,18 +206,18 @@ def test_two_gateways_appending_concurrently_get_dense_disjoint_offsets(
 def test_idempotent_retry_through_another_gateway_is_deduplicated(
     log: RedisHotLog, second_log: RedisHotLog, part: PartitionId
 ) -> None:
-    first = log.append(part, b"one", 2, 1, ProducerSequence("prod", 7))
-    retried = second_log.append(part, b"one", 2, 1, ProducerSequence("prod", 7))
+    first = log.append(part, b"one", 2, 1, ProducerSequence("prod", 0))
+    retried = second_log.append(part, b"one", 2, 1, ProducerSequence("prod", 0))
     assert retried == type(first)(first.base_offset, first.count, duplicate=True)
     assert log.offsets(part).high == 2
 
-    nxt = second_log.append(part, b"two", 3, 2, ProducerSequence("prod", 8))
+    nxt = second_log.append(part, b"two", 3, 2, ProducerSequence("prod", 1))
     assert (nxt.base_offset, nxt.duplicate) == (2, False)
-    assert log.append(part, b"two", 3, 2, ProducerSequence("prod", 8)).duplicate
+    assert log.append(part, b"two", 3, 2, ProducerSequence("prod", 1)).duplicate
     with pytest.raises(OutOfOrderSequence):
-        log.append(part, b"four", 1, 3, ProducerSequence("prod", 10))
+        log.append(part, b"four", 1, 3, ProducerSequence("prod", 3))
     with pytest.raises(InvalidIdempotentAppend):
-        second_log.append(part, b"one", 5, 1, ProducerSequence("prod", 7))
+        second_log.append(part, b"one", 5, 1, ProducerSequence("prod", 0))
     assert [b.payload for b in read_all(log, part)] == [b"one", b"two"]
 
 
@@ -333,8 +335,10 @@ def test_drop_removes_every_key_of_the_partition_and_only_those(
     assert len(partition_keys_in_redis(raw, p10)) == 2
     assert log.offsets(p0) == type(log.offsets(p0))(0, 0, 0)
     assert log.read(p0, 0, 10, 100) == []
-    # Producer state went with it: any sequence is a fresh start.
-    again = log.append(p0, b"y", 1, 9, ProducerSequence("prod", 1))
+    # Producer state went with it: the producer is unknown there, and starts again at 0.
+    with pytest.raises(UnknownProducer):
+        log.append(p0, b"y", 1, 9, ProducerSequence("prod", 1))
+    again = log.append(p0, b"y", 1, 9, ProducerSequence("prod", 0))
     assert (again.base_offset, again.duplicate) == (0, False)
     assert log.offsets(p1).high == 6
     for p in (p0, p1, p10):

@@ -207,14 +207,13 @@ def test_flight_errors_are_the_gateways_errors(
 def test_methods_flight_does_not_serve_answer_one_sentence(
     gateway: GatewayProcess, http: httpx.Client, namespace: str
 ) -> None:
-    """Issue 33.10: DoPut, DoExchange, DoAction and ListFlights answer what the edge serves
+    """Issue 33.10: DoExchange, DoAction and ListFlights answer what the edge serves
     instead, in one sentence (before: pyarrow's Python traceback); a stranger is refused
-    first; ListActions lists none; GetSchema is served."""
+    first; ListActions lists none; GetSchema is served (and DoPut: test_flight_put.py)."""
     flight = _flight(gateway)
     opts = _options(gateway.api_key)
     where = fl.FlightDescriptor.for_path("a", "b")
     calls = {
-        "DoPut": lambda: flight.do_put(where, pa.schema([("v", pa.int64())]), opts)[0].close(),
         "DoExchange": lambda: flight.do_exchange(where, opts)[0].close(),
         "DoAction": lambda: list(flight.do_action(fl.Action("drop", b""), opts)),
         "ListFlights": lambda: list(flight.list_flights(options=opts)),
@@ -225,8 +224,8 @@ def test_methods_flight_does_not_serve_answer_one_sentence(
         err = error_from_flight(caught.value)
         assert isinstance(err, Unimplemented), (method, caught.value)
         assert f"does not serve {method}" in err.message and "DoGet" in err.message
+        assert "DoPut (appends)" in err.message
         assert "Traceback" not in str(caught.value) and "\n" not in err.message
-    assert "POST .../records" in error_from_flight(_failure(calls["DoPut"])).message
     assert flight.list_actions(opts) == []
     # GetSchema is served: the schema DoGet would stream. pyarrow sends its errors with a
     # traceback whatever the handler raises; that traceback names no file of the server.

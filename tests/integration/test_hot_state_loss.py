@@ -218,3 +218,208 @@ def test_the_gateway_waits_for_nothing_when_the_hot_tier_is_fine(tmp_path: Path)
         assert "re-seeded" not in gw.log()
     finally:
         gw.stop()
+
+
+# Idempotent producers the hot tier forgot (issue 33, item 11 / the lead's follow-up) ------
+PRODUCED = "shop.produced"
+
+
+def produce(prod: Any, start: int, n: int, partition: int) -> list[tuple[int, int]]:
+    """``n`` one-record sends of ids from ``start`` through the SDK producer, flushed;
+    returns [(offset, id)] as acknowledged."""
+    futures = [
+        prod.send({"id": i, "note": f"n{i}"}, partition=partition) for i in range(start, start + n)
+    ]
+    prod.flush(60)
+    return [(f.result().offset, i) for f, i in zip(futures, range(start, start + n), strict=True)]
+
+
+def check_producer_after_loss(
+    gw: GatewayProcess, lose: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Before the loss, a raw idempotent producer and an SDK producer write; the hot tier
+    loses its state (``lose``); then a resend of the raw producer's last batch and its next
+    one are refused with UNKNOWN_PRODUCER_ID (nothing stored: a retry can no longer be told
+    from a new batch), sequence 0 starts it again, and the SDK producer goes on under a
+    new epoch: every record acknowledged after the loss reads back exactly once."""
+    from gateway.client import UnknownProducer
+
+    with gw.client() as c:
+
+        def raw_append(s: int) -> Any:
+            """Batch ``s`` of the producer ``raw``: one record, id 1000 + s, partition 1."""
+            row = [{"id": 1000 + s, "note": "raw"}]
+            return c.append(PRODUCED, row, partition=1, producer_id="raw", sequence=s)[0]
+
+        c.create_table(PRODUCED, {"id": "int64", "note": "string"}, partitions=PARTITIONS)
+        raw = [raw_append(s) for s in range(3)]
+        assert [r.base_offset for r in raw] == [0, 1, 2]
+        with c.producer(PRODUCED, producer_id="sdk", linger=0.001) as prod:
+            before = produce(prod, 0, 5, 0)
+            assert [o for o, _ in before] == [0, 1, 2, 3, 4]
+            lose()
+            # The hot tier is found empty and re-seeded above what this gateway acknowledged.
+            c.append(PRODUCED, [{"id": 2000, "note": "plain"}], partition=1)
+            high = c.describe_table(PRODUCED).partition_info[1].high_watermark
+            for s in (2, 3):  # a resend of the last batch, and the next one
+                with pytest.raises(UnknownProducer) as refused:
+                    raw_append(s)
+                assert refused.value.reason == "UNKNOWN_PRODUCER_ID"
+                assert "holds no state of this producer" in refused.value.message
+                assert "\n" not in refused.value.message
+            assert c.describe_table(PRODUCED).partition_info[1].high_watermark == high
+            again = raw_append(0)  # the producer starts again
+            assert (again.base_offset, again.duplicate) == (high, False)
+
+            with caplog.at_level("WARNING", logger="tidegate.client"):
+                after = produce(prod, 100, 5, 0)
+            assert "no longer knows this producer" in caplog.text
+            assert f"going on as {prod.producer_id}.1 from sequence 0" in caplog.text
+            assert min(o for o, _ in after) >= 5  # never an offset assigned before
+        rows = c.read(PRODUCED, partition=0, offset=after[0][0], max_records=100).to_pylist()
+        assert [(r["_offset"], r["id"]) for r in rows] == after
+        assert sorted(r["id"] for r in c.scan(PRODUCED, columns=["id"]).to_pylist()) == sorted(
+            [2000, 1000, *(i for _, i in after)]
+        )
+
+
+@pytest.mark.parametrize("how", ["restart", "flushall"])
+def test_a_producer_an_emptied_redis_forgot_is_refused_above_sequence_zero(
+    how: str, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    import redis as redis_py
+
+    server = RedisServer(tmp_path / "redis")
+    server.extra_args = ["--appendonly", "no"]
+    server.start()
+    gw = GatewayProcess(
+        tmp_path / "gw",
+        {
+            "TIDEGATE_HOT__TYPE": "redis",
+            "TIDEGATE_HOT__URL": server.url,
+            "TIDEGATE_TIERING__ENABLED": "false",
+        },
+    ).start()
+
+    def lose() -> None:
+        if how == "restart":
+            server.restart()  # kill -9; nothing on disk
+        else:
+            with redis_py.Redis.from_url(server.url) as r:
+                r.flushall()
+
+    try:
+        check_producer_after_loss(gw, lose, caplog)
+    finally:
+        gw.stop()
+        server.stop()
+
+
+def test_a_producer_a_wiped_disk_partition_forgot_is_refused_above_sequence_zero(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    data = tmp_path / "gw"
+    gw = GatewayProcess(data, {"TIDEGATE_TIERING__ENABLED": "false"}).start()
+
+    def lose() -> None:
+        gw.stop()
+        shutil.rmtree(data / "hot" / gw.tenant)  # a wiped volume
+        gw.start()
+
+    try:
+        check_producer_after_loss(gw, lose, caplog)
+    finally:
+        gw.stop()
+
+
+# A scan whose pinned hot range empties (issue 33, the lead's follow-up) --------------------
+def scan_broken_midway(gw: GatewayProcess, breaking: Any) -> Any:
+    """Fill partition 0 of ``TABLE`` with 24 MiB of rows on the wire (a few KiB stored,
+    compressed: far more than a client's window and the sockets' buffers hold), open a
+    gRPC scan and take its first answer, call ``breaking()`` while the scan is held open,
+    then read on; returns the ``grpc.RpcError`` the scan ended with. The gateway reads
+    one stored batch per hot read (``TIDEGATE_SERVER__MAX_READ_RECORDS`` 1024)."""
+    import grpc
+
+    from gateway.wire._proto.tidegate.v1 import tidegate_pb2 as pb
+    from gateway.wire._proto.tidegate.v1 import tidegate_pb2_grpc as pb_grpc
+
+    with gw.client() as c:
+        c.create_table(TABLE, {"id": "int64", "note": "string"}, partitions=PARTITIONS)
+        for b in range(24):
+            rows = [{"id": b * 1000 + i, "note": "x" * 1024} for i in range(1024)]
+            c.append(TABLE, rows, partition=0)
+    # No BDP probing: the client's receive window stays at 64 KiB.
+    options = [("grpc.http2.bdp_probe", 0), ("grpc.max_receive_message_length", 64 << 20)]
+    with gw.channel(options=options) as channel:
+        stub = pb_grpc.TidegateStub(channel)
+        ref = pb.TableRef(namespace="shop", name="orders")
+        answers = stub.Scan(pb.ScanRequest(table=ref, columns=["id", "note"]), timeout=120)
+        assert next(answers).arrow_ipc
+        breaking()
+        with pytest.raises(grpc.RpcError) as failed:
+            for _ in answers:
+                pass
+    log = gw.log()
+    assert "unexpected error" not in log and "Traceback" not in log, log
+    return failed.value
+
+
+def test_a_scan_whose_pinned_hot_range_emptied_fails_unavailable(tmp_path: Path) -> None:
+    """A scan pins ``[T(p), HW(p))`` per partition, then reads it as its client takes the
+    rows. Redis is emptied while a client holds a scan open (its flow-control window full):
+    the scan ends UNAVAILABLE (retryable: a new scan pins a new view) in one sentence, not
+    an INTERNAL error with a traceback in the log."""
+    import grpc
+    import redis as redis_py
+
+    server = RedisServer(tmp_path / "redis")
+    server.extra_args = ["--appendonly", "no"]
+    server.start()
+    gw = GatewayProcess(
+        tmp_path / "gw",
+        {
+            "TIDEGATE_HOT__TYPE": "redis",
+            "TIDEGATE_HOT__URL": server.url,
+            "TIDEGATE_TIERING__ENABLED": "false",
+            "TIDEGATE_SERVER__MAX_READ_RECORDS": "1024",
+        },
+    ).start()
+
+    def flush() -> None:
+        with redis_py.Redis.from_url(server.url) as r:
+            r.flushall()
+
+    try:
+        failed = scan_broken_midway(gw, flush)
+        assert failed.code() == grpc.StatusCode.UNAVAILABLE, failed.details()
+        message = failed.details()
+        assert "partition 0 of shop.orders no longer holds offsets" in message, message
+        assert "scan again" in message and "\n" not in message
+    finally:
+        gw.stop()
+        server.stop()
+
+
+def test_a_table_dropped_under_a_scan_ends_it_not_found(tmp_path: Path) -> None:
+    """The table is dropped (its hot logs removed) while a client holds a scan of it open:
+    the scan ends NOT_FOUND, saying the table was dropped meanwhile; the gateway logs no
+    ERROR and no traceback."""
+    import grpc
+
+    gw = GatewayProcess(
+        tmp_path / "gw",
+        {"TIDEGATE_TIERING__ENABLED": "false", "TIDEGATE_SERVER__MAX_READ_RECORDS": "1024"},
+    ).start()
+
+    def drop() -> None:
+        with gw.client() as c:
+            c.drop_table(TABLE)
+
+    try:
+        failed = scan_broken_midway(gw, drop)
+        assert failed.code() == grpc.StatusCode.NOT_FOUND, failed.details()
+        assert failed.details() == "table shop.orders was dropped while this call read it"
+        assert " ERROR " not in gw.log()
+    finally:
+        gw.stop()

@@ -16,7 +16,9 @@ import pytest
 from gateway.cold.base import OPERATION_PROPERTY, WATERMARKS_PROPERTY, DataFile, fs_path
 from gateway.config import Settings
 from gateway.lake.compaction import compact_all, compact_table, plan_bins
-from gateway.lake.tiering import LakeTask, LocalRunner, tier_table
+from gateway.lake.runners import LocalRunner
+from gateway.lake.tasks import LakeTask
+from gateway.lake.tiering import tier_table
 from gateway.meta import TableDef
 from gateway.wire.evolution import apply_changes
 from gateway.wire.schema import parse_fields

@@ -16,7 +16,7 @@ import pytest
 
 from gateway.config import Settings
 from gateway.hot import PartitionId
-from gateway.lake.tiering import CRASH_POINT_ENV
+from gateway.lake.tasks import CRASH_POINT_ENV
 from gateway.server.app import build_service
 from tests.lake.conftest import Harness, tier_settings
 from tests.services import REPO_ROOT, RedisServer

@@ -16,8 +16,8 @@ from sqlalchemy.orm import Session
 from gateway.core import StreamTables
 from gateway.hot.disk import DiskHotLog
 from gateway.lake.components import Components
+from gateway.lake.runners import LocalRunner
 from gateway.lake.scheduler import changed_tables, run_once
-from gateway.lake.tiering import LocalRunner
 from gateway.meta.models import PartitionRecord, TableRecord, Tenant, utcnow
 from gateway.server.app import build_service
 from gateway.wire.schema import parse_fields

@@ -28,10 +28,12 @@ def _run(code: str, lake: LakeGateway) -> str:
 def test_spark_docs_run(lake: LakeGateway, tg_spark: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     assert lake.gateway.api_key is not None
     monkeypatch.setenv("TIDEGATE_API_KEY", lake.gateway.api_key)
-    (guide,) = re.findall(r"```python\n(.*?)```", (REPO_ROOT / "docs/spark.md").read_text(), re.S)
-    printed = _run(guide, lake)
+    # The guide's snippets in order, as one program (the later ones use the first's names).
+    snippets = re.findall(r"```python\n(.*?)```", (REPO_ROOT / "docs/spark.md").read_text(), re.S)
+    assert len(snippets) == 2
+    printed = _run("\n".join(snippets), lake)
     assert "| /buy|340|" in printed and "|/home|120|" in printed and "|/home| 80|" not in printed
-    assert printed.splitlines()[-2:] == ["3", "3"]
+    assert printed.splitlines()[-3:] == ["3", "3", "6"]
 
     readme = (REPO_ROOT / "README.md").read_text().split("## Spark", 1)[1].split("\n## ", 1)[0]
     (snippet,) = re.findall(r"```python\n(.*?)```", readme, re.S)

@@ -206,7 +206,7 @@ class DiskHotLog(HotLog):
                 raise Unavailable("the disk hot log is closed", backend="disk")
             p = self._parts.get(part)
             if p is None and (create or directory.is_dir()):
-                p = self._parts[part] = Partition(directory, self)
+                p = self._parts[part] = Partition(directory, self.fsync_policy, self.segment_bytes)
             elif p is not None:
                 self._parts.move_to_end(part)
             return p
@@ -348,11 +348,7 @@ class DiskHotLog(HotLog):
                     backend="disk",
                 )
             p.check_usable()
-            result = (
-                p.producers.check(p.directory.name, producer, count)
-                if producer is not None
-                else None
-            )
+            result = p.producers.check(part.path, producer, count) if producer is not None else None
             if result is None:
                 result = p.append(bytes(payload), count, timestamp_us, producer)
             needs_sync = p.policy == "batch" and p.durable < result.base_offset + result.count
@@ -427,7 +423,9 @@ class DiskHotLog(HotLog):
                 p = self._parts.get(part)
                 if p is None:
                     # Registered (not loaded) so that a concurrent first use waits for us.
-                    p = self._parts[part] = Partition(directory, self)
+                    p = self._parts[part] = Partition(
+                        directory, self.fsync_policy, self.segment_bytes
+                    )
             with p.sync_lock, p.lock:
                 if p.retired:
                     continue

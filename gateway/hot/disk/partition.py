@@ -9,7 +9,6 @@ import os
 import threading
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from gateway import metrics
 from gateway.hot.base import (
@@ -41,9 +40,6 @@ from gateway.wire.errors import (
     Unavailable,
 )
 
-if TYPE_CHECKING:
-    from gateway.hot.disk.log import DiskHotLog
-
 __all__ = [
     "Partition",
     "check_component",
@@ -58,10 +54,11 @@ log = logging.getLogger(__name__)
 class Partition:
     """The open log of one partition. Every method expects ``lock`` to be held."""
 
-    def __init__(self, directory: Path, owner: DiskHotLog) -> None:
+    def __init__(self, directory: Path, policy: FsyncPolicy, segment_bytes: int) -> None:
+        """``policy``: the log's fsync policy; ``segment_bytes``: where a segment rolls."""
         self.directory = directory
-        self.policy: FsyncPolicy = owner.fsync_policy
-        self.segment_limit = min(owner.segment_bytes, MAX_SEGMENT_BYTES)
+        self.policy = policy
+        self.segment_limit = min(segment_bytes, MAX_SEGMENT_BYTES)
         #: Guards everything below; held for appends' writes, reads, trims, recovery.
         self.lock = threading.Lock()
         #: Serialises fsyncs; taken *before* ``lock`` by whoever also needs it.

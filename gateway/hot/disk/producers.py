@@ -74,6 +74,8 @@ class ProducerWindows(dict[str, Window]):
         """The original result for a retry, None for a new batch; raises on a bad one."""
         window = self.get(producer.producer_id)
         if not window:
+            if producer.sequence > 0:
+                raise producer.unknown(where)
             return None
         pid, seq = producer.producer_id, producer.sequence
         last = window[-1][0]

@@ -37,6 +37,7 @@ from gateway.hot.redis.scripts import (
     READ_OUT_OF_RANGE,
     TOO_OLD,
     TRIM_CHUNK,
+    UNKNOWN_PRODUCER,
     partition_keys,
     tenant_key_pattern,
 )
@@ -269,6 +270,8 @@ class RedisHotLog(ShardMoves):
                 sequence=seq,
                 expected_sequence=last + 1,
             )
+        if status == UNKNOWN_PRODUCER:
+            raise producer.unknown(part.path)
         if status == TOO_OLD:
             last, oldest = to_int(reply[1]), to_int(reply[2])
             raise InvalidIdempotentAppend(

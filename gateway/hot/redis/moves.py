@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from typing import Any, cast
 
 from gateway import metrics
-from gateway.hot.base import HotLog, PartitionId
+from gateway.hot.base import PartitionId, ShardedHotLog
 from gateway.hot.placement import Chain, PlacementStore, Segment
 from gateway.hot.redis.scripts import partition_keys
 from gateway.hot.redis.shard import Shard, to_int
@@ -24,7 +24,7 @@ __all__ = ["COPY_CHUNK", "ShardMoves"]
 COPY_CHUNK = 128
 
 
-class ShardMoves(HotLog):
+class ShardMoves(ShardedHotLog):
     """The placement and shard moves of :class:`~gateway.hot.redis.RedisHotLog`, over its
     shards, its placement store (bound with :meth:`bind_placements`) and its chain cache."""
 
@@ -120,7 +120,7 @@ class ShardMoves(HotLog):
                 f"segment {seq} of partition {part.path} on {shard!r} starts at {got}, not {start}"
             )
 
-    def finish_move(self, part: PartitionId) -> Chain:  # type: ignore[override]
+    def finish_move(self, part: PartitionId) -> Chain:
         """Finish the move under way, whoever started it: seal, open, record the chain
         (step 4, a compare-and-set on the epoch). Every step is idempotent, so a gateway
         that finds a sealed segment, or the next mover after a crash, completes it."""
@@ -140,7 +140,7 @@ class ShardMoves(HotLog):
                 return self.chain(part, refresh=True)
         raise Unavailable(f"the placement of {part.path} keeps changing", backend="redis")
 
-    def move(self, part: PartitionId, target: str) -> Chain:  # type: ignore[override]
+    def move(self, part: PartitionId, target: str) -> Chain:
         """Move the partition's appends to ``target`` without copying: seal the active
         segment at its high watermark and continue the log in a new segment there.
 

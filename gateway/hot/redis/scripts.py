@@ -28,6 +28,7 @@ __all__ = [
     "TOO_OLD",
     "TRIM_CHUNK",
     "TRIM_LUA",
+    "UNKNOWN_PRODUCER",
     "partition_key_pattern",
     "partition_keys",
     "tenant_key_pattern",
@@ -41,7 +42,7 @@ TRIM_CHUNK = 1024
 READ_CHUNK = 256
 
 APPEND_OK, APPEND_DUPLICATE, OUT_OF_ORDER, TOO_OLD, COUNT_MISMATCH = 0, 1, 2, 3, 4
-APPEND_SEALED, APPEND_NO_STATE = 5, 6
+APPEND_SEALED, APPEND_NO_STATE, UNKNOWN_PRODUCER = 5, 6, 7
 READ_OUT_OF_RANGE, READ_AT_END, READ_OK, READ_BROKEN = -1, 0, 1, -2
 
 # Numbers travel as decimal strings and are never formatted by Lua (``tostring`` would
@@ -67,6 +68,8 @@ APPEND_LUA = """
 -- lost with an emptied Redis) or its high watermark is below `floor` (rolled back):
 -- offsets are never assigned from a state that may have forgotten some. With `floor` -1
 -- (a caller that knows nothing of it) a segment without state starts at 0.
+-- A producer the segment holds no state of may only start at sequence 0: {7} otherwise
+-- (its earlier batches' state is unknown here, e.g. lost with an emptied Redis).
 local log, meta = KEYS[1], KEYS[2]
 local count = tonumber(ARGV[2])
 local floor = tonumber(ARGV[8])
@@ -106,6 +109,8 @@ if ARGV[4] == '1' then
       end
       return {3, state[#state][1], state[1][1]}
     end
+  elseif seq > 0 then
+    return {7, '0', '0'}
   end
 end
 redis.call('XADD', log, hw .. '-1', 'payload', ARGV[1], 'count', ARGV[2],

@@ -600,9 +600,11 @@ class GetGatewayInfoRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class GatewayInfo(_message.Message):
-    __slots__ = ("flight_port", "flight_location")
+    __slots__ = ("flight_port", "flight_location", "flight_appends")
     FLIGHT_PORT_FIELD_NUMBER: _ClassVar[int]
     FLIGHT_LOCATION_FIELD_NUMBER: _ClassVar[int]
+    FLIGHT_APPENDS_FIELD_NUMBER: _ClassVar[int]
     flight_port: int
     flight_location: str
-    def __init__(self, flight_port: _Optional[int] = ..., flight_location: _Optional[str] = ...) -> None: ...
+    flight_appends: bool
+    def __init__(self, flight_port: _Optional[int] = ..., flight_location: _Optional[str] = ..., flight_appends: _Optional[bool] = ...) -> None: ...

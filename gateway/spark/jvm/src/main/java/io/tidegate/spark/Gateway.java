@@ -66,7 +66,7 @@ public final class Gateway implements Serializable {
     return c;
   }
 
-  private String tablePath() {
+  String tablePath() {
     return endpoint + "/v1/tables/" + encode(namespace) + "/" + encode(name);
   }
 
@@ -74,7 +74,7 @@ public final class Gateway implements Serializable {
     return URLEncoder.encode(part, StandardCharsets.UTF_8).replace("+", "%20");
   }
 
-  private HttpRequest.Builder request(String url) {
+  HttpRequest.Builder request(String url) {
     HttpRequest.Builder b = HttpRequest.newBuilder(URI.create(url)).timeout(Duration.ofMinutes(5));
     if (apiKey != null) {
       b.header("authorization", "Bearer " + apiKey);

@@ -12,7 +12,7 @@ import pytest
 from gateway.hot import PartitionId
 from gateway.lake.tiering import tier_all, tier_table
 from tests.lake.conftest import Harness
-from tiering.spark import SparkRunner
+from tiering.spark_runner import SparkRunner
 
 pytestmark = pytest.mark.spark
 

@@ -31,7 +31,8 @@ from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
 from gateway.cold.base import DataFile
-from gateway.lake.tiering import LakeTask, Runner
+from gateway.lake.runners import Runner
+from gateway.lake.tasks import LakeTask
 from gateway.plugins import BackendError
 
 if TYPE_CHECKING:
