@@ -1,8 +1,9 @@
 """``spark.read.format("tidegate")`` (the JVM connector) and the Python source
 (``format("tidegate_python")``) against ``spark.read.parquet`` of the same data files, in
 one Spark session (``local[2]``, the connector's jar on it), on one tiered table:
-``count()``, ``sum(id)`` over the whole table, a sum over every column, and a selective
-filter (one partition's first 1% of offsets).
+``count()``, ``sum(id)`` over the whole table, a sum over every column, a selective
+filter (one partition's first 1% of offsets), and an ``AvailableNow`` drain (see
+:func:`_drains`).
 
 The table is all cold (tiered in this process, as ``tidegate tier`` would), so all three
 read the same Parquet files; the JVM connector adds its plan (one ``POST /plan``) and reads
@@ -19,7 +20,10 @@ the workload's own size keeps its plain names).
 from __future__ import annotations
 
 import asyncio
+import os
+import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
@@ -116,20 +120,96 @@ async def _one_table(
             )
             rows.append(base.summary())
             rows += [compare(r.summary(), [base.summary()]) for r in results]
+        with tempfile.TemporaryDirectory(prefix="tidegate-drain-files-") as files:
+            # The same files in one folder (links), for Spark's streaming file source.
+            for i, path in enumerate(paths):
+                os.symlink(path, os.path.join(files, f"{i:05d}.parquet"))
+            baseline, drains = _drains(spark, files, len(paths), options, n)
+            base, results = await asyncio.to_thread(
+                _measure,
+                f"{w.name}-drain",
+                _run,
+                baseline,
+                drains,
+                n,
+                reps,
+                "readStream.parquet (baseline)",
+            )
+        rows.append(base.summary())
+        rows += [compare(r.summary(), [base.summary()]) for r in results]
     finally:
         await drop_table(stub, ref, md)
     return rows
 
 
+def _run(drain: Callable[[], None]) -> None:
+    drain()
+
+
+def _drains(
+    spark: Any, files: str, count: int, options: dict[str, str], n: int
+) -> tuple[Callable[[], None], dict[str, Callable[[], None]]]:
+    """The whole table drained by ``readStream`` with ``Trigger.AvailableNow`` into Spark's
+    ``noop`` sink (every column, as a sink takes them) in about four micro-batches, from a
+    fresh checkpoint each time: on each implementation (``maxRecordsPerTrigger``), and as the
+    baseline Spark's own streaming Parquet source over the same ``count`` files in the
+    folder ``files`` (``maxFilesPerTrigger``)."""
+    schema = spark.read.parquet(files).schema
+
+    def drain(name: str, stream: Any) -> None:
+        with tempfile.TemporaryDirectory(prefix="tidegate-drain-") as checkpoint:
+            query = (
+                stream.writeStream.format("noop")
+                .option("checkpointLocation", checkpoint)
+                .trigger(availableNow=True)
+                .start()
+            )
+            query.awaitTermination()
+            if query.exception() is not None:
+                raise RuntimeError(f"{name}: the drain failed: {query.exception()}")
+            read = sum(p["numInputRows"] for p in query.recentProgress)
+            if read != n:
+                raise RuntimeError(f"{name}: the drain read {read} records of {n}")
+
+    def connector(fmt: str) -> Callable[[], None]:
+        return lambda: drain(
+            fmt,
+            spark.readStream.format(fmt)
+            .options(**options)
+            .option("maxRecordsPerTrigger", max(1, -(-n // 4)))
+            .load(),
+        )
+
+    def baseline() -> None:
+        per_trigger = max(1, -(-count // 4))
+        drain(
+            "parquet",
+            spark.readStream.schema(schema)
+            .option("maxFilesPerTrigger", per_trigger)
+            .parquet(files),
+        )
+
+    return baseline, {
+        'readStream.format("tidegate")': connector("tidegate"),
+        'readStream.format("tidegate_python")': connector("tidegate_python"),
+    }
+
+
 def _measure(
-    workload: str, query: Any, parquet: Any, readers: dict[str, Any], n: int, reps: int
+    workload: str,
+    query: Any,
+    parquet: Any,
+    readers: dict[str, Any],
+    n: int,
+    reps: int,
+    baseline: str = "spark.read.parquet (baseline)",
 ) -> tuple[Result, list[Result]]:
     """One warm-up run of ``query`` on each DataFrame (JIT, Python workers), then ``reps``
     timed runs of each, taking turns so that a change in the machine's load (the
     benchmark shares it) falls on both alike. Each run counts as a pass over the table's
     ``n`` records (a query takes a fraction of a second: the closed loop's window would
     see too few of them)."""
-    systems = [(Result(workload, "spark.read.parquet (baseline)"), parquet)]
+    systems = [(Result(workload, baseline), parquet)]
     systems += [(Result(workload, name), df) for name, df in readers.items()]
     for _, df in systems:
         query(df)

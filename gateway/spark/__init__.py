@@ -6,8 +6,8 @@ Two implementations answer to one behaviour suite (``tests/spark``):
 - the **JVM connector** (``gateway/spark/jvm``, a DataSource V2 connector shipped as a jar in
   this package, :func:`jar_path`): columnar batch reads with column, filter, limit and
   aggregate pushdown, data files read by Spark's own vectorized Parquet reader and hot
-  ranges as Arrow, and batch and streaming writes through the idempotent producer; its
-  streaming reads run the Python source below;
+  ranges as Arrow, streaming reads of its own, and batch and streaming writes through the
+  idempotent producer;
 - the **Python source** (PySpark's Python Data Source API), where jars cannot be added
   (Spark Connect, a cluster that forbids them).
 
@@ -119,11 +119,11 @@ def redact_api_key(spark: Any) -> None:
 def register(spark: Any, *, filter_pushdown: bool = True) -> None:
     """Make ``format("tidegate")`` work on ``spark``.
 
-    With the jar on the session, ``tidegate`` is the JVM connector already (its batch
-    reads and its writes need nothing more), and its streaming reads run the Python
-    source, registered here as ``tidegate_python``. Without it (Spark Connect, a cluster
-    that forbids jars), the Python source is registered as ``tidegate`` too.
-    ``format("tidegate_python")`` picks the Python source either way.
+    With the jar on the session, ``tidegate`` is the JVM connector already (its reads and
+    writes, batch and streaming, need nothing more), and the Python source is registered
+    here as ``tidegate_python``. Without it (Spark Connect, a cluster that forbids jars),
+    the Python source is registered as ``tidegate`` too. ``format("tidegate_python")``
+    picks the Python source either way.
 
     It also keeps the ``api_key`` option out of the plans Spark prints
     (:func:`redact_api_key`).

@@ -135,9 +135,8 @@ class TidegateDataSource(DataSource):
 
 
 class TidegatePythonSource(TidegateDataSource):
-    """The Python source under its own name, ``tidegate_python``: what the JVM connector
-    runs for streaming reads, and a way to pick this implementation when the jar is on
-    the session."""
+    """The Python source under its own name, ``tidegate_python``: a way to pick this
+    implementation when the jar is on the session."""
 
     @classmethod
     def name(cls) -> str:

@@ -121,3 +121,14 @@ def source(request: pytest.FixtureRequest, tg_spark: Any) -> str:
 
     assert gateway.spark.has_jvm_connector(tg_spark), "the session has no JVM connector jar"
     return SOURCES[request.param]
+
+
+@pytest.fixture(params=sorted(SOURCES))
+def stream_source(request: pytest.FixtureRequest, tg_spark: Any) -> tuple[Any, str]:
+    """A session and the format name of one implementation, for streaming reads: the JVM
+    connector in a session of its own where ``gateway.spark.register`` never ran (its
+    streams need no Python source), the Python source in the registered one."""
+    if request.param == "python":
+        return tg_spark, SOURCES["python"]
+    session = tg_spark.newSession()  # a session's Python data sources are its own
+    return session, SOURCES["jvm"]

@@ -32,11 +32,18 @@ final class HotRangeReader implements PartitionReader<ColumnarBatch> {
   private InputStream body;
   private long rowsOfCall;
   private ColumnarBatch current;
+  /** Rides the reads through a gateway outage, for the factory's reconnect seconds. */
+  private final Outage outage;
 
   HotRangeReader(ReaderFactory factory, HotSplit split) {
     this.factory = factory;
     this.split = split;
     this.offset = split.start;
+    this.outage =
+        new Outage(
+            factory.gateway.endpoint,
+            "tidegate read of " + factory.gateway.table() + " partition " + split.partition,
+            factory.reconnectSeconds);
     this.allocator = ArrowUtils.rootAllocator().newChildAllocator(
         "tidegate-hot-" + split.partition + "-" + split.start, 0, Long.MAX_VALUE);
   }
@@ -48,14 +55,33 @@ final class HotRangeReader implements PartitionReader<ColumnarBatch> {
         if (offset >= split.end) {
           return false;
         }
-        long want = Math.min(split.end - offset, MAX_RECORDS_PER_CALL);
+        long from = offset;
+        long want = Math.min(split.end - from, MAX_RECORDS_PER_CALL);
         HttpResponse<InputStream> response =
-            factory.gateway.records(split.partition, offset, want);
+            outage.ride(() -> factory.gateway.records(split.partition, from, want));
         body = response.body();
         stream = new ArrowStreamReader(body, allocator);
         rowsOfCall = 0;
       }
-      if (stream.loadNextBatch()) {
+      boolean loaded;
+      try {
+        loaded = stream.loadNextBatch();
+      } catch (IOException e) {
+        // The gateway went away mid-call: ask again from the first offset not handed on.
+        try {
+          closeStream();
+        } catch (IOException closing) {
+          e.addSuppressed(closing);
+        }
+        outage.pause(
+            new TidegateException(
+                "tidegate: reading " + factory.gateway.table() + " partition " + split.partition
+                    + " at offset " + offset + ": the gateway went away mid-call (" + e + ")",
+                "UNAVAILABLE"));
+        continue;
+      }
+      if (loaded) {
+        outage.ok();
         VectorSchemaRoot root = stream.getVectorSchemaRoot();
         int n = root.getRowCount();
         if (n == 0) {

@@ -107,9 +107,10 @@ final class ParquetFilesReader implements PartitionReader<ColumnarBatch> {
       path = new Path(lower.startsWith("file:") ? url : "file://" + url);
     }
     Configuration c = new Configuration(conf);
-    FilterPredicate offsets = offsetPredicate(factory.bounds);
+    FilterPredicate offsets = offsetPredicate(factory.bounds, f);
     if (offsets != null) {
-      // Row groups whose _offset statistics lie outside the query's bounds are not read.
+      // Row groups whose _offset statistics lie outside the query's bounds (or the slice of
+      // the file kept, e.g. a micro-batch's range) are not read.
       ParquetInputFormat.setFilterPredicate(c, offsets);
     }
     String json = readSchema.json();
@@ -134,15 +135,20 @@ final class ParquetFilesReader implements PartitionReader<ColumnarBatch> {
     }
   }
 
-  /** The bounds' _offset range as a Parquet predicate (null: unbounded). */
-  static FilterPredicate offsetPredicate(Filters.Bounds bounds) {
+  /**
+   * The _offset range of the bounds and of the file's slice, as a Parquet predicate (null:
+   * unbounded).
+   */
+  static FilterPredicate offsetPredicate(Filters.Bounds bounds, FileSlice f) {
     Operators.LongColumn column = FilterApi.longColumn(Types.OFFSET);
     FilterPredicate out = null;
-    if (bounds.low > 0) {
-      out = FilterApi.gtEq(column, Long.valueOf(bounds.low));
+    long low = Math.max(bounds.low, f.low);
+    long high = bounds.high < 0 ? f.high : f.high < 0 ? bounds.high : Math.min(bounds.high, f.high);
+    if (low > 0) {
+      out = FilterApi.gtEq(column, Long.valueOf(low));
     }
-    if (bounds.high >= 0) {
-      FilterPredicate below = FilterApi.lt(column, Long.valueOf(bounds.high));
+    if (high >= 0) {
+      FilterPredicate below = FilterApi.lt(column, Long.valueOf(high));
       out = out == null ? below : FilterApi.and(out, below);
     }
     return out;

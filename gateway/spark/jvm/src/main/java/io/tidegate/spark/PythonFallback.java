@@ -9,11 +9,10 @@ import org.apache.spark.sql.execution.datasources.v2.python.PythonDataSourceV2;
 import org.apache.spark.sql.types.StructType;
 
 /**
- * The Spark shim of this connector (Spark 4.x): streaming reads and writes of {@code
- * format("tidegate")} run the Python source, registered by {@code gateway.spark.register(spark)}
- * under {@value #NAME}, through Spark's own {@link PythonDataSourceV2}, the class Spark uses for
- * every Python data source. The same options, offsets JSON, checkpoints and idempotent producer
- * as with the Python source alone.
+ * The Spark shim of this connector (Spark 4.x): writes of {@code format("tidegate")} run the
+ * Python source, registered by {@code gateway.spark.register(spark)} under {@value #NAME},
+ * through Spark's own {@link PythonDataSourceV2}, the class Spark uses for every Python data
+ * source. The same options and idempotent producer as with the Python source alone.
  */
 final class PythonFallback {
   /** The name {@code gateway.spark.register} gives the Python source. */

@@ -78,6 +78,45 @@ final class ReadPlan {
     return out;
   }
 
+  /**
+   * A micro-batch's cold part: per partition of {@code end}, the files holding offsets of
+   * {@code [start, end)} below the pinned tiered watermark, each cut to that range.
+   */
+  List<FileSlice> streamFiles(Map<Integer, Long> start, Map<Integer, Long> end) {
+    List<FileSlice> out = new ArrayList<>();
+    for (FileSlice f : files) {
+      Long hi = end.get(f.partition);
+      if (hi == null) {
+        continue;
+      }
+      long lo = Math.max(start.getOrDefault(f.partition, hi), f.low);
+      if (f.minOffset >= hi || f.maxOffset < lo) {
+        continue;
+      }
+      out.add(
+          new FileSlice(
+              f.url, f.size, f.partition, f.minOffset, f.maxOffset, f.recordCount,
+              lo > f.minOffset ? lo : -1, hi <= f.maxOffset ? hi : -1));
+    }
+    return out;
+  }
+
+  /** A micro-batch's hot part: per partition, {@code [start, end)} above the tiered watermark. */
+  List<HotSplit> streamHot(Map<Integer, Long> start, Map<Integer, Long> end) {
+    List<HotSplit> out = new ArrayList<>();
+    for (Map.Entry<Integer, Long> e : end.entrySet()) {
+      int p = e.getKey();
+      long hi = e.getValue();
+      long[] range = hot.get(p);
+      // No hot range: the pinned snapshot holds every offset below the high watermark.
+      long lo = Math.max(start.getOrDefault(p, hi), range == null ? hi : range[0]);
+      if (lo < hi) {
+        out.add(new HotSplit(p, lo, hi));
+      }
+    }
+    return out;
+  }
+
   /** The files the filter's partitions can keep (the gateway pruned the rest already). */
   List<FileSlice> files(Filters.Bounds bounds) {
     List<FileSlice> out = new ArrayList<>();

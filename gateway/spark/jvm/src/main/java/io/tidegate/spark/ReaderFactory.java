@@ -23,12 +23,27 @@ final class ReaderFactory implements PartitionReaderFactory {
   final int batchRows;
   /** What the query's filters say of _partition and _offset: row groups outside are skipped. */
   final Filters.Bounds bounds;
+  /**
+   * Seconds a hot-range read keeps reconnecting to a gateway that went away (negative: for
+   * ever, as streaming reads do by default); batch reads give it 30, as the Python source.
+   */
+  final double reconnectSeconds;
 
   ReaderFactory(Gateway gateway, StructType required, int batchRows, Filters.Bounds bounds) {
+    this(gateway, required, batchRows, bounds, 30);
+  }
+
+  ReaderFactory(
+      Gateway gateway,
+      StructType required,
+      int batchRows,
+      Filters.Bounds bounds,
+      double reconnectSeconds) {
     this.gateway = gateway;
     this.required = required;
     this.batchRows = batchRows;
     this.bounds = bounds;
+    this.reconnectSeconds = reconnectSeconds;
   }
 
   @Override

@@ -14,9 +14,9 @@ import org.apache.spark.sql.util.CaseInsensitiveStringMap;
 
 /**
  * {@code format("tidegate")}: a stream-table of a Tidegate gateway, reached over its HTTP edge.
- * Batch reads (columnar, with column, filter, limit and aggregate pushdown) and writes, batch
- * and streaming, are this connector's own; streaming reads run the Python source registered
- * by {@code gateway.spark.register(spark)} (see {@link PythonFallback}).
+ * Batch reads (columnar, with column, filter, limit and aggregate pushdown), streaming reads
+ * and writes, batch and streaming, are this connector's own; the Python source registered by
+ * {@code gateway.spark.register(spark)} is the fallback where the jar cannot be used.
  */
 public final class TidegateProvider implements TableProvider, DataSourceRegister {
   /** The table as described by {@link #inferSchema}, for the table made from it. */

@@ -9,7 +9,6 @@ import org.apache.spark.sql.connector.read.PartitionReaderFactory;
 import org.apache.spark.sql.connector.read.Scan;
 import org.apache.spark.sql.connector.read.streaming.MicroBatchStream;
 import org.apache.spark.sql.types.StructType;
-import org.apache.spark.sql.util.CaseInsensitiveStringMap;
 
 /**
  * A batch read of one pinned view: one split per data file (or group of small files up to
@@ -23,27 +22,21 @@ final class TidegateScan implements Scan, Batch {
   private final TidegateScanBuilder builder;
   private final ReadOptions options;
   private final Gateway gateway;
-  private final StructType schema;
   private final StructType required;
   private final int limit;
-  private final CaseInsensitiveStringMap sparkOptions;
   private InputPartition[] splits;
 
   TidegateScan(
       TidegateScanBuilder builder,
       ReadOptions options,
       Gateway gateway,
-      StructType schema,
       StructType required,
-      int limit,
-      CaseInsensitiveStringMap sparkOptions) {
+      int limit) {
     this.builder = builder;
     this.options = options;
     this.gateway = gateway;
-    this.schema = schema;
     this.required = required;
     this.limit = limit;
-    this.sparkOptions = sparkOptions;
   }
 
   @Override
@@ -57,10 +50,7 @@ final class TidegateScan implements Scan, Batch {
         + " pushed=" + Arrays.toString(builder.pushed()) + (limit >= 0 ? " limit=" + limit : "");
   }
 
-  /**
-   * Decided by the splits: every split of a batch read is columnar; a streaming read's splits
-   * are the Python source's, which are rows.
-   */
+  /** Decided by the splits, which are all columnar (data files and hot ranges alike). */
   @Override
   public ColumnarSupportMode columnarSupportMode() {
     return ColumnarSupportMode.PARTITION_DEFINED;
@@ -71,12 +61,10 @@ final class TidegateScan implements Scan, Batch {
     return this;
   }
 
+  /** A streaming read of the same columns; the checkpoint's offsets are all its state. */
   @Override
   public MicroBatchStream toMicroBatchStream(String checkpointLocation) {
-    return PythonFallback.readable(schema, options.asMap())
-        .newScanBuilder(sparkOptions)
-        .build()
-        .toMicroBatchStream(checkpointLocation);
+    return new TidegateMicroBatchStream(options, gateway, required, builder.described());
   }
 
   @Override

@@ -25,7 +25,6 @@ import org.apache.spark.sql.types.DataTypes;
 import org.apache.spark.sql.types.Metadata;
 import org.apache.spark.sql.types.StructField;
 import org.apache.spark.sql.types.StructType;
-import org.apache.spark.sql.util.CaseInsensitiveStringMap;
 
 /**
  * One query's scan, built by Spark's pushdown rules: the columns it needs, the predicates it
@@ -42,9 +41,7 @@ final class TidegateScanBuilder
         SupportsPushDownAggregates {
   private final ReadOptions options;
   private final Gateway gateway;
-  private final StructType schema;
   private final JsonNode described;
-  private final CaseInsensitiveStringMap sparkOptions;
   private final int[] partitions;
   private StructType required;
   private Predicate[] pushed = new Predicate[0];
@@ -57,12 +54,10 @@ final class TidegateScanBuilder
       ReadOptions options,
       Gateway gateway,
       StructType schema,
-      JsonNode described,
-      CaseInsensitiveStringMap sparkOptions) {
+      JsonNode described) {
     this.options = options;
     this.gateway = gateway;
     this.described = described;
-    this.sparkOptions = sparkOptions;
     StructType stored = Types.stored(described.path("schema"));
     List<String> unknown = new ArrayList<>();
     for (String name : schema.fieldNames()) {
@@ -75,7 +70,6 @@ final class TidegateScanBuilder
           "tidegate: the schema given names unknown column(s) " + ReadOptions.pyList(unknown)
               + "; " + gateway.table() + " has " + ReadOptions.pyList(List.of(stored.fieldNames())));
     }
-    this.schema = schema;
     this.required = schema;
     this.partitions = options.partitions(described.path("partitions").asInt());
     // Numbers are checked on the driver, before any task runs.
@@ -276,7 +270,7 @@ final class TidegateScanBuilder
     if (aggregated != null) {
       return new AggregateScan(gateway.table(), aggregatedSchema, aggregated);
     }
-    return new TidegateScan(this, options, gateway, schema, required, limit, sparkOptions);
+    return new TidegateScan(this, options, gateway, required, limit);
   }
 
   JsonNode described() {

@@ -55,9 +55,9 @@ final class TidegateTable implements SupportsRead, SupportsWrite {
   }
 
   /**
-   * Batch reads and writes of our own (TRUNCATE only so that {@code mode("overwrite")} reaches
-   * {@link TidegateWriteBuilder#truncate}, which refuses it in the Python writer's words), and
-   * what the Python source does for streaming reads.
+   * Batch and streaming reads and writes of our own (TRUNCATE only so that {@code
+   * mode("overwrite")} reaches {@link TidegateWriteBuilder#truncate}, which refuses it in the
+   * Python writer's words).
    */
   @Override
   public Set<TableCapability> capabilities() {
@@ -67,6 +67,7 @@ final class TidegateTable implements SupportsRead, SupportsWrite {
     Set<TableCapability> out =
         EnumSet.of(
             TableCapability.BATCH_READ,
+            TableCapability.MICRO_BATCH_READ,
             TableCapability.BATCH_WRITE,
             TableCapability.STREAMING_WRITE,
             TableCapability.TRUNCATE);
@@ -81,7 +82,7 @@ final class TidegateTable implements SupportsRead, SupportsWrite {
     if (described == null) {
       described = gateway.describe();
     }
-    return new TidegateScanBuilder(o, gateway, schema, described, options);
+    return new TidegateScanBuilder(o, gateway, schema, described);
   }
 
   @Override
