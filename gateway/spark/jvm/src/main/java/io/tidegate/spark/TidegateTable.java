@@ -71,7 +71,6 @@ final class TidegateTable implements SupportsRead, SupportsWrite {
             TableCapability.BATCH_WRITE,
             TableCapability.STREAMING_WRITE,
             TableCapability.TRUNCATE);
-    out.addAll(PythonFallback.table(schema, properties).capabilities());
     return out;
   }
 
