@@ -512,6 +512,14 @@ def each_table(
     def one_tenant(items: list[TableDef]) -> None:
         for d in items:
             outcome: R | BaseException
+            if dropped(c, d):
+                # Dropped since it was listed: a job must not make its Iceberg table (made
+                # at first use) again behind the drop.
+                log.info(
+                    "%s %s/%s: the table was dropped while the pass ran; skipped",
+                    job, d.tenant, d.qualified_name,
+                )  # fmt: skip
+                continue
             try:
                 outcome = fn(d)
             except Exception as exc:
