@@ -54,6 +54,42 @@ class _Prepared:
 
 
 @dataclass(frozen=True, slots=True)
+class _Request:
+    """What an append asks, as the worker hop that validates, routes and stores it gets
+    it."""
+
+    batches: Sequence[pa.RecordBatch]
+    stream: ClientStream | None
+    partition: int | None
+    producer: ProducerSequence | None
+    timestamp_us: int
+    compression: Compression
+
+
+def _producer(producer_id: str | None, sequence: int | None) -> ProducerSequence | None:
+    """The idempotent producer of an append, checked.
+
+    Raises:
+        InvalidIdempotentAppend: one without the other, or out of bounds.
+    """
+    if producer_id is None and sequence is None:
+        return None
+    if producer_id is None or sequence is None:
+        raise InvalidIdempotentAppend("producer_id and sequence go together")
+    if (
+        not isinstance(sequence, int)
+        or not 0 <= sequence <= INT64_MAX
+        or not producer_id
+        or len(producer_id) > 128
+    ):
+        raise InvalidIdempotentAppend(
+            f"sequence must be an integer from 0 to {INT64_MAX} and producer_id 1 to 128 characters"
+        )
+    check_text("producer_id", producer_id, 128)
+    return ProducerSequence(producer_id, sequence)
+
+
+@dataclass(frozen=True, slots=True)
 class ClientStream:
     """The Arrow IPC stream an append's batches were decoded from, as the client sent
     it (already checked and validated in full by the edge), with what its metadata
@@ -93,118 +129,107 @@ class AppendOps(CoreBase):
             InvalidIdempotentAppend, OutOfOrderSequence, Unavailable.
         """
         table = await self.table(tenant, namespace, name)
-        d = table.definition
         self._start_recording_marks()
-        if (producer_id is None) != (sequence is None):
-            raise InvalidIdempotentAppend("producer_id and sequence go together")
-        if producer_id is not None and (
-            not isinstance(sequence, int)
-            or not 0 <= sequence <= INT64_MAX
-            or not producer_id
-            or len(producer_id) > 128
-        ):
-            raise InvalidIdempotentAppend(
-                f"sequence must be an integer from 0 to {INT64_MAX} and producer_id 1 to "
-                "128 characters"
-            )
-        if producer_id is not None:
-            check_text("producer_id", producer_id, 128)
-
-        def validate(table: TableView) -> tuple[list[pa.RecordBatch], bool]:
-            """The rows in the table's schema, and whether ``stream`` may be stored."""
-            if stream is not None and self._as_is(table, batches, stream):
-                # Exactly the table's schema: only the values need checking, in place.
-                kept = [b for b in batches if b.num_rows]
-                for b in kept:
-                    check_values(b, table.schema)
-                return kept, True
-            return [
-                conform_batch(b, table.schema, table.added_columns) for b in batches if b.num_rows
-            ], False
-
-        timestamp_us = time.time_ns() // 1000
-        compression = self._encoding()
-        producer = (
-            ProducerSequence(producer_id, sequence)
-            if producer_id is not None and sequence is not None
-            else None
+        producer = _producer(producer_id, sequence)
+        request = _Request(
+            batches, stream, partition, producer, time.time_ns() // 1000, self._encoding()
         )
-
-        def prepare(table: TableView) -> _Prepared:
-            """Validate and route the rows, and store them at once when the client's
-            stream goes as it came to one partition: CPU work and the write in one hop
-            of the I/O pool, none of it on the event loop."""
-            conformed, as_is = validate(table)
-            if not conformed:
-                raise InvalidRequest("an append needs at least one row")
-            routes = self._route(table, conformed, partition, producer_id, sequence)
-            if producer_id is not None and len(routes) != 1:
-                raise InvalidIdempotentAppend(
-                    f"an idempotent append must target one partition, but its rows route to "
-                    f"{sorted(routes)}; set 'partition' or split the batch by key",
-                    partitions=",".join(str(p) for p in sorted(routes)),
-                )
-            if as_is and len(routes) == 1 and stream is not None:
-                # The client's stream is stored as it came: its rows, in one partition.
-                count = sum(b.num_rows for b in conformed)
-                p = next(iter(routes))
-                part = PartitionId(table.definition.tenant, table.definition.table_id, p)
-                res = self._hot_append(table, part, stream.data, count, timestamp_us, producer)
-                return _Prepared(conformed, routes, (part, res), None)
-            whole = None
-            if len(routes) > 1 or len(conformed) > 1:
-                # The rows as one batch, built once here for every partition's write.
-                whole = (
-                    conformed[0]
-                    if len(conformed) == 1
-                    else pa.Table.from_batches(conformed, table.schema)
-                    .combine_chunks()
-                    .to_batches()[0]
-                )
-            if len(routes) == 1:
-                # One partition: its write goes in this same hop.
-                p, idx = next(iter(routes.items()))
-                rows = whole if whole is not None else conformed[0]
-                rows = rows if idx is None else rows.take(idx)
-                part = PartitionId(table.definition.tenant, table.definition.table_id, p)
-                payload = encode_batch(rows, compression)
-                res = self._hot_append(table, part, payload, rows.num_rows, timestamp_us, producer)
-                return _Prepared(conformed, routes, (part, res), None)
-            return _Prepared(conformed, routes, None, whole)
-
         try:
-            prepared = await self._run(prepare, table)
+            prepared = await self._run(self._prepare, table, request)
         except SchemaMismatch as exc:
             if not exc.details.get("unexpected"):
                 raise
             # Columns this gateway does not know may have been added by a schema change
             # through another gateway since it cached the table: look again, once.
             table = await self.table(tenant, namespace, name, fresh=True)
-            d = table.definition
-            prepared = await self._run(prepare, table)
-        conformed, routes = prepared.conformed, prepared.routes
+            prepared = await self._run(self._prepare, table, request)
         if prepared.stored is not None:
             part, res = prepared.stored
             self._notifier.notify(part)
             return [AppendRange(part.partition, res.base_offset, res.count, res.duplicate)]
-        whole = prepared.whole if prepared.whole is not None else conformed[0]
+        return await self._store(table, prepared, request)
+
+    def _validate(self, table: TableView, r: _Request) -> tuple[list[pa.RecordBatch], bool]:
+        """The rows in the table's schema, and whether the client's stream may be stored
+        as it came."""
+        if r.stream is not None and self._as_is(table, r.batches, r.stream):
+            # Exactly the table's schema: only the values need checking, in place.
+            kept = [b for b in r.batches if b.num_rows]
+            for b in kept:
+                check_values(b, table.schema)
+            return kept, True
+        return [
+            conform_batch(b, table.schema, table.added_columns) for b in r.batches if b.num_rows
+        ], False
+
+    def _prepare(self, table: TableView, r: _Request) -> _Prepared:
+        """Validate and route the rows, and store them at once when they go to one
+        partition: CPU work and the write in one hop of the I/O pool, none of it on the
+        event loop."""
+        conformed, as_is = self._validate(table, r)
+        if not conformed:
+            raise InvalidRequest("an append needs at least one row")
+        producer = r.producer
+        routes = self._route(
+            table,
+            conformed,
+            r.partition,
+            producer.producer_id if producer is not None else None,
+            producer.sequence if producer is not None else None,
+        )
+        if producer is not None and len(routes) != 1:
+            raise InvalidIdempotentAppend(
+                f"an idempotent append must target one partition, but its rows route to "
+                f"{sorted(routes)}; set 'partition' or split the batch by key",
+                partitions=",".join(str(p) for p in sorted(routes)),
+            )
+        d = table.definition
+        if as_is and len(routes) == 1 and r.stream is not None:
+            # The client's stream is stored as it came: its rows, in one partition.
+            count = sum(b.num_rows for b in conformed)
+            part = PartitionId(d.tenant, d.table_id, next(iter(routes)))
+            res = self._hot_append(table, part, r.stream.data, count, r.timestamp_us, producer)
+            return _Prepared(conformed, routes, (part, res), None)
+        whole = None
+        if len(routes) > 1 or len(conformed) > 1:
+            # The rows as one batch, built once here for every partition's write.
+            whole = (
+                conformed[0]
+                if len(conformed) == 1
+                else pa.Table.from_batches(conformed, table.schema).combine_chunks().to_batches()[0]
+            )
+        if len(routes) == 1:
+            # One partition: its write goes in this same hop.
+            p, idx = next(iter(routes.items()))
+            rows = whole if whole is not None else conformed[0]
+            rows = rows if idx is None else rows.take(idx)
+            part = PartitionId(d.tenant, d.table_id, p)
+            payload = encode_batch(rows, r.compression)
+            res = self._hot_append(table, part, payload, rows.num_rows, r.timestamp_us, producer)
+            return _Prepared(conformed, routes, (part, res), None)
+        return _Prepared(conformed, routes, None, whole)
+
+    async def _store(self, table: TableView, prepared: _Prepared, r: _Request) -> list[AppendRange]:
+        """Store rows routed to several partitions: each partition's write (selecting and
+        compressing its rows too) on the I/O pool, in parallel."""
+        d = table.definition
+        whole = prepared.whole if prepared.whole is not None else prepared.conformed[0]
 
         async def store(p: int, idx: pa.Array | None) -> AppendRange:
             part = PartitionId(d.tenant, d.table_id, p)
 
             def write() -> AppendResult:
-                # Selecting and compressing the rows run here, on the I/O thread, with the
-                # write: off the event loop, and in parallel for several partitions.
                 rows = whole if idx is None else whole.take(idx)
-                payload = encode_batch(rows, compression)
-                return self._hot_append(table, part, payload, rows.num_rows, timestamp_us, producer)
+                payload = encode_batch(rows, r.compression)
+                return self._hot_append(
+                    table, part, payload, rows.num_rows, r.timestamp_us, r.producer
+                )
 
             res = await self._run(write)
             self._notifier.notify(part)
             return AppendRange(p, res.base_offset, res.count, res.duplicate)
 
-        jobs = [store(p, idx) for p, idx in routes.items()]
-        return list(await asyncio.gather(*jobs))
+        return list(await asyncio.gather(*(store(p, idx) for p, idx in prepared.routes.items())))
 
     def _hot_append(
         self,
