@@ -8,6 +8,7 @@ import org.apache.arrow.vector.BigIntVector;
 import org.apache.arrow.vector.FieldVector;
 import org.apache.arrow.vector.VectorSchemaRoot;
 import org.apache.arrow.vector.ipc.ArrowStreamReader;
+import org.apache.arrow.vector.util.TransferPair;
 import org.apache.spark.sql.connector.read.PartitionReader;
 import org.apache.spark.sql.types.StructType;
 import org.apache.spark.sql.util.ArrowUtils;
@@ -18,7 +19,10 @@ import org.apache.spark.sql.vectorized.ColumnarBatch;
 /**
  * One hot range {@code [start, end)} of a partition, read through the gateway's stream-read
  * route as Arrow IPC and handed to Spark as {@link ColumnarBatch}es of {@link
- * ArrowColumnVector}s over the very buffers received: no row conversion, no copy.
+ * ArrowColumnVector}s over the very buffers received: no row conversion, no copy. Each batch
+ * owns its vectors (the buffers are transferred out of the stream's root, not copied): a
+ * batch's vectors closed after use must not be the root's, which the next batch loads into
+ * (a closed struct vector loses its children).
  */
 final class HotRangeReader implements PartitionReader<ColumnarBatch> {
   /** The most records one request asks for (the gateway's default cap per read call). */
@@ -50,6 +54,7 @@ final class HotRangeReader implements PartitionReader<ColumnarBatch> {
 
   @Override
   public boolean next() throws IOException {
+    closeCurrent();
     while (true) {
       if (stream == null) {
         if (offset >= split.end) {
@@ -96,8 +101,8 @@ final class HotRangeReader implements PartitionReader<ColumnarBatch> {
         }
         offset = Math.min(last + 1, split.end);
         rowsOfCall += n;
-        current = batch(root, keep);
         if (keep > 0) {
+          current = batch(root, keep);
           return true;
         }
         continue;
@@ -123,9 +128,18 @@ final class HotRangeReader implements PartitionReader<ColumnarBatch> {
             "tidegate: the gateway's records of " + factory.gateway.table() + " have no column '"
                 + name + "'; load the DataFrame again");
       }
-      columns[i] = new ArrowColumnVector(v);
+      TransferPair owned = v.getTransferPair(allocator);
+      owned.transfer();
+      columns[i] = new ArrowColumnVector((FieldVector) owned.getTo());
     }
     return new ColumnarBatch(columns, rows);
+  }
+
+  private void closeCurrent() {
+    if (current != null) {
+      current.close();
+      current = null;
+    }
   }
 
   @Override
@@ -150,6 +164,7 @@ final class HotRangeReader implements PartitionReader<ColumnarBatch> {
   @Override
   public void close() throws IOException {
     try {
+      closeCurrent();
       closeStream();
     } finally {
       allocator.close();
