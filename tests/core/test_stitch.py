@@ -4,6 +4,7 @@ the hot tier and Iceberg, on every storage (local/S3 x SQLite/PostgreSQL)."""
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import random
 import threading
 import uuid
@@ -185,6 +186,27 @@ async def test_the_iceberg_table_is_made_at_first_use(service: StreamTables) -> 
     assert service.cold.catalog.table_exists(ident)
     assert described.iceberg_metadata.endswith(".metadata.json")
     assert await service.list_snapshots(TENANT, "ns", "lazy") == []
+
+
+async def test_first_uses_at_once_make_one_iceberg_table(service: StreamTables) -> None:
+    """Many reads reaching a new table's lake side at once (follow streams opening
+    together): one makes the Iceberg table, the others use it; none takes the metadata
+    file it finds half-registered for a table dropped behind the gateway's back."""
+    await service.create_table(TENANT, "ns", "racy", SIMPLE, 1)
+    definition = service.meta.get_table(TENANT, "ns", "racy")
+    cold = service.cold
+    assert isinstance(cold, IcebergColdStore)
+    assert not cold.catalog.table_exists((TENANT, "ns", "racy"))
+    tables = [cold.table(definition) for _ in range(8)]
+    barrier = threading.Barrier(len(tables))
+
+    def first_use(t: Any) -> int:
+        barrier.wait()
+        return t.snapshot().watermark(0)
+
+    with concurrent.futures.ThreadPoolExecutor(len(tables)) as pool:
+        assert list(pool.map(first_use, tables)) == [0] * len(tables)
+    assert cold.catalog.table_exists((TENANT, "ns", "racy"))
 
 
 async def test_drop_removes_the_iceberg_table(service: StreamTables) -> None:

@@ -69,6 +69,8 @@ ELSEWHERE = {
     "downloads Iceberg's jars from Maven Central, which this project's machines cannot reach",
     ("docs/engines.md", "Trino"): "no test: a Trino server's catalog file; no Trino here",
     ("docs/spark.md", ""): "tests/spark/test_docs.py, in the test session's SparkSession",
+    ("docs/spark.md", "Writes"): "tests/spark/test_docs.py runs the page's snippets in order "
+    "as one program, this one after the first",
 }
 #: (page, heading) of the blocks tests/integration/test_docs_pages.py runs.
 CLIENT_GUIDE = ("Connect", "Tables", "Produce", "Consume", "asyncio")

@@ -7,6 +7,7 @@ import contextlib
 import datetime as dt
 import logging
 import threading
+import time
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -33,6 +34,12 @@ if TYPE_CHECKING:
     from gateway.meta import TableDef
 
 __all__ = ["TABLE_PROPERTIES", "IcebergColdStore"]
+
+#: How often, and how far apart, a first use that finds a table's metadata files but no
+#: catalog entry looks again before it calls the table dropped (another creator may be
+#: between the two writes).
+_CREATE_RACE_CHECKS = 20
+_CREATE_RACE_PAUSE_S = 0.1
 
 log = logging.getLogger(__name__)
 
@@ -79,6 +86,7 @@ class IcebergColdStore(ColdStore):
         self._s3: Any = None
         self._fs: Any = None
         self._lock = threading.Lock()
+        self._creating = threading.Lock()
         #: Namespaces known to exist (bounded; forgotten when a tenant is dropped).
         self._namespaces: set[tuple[str, ...]] = set()
 
@@ -161,17 +169,26 @@ class IcebergColdStore(ColdStore):
         from pyarrow import fs
         from pyiceberg.exceptions import TableAlreadyExistsError
 
-        folder = fs_path(self._location(table) + "/metadata")
-        found = self.filesystem().get_file_info(fs.FileSelector(folder, allow_not_found=True))
-        if any(f.type == fs.FileType.File for f in found):
-            name = ".".join(self._identifier(table))
-            raise SnapshotNotFound(
-                f"the Iceberg table {name} was dropped from the catalog outside Tidegate "
-                "(its files remain); register it again, or drop the stream-table",
-                missing_iceberg_table=name,
-            )
-        with contextlib.suppress(TableAlreadyExistsError):
-            self._create_iceberg(table, schema)
+        with self._creating:  # first uses in this process one at a time (they are rare)
+            folder = fs_path(self._location(table) + "/metadata")
+            found = self.filesystem().get_file_info(fs.FileSelector(folder, allow_not_found=True))
+            if any(f.type == fs.FileType.File for f in found):
+                # Files and no catalog entry: dropped behind our back, or another creator
+                # (a gateway, a job) is between writing the metadata file and its catalog
+                # row. Give that creator a moment before calling it a drop.
+                identifier = self._identifier(table)
+                for _ in range(_CREATE_RACE_CHECKS):
+                    if self.catalog.table_exists(identifier):
+                        return
+                    time.sleep(_CREATE_RACE_PAUSE_S)
+                name = ".".join(identifier)
+                raise SnapshotNotFound(
+                    f"the Iceberg table {name} was dropped from the catalog outside Tidegate "
+                    "(its files remain); register it again, or drop the stream-table",
+                    missing_iceberg_table=name,
+                )
+            with contextlib.suppress(TableAlreadyExistsError):
+                self._create_iceberg(table, schema)
 
     def _create_iceberg(self, table: TableDef, schema: pa.Schema) -> None:
         from pyiceberg.exceptions import NamespaceAlreadyExistsError, NoSuchNamespaceError
