@@ -159,7 +159,9 @@ def fields_of(schema: pa.Schema) -> list[Any]:
 async def create_table(
     stub: Any, name: str, partitions: int, metadata: Any, schema: pa.Schema | None = None
 ) -> Any:
-    """A table of the benchmark schema in a namespace of its own; returns its TableRef."""
+    """A table of the benchmark schema in a namespace of its own; returns its TableRef.
+    Its Iceberg table is made too (a gateway makes it at the table's first use, here a
+    describe), so that baselines reading the catalog directly find it."""
     ref = pb.TableRef(namespace=f"bench{uuid.uuid4().hex[:8]}", name=name.replace("-", "_"))
     await stub.CreateTable(
         pb.CreateTableRequest(
@@ -167,6 +169,7 @@ async def create_table(
         ),
         metadata=metadata,
     )
+    await stub.DescribeTable(pb.DescribeTableRequest(table=ref), metadata=metadata)
     return ref
 
 
