@@ -1,8 +1,8 @@
 """A deliberately broken hot tier for the checker's own test (never used by the product):
-it acknowledges a batch before the hot tier has it, and writes it half a second later.
+it acknowledges a batch before the hot tier has it, and writes it two seconds later.
 
 ``TIDEGATE_HOT__TYPE=tests.faults.broken:AckFirstLog`` loads it in a gateway process. A
-SIGKILL in that half second loses acknowledged batches; the checker must say so.
+SIGKILL in those two seconds loses acknowledged batches; the checker must say so.
 """
 
 from __future__ import annotations
@@ -48,7 +48,7 @@ class AckFirstLog(DiskHotLog):
             if base is None:
                 base = self.offsets(part).high
             self._next[part] = base + count
-            self._queue.put((time.monotonic() + 0.5, part, bytes(payload), count, timestamp_us))
+            self._queue.put((time.monotonic() + 2.0, part, bytes(payload), count, timestamp_us))
         return AppendResult(base, count)  # the bug: answered before it is stored
 
     def _write_later(self) -> None:

@@ -104,10 +104,13 @@ def run_seed(
     kinds: list[str] | None = None,
     hot_env: dict[str, str] | None = None,
     spark: Any = None,
+    faults_after_acks: int = 0,
 ) -> RunResult:
     """Run one seed in ``root`` (its processes' folders and the history): ``duration``
     seconds of ``mix`` under the nemesis (``kinds`` of faults, all that apply by default),
-    then read back and check (through ``spark``, a SparkSession, too when given)."""
+    then read back and check (through ``spark``, a SparkSession, too when given). With
+    ``faults_after_acks``, the nemesis starts once that many appends were acknowledged
+    (within a minute), so a slow machine's first fault does not come before any traffic."""
     tier = tier or tier_of(seed)
     root.mkdir(parents=True, exist_ok=True)
     cluster = Cluster(tier, root, fsync=fsync_of(seed), spark=spark)
@@ -130,6 +133,7 @@ def run_seed(
         phase("start")
         ctx = Context(cluster, history, seed)
         ops = start_operations(ctx, mix or DEFAULT_MIX + (SPARK_MIX if spark else []))
+        _wait_for_acks(history, faults_after_acks, within=60.0)
         nemesis = Nemesis(cluster, seed, history, kinds).start()
         time.sleep(duration)
         nemesis.join()
@@ -164,6 +168,15 @@ def run_seed(
         )
         result.text += f"\nfull history: {history_path}"
     return result
+
+
+def _wait_for_acks(history: History, count: int, within: float) -> None:
+    deadline = time.monotonic() + within
+    while count and time.monotonic() < deadline:
+        acked = [e for e in history.of("append") if e.get("outcome") == "ok"]
+        if len(acked) >= count:
+            return
+        time.sleep(0.05)
 
 
 def read_back(cluster: Cluster, history: History, spark: Any = None) -> dict[str, TableState]:

@@ -177,6 +177,7 @@ def test_a_build_that_acknowledges_before_storing_is_caught(tmp_path: Path) -> N
         mix=[("grpc", 2), ("producer", 1), ("follower", 1)],
         kinds=["gateway_kill"],
         hot_env={"TIDEGATE_HOT__TYPE": "tests.faults.broken:AckFirstLog"},
+        faults_after_acks=10,
     )
     assert result.faults["gateway_kill"] >= 1
     assert result.verdict.lost > 0, result.summary()
