@@ -38,7 +38,7 @@ import logging
 import threading
 import time
 import uuid
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -314,7 +314,10 @@ def tier_table(
             c.meta.record_run(d.table_id, "tier", "ok", f"{count} records in snapshot {snap_id}")
         break
     trimmed = trim_hot(c, d, cold) if trim else {}
-    _after_tiering(c, d, tiered, began, committed=bool(moved), trimmed=trim)
+    compactable = may_compact(files, base, moved, c.settings.compaction.min_files)
+    _after_tiering(
+        c, d, tiered, began, committed=bool(moved), compactable=compactable, trimmed=trim
+    )
     result = TableResult(
         table=d.qualified_name,
         tenant=d.tenant,
@@ -338,13 +341,15 @@ def _after_tiering(
     began: dt.datetime,
     *,
     committed: bool,
+    compactable: bool,
     trimmed: bool,
 ) -> None:
     """The lake work of ``d`` after a tiering run that began at ``began`` (issue 30):
     the ``tier`` marks it covered go (a partition's once ``T(p)`` reached what was
     acknowledged); a commit asks for the work it makes due later (the hot tier's trim
-    ``hot_retention_s`` on, compaction now, snapshot expiry and orphan clean-up once
-    their windows have passed). Never fails the run: a mark that stays costs a visit."""
+    ``hot_retention_s`` on, compaction now if it left something to compact (see
+    :func:`may_compact`), snapshot expiry and orphan clean-up once their windows have
+    passed). Never fails the run: a mark that stays costs a visit."""
     from gateway.meta.work import TABLE_LEVEL, Mark
 
     now = dt.datetime.now(dt.UTC)
@@ -355,7 +360,7 @@ def _after_tiering(
             # Whether or not this process schedules them: a Spark deployment runs them
             # as CronJobs, with the embedded schedules off.
             later = [
-                ("compact", 0.0),
+                *([("compact", 0.0)] if compactable else []),
                 ("expire", s.expiry.retention_s),
                 ("orphans", s.expiry.orphan_age_s),
                 *([("trim", hold)] if hold > 0 else []),
@@ -369,6 +374,18 @@ def _after_tiering(
             c.meta.finish_work(d.table_id, "trim", now - dt.timedelta(seconds=hold), hold)
     except Exception as exc:
         log.warning("%s: recording its lake work failed (%s)", d.qualified_name, exc)
+
+
+def may_compact(
+    files: Iterable[DataFile], base: ColdSnapshot, moved: Mapping[int, Any], min_files: int
+) -> bool:
+    """Whether a commit of ``files`` (the ranges ``moved``, onto ``base``) can have left a
+    partition that compaction would rewrite: one that held files before it (``T(p)`` above
+    0 in ``base``) or that got ``min_files`` or more now. A table's first commit of one
+    file per partition, which every table written once and then left idle makes, leaves
+    nothing to compact: it asks for no compaction visit (issue 30)."""
+    per_partition = Counter(f.partition for f in files)
+    return any(base.watermark(p) > 0 or per_partition[p] >= min_files for p in moved)
 
 
 def with_lake_work(c: Components, d: TableDef, job: str, window_s: float, fn: Callable[[], R]) -> R:

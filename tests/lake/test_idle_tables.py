@@ -87,7 +87,8 @@ async def test_a_tiering_pass_visits_no_idle_table(settings_of: Any) -> None:
         active = [f"a{k}" for k in range(3)]
         for name in active:
             await svc.create_table(tenant, "ns", name, FIELDS, 4)
-            await svc.append(tenant, "ns", name, [pa.record_batch({"k": ["x"], "n": [1]})])
+            batch = pa.record_batch({"k": ["x"], "n": [1]})
+            await svc.append(tenant, "ns", name, [batch], partition=0)
         # ... and 2,000 never written.
         _bulk_tables(svc, tenant, IDLE)
     finally:
@@ -99,6 +100,8 @@ async def test_a_tiering_pass_visits_no_idle_table(settings_of: Any) -> None:
         assert sorted(r.table for r in first.tables) == [f"ns.{n}" for n in active]
         if isinstance(c.hot, DiskHotLog):
             assert c.hot.open_files > 0  # a visit opens the partitions it reads
+        # One file in one partition each: nothing for compaction to rewrite, no visit.
+        assert changed_tables(c, "compact") == []
 
     # Idle now: passes find nothing to visit and touch neither tier for it (a fresh
     # disk hot tier opens a partition's files at its first use: none is opened).
@@ -130,3 +133,16 @@ async def test_a_tiering_pass_visits_no_idle_table(settings_of: Any) -> None:
         snap = c.cold.table(due).snapshot()
         assert sum(snap.watermark(p) for p in range(due.partitions)) == 1
         assert changed_tables(c, "tier") == []
+        assert changed_tables(c, "compact") == []
+
+    # A second file in a partition that has one: now compaction has work there.
+    svc = build_service(settings)
+    try:
+        await svc.append(tenant, "ns", "a0", [pa.record_batch({"k": ["y"], "n": [2]})], partition=0)
+    finally:
+        svc.close()
+    with Components.open(settings) as c:
+        assert run_once(c, LocalRunner(c), "tier", changed=True).records == 1
+        assert [(t.namespace, t.name) for t in changed_tables(c, "compact")] == [("ns", "a0")]
+        compacted = run_once(c, LocalRunner(c), "compact", changed=True)
+        assert compacted.ok and [r.table for r in compacted.tables] == ["ns.a0"]
