@@ -7,9 +7,12 @@ filter (one partition's first 1% of offsets), and an ``AvailableNow`` drain (see
 
 The table is all cold (tiered in this process, as ``tidegate tier`` would), so all three
 read the same Parquet files; the JVM connector adds its plan (one ``POST /plan``) and reads
-the files with Spark's own vectorized Parquet reader through the plan's links (range
-requests to the gateway), the Python source its own pyarrow readers in Python workers.
-Ratios are records/s of the table against records/s; the readers take turns, query by
+the files with Spark's own vectorized Parquet reader in the warehouse folder (the
+``warehouse`` option: Spark shares the gateway's host, as ``spark.read.parquet`` of the
+files must), the Python source its own pyarrow readers in Python workers. The row
+``format("tidegate") through links`` is the JVM connector without that option, reading
+through the gateway's file links (range requests), as executors that cannot see the folder
+do. Ratios are records/s of the table against records/s; the readers take turns, query by
 query.
 
 ``python -m benchmarks --only spark-read --set read_sizes=[400000,2000000,4000000]``
@@ -98,11 +101,15 @@ async def _one_table(
         await _tier(b, ref)
         table = await asyncio.to_thread(b.iceberg_table, ref)
         paths = [_local_path(t.file.file_path) for t in table.scan().plan_files()]
-        options = {
+        links = {
             "endpoint": gw.http_url,
             "api_key": gw.api_key or "",
             "table": f"{ref.namespace}.{ref.name}",
         }
+        # Spark and the gateway share the host, as spark.read.parquet needs: the readers
+        # read the plan's files in the warehouse folder (one JVM row reads them through the
+        # gateway's links instead, the default where executors cannot see the folder).
+        options = {**links, "warehouse": b.settings().cold_warehouse}
         parquet = spark.read.parquet(*paths)
         reps = max(1, round(w.duration_s * 1.25))
         for name, query in _queries(n, w.partitions).items():
@@ -110,6 +117,9 @@ async def _one_table(
             readers = {
                 'spark.read.format("tidegate")': spark.read.format("tidegate")
                 .options(**options)
+                .load(),
+                'format("tidegate") through links': spark.read.format("tidegate")
+                .options(**links)
                 .load(),
                 'format("tidegate_python")': spark.read.format("tidegate_python")
                 .options(**options)

@@ -137,11 +137,14 @@ class ScanSlice:
 @dataclass(frozen=True, slots=True)
 class PlannedFile:
     """A data file in a read plan, readable by an executor without warehouse credentials
-    (a presigned HTTPS URL on object storage, a file path on a local warehouse)."""
+    (a presigned HTTPS URL on object storage, a file path or a link through the gateway on
+    a local warehouse). ``warehouse_path``: on a local warehouse, the file's path inside
+    the warehouse folder, for a reader given that folder."""
 
     file: DataFile
     url: str
     expires_at: dt.datetime | None = None
+    warehouse_path: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

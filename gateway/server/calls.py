@@ -605,11 +605,11 @@ class DataCalls:
             if f.url.startswith(("http://", "https://")) or not path.is_relative_to(root):
                 files.append(f)
                 continue
-            token, expires = tokens.issue(tenant, str(path.relative_to(root)))
+            inside = str(path.relative_to(root))
+            token, expires = tokens.issue(tenant, inside)
             when = dt.datetime.fromtimestamp(expires, dt.UTC)
-            files.append(
-                replace(f, url=f"{files_url.rstrip('/')}/v1/files/{token}", expires_at=when)
-            )
+            link = f"{files_url.rstrip('/')}/v1/files/{token}"
+            files.append(replace(f, url=link, expires_at=when, warehouse_path=inside))
         return replace(plan, files=files)
 
     def _warehouse_folder(self) -> Path | None:

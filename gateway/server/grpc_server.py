@@ -541,6 +541,7 @@ class TidegateServicer(pb_grpc.TidegateServicer):  # type: ignore[misc]
                     min_offset=f.file.min_offset,
                     max_offset=f.file.max_offset,
                     expires_at_ms=int(f.expires_at.timestamp() * 1000) if f.expires_at else 0,
+                    warehouse_path=f.warehouse_path or "",
                 )
                 for f in plan.files
             ],

@@ -21,6 +21,7 @@ __all__ = ["Connection", "Options", "SparkOptionError"]
 COMMON = ("endpoint", "api_key", "table", "path")
 #: Options of batch reads.
 BATCH_READ = (
+    "warehouse",
     "as_of",
     "partitions",
     "columns",
@@ -30,6 +31,7 @@ BATCH_READ = (
 )
 #: Options of streaming reads.
 STREAM_READ = (
+    "warehouse",
     "partitions",
     "columns",
     "startingoffsets",
@@ -93,6 +95,9 @@ class Connection:
     endpoint: str
     api_key: str | None
     table: TableRef
+    #: The gateway's local warehouse folder as the executors see it (the ``warehouse``
+    #: option): a plan's files are read there, not through the gateway's links.
+    warehouse: str | None = None
 
     def client(self, *, unretried: bool = False) -> Client:
         """A client of its own, which the caller closes; ``unretried``: one whose calls
@@ -208,7 +213,7 @@ class Options:
                 f"tidegate: table {table!r} is not of the form 'namespace.table'"
             ) from None
         api_key = self.get("api_key") or os.environ.get("TIDEGATE_API_KEY") or None
-        return Connection(endpoint, api_key, ref)
+        return Connection(endpoint, api_key, ref, self.get("warehouse"))
 
     def partitions(self, count: int) -> list[int] | None:
         """The ``partitions`` option checked against the table's ``count`` partitions."""

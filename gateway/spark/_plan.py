@@ -3,8 +3,9 @@ the hot range per partition) turned into input partitions."""
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import pyarrow as pa
 
@@ -49,9 +50,7 @@ class PinnedPlan:
         for f in self.files:
             lo, hi = start.get(f.partition, 0), end.get(f.partition, 0)
             if f.min_offset < hi and f.max_offset >= lo:
-                files.append(
-                    FileSlice(f.url, f.size, f.partition, f.min_offset, f.max_offset, lo, hi)
-                )
+                files.append(replace(f, low=lo, high=hi))
         hot = []
         for p, hi in sorted(end.items()):
             lo = start.get(p, hi)
@@ -59,6 +58,17 @@ class PinnedPlan:
             if max(lo, tiered) < hi:
                 hot.append(HotSplit(p, max(lo, tiered), hi))
         return files, hot
+
+
+def _in_warehouse(folder: str | None, inside: str) -> str | None:
+    """The path of a plan's file (``inside``: its path in the warehouse) in ``folder``, the
+    warehouse folder the reader was given; None without either. A path that would lead
+    out of the folder is ignored."""
+    if not folder or not inside:
+        return None
+    root = os.path.abspath(folder.removeprefix("file://"))
+    path = os.path.abspath(os.path.join(root, inside))
+    return path if path.startswith(root + os.sep) else None
 
 
 def fetch_plan(
@@ -85,6 +95,7 @@ def fetch_plan(
             f.min_offset,
             f.max_offset,
             earliest[f.partition] if f.min_offset < earliest.get(f.partition, 0) else None,
+            local=_in_warehouse(connection.warehouse, f.warehouse_path),
         )
         for f in response.files
     )

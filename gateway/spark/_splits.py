@@ -5,6 +5,7 @@ gateway with the tenant's key."""
 from __future__ import annotations
 
 import io
+import os
 import time
 import urllib.request
 from collections.abc import Iterator, Sequence
@@ -54,6 +55,9 @@ class FileSlice:
     max_offset: int
     low: int | None = None
     high: int | None = None
+    #: The file in the warehouse folder the reader was given (``warehouse`` option), read
+    #: instead of ``url`` where this executor finds it, of the plan's size.
+    local: str | None = None
 
 
 @dataclass(frozen=True)
@@ -188,6 +192,15 @@ class _HttpRangeFile(io.RawIOBase):
         return len(data)
 
 
+def _local(f: FileSlice) -> str | None:
+    """``f``'s file in the given warehouse folder, when this host has it (at the plan's
+    size); else None, and the plan's URL is read."""
+    try:
+        return f.local if f.local is not None and os.path.getsize(f.local) == f.size else None
+    except OSError:
+        return None
+
+
 def _fragment(url: str, size: int) -> ds.Fragment:
     fmt = ds.ParquetFileFormat()
     if url.startswith(("http://", "https://")):
@@ -210,7 +223,7 @@ def _scan_schema(spec: ReadSpec, fragment: ds.Fragment) -> pa.Schema:
 def _read_files(spec: ReadSpec, split: FilesSplit) -> Iterator[pa.RecordBatch]:
     out = spec.output
     for f in split.files:
-        fragment = _fragment(f.url, f.size)
+        fragment = _fragment(_local(f) or f.url, f.size)
         for batch in fragment.to_batches(
             schema=_scan_schema(spec, fragment),
             columns=list(spec.columns),

@@ -212,3 +212,40 @@ def test_a_read_leaves_out_rows_below_the_earliest_offset(
     for p, first in ((0, 50), (1, 90), (2, 0)):
         assert [r["_offset"] for r in got if r["_partition"] == p] == list(range(first, 105))
     assert got == gateway_rows(lake, table_name)
+
+
+def _file_link_reads(lake: LakeGateway) -> float:
+    """GETs the gateway answered on its data-file links so far (its own metrics)."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    with lake.gateway.http_client() as h:
+        text = h.get("/metrics").text
+    return sum(
+        s.value
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+        if s.name == "tidegate_http_requests_total" and s.labels.get("route") == "/v1/files/{token}"
+    )
+
+
+def test_a_read_given_the_warehouse_folder_reads_the_files_there(
+    source: str, lake: LakeGateway, tg_spark: Any, table_name: str
+) -> None:
+    """The ``warehouse`` option: executors that see the gateway's warehouse folder read the
+    plan's files there (at disk speed), not through the gateway's links; the rows are the
+    same. A folder without the files falls back to the links."""
+    _fill(lake, table_name)
+    want = gateway_rows(lake, table_name)
+    folder = lake.settings.cold_warehouse.removeprefix("file://")
+
+    def read(**extra: Any) -> tuple[list[dict[str, Any]], float]:
+        before = _file_link_reads(lake)
+        df = tg_spark.read.format(source).options(**lake.options(table_name, **extra)).load()
+        return spark_rows(df), _file_link_reads(lake) - before
+
+    got, links = read()
+    assert got == want and links > 0  # through the links by default
+    got, links = read(warehouse=folder)
+    assert got == want and links == 0
+    got, links = read(warehouse=f"file://{folder}/elsewhere")
+    assert got == want and links > 0

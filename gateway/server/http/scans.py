@@ -124,6 +124,7 @@ def scans_router(calls: DataCalls) -> APIRouter:
                         "min_offset": f.file.min_offset,
                         "max_offset": f.file.max_offset,
                         "expires_at": iso(f.expires_at) if f.expires_at else None,
+                        "warehouse_path": f.warehouse_path,
                     }
                     for f in p.files
                 ],

@@ -562,7 +562,7 @@ class PlanReadRequest(_message.Message):
     def __init__(self, table: _Optional[_Union[TableRef, _Mapping]] = ..., filter: _Optional[str] = ..., as_of: _Optional[str] = ...) -> None: ...
 
 class PlannedDataFile(_message.Message):
-    __slots__ = ("url", "partition", "record_count", "file_size_bytes", "min_offset", "max_offset", "expires_at_ms")
+    __slots__ = ("url", "partition", "record_count", "file_size_bytes", "min_offset", "max_offset", "expires_at_ms", "warehouse_path")
     URL_FIELD_NUMBER: _ClassVar[int]
     PARTITION_FIELD_NUMBER: _ClassVar[int]
     RECORD_COUNT_FIELD_NUMBER: _ClassVar[int]
@@ -570,6 +570,7 @@ class PlannedDataFile(_message.Message):
     MIN_OFFSET_FIELD_NUMBER: _ClassVar[int]
     MAX_OFFSET_FIELD_NUMBER: _ClassVar[int]
     EXPIRES_AT_MS_FIELD_NUMBER: _ClassVar[int]
+    WAREHOUSE_PATH_FIELD_NUMBER: _ClassVar[int]
     url: str
     partition: int
     record_count: int
@@ -577,7 +578,8 @@ class PlannedDataFile(_message.Message):
     min_offset: int
     max_offset: int
     expires_at_ms: int
-    def __init__(self, url: _Optional[str] = ..., partition: _Optional[int] = ..., record_count: _Optional[int] = ..., file_size_bytes: _Optional[int] = ..., min_offset: _Optional[int] = ..., max_offset: _Optional[int] = ..., expires_at_ms: _Optional[int] = ...) -> None: ...
+    warehouse_path: str
+    def __init__(self, url: _Optional[str] = ..., partition: _Optional[int] = ..., record_count: _Optional[int] = ..., file_size_bytes: _Optional[int] = ..., min_offset: _Optional[int] = ..., max_offset: _Optional[int] = ..., expires_at_ms: _Optional[int] = ..., warehouse_path: _Optional[str] = ...) -> None: ...
 
 class HotRange(_message.Message):
     __slots__ = ("partition", "from_offset", "to_offset")

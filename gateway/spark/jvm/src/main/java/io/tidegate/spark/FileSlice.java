@@ -17,6 +17,11 @@ final class FileSlice implements Serializable {
   final long recordCount;
   final long low;
   final long high;
+  /**
+   * The file in the warehouse folder the reader was given, read instead of {@code url} where
+   * the executor finds it at the plan's size; null: always {@code url}.
+   */
+  final String local;
 
   FileSlice(
       String url,
@@ -26,7 +31,8 @@ final class FileSlice implements Serializable {
       long maxOffset,
       long recordCount,
       long low,
-      long high) {
+      long high,
+      String local) {
     this.url = url;
     this.size = size;
     this.partition = partition;
@@ -35,6 +41,15 @@ final class FileSlice implements Serializable {
     this.recordCount = recordCount;
     this.low = low;
     this.high = high;
+    this.local = local;
+  }
+
+  /** Where an executor reads it: the local file when it is there at its size, else the URL. */
+  String source() {
+    if (local != null && new java.io.File(local).length() == size) {
+      return local;
+    }
+    return url;
   }
 
   /** Whether rows must be cut at {@code low} or {@code high}. */

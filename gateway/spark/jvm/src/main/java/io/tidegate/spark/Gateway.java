@@ -31,17 +31,24 @@ public final class Gateway implements Serializable {
   final String apiKey;
   final String namespace;
   final String name;
+  /**
+   * The gateway's local warehouse folder as the executors see it (the {@code warehouse}
+   * option), or null: a plan's files are then read there rather than through its links.
+   */
+  final String warehouse;
 
-  Gateway(String endpoint, String apiKey, String namespace, String name) {
+  Gateway(String endpoint, String apiKey, String namespace, String name, String warehouse) {
     this.endpoint = endpoint;
     this.apiKey = apiKey;
     this.namespace = namespace;
     this.name = name;
+    this.warehouse = warehouse;
   }
 
   static Gateway of(ReadOptions options) {
     String[] table = options.table();
-    return new Gateway(options.endpoint(), options.apiKey(), table[0], table[1]);
+    return new Gateway(
+        options.endpoint(), options.apiKey(), table[0], table[1], options.get("warehouse"));
   }
 
   String table() {

@@ -99,7 +99,7 @@ final class ParquetFilesReader implements PartitionReader<ColumnarBatch> {
         offsetIndex = required.length();
       }
     }
-    String url = f.url;
+    String url = f.source();
     String lower = url.toLowerCase(Locale.ROOT);
     if (lower.startsWith("http://") || lower.startsWith("https://")) {
       path = HttpRangeFileSystem.register(url, f.size);

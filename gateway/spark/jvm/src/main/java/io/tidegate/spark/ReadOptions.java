@@ -20,7 +20,7 @@ public final class ReadOptions implements Serializable {
   /** Every option either implementation takes (lower case), Spark's own included. */
   static final Set<String> ACCEPTED =
       Set.of(
-          "endpoint", "api_key", "table", "path",
+          "endpoint", "api_key", "table", "path", "warehouse",
           "as_of", "partitions", "columns", "split_bytes", "min_partitions", "hot_split_records",
           "startingoffsets", "maxrecordspertrigger", "reconnecttimeout",
           "write_id", "batch_rows", "batch_bytes", "test_fail_after_batches",

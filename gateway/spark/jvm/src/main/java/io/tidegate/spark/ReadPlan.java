@@ -27,7 +27,12 @@ final class ReadPlan {
     this.schema = schema;
   }
 
-  static ReadPlan of(JsonNode json) {
+  /**
+   * The plan the gateway answered; {@code warehouse}: the folder the reader was given (the
+   * {@code warehouse} option, or null), where each file's {@code warehouse_path} is looked
+   * for first.
+   */
+  static ReadPlan of(JsonNode json, String warehouse) {
     Map<Integer, Long> earliest = new TreeMap<>();
     for (Map.Entry<String, JsonNode> e : json.path("earliest_offsets").properties()) {
       earliest.put(Integer.parseInt(e.getKey()), e.getValue().asLong());
@@ -46,7 +51,8 @@ final class ReadPlan {
               f.get("max_offset").asLong(),
               f.path("record_count").asLong(-1),
               min < low ? low : -1,
-              -1));
+              -1,
+              inWarehouse(warehouse, f.path("warehouse_path").asText(""))));
     }
     Map<Integer, long[]> hot = new TreeMap<>();
     for (JsonNode r : json.path("hot_ranges")) {
@@ -96,7 +102,7 @@ final class ReadPlan {
       out.add(
           new FileSlice(
               f.url, f.size, f.partition, f.minOffset, f.maxOffset, f.recordCount,
-              lo > f.minOffset ? lo : -1, hi <= f.maxOffset ? hi : -1));
+              lo > f.minOffset ? lo : -1, hi <= f.maxOffset ? hi : -1, f.local));
     }
     return out;
   }
@@ -126,5 +132,19 @@ final class ReadPlan {
       }
     }
     return out;
+  }
+
+  /**
+   * A plan file's path in the given warehouse {@code folder} ({@code inside}: its path in the
+   * warehouse), or null without either; a path leading out of the folder is ignored.
+   */
+  static String inWarehouse(String folder, String inside) {
+    if (folder == null || folder.isEmpty() || inside.isEmpty()) {
+      return null;
+    }
+    java.nio.file.Path root =
+        java.nio.file.Paths.get(folder.replaceFirst("^file://", "")).toAbsolutePath().normalize();
+    java.nio.file.Path file = root.resolve(inside).normalize();
+    return file.startsWith(root) && !file.equals(root) ? file.toString() : null;
   }
 }

@@ -243,7 +243,7 @@ final class TidegateMicroBatchStream
       return new InputPartition[0];
     }
     String filter = rangesFilter(begin, stop);
-    ReadPlan plan = outage.ride(() -> ReadPlan.of(gateway.plan(filter, null)));
+    ReadPlan plan = outage.ride(() -> ReadPlan.of(gateway.plan(filter, null), gateway.warehouse));
     // One split per file: a micro-batch's files are few and already small.
     List<InputPartition> splits =
         TidegateScan.plan(

@@ -141,12 +141,12 @@ final class TidegateScanBuilder
    */
   static ReadPlan fetchPlan(Gateway gateway, String filter, String asOf) {
     try {
-      return ReadPlan.of(gateway.plan(filter, asOf));
+      return ReadPlan.of(gateway.plan(filter, asOf), gateway.warehouse);
     } catch (TidegateException e) {
       if (filter == null || !"INVALID_REQUEST".equals(e.reason())) {
         throw e;
       }
-      return ReadPlan.of(gateway.plan(null, asOf));
+      return ReadPlan.of(gateway.plan(null, asOf), gateway.warehouse);
     }
   }
 
