@@ -9,17 +9,29 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from alembic import command
-from alembic.config import Config
-from sqlalchemy import Connection, Engine, create_engine, event, func, make_url, select
+from sqlalchemy import Connection, Engine, create_engine, event, func, make_url, select, text
+from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.pool import ConnectionPoolEntry, StaticPool
 
-__all__ = ["MIGRATIONS_DIR", "SQLITE_BEGIN", "alembic_config", "make_engine", "upgrade"]
+if TYPE_CHECKING:
+    from alembic.config import Config
+
+__all__ = [
+    "HEAD_REVISION",
+    "MIGRATIONS_DIR",
+    "SQLITE_BEGIN",
+    "alembic_config",
+    "make_engine",
+    "upgrade",
+]
 
 #: The alembic script directory shipped inside the package.
 MIGRATIONS_DIR = Path(__file__).resolve().parent / "migrations"
+
+#: The newest migration's revision (``versions/``); a test holds it equal to alembic's head.
+HEAD_REVISION = "0009"
 
 #: Key of the PostgreSQL advisory lock held while migrating (any fixed bigint).
 _MIGRATION_LOCK_KEY = 0x7469_6465_6761_7465 & 0x7FFF_FFFF_FFFF_FFFF  # "tidegate"
@@ -40,6 +52,8 @@ def alembic_config(
         engine: Otherwise connect with this engine.
         url: Otherwise connect to this SQLAlchemy URL.
     """
+    from alembic.config import Config
+
     config = Config()
     config.set_main_option("script_location", str(MIGRATIONS_DIR))
     config.set_main_option("path_separator", "os")
@@ -59,7 +73,14 @@ def upgrade(engine: Engine, revision: str = "head") -> None:
     that first takes a PostgreSQL advisory lock (released at commit), or on SQLite
     ``BEGIN IMMEDIATE`` (the database write lock). Whoever comes second waits, then finds
     the schema current.
+
+    A database already at :data:`HEAD_REVISION` is left alone without loading alembic and
+    its scripts (a third of a process's start: every gateway, CLI job and test opens one).
     """
+    if revision == "head" and _at_head(engine):
+        return
+    from alembic import command
+
     with engine.connect() as conn:
         sqlite = conn.dialect.name == "sqlite"
         if sqlite:
@@ -76,6 +97,16 @@ def upgrade(engine: Engine, revision: str = "head") -> None:
         finally:
             if sqlite:
                 _sqlite_pragma(conn, "foreign_keys=ON")
+
+
+def _at_head(engine: Engine) -> bool:
+    """Whether the database's one recorded revision is :data:`HEAD_REVISION`."""
+    try:
+        with engine.connect() as conn:
+            found = conn.execute(text("SELECT version_num FROM alembic_version")).all()
+    except SQLAlchemyError:  # no such table yet: a new database
+        return False
+    return [tuple(r) for r in found] == [(HEAD_REVISION,)]
 
 
 def _sqlite_pragma(conn: Connection, pragma: str) -> None:

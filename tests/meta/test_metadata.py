@@ -20,7 +20,7 @@ from sqlalchemy.pool import NullPool
 
 from gateway.config import Settings
 from gateway.meta import GroupMember, GroupState, MetadataStore, PartitionState, TableDef
-from gateway.meta.engine import alembic_config
+from gateway.meta.engine import HEAD_REVISION, alembic_config
 from gateway.meta.models import VERSION_TABLE, Base
 from gateway.wire.errors import InvalidRequest, TableAlreadyExists, TableNotFound, TenantNotFound
 from tests.services import scratch_database
@@ -136,6 +136,9 @@ def test_current_revision_is_the_single_head(store: MetadataStore) -> None:
     assert len(heads) == 1
     with store.engine.connect() as conn:
         assert _current_revision(conn) == heads[0]
+    # The fast path that skips alembic for a current database knows the same head: a new
+    # migration that forgot it would leave every existing database unmigrated.
+    assert heads == [HEAD_REVISION]
 
 
 def test_models_and_migrations_agree(store: MetadataStore) -> None:
