@@ -13,8 +13,8 @@ tenant, until each size is reached; then, at that size:
 - **list**: one page of 100 of a tenant's tables (``GET /v1/tables?page_size=100``; a
   gateway without pagination answers the whole list, 100 tables per tenant here), and one
   page of 100 tenants (``GET /v1/admin/tenants?page_size=100``);
-- **idle**: once the new tables have been tiered (the tiering lag metric at 0, then one
-  more interval), the gateway's CPU share of one core over ``idle_s`` with no request at
+- **idle**: once the new tables have been tiered (the tiering lag metric at 0 and no
+  table visited by tiering over an interval, twice; then one more interval), the gateway's CPU share of one core over ``idle_s`` with no request at
   all, its open descriptors and RSS;
 - **active**: ``active`` tables appended to at ``rate`` batches/s each for ``active_s``:
   the append p99 (HTTP), then the freshness (seconds from the last acknowledged append
@@ -239,20 +239,29 @@ def _retried(call: Any, *args: Any, tries: int = 5, **kwargs: Any) -> httpx.Resp
 
 
 def settle(gw: Any, deadline_s: float = 1800.0) -> None:
-    """Wait until the gateway has tiered every record (its ``tidegate_tiering_lag_records``
-    at 0 on two reads a tiering interval apart), then one more interval: the idle window
-    must not measure the tiering of the tables just created (on a loaded machine that
-    takes minutes at 1,000 tables)."""
+    """Wait until the gateway has tiered every record and its tiering passes visit no
+    table any more: its ``tidegate_tiering_lag_records`` at 0 and its
+    ``tidegate_tiering_tables_total`` unchanged over a tiering interval, on two reads in a
+    row; then one more interval. The idle window must not measure the tiering of the
+    tables just created: a pass over 1,000 new tables takes 30 to 40 s on 2 cores, longer
+    than the interval, and the lag gauge is only set when a pass ends, so a zero lag alone
+    was read while the next pass was still at work (81% of a core "idle" at 1,000
+    tables). A gateway whose passes kept visiting idle tables would never settle: the
+    deadline then fails the run rather than measure it."""
     stop = time.monotonic() + deadline_s
-    zeros = 0
-    while time.monotonic() < stop and zeros < 2:
+    quiet = 0
+    visited = None
+    while quiet < 2:
+        if time.monotonic() > stop:
+            raise TimeoutError(f"the gateway kept tiering for {deadline_s:.0f} s")
         text = _retried(httpx.get, f"{gw.http_url}/metrics", timeout=120).text
-        lag = [
-            float(line.split()[-1])
-            for line in text.splitlines()
-            if line.startswith("tidegate_tiering_lag_records ")
-        ]
-        zeros = zeros + 1 if lag and lag[0] == 0 else 0
+        lines = text.splitlines()
+        lag = [float(x.split()[-1]) for x in lines if x.startswith("tidegate_tiering_lag_records ")]
+        tables = sum(
+            float(x.split()[-1]) for x in lines if x.startswith("tidegate_tiering_tables_total{")
+        )
+        quiet = quiet + 1 if lag == [0.0] and tables == visited else 0
+        visited = tables
         time.sleep(INTERVAL_S)
     time.sleep(INTERVAL_S)
 
