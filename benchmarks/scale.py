@@ -14,8 +14,9 @@ tenant, until each size is reached; then, at that size:
   gateway without pagination answers the whole list, 100 tables per tenant here), and one
   page of 100 tenants (``GET /v1/admin/tenants?page_size=100``);
 - **idle**: once the new tables have been tiered (the tiering lag metric at 0 and no
-  table visited by tiering over an interval, twice; then one more interval), the gateway's CPU share of one core over ``idle_s`` with no request at
-  all, its open descriptors and RSS;
+  table visited by tiering over an interval, twice; then one more interval), the
+  gateway's CPU share of one core over ``idle_s`` with no request at all, its open
+  descriptors and RSS;
 - **active**: ``active`` tables appended to at ``rate`` batches/s each for ``active_s``:
   the append p99 (HTTP), then the freshness (seconds from the last acknowledged append
   until ``T(p)`` covers it, as describe shows).
