@@ -17,6 +17,7 @@ import pyarrow.flight as fl
 
 from gateway.client._batching import ProducerConfig
 from gateway.client._flight import FlightReads, error_from_flight
+from gateway.client._futures import SendFuture
 from gateway.client._producer import ProducerCore
 from gateway.client._types import (
     RecordMetadata,
@@ -112,7 +113,7 @@ class Producer:
             SchemaMismatch: the rows do not fit the table. InvalidPartition.
             Throttled: the buffer stayed full for ``max_block`` seconds.
         """
-        future: Future[RecordMetadata | list[RecordMetadata]] = Future()
+        future: Future[RecordMetadata | list[RecordMetadata]] = SendFuture()
         with self._cond:
             if self._closed:
                 raise RuntimeError("the producer is closed")
