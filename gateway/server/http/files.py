@@ -27,10 +27,11 @@ class DataFileResponse(FileResponse):
     """A data file, or the range of it asked for, read 4 MiB per trip to a worker thread.
 
     Starlette reads a file 64 KiB at a time, each read a hop to a thread and back to the
-    event loop: a Parquet reader's column chunk of a few MiB took dozens of hops, and a
-    Spark sum over 20M records through these links ran at a third of Spark reading the
-    same files from disk. Executors fetch whole column chunks, so large reads are the
-    common case; 4 MiB per hop bounds what one request holds in memory.
+    event loop, so a Parquet reader's column chunk of a few MiB took dozens of hops.
+    Executors fetch whole column chunks, so large reads are the common case; 4 MiB per hop
+    bounds what one request holds in memory. Measured, this did not move Spark's ratio
+    through links (the HTTP edge itself is the cost: the ``warehouse`` read option is what
+    reads at disk speed, docs/decisions/spark.md).
     """
 
     chunk_size = 4 * 1024 * 1024
