@@ -33,6 +33,7 @@ async def curve(root: Path, tables: int, step: int, eager: bool) -> list[tuple[i
     svc = build_service(settings)
     out: list[tuple[int, float]] = []
     took: list[float] = []
+    made: list[float] = []
     try:
         for i in range(tables):
             tenant, name = f"c{i // 100:04d}", f"t{i}"
@@ -40,12 +41,18 @@ async def curve(root: Path, tables: int, step: int, eager: bool) -> list[tuple[i
             view = await svc.create_table(tenant, "ns", name, FIELDS, 4)
             if eager and svc.cold is not None:
                 svc.cold.create_table(view.definition, parse_fields(FIELDS))
+            made.append((time.perf_counter() - started) * 1000)
             await svc.append(tenant, "ns", name, [pa.record_batch({"k": ["x"], "n": [i]})])
             took.append((time.perf_counter() - started) * 1000)
             if (i + 1) % step == 0:
                 out.append((i + 1, statistics.median(took)))
-                print(f"{i + 1} tables: create + append {out[-1][1]:.1f} ms (median)", flush=True)
+                print(
+                    f"{i + 1} tables: create + append {out[-1][1]:.1f} ms, "
+                    f"create alone {statistics.median(made):.1f} ms (medians)",
+                    flush=True,
+                )
                 took.clear()
+                made.clear()
     finally:
         svc.close()
     return out

@@ -9,7 +9,9 @@ started with the tiering interval at 10 s (the issue's "before" setup). Tables a
 through the HTTP API (4 partitions, one record appended to each), ``tables_per_tenant`` per
 tenant, until each size is reached; then, at that size:
 
-- **create**: 20 more tables created and appended to once, one after another (ms each);
+- **create**: on the idle gateway (after the idle window), 20 more tables created and
+  appended to once, one after another: the ms of the create alone and of the new table's
+  first append alone;
 - **list**: one page of 100 of a tenant's tables (``GET /v1/tables?page_size=100``; a
   gateway without pagination answers the whole list, 100 tables per tenant here), and one
   page of 100 tenants (``GET /v1/admin/tenants?page_size=100``);
@@ -18,8 +20,8 @@ tenant, until each size is reached; then, at that size:
   gateway's CPU share of one core over ``idle_s`` with no request at all, its open
   descriptors and RSS;
 - **active**: ``active`` tables appended to at ``rate`` batches/s each for ``active_s``:
-  the append p99 (HTTP), then the freshness (seconds from the last acknowledged append
-  until ``T(p)`` covers it, as describe shows).
+  the append p50 and p99 (HTTP), and every acknowledged record's freshness (seconds from
+  its acknowledgement until ``T(p)`` covers it, as describe read every 0.5 s shows).
 
 ``--root`` runs the gateway of another checkout (e.g. ``git archive main`` unpacked) with
 this one's benchmark, so a "before" is measured the same way in the same run. Results go
@@ -58,6 +60,8 @@ PARTITIONS = 4
 INTERVAL_S = 10.0
 ACTIVE = 5
 RATE = 5.0
+POLL_S = 0.5
+CREATES = 20
 FIELDS = [{"name": "k", "type": "string"}, {"name": "n", "type": "int64"}]
 
 
@@ -123,8 +127,8 @@ class Scale:
             self.keys.append(key.json()["api_key"])
         return self.keys[index // TABLES_PER_TENANT]
 
-    def create(self, index: int) -> float:
-        """Create table ``index`` and append one record to it; seconds taken."""
+    def create(self, index: int) -> tuple[float, float]:
+        """Create table ``index`` and append one record to it; seconds each took."""
         key = self._key_for(index)
         name = f"t{index}"
         h = self.client(key)
@@ -135,12 +139,28 @@ class Scale:
             json={"namespace": "ns", "name": name, "schema": FIELDS, "partitions": PARTITIONS},
         )
         assert r.status_code in (201, 409), r.text
+        made = time.perf_counter()
         r = _retried(h.post, f"/v1/tables/ns/{name}/records", json={"rows": [{"k": "x", "n": 1}]})
         r.raise_for_status()
-        took = time.perf_counter() - started
+        appended = time.perf_counter()
         with self._lock:
             self.tables.append((key, name))
-        return took
+        return made - started, appended - made
+
+    def creates(self, count: int) -> dict[str, float]:
+        """``count`` more tables made one after another on the idle gateway: the p50 and
+        p90 ms of a create alone, of the new table's first append alone, and of both."""
+        took = [self.create(len(self.tables)) for _ in range(count)]
+        made = [a * 1000 for a, _ in took]
+        first = [b * 1000 for _, b in took]
+        both = [(a + b) * 1000 for a, b in took]
+        return {
+            "create_ms_p50": round(pct(made, 0.5), 1),
+            "create_ms_p90": round(pct(made, 0.9), 1),
+            "first_append_ms_p50": round(pct(first, 0.5), 1),
+            "create_append_ms_p50": round(pct(both, 0.5), 1),
+            "create_append_ms_p90": round(pct(both, 0.9), 1),
+        }
 
     def grow_to(self, n: int, threads: int = 6) -> None:
         start = len(self.tables)
@@ -185,10 +205,13 @@ class Scale:
         }
 
     def active(self, seconds: float) -> dict[str, float]:
-        """``ACTIVE`` tables appended to at ``RATE`` each; append p99, then freshness."""
+        """``ACTIVE`` tables appended to at ``RATE`` batches/s each for ``seconds``: the
+        append p50 and p99, and the freshness of every acknowledged record (seconds from
+        its acknowledgement until describe shows ``T(p)`` past it, describe read every
+        ``POLL_S`` per table until all are tiered): p50, p99 and max over them all."""
         chosen = self.tables[:ACTIVE]
         latencies: list[float] = []
-        last: dict[str, int] = {}
+        acked: dict[str, list[tuple[int, int, float]]] = {n: [] for _, n in chosen}
         stop = time.monotonic() + seconds
 
         def writer(key: str, name: str) -> None:
@@ -198,31 +221,45 @@ class Scale:
                 started = time.perf_counter()
                 r = h.post(f"/v1/tables/ns/{name}/records", json={"rows": [{"k": "a", "n": i}]})
                 r.raise_for_status()
+                now = time.monotonic()
                 latencies.append((time.perf_counter() - started) * 1000)
+                for rng in r.json()["ranges"]:
+                    acked[name].append((rng["partition"], rng["base_offset"] + rng["count"], now))
                 i += 1
                 time.sleep(max(0.0, 1 / RATE - (time.perf_counter() - started)))
-            last[name] = i
+
+        fresh_s: list[float] = []
+
+        def watcher(key: str, name: str) -> None:
+            h = self.client(key)
+            deadline = stop + 10 * INTERVAL_S
+            pending = acked[name]
+            while time.monotonic() < deadline:
+                d = h.get(f"/v1/tables/ns/{name}").json()
+                seen = time.monotonic()
+                tiered = {p["partition"]: p["tiered_watermark"] for p in d["partition_info"]}
+                done = [a for a in list(pending) if tiered.get(a[0], 0) >= a[1]]
+                for a in done:
+                    pending.remove(a)
+                    fresh_s.append(seen - a[2])
+                if not pending and time.monotonic() > stop:
+                    return
+                time.sleep(POLL_S)
+            fresh_s.extend(deadline - a[2] for a in pending)  # never tiered: the bound
 
         threads = [threading.Thread(target=writer, args=t) for t in chosen]
+        threads += [threading.Thread(target=watcher, args=t) for t in chosen]
         for t in threads:
             t.start()
         for t in threads:
             t.join()
-        acked = time.monotonic()
-        fresh_s = []
-        for key, name in chosen:
-            h = self.client(key)
-            deadline = acked + 10 * INTERVAL_S
-            while time.monotonic() < deadline:
-                d = h.get(f"/v1/tables/ns/{name}").json()
-                if all(p["tiered_watermark"] >= p["high_watermark"] for p in d["partition_info"]):
-                    break
-                time.sleep(0.25)
-            fresh_s.append(time.monotonic() - acked)
         return {
             "append_p99_ms": round(pct(latencies, 0.99), 1),
             "append_p50_ms": round(pct(latencies, 0.5), 1),
+            "freshness_p50_s": round(pct(fresh_s, 0.5), 1),
+            "freshness_p99_s": round(pct(fresh_s, 0.99), 1),
             "freshness_max_s": round(max(fresh_s), 1),
+            "freshness_samples": len(fresh_s),
         }
 
 
@@ -307,10 +344,7 @@ def run(
                 try:
                     for n in sizes:
                         started = time.monotonic()
-                        s.grow_to(n - 20 if n > 40 else n)
-                        creates = [
-                            s.create(len(s.tables)) * 1000 for _ in range(20 if n > 40 else 0)
-                        ]
+                        s.grow_to(n)
                         filled = time.monotonic() - started
                         listed = s.list_ms()
                         tenants_listed = s.list_tenants_ms()
@@ -320,13 +354,13 @@ def run(
                             "tables": len(s.tables),
                             "tenants": len(s.keys),
                             "fill_s": round(filled, 1),
-                            "create_ms_p50": round(pct(creates, 0.5), 1) if creates else None,
-                            "create_ms_p90": round(pct(creates, 0.9), 1) if creates else None,
                             "list_ms": round(listed, 1),
                             "list_tenants_ms": round(tenants_listed, 1),
                             "load_avg_1m": round(os.getloadavg()[0], 1),
                         }
                         row.update(s.idle(idle_s))
+                        # On the idle gateway: what one more table costs at this size.
+                        row.update(s.creates(CREATES if n > 2 * CREATES else 2))
                         row.update(s.active(active_s))
                         print(json.dumps(row), flush=True)
                         rows.append(row)
@@ -355,16 +389,27 @@ def summary(out: Path) -> None:
             f"## {doc['label']} ({doc['mode']}, commit {doc['commit']}, {doc['date']}, "
             f"load average at start {doc['load_avg_1m']})",
             "",
-            "| hot | tables | idle CPU % | fds | RSS MiB | create+append ms p50 | list ms "
-            "| tenants list ms | append p99 ms | freshness s | load |",
-            "|---|---|---|---|---|---|---|---|---|---|---|",
+            "| hot | tables | idle CPU % | fds | RSS MiB | create ms p50 | first append ms "
+            "p50 | create+append ms p50 | list ms | tenants list ms | append p99 ms "
+            "| freshness s p50 / p99 / max | load |",
+            "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
         ]
         for r in doc["rows"]:
+            # Rows before the create was timed apart have only the two together, in
+            # create_ms_p50, and one freshness sample.
+            apart = "first_append_ms_p50" in r
+            fresh = (
+                f"{r['freshness_p50_s']} / {r['freshness_p99_s']} / {r['freshness_max_s']}"
+                if "freshness_p99_s" in r
+                else f"- / - / {r['freshness_max_s']}"
+            )
             lines.append(
                 f"| {r['hot']} | {r['tables']} | {r['idle_cpu_pct']} | {r['descriptors']} | "
-                f"{r['rss_mib']} | {r['create_ms_p50']} | {r['list_ms']} | "
-                f"{r.get('list_tenants_ms', '-')} | {r['append_p99_ms']} | "
-                f"{r['freshness_max_s']} | {r.get('load_avg_1m', '-')} |"
+                f"{r['rss_mib']} | {r['create_ms_p50'] if apart else '-'} | "
+                f"{r['first_append_ms_p50'] if apart else '-'} | "
+                f"{r['create_append_ms_p50'] if apart else r['create_ms_p50']} | "
+                f"{r['list_ms']} | {r.get('list_tenants_ms', '-')} | {r['append_p99_ms']} | "
+                f"{fresh} | {r.get('load_avg_1m', '-')} |"
             )
         lines.append("")
     (out / "summary.md").write_text("\n".join(lines))

@@ -14,6 +14,7 @@ from gateway.core.names import check_ident, check_retention
 from gateway.core.paging import Page, check_search, decode_token, encode_token, size_of
 from gateway.core.views import MaintenanceView, PartitionView, TableView
 from gateway.hot import PartitionId
+from gateway.meta import TableDef, TableLimits
 from gateway.wire.errors import (
     InvalidRequest,
     InvalidSchema,
@@ -42,14 +43,17 @@ class TableOps(CoreBase):
         key_columns: Sequence[str] = (),
         retention_ms: int | None = None,
         retention_records: int | None = None,
+        limits: TableLimits | None = None,
     ) -> TableView:
         """Create a table, with a retention by age (``retention_ms``) and/or by count
-        (``retention_records``) when given (None or 0: no limit).
+        (``retention_records``) when given (None or 0: no limit); the tenant too when it
+        does not exist yet.
 
         Raises:
             InvalidRequest: bad names, partition count or retention.
             InvalidSchema: the schema or key columns cannot be stored.
             TableAlreadyExists: the name is taken in this tenant.
+            QuotaExceeded: the tenant would pass one of ``limits`` (its count quotas).
         """
         check_ident("namespace", namespace)
         check_ident("table name", name)
@@ -70,21 +74,26 @@ class TableOps(CoreBase):
         records = check_retention("retention_records", retention_records) or None
         keys = list(key_columns)
         # Parsing and checking a schema costs up to its bounds (MAX_FIELDS fields): on
-        # the I/O pool, so that the event loop serves other tenants meanwhile.
-        _, stored = await self._run(self._checked_schema, fields, keys)
-        await self._run(self.meta.ensure_tenant, tenant)
-        d = await self._run(
-            self.meta.create_table,
-            tenant,
-            namespace,
-            name,
-            stored,
-            partitions,
-            keys,
-            self.hot.shard_names(),
-            ms,
-            records,
-        )
+        # the I/O pool, so that the event loop serves other tenants meanwhile, in the same
+        # hop as the one metadata transaction (tenant, quota counts, table, partitions).
+
+        def insert() -> TableDef:
+            _, stored = self._checked_schema(fields, keys)
+            return self.meta.create_table(
+                tenant,
+                namespace,
+                name,
+                stored,
+                partitions,
+                keys,
+                self.hot.shard_names(),
+                ms,
+                records,
+                create_tenant=True,
+                limits=limits,
+            )
+
+        d = await self._run(insert)
         # No Iceberg table yet: the cold store creates it when the table is first used
         # (tiered, described, scanned, planned or loaded through the REST catalog), so a
         # create costs the same with 10 tables or 50,000 (docs/decisions/serverless.md).

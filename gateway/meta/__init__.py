@@ -12,6 +12,7 @@ from gateway.meta.records import (
     PartitionState,
     Placement,
     TableDef,
+    TableLimits,
 )
 from gateway.meta.store import MetadataStore
 
@@ -23,4 +24,5 @@ __all__ = [
     "PartitionState",
     "Placement",
     "TableDef",
+    "TableLimits",
 ]

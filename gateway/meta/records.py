@@ -24,6 +24,7 @@ __all__ = [
     "Placement",
     "SegmentRow",
     "TableDef",
+    "TableLimits",
 ]
 
 #: One segment of a partition's chain: ``(seq, shard, start_offset, end_offset | None)``.
@@ -60,6 +61,15 @@ class TableDef:
     @property
     def qualified_name(self) -> str:
         return f"{self.namespace}.{self.name}"
+
+
+@dataclass(frozen=True, slots=True)
+class TableLimits:
+    """A tenant's count quotas, checked by a create in the transaction that inserts the
+    table (None: no limit)."""
+
+    max_tables: int | None = None
+    max_partitions: int | None = None
 
 
 @dataclass(frozen=True, slots=True)

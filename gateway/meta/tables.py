@@ -25,10 +25,11 @@ from gateway.meta.models import (
     utcnow,
 )
 from gateway.meta.placement import choose_shards, shard_loads
-from gateway.meta.records import TableDef
+from gateway.meta.records import TableDef, TableLimits
 from gateway.wire.errors import (
     CommitConflict,
     InvalidRequest,
+    QuotaExceeded,
     TableAlreadyExists,
     TableNotFound,
     TenantNotFound,
@@ -52,6 +53,28 @@ def _table_def(record: TableRecord) -> TableDef:
         retention_records=record.retention_records,
         retention_set_at=record.retention_set_at,
     )
+
+
+def _check_limits(session: Session, tenant: str, partitions: int, limits: TableLimits) -> None:
+    """Raises: QuotaExceeded when one more table of ``partitions`` passes ``limits``."""
+    if limits.max_tables is None and limits.max_partitions is None:
+        return
+    tables, parts = session.execute(
+        select(
+            func.count(TableRecord.id), func.coalesce(func.sum(TableRecord.partitions), 0)
+        ).where(TableRecord.tenant_id == tenant)
+    ).one()
+    if limits.max_tables is not None and tables + 1 > limits.max_tables:
+        raise QuotaExceeded(
+            f"the tenant has {tables} tables; its quota is {limits.max_tables}",
+            quota="max_tables",
+        )
+    if limits.max_partitions is not None and parts + partitions > limits.max_partitions:
+        raise QuotaExceeded(
+            f"the tenant has {parts} partitions; {partitions} more would pass its quota "
+            f"of {limits.max_partitions}",
+            quota="max_partitions",
+        )
 
 
 def _not_found(namespace: str, name: str) -> TableNotFound:
@@ -84,62 +107,84 @@ class TableOps(MetaBase):
         shards: Sequence[str] = ("default",),
         retention_ms: int | None = None,
         retention_records: int | None = None,
+        *,
+        create_tenant: bool = False,
+        limits: TableLimits | None = None,
     ) -> TableDef:
         """Create a table and its partition rows ``0..partitions-1``, each placed on one of
-        ``shards`` by :func:`choose_shards` (the hot tier's configured shard names).
+        ``shards`` by :func:`choose_shards` (the hot tier's configured shard names), in one
+        transaction: with ``create_tenant`` the tenant too when it does not exist yet (as
+        :meth:`ensure_tenant`), and with ``limits`` the tenant's table and partition counts
+        checked in the same transaction as the insert.
 
         Raises:
             InvalidRequest: ``partitions`` is below 1.
-            TenantNotFound: the tenant does not exist (see :meth:`ensure_tenant`).
+            TenantNotFound: the tenant does not exist (and ``create_tenant`` is false).
             TableAlreadyExists: the tenant already has ``namespace.name``.
+            QuotaExceeded: the table would pass one of ``limits``.
         """
         if partitions < 1:
             raise InvalidRequest(
                 f"a table needs at least one partition, got {partitions}", partitions=partitions
             )
-        record = TableRecord(
-            id=str(uuid.uuid4()),
-            tenant_id=tenant,
-            namespace=namespace,
-            name=name,
-            schema_json=json.dumps([dict(f) for f in fields]),
-            partitions=partitions,
-            key_columns_json=json.dumps(list(key_columns)),
-            created_at=utcnow(),
-            retention_ms=retention_ms,
-            retention_records=retention_records,
-            retention_set_at=utcnow() if retention_ms or retention_records else None,
-        )
-        try:
-            with self._session(write=True) as session:
-                if session.get(Tenant, tenant) is None:
-                    raise TenantNotFound(f"tenant {tenant!r} not found", tenant=tenant)
-                if self._find(session, tenant, namespace, name) is not None:
-                    raise self._exists(namespace, name)
-                placed = ["default"] * partitions
-                if list(shards) != ["default"]:
-                    pins, load, mine = shard_loads(session, tenant)
-                    placed = choose_shards(partitions, tenant, shards, pins, load, mine)
-                session.add(record)
-                session.flush()  # the table row first: partitions reference it
-                session.add_all(
-                    PartitionRecord(
-                        table_id=record.id,
-                        partition=p,
-                        high_watermark=0,
-                        tiered_watermark=0,
-                        shard=placed[p],
-                        epoch=0,
+        for attempt in (1, 2):
+            record = TableRecord(
+                id=str(uuid.uuid4()),
+                tenant_id=tenant,
+                namespace=namespace,
+                name=name,
+                schema_json=json.dumps([dict(f) for f in fields]),
+                partitions=partitions,
+                key_columns_json=json.dumps(list(key_columns)),
+                created_at=utcnow(),
+                retention_ms=retention_ms,
+                retention_records=retention_records,
+                retention_set_at=utcnow() if retention_ms or retention_records else None,
+            )
+            try:
+                with self._session(write=True) as session:
+                    # With limits, the tenant's row is locked (PostgreSQL; SQLite's write
+                    # transactions are serial anyway): two creates racing at the edge of
+                    # a quota count one after the other.
+                    lock = True if limits is not None else None
+                    if session.get(Tenant, tenant, with_for_update=lock) is None:
+                        if not create_tenant:
+                            raise TenantNotFound(f"tenant {tenant!r} not found", tenant=tenant)
+                        session.add(Tenant(id=tenant, status="active", created_at=utcnow()))
+                        session.flush()
+                    if self._find(session, tenant, namespace, name) is not None:
+                        raise self._exists(namespace, name)
+                    if limits is not None:
+                        _check_limits(session, tenant, partitions, limits)
+                    placed = ["default"] * partitions
+                    if list(shards) != ["default"]:
+                        pins, load, mine = shard_loads(session, tenant)
+                        placed = choose_shards(partitions, tenant, shards, pins, load, mine)
+                    session.add(record)
+                    session.flush()  # the table row first: partitions reference it
+                    session.add_all(
+                        PartitionRecord(
+                            table_id=record.id,
+                            partition=p,
+                            high_watermark=0,
+                            tiered_watermark=0,
+                            shard=placed[p],
+                            epoch=0,
+                        )
+                        for p in range(partitions)
                     )
-                    for p in range(partitions)
-                )
-        except IntegrityError:
-            # Lost a race with a concurrent create of the same name (or tenant removal).
-            with self._session(write=False) as session:
-                if self._find(session, tenant, namespace, name) is not None:
-                    raise self._exists(namespace, name) from None
-            raise
-        return _table_def(record)
+            except IntegrityError:
+                # Lost a race with a concurrent create of the same name (or tenant removal),
+                # or of the tenant itself: once more, finding the tenant there.
+                with self._session(write=False) as session:
+                    if self._find(session, tenant, namespace, name) is not None:
+                        raise self._exists(namespace, name) from None
+                    raced = create_tenant and session.get(Tenant, tenant) is not None
+                if attempt == 2 or not raced:
+                    raise
+                continue
+            return _table_def(record)
+        raise AssertionError("unreachable")
 
     def get_table(self, tenant: str, namespace: str, name: str) -> TableDef:
         """Raises: TableNotFound."""

@@ -153,15 +153,6 @@ class TenantStore:
             session.execute(delete(ApiKey).where(ApiKey.tenant_id == name))
             session.execute(delete(Tenant).where(Tenant.id == name))
 
-    def counts(self, name: str) -> tuple[int, int]:
-        """``(tables, partitions)`` the tenant holds."""
-        stmt = select(
-            func.count(TableRecord.id), func.coalesce(func.sum(TableRecord.partitions), 0)
-        )
-        with self._session(write=False) as session:
-            tables, partitions = session.execute(stmt.where(TableRecord.tenant_id == name)).one()
-            return int(tables), int(partitions)
-
     # Keys -------------------------------------------------------------------------------
     def add_key(self, tenant: str, key_id: str, salt: str, digest: str) -> KeyInfo:
         """Raises: TenantNotFound."""

@@ -189,7 +189,6 @@ class DataCalls:
         retention_ms: int | None = None,
         retention_records: int | None = None,
     ) -> TableView:
-        await self.gate.check_create_table(tenant, partitions)
         return await self.service.create_table(
             tenant,
             namespace,
@@ -199,6 +198,7 @@ class DataCalls:
             key_columns,
             retention_ms=retention_ms,
             retention_records=retention_records,
+            limits=await self.gate.table_limits(tenant),
         )
 
     # Appends ---------------------------------------------------------------------------

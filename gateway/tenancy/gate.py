@@ -15,6 +15,7 @@ from contextlib import AbstractAsyncContextManager
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from gateway.meta import TableLimits
     from gateway.wire.errors import TidegateError
 
 __all__ = ["Gate", "OpenGate"]
@@ -83,8 +84,9 @@ class Gate(ABC):
         reuses a refusal for a moment, without asking :meth:`tenant_of` again)."""
 
     @abstractmethod
-    async def check_create_table(self, tenant: str, partitions: int) -> None:
-        """Raises: QuotaExceeded over the table or partition count quota."""
+    async def table_limits(self, tenant: str) -> TableLimits | None:
+        """The tenant's table and partition count quotas, which a create checks in the
+        transaction that inserts the table (None: no limit)."""
 
     @abstractmethod
     def append_charge(self, tenant: str, nbytes: int) -> AbstractAsyncContextManager[None]:
@@ -136,7 +138,7 @@ class OpenGate(Gate):
     ) -> None:
         return None
 
-    async def check_create_table(self, tenant: str, partitions: int) -> None:
+    async def table_limits(self, tenant: str) -> TableLimits | None:
         return None
 
     def append_charge(self, tenant: str, nbytes: int) -> AbstractAsyncContextManager[None]:

@@ -18,11 +18,12 @@ from typing import NoReturn
 
 from gateway.config import Settings
 from gateway.core.base import LruDict
+from gateway.meta import TableLimits
 from gateway.meta.tenants import TenantStore
 from gateway.tenancy.auth import run_blocking
 from gateway.tenancy.buckets import TokenBuckets
 from gateway.tenancy.metering import Meter
-from gateway.wire.errors import QuotaExceeded, Throttled
+from gateway.wire.errors import Throttled
 from gateway.wire.types import QUOTA_FIELDS
 
 __all__ = ["QuotaGuard", "Quotas"]
@@ -286,23 +287,14 @@ class QuotaGuard:
         if q.read_bytes_per_s is not None and nbytes:
             await self._take(tenant, "read_bytes", nbytes, q.read_bytes_per_s, force=True)
 
-    async def check_create_table(self, tenant: str, partitions: int) -> None:
-        """Raises: QuotaExceeded over the table or partition count quota."""
+    async def table_limits(self, tenant: str) -> TableLimits | None:
+        """The tenant's count quotas (None when neither is set), checked by the create
+        itself in the transaction that inserts the table (``MetaStore.create_table``):
+        counted there, two creates racing at the quota's edge cannot both pass it."""
         q = await self.quotas(tenant)
         if q.max_tables is None and q.max_partitions is None:
-            return
-        tables, parts = await run_blocking(self.tenants.counts, tenant)
-        if q.max_tables is not None and tables + 1 > q.max_tables:
-            raise QuotaExceeded(
-                f"the tenant has {tables} tables; its quota is {q.max_tables}",
-                quota="max_tables",
-            )
-        if q.max_partitions is not None and parts + partitions > q.max_partitions:
-            raise QuotaExceeded(
-                f"the tenant has {parts} partitions; {partitions} more would pass its quota "
-                f"of {q.max_partitions}",
-                quota="max_partitions",
-            )
+            return None
+        return TableLimits(q.max_tables, q.max_partitions)
 
     async def hot_bytes(self, tenant: str) -> int:
         """Bytes the tenant holds in the hot tier (cached for a second); also metered."""

@@ -21,6 +21,7 @@ from contextlib import AbstractAsyncContextManager
 from gateway.config import Settings
 from gateway.core import StreamTables
 from gateway.hot import PartitionId
+from gateway.meta import TableLimits
 from gateway.meta.tenants import TenantStore
 from gateway.tenancy.admin import TenantAdmin
 from gateway.tenancy.auth import Authenticator, Principal, bearer_key, run_blocking
@@ -251,8 +252,8 @@ class Tenancy(Gate):
     def in_flight(self, tenant: str, *, follow: bool = False, stream: bool = False) -> int:
         return self.guard.in_flight(tenant, follow=follow, stream=stream)
 
-    async def check_create_table(self, tenant: str, partitions: int) -> None:
-        await self.guard.check_create_table(tenant, partitions)
+    async def table_limits(self, tenant: str) -> TableLimits | None:
+        return await self.guard.table_limits(tenant)
 
     def append_charge(self, tenant: str, nbytes: int) -> AbstractAsyncContextManager[None]:
         return self.guard.append_charge(tenant, nbytes)

@@ -19,10 +19,23 @@ from sqlalchemy import Connection, create_engine, inspect, make_url, text
 from sqlalchemy.pool import NullPool
 
 from gateway.config import Settings
-from gateway.meta import GroupMember, GroupState, MetadataStore, PartitionState, TableDef
+from gateway.meta import (
+    GroupMember,
+    GroupState,
+    MetadataStore,
+    PartitionState,
+    TableDef,
+    TableLimits,
+)
 from gateway.meta.engine import HEAD_REVISION, alembic_config
 from gateway.meta.models import VERSION_TABLE, Base
-from gateway.wire.errors import InvalidRequest, TableAlreadyExists, TableNotFound, TenantNotFound
+from gateway.wire.errors import (
+    InvalidRequest,
+    QuotaExceeded,
+    TableAlreadyExists,
+    TableNotFound,
+    TenantNotFound,
+)
 from tests.services import scratch_database
 
 T = TypeVar("T")
@@ -177,6 +190,45 @@ def test_concurrent_opens_of_an_empty_database(db_url: str) -> None:
 
 
 # Tables -------------------------------------------------------------------------------
+def test_a_create_makes_its_tenant_in_the_same_transaction_when_asked(
+    open_store: Callable[[], MetadataStore],
+) -> None:
+    store = open_store()
+    with pytest.raises(TenantNotFound):
+        store.create_table("fresh", "ns", "t", FIELDS, 1)
+    # Four stores (four gateways) making the same new tenant's first tables at once.
+    stores = [open_store() for _ in range(4)]
+    made = _in_threads(
+        4, lambda i: stores[i].create_table("fresh", "ns", f"t{i}", FIELDS, 1, create_tenant=True)
+    )
+    assert sorted(d.name for d in made) == ["t0", "t1", "t2", "t3"]
+    assert [t.name for t in store.list_tables("fresh")] == ["t0", "t1", "t2", "t3"]
+
+
+def test_creates_racing_at_a_quotas_edge_pass_it_by_none(
+    open_store: Callable[[], MetadataStore],
+) -> None:
+    stores = [open_store() for _ in range(6)]
+    stores[0].ensure_tenant("acme")
+    stores[0].create_table("acme", "ns", "first", FIELDS, 2)
+    limits = TableLimits(max_tables=4, max_partitions=None)
+
+    def create(i: int) -> str:
+        try:
+            stores[i].create_table("acme", "ns", f"t{i}", FIELDS, 1, limits=limits)
+            return "made"
+        except QuotaExceeded as exc:
+            assert exc.message == "the tenant has 4 tables; its quota is 4"
+            return "refused"
+
+    assert sorted(_in_threads(6, create)) == ["made"] * 3 + ["refused"] * 3
+    assert len(stores[0].list_tables("acme")) == 4
+    with pytest.raises(QuotaExceeded, match="the tenant has 5 partitions; 3 more would pass"):
+        stores[0].create_table(
+            "acme", "ns", "wide", FIELDS, 3, limits=TableLimits(None, max_partitions=6)
+        )
+
+
 def test_create_get_list_drop(store: MetadataStore) -> None:
     before = datetime.now(UTC)
     table = store.create_table("acme", "sales", "orders", FIELDS, 4, ["id"])
