@@ -9,9 +9,9 @@ started with the tiering interval at 10 s (the issue's "before" setup). Tables a
 through the HTTP API (4 partitions, one record appended to each), ``tables_per_tenant`` per
 tenant, until each size is reached; then, at that size:
 
-- **create**: on the idle gateway (after the idle window), 20 more tables created and
-  appended to once, one after another: the ms of the create alone and of the new table's
-  first append alone;
+- **create**: on the idle gateway (last, after the active phase's records are tiered), 20
+  more tables created and appended to once, one after another: the ms of the create alone
+  and of the new table's first append alone;
 - **list**: one page of 100 of a tenant's tables (``GET /v1/tables?page_size=100``; a
   gateway without pagination answers the whole list, 100 tables per tenant here), and one
   page of 100 tenants (``GET /v1/admin/tenants?page_size=100``);
@@ -359,9 +359,13 @@ def run(
                             "load_avg_1m": round(os.getloadavg()[0], 1),
                         }
                         row.update(s.idle(idle_s))
-                        # On the idle gateway: what one more table costs at this size.
-                        row.update(s.creates(CREATES if n > 2 * CREATES else 2))
+                        # A few busy tables among the idle ones, as at every size (the
+                        # tables made below would add their first tiering to it).
                         row.update(s.active(active_s))
+                        # What one more table costs at this size, once the active phase's
+                        # appends are tiered (the creates run on an idle gateway).
+                        settle(gw)
+                        row.update(s.creates(CREATES if n > 2 * CREATES else 2))
                         print(json.dumps(row), flush=True)
                         rows.append(row)
                         if out is not None:  # each size kept as soon as it is measured

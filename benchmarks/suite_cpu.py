@@ -6,7 +6,9 @@
 may be missed: the pytest workers' own rusage counts those of their children they waited
 for). At the end it writes, per kind of process (a gateway, a CLI command, Spark's JVMs,
 redis-server, PostgreSQL, moto, Chromium, the pytest workers...), the processes seen and
-their CPU seconds, and the command's wall time.
+their CPU seconds, and the command's wall time; and per test, the CPU of the processes the
+test started (a child's environment names the test running when it was spawned:
+``PYTEST_CURRENT_TEST``), with how many gateways it started: which tests to make share.
 
 The suite is CPU-bound on 2 cores (four xdist workers, load average 7 to 9), so its wall
 time follows its total CPU: this says which kind of process to make cheaper.
@@ -63,15 +65,32 @@ def _read(pid: str) -> tuple[float, list[str]] | None:
     return (int(stat[11]) + int(stat[12])) / _TICK, cmd
 
 
-def _scan() -> dict[str, tuple[float, str]]:
+def _test_of(pid: str) -> str:
+    """The test (file and name, without its phase) running when ``pid`` was spawned by a
+    test process, or "" for a process no test started."""
+    try:
+        with open(f"/proc/{pid}/environ", "rb") as f:
+            env = f.read().split(b"\0")
+    except OSError:
+        return ""
+    for item in env:
+        if item.startswith(b"PYTEST_CURRENT_TEST="):
+            return item.split(b"=", 1)[1].decode(errors="replace").rsplit(" (", 1)[0]
+    return ""
+
+
+def _scan(tests: dict[str, str]) -> dict[str, tuple[float, str]]:
     """Every process now: a key (its pid and command, as a reused pid has another) to its
-    CPU seconds so far and its kind."""
+    CPU seconds so far and its kind; the test that started each new one goes in ``tests``."""
     found = {}
     for pid in os.listdir("/proc"):
         if pid.isdigit():
             got = _read(pid)
             if got is not None and got[1]:
-                found[f"{pid}:{got[1][0]}:{len(got[1])}"] = (got[0], kind_of(got[1]))
+                key = f"{pid}:{got[1][0]}:{len(got[1])}"
+                found[key] = (got[0], kind_of(got[1]))
+                if key not in tests:
+                    tests[key] = _test_of(pid)
     return found
 
 
@@ -83,12 +102,13 @@ def main() -> int:
     ns = parser.parse_args()
     command = ns.command[1:] if ns.command[:1] == ["--"] else ns.command
     seen: dict[str, tuple[float, str]] = {}
+    tests: dict[str, str] = {}
     # Processes already running count from here on only (the machine's own services).
-    before = {k: used for k, (used, _) in _scan().items()}
+    before = {k: used for k, (used, _) in _scan(tests).items()}
     start = time.monotonic()
     proc = subprocess.Popen(command)
     while proc.poll() is None:
-        for key, (used, kind) in _scan().items():
+        for key, (used, kind) in _scan(tests).items():
             seen[key] = (used - before.get(key, 0.0), kind)
         time.sleep(ns.every)
     wall = time.monotonic() - start
@@ -99,7 +119,23 @@ def main() -> int:
         count[kind] += 1
     ranked = sorted(cpu.items(), key=lambda kv: -kv[1])
     rows = [{"kind": k, "processes": count[k], "cpu_s": round(v, 1)} for k, v in ranked]
-    report = {"wall_s": round(wall, 1), "rc": proc.returncode, "kinds": rows}
+    by_test: dict[str, float] = {}
+    gateways: Counter[str] = Counter()
+    for key, (used, kind) in seen.items():
+        test = tests.get(key, "")
+        if test and kind not in ("pytest worker", "pytest main"):
+            by_test[test] = by_test.get(test, 0.0) + used
+            gateways[test] += kind == "gateway serve"
+    started = [
+        {"test": t, "cpu_s": round(v, 1), "gateways": gateways[t]}
+        for t, v in sorted(by_test.items(), key=lambda kv: -kv[1])[:60]
+    ]
+    report = {
+        "wall_s": round(wall, 1),
+        "rc": proc.returncode,
+        "kinds": rows,
+        "started_by_test": started,
+    }
     ns.out.write_text(json.dumps(report, indent=1))
     for r in rows[:25]:
         print(f"{r['cpu_s']:9.1f} s {r['processes']:5d}  {r['kind']}", file=sys.stderr)
