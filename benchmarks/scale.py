@@ -247,13 +247,20 @@ class Scale:
                 time.sleep(POLL_S)
             fresh_s.extend(deadline - a[2] for a in pending)  # never tiered: the bound
 
+        passes0 = _tiering_runs(self.gw)
         threads = [threading.Thread(target=writer, args=t) for t in chosen]
         threads += [threading.Thread(target=watcher, args=t) for t in chosen]
         for t in threads:
             t.start()
         for t in threads:
             t.join()
+        passes1 = _tiering_runs(self.gw)
+        runs = passes1[0] - passes0[0]
         return {
+            # The tiering runs meanwhile: a record waits for at most an interval after a
+            # run ends plus the runs around it, so these say what the freshness is made of.
+            "tiering_runs": int(runs),
+            "tiering_run_mean_s": round((passes1[1] - passes0[1]) / runs, 2) if runs else None,
             "append_p99_ms": round(pct(latencies, 0.99), 1),
             "append_p50_ms": round(pct(latencies, 0.5), 1),
             "freshness_p50_s": round(pct(fresh_s, 0.5), 1),
@@ -261,6 +268,17 @@ class Scale:
             "freshness_max_s": round(max(fresh_s), 1),
             "freshness_samples": len(fresh_s),
         }
+
+
+def _tiering_runs(gw: Any) -> tuple[float, float]:
+    """The gateway's tiering runs so far: their count and their seconds in all."""
+    text = _retried(httpx.get, f"{gw.http_url}/metrics", timeout=120).text
+    got = {"count": 0.0, "sum": 0.0}
+    for line in text.splitlines():
+        for k in got:
+            if line.startswith(f"tidegate_tiering_run_duration_seconds_{k} "):
+                got[k] = float(line.split()[-1])
+    return got["count"], got["sum"]
 
 
 def _retried(call: Any, *args: Any, tries: int = 5, **kwargs: Any) -> httpx.Response:

@@ -74,6 +74,10 @@ class PlacementStore(Protocol):
         """``(epoch, segments, move_target)``. Raises KeyError for an unknown partition."""
         ...
 
+    def chains(self, table_id: str) -> dict[int, tuple[int, list[SegmentRow], str | None]]:
+        """Every partition's ``chain`` of a table, by partition, read at once."""
+        ...
+
     def replace_chain(
         self,
         table_id: str,

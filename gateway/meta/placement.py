@@ -82,6 +82,32 @@ class PlacementOps(MetaBase):
                 raise KeyError(f"no partition {partition} of table {table_id}")
             return rec.epoch, self._segments(session, rec), rec.move_target
 
+    def chains(self, table_id: str) -> dict[int, tuple[int, list[SegmentRow], str | None]]:
+        """Every partition's placement of a table, as :meth:`chain` gives one, in two
+        queries whatever the partition count (a new table's partitions, opened at once)."""
+        with self._session(write=False) as session:
+            recs = session.scalars(
+                select(PartitionRecord).where(PartitionRecord.table_id == table_id)
+            ).all()
+            rows = session.scalars(
+                select(SegmentRecord)
+                .where(SegmentRecord.table_id == table_id)
+                .order_by(SegmentRecord.partition, SegmentRecord.seq)
+            ).all()
+        segments: dict[int, list[SegmentRow]] = {}
+        for r in rows:
+            segments.setdefault(r.partition, []).append(
+                (r.seq, r.shard, r.start_offset, r.end_offset)
+            )
+        return {
+            rec.partition: (
+                rec.epoch,
+                segments.get(rec.partition) or [(0, rec.shard, 0, None)],
+                rec.move_target,
+            )
+            for rec in recs
+        }
+
     @staticmethod
     def _segments(session: Session, rec: PartitionRecord) -> list[SegmentRow]:
         rows = session.scalars(

@@ -229,6 +229,27 @@ def test_moves_back_and_forth_keep_one_dense_log_without_copying(
     assert hot.chain(part, refresh=True).epoch == epoch
 
 
+def test_a_tables_chains_read_at_once_are_each_partitions_chain(
+    meta: MetadataStore, hot: RedisHotLog
+) -> None:
+    """What a new table's partitions are opened with (one read for the table) is what
+    reading each partition's chain gives, moved partitions and sealed segments included."""
+    part = new_part(meta, partitions=3)
+    parts = [PartitionId(part.tenant, part.table_id, p) for p in range(3)]
+    for p in parts[:2]:
+        append(hot, p, 2)
+        first = hot.chain(p).active.shard
+        hot.move(p, next(s for s in ("default", "b", "c") if s != first))
+        append(hot, p, 1, start=2)
+    meta.begin_move(part.table_id, 1, "c" if hot.chain(parts[1]).active.shard != "c" else "b")
+    each = {p.partition: meta.chain(p.table_id, p.partition) for p in parts}
+    assert meta.chains(part.table_id) == each
+    assert [len(each[p][1]) for p in range(3)] == [2, 2, 1]
+    assert each[1][2] is not None and each[0][2] is None
+    hot.bind_placements(meta)  # forgets the cached chains
+    assert hot.chains(parts) == [hot.chain(p, refresh=True) for p in parts]
+
+
 def test_producer_state_follows_the_partition(meta: MetadataStore, hot: RedisHotLog) -> None:
     part = new_part(meta)
     written = append(hot, part, 3)

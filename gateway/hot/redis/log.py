@@ -239,8 +239,8 @@ class RedisHotLog(ShardMoves):
 
     def open_partitions(self, parts: Sequence[PartitionId]) -> None:
         by_shard: dict[str, list[tuple[str, str]]] = {}
-        for part in parts:
-            seg = self.chain(part).active
+        for part, chain in zip(parts, self.chains(parts), strict=True):
+            seg = chain.active
             by_shard.setdefault(seg.shard, []).append(partition_keys(part, seg.seq))
         for name, keys in by_shard.items():
             self._shard(name).reopen_many(keys, 0)

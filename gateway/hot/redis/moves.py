@@ -66,6 +66,19 @@ class ShardMoves(ShardedHotLog):
         self._chains[part] = chain
         return chain
 
+    def chains(self, parts: Sequence[PartitionId]) -> list[Chain]:
+        """The chains of ``parts`` (cached), those not cached read one table at a time
+        (:meth:`PlacementStore.chains`): a new table's partitions cost two queries, not
+        two per partition."""
+        missing = {p.table_id for p in parts if p not in self._chains}
+        if self._placements is not None:
+            for table_id in missing:
+                found = self._placements.chains(table_id)
+                for part in parts:
+                    if part.table_id == table_id and part.partition in found:
+                        self._chains[part] = Chain.of(*found[part.partition])
+        return [self.chain(p) for p in parts]
+
     def _placement_store(self) -> PlacementStore:
         if self._placements is None:
             raise InvalidRequest("moving partitions needs the metadata store's placements")
