@@ -22,15 +22,12 @@ JVM_SOURCES := $(shell find gateway/spark/jvm/src -type f 2>/dev/null)
 # $(call install,extras,what it is for): create the virtualenv if needed and install tidegate
 # (editable) with those extras, saying what and why first and showing pip's progress (no
 # --quiet: a first install takes a while). No commas in the arguments: make splits on them.
-# --no-compile: byte-compiling every module of 150 packages was half of the install's time
-# (2 min 30 s -> 1 min 3 s, docs/decisions/test-suite.md); a module is compiled when first
-# imported instead, once, and most never are.
 define install
 	@sh scripts/prereqs.sh python
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	@$(PY) -m pip install --quiet --upgrade pip
 	@echo "tidegate: installing tidegate[$(1)] into $(VENV) for $(2)."
-	$(PY) -m pip install --no-compile -e '.[$(1)]'
+	$(PY) -m pip install -e '.[$(1)]'
 endef
 
 $(STAMP): pyproject.toml scripts/prereqs.sh
