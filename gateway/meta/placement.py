@@ -71,6 +71,14 @@ def shard_loads(
     return pins, load, mine
 
 
+def _segment_rows(rec: PartitionRecord, rows: Sequence[SegmentRecord]) -> list[SegmentRow]:
+    """A partition's segments oldest first from its segment rows: with none, the one
+    implicit segment ``0`` on its shard from offset 0."""
+    if not rows:
+        return [(0, rec.shard, 0, None)]
+    return [(r.seq, r.shard, r.start_offset, r.end_offset) for r in rows]
+
+
 class PlacementOps(MetaBase):
     def chain(self, table_id: str, partition: int) -> tuple[int, list[SegmentRow], str | None]:
         """A partition's placement: ``(epoch, segments, move_target)``, segments oldest
@@ -94,15 +102,13 @@ class PlacementOps(MetaBase):
                 .where(SegmentRecord.table_id == table_id)
                 .order_by(SegmentRecord.partition, SegmentRecord.seq)
             ).all()
-        segments: dict[int, list[SegmentRow]] = {}
+        by_partition: dict[int, list[SegmentRecord]] = {}
         for r in rows:
-            segments.setdefault(r.partition, []).append(
-                (r.seq, r.shard, r.start_offset, r.end_offset)
-            )
+            by_partition.setdefault(r.partition, []).append(r)
         return {
             rec.partition: (
                 rec.epoch,
-                segments.get(rec.partition) or [(0, rec.shard, 0, None)],
+                _segment_rows(rec, by_partition.get(rec.partition, [])),
                 rec.move_target,
             )
             for rec in recs
@@ -115,9 +121,7 @@ class PlacementOps(MetaBase):
             .where(SegmentRecord.table_id == rec.table_id, SegmentRecord.partition == rec.partition)
             .order_by(SegmentRecord.seq)
         ).all()
-        if not rows:
-            return [(0, rec.shard, 0, None)]
-        return [(r.seq, r.shard, r.start_offset, r.end_offset) for r in rows]
+        return _segment_rows(rec, rows)
 
     def replace_chain(
         self,
