@@ -12,13 +12,14 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypeVar, overload
 
 from gateway.config import Settings
 from gateway.core.budget import ReadBudget
 from gateway.core.views import TableView
 from gateway.hot import HotLog, PartitionId
-from gateway.meta import TABLE_VIEW_TTL_S, MetadataStore
+from gateway.meta import TABLE_VIEW_TTL_S, MetadataStore, StorageMark
 from gateway.wire.errors import InvalidPartition, InvalidRequest, TableNotFound
 from gateway.wire.filters import FilterLimits
 from gateway.wire.schema import parse_fields
@@ -37,6 +38,8 @@ _TABLE_CACHE_TTL_S = TABLE_VIEW_TTL_S
 TABLE_CACHE_MAX = 8192
 #: How often a process records the high watermarks it acknowledged (see ``_mark``).
 MARKS_INTERVAL_S = 1.0
+#: Tenants whose tables' storage samples are kept (``TableOps.storage_of``).
+STORAGE_TENANTS_MAX = 1024
 
 log = logging.getLogger(__name__)
 
@@ -81,6 +84,15 @@ class BoundedSet(Generic[K]):
 
 V = TypeVar("V")
 D = TypeVar("D")
+
+
+@dataclass(frozen=True, slots=True)
+class StorageSample:
+    """A table's bytes in each tier, sampled when its storage mark was ``mark``."""
+
+    mark: StorageMark
+    hot_bytes: int
+    cold_bytes: int
 
 
 class LruDict(OrderedDict[K, V]):
@@ -178,6 +190,9 @@ class CoreBase:
         #: time of the first of those appends): what a partition is re-seeded above if its
         #: hot state is lost (``AppendOps._reseed``), and what the lake jobs visit.
         self._marks: dict[str, dict[int, tuple[int, dt.datetime]]] = {}
+        #: Tenant -> table id -> the table's last storage sample (``TableOps.storage_of``),
+        #: for the tenants sampled lately (bounded).
+        self._storage: LruDict[str, dict[str, StorageSample]] = LruDict(STORAGE_TENANTS_MAX)
         self._marks_task: asyncio.Task[None] | None = None
         self._notifier = _Notifier()
         #: Read data held at once, for the process and per tenant.

@@ -9,12 +9,12 @@ from typing import Any
 import pyarrow as pa
 
 from gateway.cold.base import SnapshotInfo
-from gateway.core.base import CoreBase
+from gateway.core.base import CoreBase, StorageSample
 from gateway.core.names import check_ident, check_retention
 from gateway.core.paging import Page, check_search, decode_token, encode_token, size_of
 from gateway.core.views import MaintenanceView, PartitionView, TableView
 from gateway.hot import PartitionId
-from gateway.meta import TableDef, TableLimits
+from gateway.meta import StorageMark, TableDef, TableLimits
 from gateway.wire.errors import (
     InvalidRequest,
     InvalidSchema,
@@ -348,13 +348,46 @@ class TableOps(CoreBase):
 
         await self._run(drop_logs)
 
-    def cold_bytes_of(self, tenant: str) -> int:
-        """Bytes of the tenant's Iceberg data files in the current snapshots (blocking: the
-        metering sampler calls it from a worker thread)."""
+    def storage_of(self, tenant: str) -> tuple[int, int]:
+        """The tenant's bytes in the hot tier and in its Iceberg tables' current snapshots
+        (blocking: the metering sampler and the hot-bytes quota call it from a worker
+        thread). A table is sampled again only when its storage mark moved (an append,
+        a tiering, a trim, a retention, a maintenance run: ``storage_marks``) or this
+        process acknowledged appends to it not yet recorded; an idle table costs no
+        hot-tier call and no Iceberg metadata read, whatever the tenant's number of
+        tables (issue 30)."""
+        marks = self.meta.storage_marks(tenant)
+        known = self._storage.get(tenant) or {}
+        pending = self._marks  # appends acknowledged here, not yet in the marks
+        kept: dict[str, StorageSample] = {}
+        stale: dict[str, StorageMark] = {}
+        for table_id, mark in marks.items():
+            had = known.get(table_id)
+            if had is None or had.mark != mark or table_id in pending:
+                stale[table_id] = mark
+            else:
+                kept[table_id] = had
+        for table_id, mark in list(stale.items()):
+            if table_id not in pending and not mark.written:
+                # Never written (no high watermark, nothing pending): nothing anywhere.
+                kept[table_id] = StorageSample(mark, 0, 0)
+                del stale[table_id]
+        if stale:
+            for d in self.meta.list_tables(tenant):
+                if d.table_id in stale:
+                    hot = sum(
+                        self.hot.offsets(PartitionId(tenant, d.table_id, p)).size_bytes
+                        for p in range(d.partitions)
+                    )
+                    kept[d.table_id] = StorageSample(stale[d.table_id], hot, self._cold_bytes(d))
+        self._storage[tenant] = kept
+        return (
+            sum(s.hot_bytes for s in kept.values()),
+            sum(s.cold_bytes for s in kept.values()),
+        )
+
+    def _cold_bytes(self, d: TableDef) -> int:
         if self.cold is None:
             return 0
-        total = 0
-        for d in self.meta.list_tables(tenant):
-            view = TableView(d, parse_fields(d.fields, stored=True))
-            total += self._cold_table(view).data_bytes()
-        return total
+        view = TableView(d, parse_fields(d.fields, stored=True))
+        return self._cold_table(view).data_bytes()

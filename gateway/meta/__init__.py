@@ -11,6 +11,7 @@ from gateway.meta.records import (
     GroupState,
     PartitionState,
     Placement,
+    StorageMark,
     TableDef,
     TableLimits,
 )
@@ -23,6 +24,7 @@ __all__ = [
     "MetadataStore",
     "PartitionState",
     "Placement",
+    "StorageMark",
     "TableDef",
     "TableLimits",
 ]

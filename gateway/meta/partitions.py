@@ -5,13 +5,14 @@ consumer groups commit is in :mod:`gateway.meta.groups`.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 
-from sqlalchemy import Table, bindparam, select, update
+from sqlalchemy import Table, bindparam, func, select, update
 
 from gateway.meta.base import MetaBase
-from gateway.meta.models import PartitionRecord
-from gateway.meta.records import PartitionState
+from gateway.meta.models import LakeWork, MaintenanceRun, PartitionRecord, TableRecord
+from gateway.meta.records import PartitionState, StorageMark
 
 __all__ = ["PartitionOps"]
 
@@ -37,6 +38,49 @@ class PartitionOps(MetaBase):
                 )
                 for r in session.scalars(stmt)
             ]
+
+    def storage_marks(self, tenant: str) -> dict[str, StorageMark]:
+        """Table id -> its :class:`StorageMark`, for every table of the tenant (three
+        indexed queries, whatever the number of tables): what a storage sample of a
+        table is reused against while the table is idle."""
+        parts = (
+            select(
+                PartitionRecord.table_id,
+                func.count(),
+                func.sum(PartitionRecord.high_watermark),
+                func.sum(PartitionRecord.tiered_watermark),
+                func.sum(PartitionRecord.earliest_offset),
+            )
+            .join(TableRecord, TableRecord.id == PartitionRecord.table_id)
+            .where(TableRecord.tenant_id == tenant)
+            .group_by(PartitionRecord.table_id)
+        )
+        work = (
+            select(LakeWork.table_id, func.count(), func.max(LakeWork.marked_at))
+            .join(TableRecord, TableRecord.id == LakeWork.table_id)
+            .where(TableRecord.tenant_id == tenant)
+            .group_by(LakeWork.table_id)
+        )
+        runs = (
+            select(MaintenanceRun.table_id, func.max(MaintenanceRun.finished_at))
+            .join(TableRecord, TableRecord.id == MaintenanceRun.table_id)
+            .where(TableRecord.tenant_id == tenant)
+            .group_by(MaintenanceRun.table_id)
+        )
+        with self._session(write=False) as session:
+            marks = {
+                table_id: StorageMark(int(n), int(high or 0), int(tiered or 0), int(early or 0))
+                for table_id, n, high, tiered, early in session.execute(parts)
+            }
+            for table_id, count, latest in session.execute(work):
+                if table_id in marks:
+                    marks[table_id] = dataclasses.replace(
+                        marks[table_id], work=(int(count), str(latest))
+                    )
+            for table_id, latest in session.execute(runs):
+                if table_id in marks:
+                    marks[table_id] = dataclasses.replace(marks[table_id], last_run=str(latest))
+        return marks
 
     def earliest_offset(self, table_id: str, partition: int) -> int:
         """The partition's earliest readable offset (0 when retention never removed

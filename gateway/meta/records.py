@@ -23,6 +23,7 @@ __all__ = [
     "PartitionState",
     "Placement",
     "SegmentRow",
+    "StorageMark",
     "TableDef",
     "TableLimits",
 ]
@@ -61,6 +62,26 @@ class TableDef:
     @property
     def qualified_name(self) -> str:
         return f"{self.namespace}.{self.name}"
+
+
+@dataclass(frozen=True, slots=True)
+class StorageMark:
+    """What changes whenever the bytes a table holds may have changed: the sums of its
+    partitions' cached watermarks and earliest offsets (raised by appends, tiering and
+    retention), its pending lake work (a trim done deletes its row) and its last
+    maintenance run (compaction, expiry). Equal marks: the same bytes."""
+
+    partitions: int
+    high_watermarks: int
+    tiered_watermarks: int
+    earliest_offsets: int
+    work: tuple[int, str] | None = None
+    last_run: str | None = None
+
+    @property
+    def written(self) -> bool:
+        """Whether any append to the table was ever recorded."""
+        return self.high_watermarks > 0
 
 
 @dataclass(frozen=True, slots=True)

@@ -20,7 +20,6 @@ from contextlib import AbstractAsyncContextManager
 
 from gateway.config import Settings
 from gateway.core import StreamTables
-from gateway.hot import PartitionId
 from gateway.meta import TableLimits
 from gateway.meta.tenants import TenantStore
 from gateway.tenancy.admin import TenantAdmin
@@ -80,12 +79,9 @@ class Tenancy(Gate):
         #: sampled within ``metering.storage_sample_s``.
         self._sampled: dict[str, float] = {}
         #: Storage samplers run for every active tenant before a usage flush; each returns
-        #: ``{"hot_bytes": n}`` / ``{"cold_bytes": n}``. The hot tier's is built in; the cold
-        #: tier registers its own here (the metering hook for cold bytes).
-        self.storage_samplers: list[Callable[[str], dict[str, int]]] = [
-            lambda tenant: {"hot_bytes": self.hot_bytes_of(tenant)},
-            lambda tenant: {"cold_bytes": self.service.cold_bytes_of(tenant)},
-        ]
+        #: ``{"hot_bytes": n}`` / ``{"cold_bytes": n}``. Both tiers' come from one walk of
+        #: the tenant's tables that samples only the tables whose storage moved.
+        self.storage_samplers: list[Callable[[str], dict[str, int]]] = [self._storage_sample]
 
     # Lifecycle ----------------------------------------------------------------------------
     def start(self) -> None:
@@ -102,18 +98,18 @@ class Tenancy(Gate):
                 log.exception("writing usage failed; will retry")
 
     def hot_bytes_of(self, tenant: str) -> int:
-        """The tenant's bytes in the hot tier, read from the hot tier (blocking)."""
-        total = 0
-        for d in self.service.meta.list_tables(tenant):
-            for p in range(d.partitions):
-                total += self.service.hot.offsets(PartitionId(tenant, d.table_id, p)).size_bytes
-        return total
+        """The tenant's bytes in the hot tier (blocking; see ``StreamTables.storage_of``)."""
+        return self.service.storage_of(tenant)[0]
+
+    def _storage_sample(self, tenant: str) -> dict[str, int]:
+        hot, cold = self.service.storage_of(tenant)
+        return {"hot_bytes": hot, "cold_bytes": cold}
 
     def sample_and_flush(self, only: str | None) -> None:
         """Sample the storage of active tenants not sampled for ``storage_sample_s`` (or
         of ``only``, whatever its last sample), then flush usage. Sampling looks at each of
-        a tenant's tables: once a minute, not at every flush, for a tenant with thousands
-        of idle tables and one busy one."""
+        a tenant's tables' storage marks, once a minute, not at every flush; only the tables
+        whose storage moved are sampled again."""
         now = time.monotonic()
         every = self.settings.metering.storage_sample_s
         if only is not None:

@@ -180,7 +180,7 @@ async def test_the_iceberg_table_is_made_at_first_use(service: StreamTables) -> 
     ident = (TENANT, "ns", "lazy")
     assert not service.cold.catalog.table_exists(ident)
     # The metering sampler's look at the tenant's lake bytes makes nothing either.
-    assert service.cold_bytes_of(TENANT) == 0
+    assert service.storage_of(TENANT) == (0, 0)
     assert not service.cold.catalog.table_exists(ident)
     described = await service.describe_table(TENANT, "ns", "lazy")
     assert service.cold.catalog.table_exists(ident)

@@ -13,12 +13,16 @@ import pytest
 import redis
 from sqlalchemy.orm import Session
 
+from gateway.config import Settings
 from gateway.core import StreamTables
+from gateway.hot import PartitionId
 from gateway.hot.disk import DiskHotLog
+from gateway.hot.disk.log import MIN_OPEN_FILES
 from gateway.lake.components import Components
 from gateway.lake.runners import LocalRunner
 from gateway.lake.scheduler import changed_tables, run_once
 from gateway.meta.models import PartitionRecord, TableRecord, Tenant, utcnow
+from gateway.metrics import HOT_DISK_EVICTIONS
 from gateway.server.app import build_service
 from tests.lake.conftest import FIELDS, tier_settings
 
@@ -146,3 +150,89 @@ async def test_a_tiering_pass_visits_no_idle_table(settings_of: Any) -> None:
         assert [(t.namespace, t.name) for t in changed_tables(c, "compact")] == [("ns", "a0")]
         compacted = run_once(c, LocalRunner(c), "compact", changed=True)
         assert compacted.ok and [r.table for r in compacted.tables] == ["ns.a0"]
+
+
+def _evictions() -> float:
+    """Partitions the disk hot tier closed past its bound so far (its own counter)."""
+    return HOT_DISK_EVICTIONS._value.get()
+
+
+def _hot_calls(probe: redis.Redis | None) -> float:
+    """What the hot tier did so far that a look at a partition costs: Redis commands, or
+    the disk tier's evictions (with the bound at its least, a look at a written partition
+    not open reopens it and evicts another)."""
+    return _redis_calls(probe) if probe is not None else _evictions()
+
+
+async def test_storage_sampling_looks_only_at_tables_whose_storage_moved(
+    settings_of: Any,
+) -> None:
+    """Metering's storage sample (and the hot-bytes quota) of a tenant with 2,000 idle
+    tables and a few busy ones looks at the busy ones only: no hot-tier call for a table
+    never written or unchanged since the last sample, and the sums stay exact."""
+    settings, redis_server = settings_of
+    if redis_server is None:
+        values = settings.model_dump()
+        values["hot"]["max_open_files"] = MIN_OPEN_FILES  # evictions show every reopen
+        settings = Settings.explicit(**values)
+    tenant = f"t{uuid.uuid4().hex[:8]}"
+    written = [f"w{k}" for k in range(4)]
+    svc = build_service(settings)
+    try:
+        for name in written:
+            await svc.create_table(tenant, "ns", name, FIELDS, 4)
+            for p in range(4):
+                batch = pa.record_batch({"k": [f"{name}-{p}"], "n": [p]})
+                await svc.append(tenant, "ns", name, [batch], partition=p)
+        _bulk_tables(svc, tenant, IDLE)
+    finally:
+        svc.close()
+
+    def exact(s: StreamTables) -> int:
+        return sum(
+            s.hot.offsets(PartitionId(tenant, d.table_id, p)).size_bytes
+            for d in s.meta.list_tables(tenant)
+            for p in range(d.partitions)
+        )
+
+    probe = redis.Redis.from_url(redis_server.url) if redis_server is not None else None
+    svc = build_service(settings)
+    try:
+        before = _hot_calls(probe)
+        hot, cold = svc.storage_of(tenant)
+        first = _hot_calls(probe) - before
+        # The written tables' 16 partitions were looked at, none of the 8,000 idle ones.
+        assert 0 < first <= 16 * 4 if probe is not None else first <= 16
+        assert cold == 0  # nothing tiered yet
+        assert hot == exact(svc) > 0
+
+        # Unchanged since: a sample again looks at no table at all.
+        for _ in range(3):
+            before = _hot_calls(probe)
+            assert svc.storage_of(tenant) == (hot, 0)
+            assert _hot_calls(probe) == before
+
+        # An append (not yet recorded in the metadata store) is seen at once, and only
+        # its table is looked at again.
+        await svc.append(tenant, "ns", "w2", [pa.record_batch({"k": ["more"], "n": [9]})])
+        before = _hot_calls(probe)
+        grown, _ = svc.storage_of(tenant)
+        assert 0 < _hot_calls(probe) - before <= 4 * 4 if probe is not None else True
+        assert grown == exact(svc) > hot
+    finally:
+        svc.close()
+
+    # Tiering moves the written tables' bytes to the lake: the next sample sees it.
+    with Components.open(settings) as c:
+        assert run_once(c, LocalRunner(c), "tier", changed=True).records == 17
+    svc = build_service(settings)
+    try:
+        hot_after, cold_after = svc.storage_of(tenant)
+        assert cold_after > 0 and hot_after == exact(svc)
+        before = _hot_calls(probe)
+        assert svc.storage_of(tenant) == (hot_after, cold_after)
+        assert _hot_calls(probe) == before
+    finally:
+        svc.close()
+        if probe is not None:
+            probe.close()

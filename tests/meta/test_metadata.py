@@ -28,6 +28,7 @@ from gateway.meta import (
     TableLimits,
 )
 from gateway.meta.engine import HEAD_REVISION, alembic_config
+from gateway.meta.work import Mark
 from gateway.meta.models import VERSION_TABLE, Base
 from gateway.wire.errors import (
     InvalidRequest,
@@ -227,6 +228,47 @@ def test_creates_racing_at_a_quotas_edge_pass_it_by_none(
         stores[0].create_table(
             "acme", "ns", "wide", FIELDS, 3, limits=TableLimits(None, max_partitions=6)
         )
+
+
+def test_a_tables_storage_mark_moves_with_every_change_of_its_bytes(
+    store: MetadataStore,
+) -> None:
+    """``storage_marks``: one mark per table of the tenant, the same while nothing that
+    changes the table's bytes happens, a new one after each such change."""
+    a = store.create_table("acme", "ns", "a", FIELDS, 2)
+    b = store.create_table("acme", "ns", "b", FIELDS, 2)
+    other = store.create_table("globex", "ns", "a", FIELDS, 1)
+    marks = store.storage_marks("acme")
+    assert set(marks) == {a.table_id, b.table_id}
+    assert not marks[a.table_id].written and marks[a.table_id].partitions == 2
+    assert store.storage_marks("acme") == marks
+    seen = [marks[a.table_id]]
+
+    def moved() -> None:
+        now = store.storage_marks("acme")
+        assert now[a.table_id] not in seen, "the change did not move the mark"
+        assert now[b.table_id] == marks[b.table_id], "an unchanged table's mark moved"
+        seen.append(now[a.table_id])
+
+    store.record_appends({a.table_id: {0: (5, datetime.now(UTC))}})
+    moved()
+    assert store.storage_marks("acme")[a.table_id].written
+    store.record_appends({other.table_id: {0: (3, datetime.now(UTC))}})  # another tenant
+    assert store.storage_marks("acme")[a.table_id] == seen[-1]
+    store.update_tiered_watermarks(a.table_id, {0: 5})  # tiering
+    moved()
+    now = datetime.now(UTC)  # what a tiering run asks for later; its tier mark goes
+    store.mark_work(Mark(a.table_id, -1, job, since=now, due_at=now) for job in ("trim", "expire"))
+    store.finish_tiering(a.table_id, {0: 5, 1: 0}, now)
+    moved()
+    store.finish_work(a.table_id, "trim", datetime.now(UTC) + timedelta(seconds=1), 0)
+    moved()  # the trim done: hot bytes went
+    store.raise_earliest_offsets(a.table_id, {0: 2})  # retention
+    moved()
+    store.record_run(a.table_id, "compact", "ok", "rewrote 2 files")
+    moved()
+    store.drop_table("acme", "ns", "a")
+    assert set(store.storage_marks("acme")) == {b.table_id}
 
 
 def test_create_get_list_drop(store: MetadataStore) -> None:
