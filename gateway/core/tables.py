@@ -362,16 +362,14 @@ class TableOps(CoreBase):
         kept: dict[str, StorageSample] = {}
         stale: dict[str, StorageMark] = {}
         for table_id, mark in marks.items():
-            had = known.get(table_id)
-            if had is None or had.mark != mark or table_id in pending:
+            if table_id in pending:
                 stale[table_id] = mark
-            else:
+            elif not mark.written:
+                continue  # never written: no byte anywhere, nothing to keep either
+            elif (had := known.get(table_id)) is not None and had.mark == mark:
                 kept[table_id] = had
-        for table_id, mark in list(stale.items()):
-            if table_id not in pending and not mark.written:
-                # Never written (no high watermark, nothing pending): nothing anywhere.
-                kept[table_id] = StorageSample(mark, 0, 0)
-                del stale[table_id]
+            else:
+                stale[table_id] = mark
         if stale:
             for d in self.meta.list_tables(tenant):
                 if d.table_id in stale:
@@ -380,6 +378,7 @@ class TableOps(CoreBase):
                         for p in range(d.partitions)
                     )
                     kept[d.table_id] = StorageSample(stale[d.table_id], hot, self._cold_bytes(d))
+        # Held: the written tables of the tenants sampled last (about 100 bytes each).
         self._storage[tenant] = kept
         return (
             sum(s.hot_bytes for s in kept.values()),
