@@ -28,8 +28,8 @@ from gateway.meta import (
     TableLimits,
 )
 from gateway.meta.engine import HEAD_REVISION, alembic_config
-from gateway.meta.work import Mark
 from gateway.meta.models import VERSION_TABLE, Base
+from gateway.meta.work import Mark
 from gateway.wire.errors import (
     InvalidRequest,
     QuotaExceeded,
