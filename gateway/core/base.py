@@ -8,6 +8,7 @@ import contextlib
 import datetime as dt
 import itertools
 import logging
+import threading
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
@@ -191,8 +192,10 @@ class CoreBase:
         #: hot state is lost (``AppendOps._reseed``), and what the lake jobs visit.
         self._marks: dict[str, dict[int, tuple[int, dt.datetime]]] = {}
         #: Tenant -> table id -> the table's last storage sample (``TableOps.storage_of``),
-        #: for the tenants sampled lately (bounded).
+        #: for the tenants sampled lately (bounded). Worker threads of the metering flush
+        #: and of the hot-bytes quota use it at once: under ``_storage_lock``.
         self._storage: LruDict[str, dict[str, StorageSample]] = LruDict(STORAGE_TENANTS_MAX)
+        self._storage_lock = threading.Lock()
         self._marks_task: asyncio.Task[None] | None = None
         self._notifier = _Notifier()
         #: Read data held at once, for the process and per tenant.

@@ -357,7 +357,8 @@ class TableOps(CoreBase):
         hot-tier call and no Iceberg metadata read, whatever the tenant's number of
         tables (issue 30)."""
         marks = self.meta.storage_marks(tenant)
-        known = self._storage.get(tenant) or {}
+        with self._storage_lock:
+            known = self._storage.get(tenant) or {}
         pending = self._marks  # appends acknowledged here, not yet in the marks
         kept: dict[str, StorageSample] = {}
         stale: dict[str, StorageMark] = {}
@@ -379,7 +380,8 @@ class TableOps(CoreBase):
                     )
                     kept[d.table_id] = StorageSample(stale[d.table_id], hot, self._cold_bytes(d))
         # Held: the written tables of the tenants sampled last (about 100 bytes each).
-        self._storage[tenant] = kept
+        with self._storage_lock:
+            self._storage[tenant] = kept
         return (
             sum(s.hot_bytes for s in kept.values()),
             sum(s.cold_bytes for s in kept.values()),
