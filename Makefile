@@ -143,7 +143,7 @@ ATTACKS ?= body,grpc,bare,slow,streams,reject
 attacks: setup
 	$(PY) -m benchmarks.attacks --only $(ATTACKS) $(if $(ROOT),--root $(ROOT) --label $(or $(LABEL),before),--label $(or $(LABEL),after))
 
-## The quick benchmark suite (< 5 min): results in benchmarks/results/.
+## The quick benchmark suite (< 5 min), then the scale benchmark's quick mode (16 min on 2 cores): results in benchmarks/results/.
 bench: setup jar
 	$(PY) -m benchmarks --mode quick
 	$(PY) -m benchmarks.scale --mode quick

@@ -58,7 +58,7 @@ ELSEWHERE = {
     "offline), tidegate --version and serve",
     ("README.md", "Install on Kubernetes"): "tests/helm/test_readme_install.py renders the "
     "release these commands install (no Docker daemon, registry or cluster here)",
-    ("README.md", "Benchmarks"): "no test: `make bench` is the five-minute benchmark suite; "
+    ("README.md", "Benchmarks"): "no test: `make bench` is the twenty-minute benchmark suite; "
     ".ci/run runs its smoke mode, make bench-smoke",
     ("docs/architecture.md", "The import rule"): "a listing, not a command: "
     "test_the_architecture_listing_is_the_import_contract checks it",
