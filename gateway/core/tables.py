@@ -373,12 +373,22 @@ class TableOps(CoreBase):
                 stale[table_id] = mark
         if stale:
             for d in self.meta.list_tables(tenant):
-                if d.table_id in stale:
-                    hot = sum(
-                        self.hot.offsets(PartitionId(tenant, d.table_id, p)).size_bytes
-                        for p in range(d.partitions)
-                    )
-                    kept[d.table_id] = StorageSample(stale[d.table_id], hot, self._cold_bytes(d))
+                now = stale.get(d.table_id)
+                if now is None:
+                    continue
+                hot = sum(
+                    self.hot.offsets(PartitionId(tenant, d.table_id, p)).size_bytes
+                    for p in range(d.partitions)
+                )
+                had = known.get(d.table_id)
+                # Appends move the hot bytes only: the lake's are read again when a
+                # tiering, a retention or a maintenance run may have changed them.
+                cold = (
+                    had.cold_bytes
+                    if had is not None and had.mark.lake == now.lake
+                    else self._cold_bytes(d)
+                )
+                kept[d.table_id] = StorageSample(now, hot, cold)
         # Held: the written tables of the tenants sampled last (about 100 bytes each).
         with self._storage_lock:
             self._storage[tenant] = kept

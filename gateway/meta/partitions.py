@@ -5,7 +5,6 @@ consumer groups commit is in :mod:`gateway.meta.groups`.
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Mapping
 
 from sqlalchemy import Table, bindparam, func, select, update
@@ -68,19 +67,19 @@ class PartitionOps(MetaBase):
             .group_by(MaintenanceRun.table_id)
         )
         with self._session(write=False) as session:
-            marks = {
-                table_id: StorageMark(int(n), int(high or 0), int(tiered or 0), int(early or 0))
-                for table_id, n, high, tiered, early in session.execute(parts)
+            pending = {t: (int(n), str(latest)) for t, n, latest in session.execute(work)}
+            last_runs = {t: str(latest) for t, latest in session.execute(runs)}
+            return {
+                t: StorageMark(
+                    int(n),
+                    int(high or 0),
+                    int(tiered or 0),
+                    int(early or 0),
+                    pending.get(t),
+                    last_runs.get(t),
+                )
+                for t, n, high, tiered, early in session.execute(parts)
             }
-            for table_id, count, latest in session.execute(work):
-                if table_id in marks:
-                    marks[table_id] = dataclasses.replace(
-                        marks[table_id], work=(int(count), str(latest))
-                    )
-            for table_id, latest in session.execute(runs):
-                if table_id in marks:
-                    marks[table_id] = dataclasses.replace(marks[table_id], last_run=str(latest))
-        return marks
 
     def earliest_offset(self, table_id: str, partition: int) -> int:
         """The partition's earliest readable offset (0 when retention never removed

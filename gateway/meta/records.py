@@ -83,6 +83,12 @@ class StorageMark:
         """Whether any append to the table was ever recorded."""
         return self.high_watermarks > 0
 
+    @property
+    def lake(self) -> tuple[int, int, str | None]:
+        """The part that moves when the table's Iceberg bytes may have changed (a tiering,
+        a retention, a maintenance run), not at every append."""
+        return (self.tiered_watermarks, self.earliest_offsets, self.last_run)
+
 
 @dataclass(frozen=True, slots=True)
 class TableLimits:
