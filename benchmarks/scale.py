@@ -41,7 +41,7 @@ import time
 import uuid
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -342,6 +342,45 @@ def gateway(root: Path | None, kind: str, redis_url: str | None, workdir: Path) 
         gw.stop()
 
 
+def _deadline_s(n: int) -> float:
+    """How long :func:`settle` waits at ``n`` tables: 30 minutes, or 5 first tierings a
+    second if that is longer (50,000 new tables on 2 cores)."""
+    return max(1800.0, n / 5)
+
+
+def _measured(
+    s: Scale, kind: str, n: int, filled: float, listed: tuple[float, float], idle_s: float,
+    active_s: float,
+) -> dict[str, Any]:  # fmt: skip
+    """One size's row, on a gateway whose tables are all tiered."""
+    row: dict[str, Any] = {
+        "hot": kind,
+        "tables": len(s.tables),
+        "tenants": len(s.keys),
+        "fill_s": round(filled, 1),
+        "list_ms": round(listed[0], 1),
+        "list_tenants_ms": round(listed[1], 1),
+        "load_avg_1m": round(os.getloadavg()[0], 1),
+    }
+    row.update(s.idle(idle_s))
+    # A few busy tables among the idle ones, as at every size (the tables made below
+    # would add their first tiering to it).
+    row.update(s.active(active_s))
+    # What one more table costs at this size, once the active phase's appends are
+    # tiered (the creates run on an idle gateway).
+    settle(s.gw, _deadline_s(n))
+    row.update(s.creates(CREATES if n > 2 * CREATES else 2))
+    return row
+
+
+def _keep(row: dict[str, Any], rows: list[dict[str, Any]], out: Path | None) -> None:
+    print(json.dumps(row), flush=True)
+    rows.append(row)
+    if out is not None:  # each size kept as soon as it is measured
+        with out.open("a") as f:
+            f.write(json.dumps(row) + "\n")
+
+
 def run(
     root: Path | None,
     sizes: list[int],
@@ -350,50 +389,61 @@ def run(
     workdir: Path,
     kinds: list[str],
     out: Path | None = None,
+    together: bool = False,
 ) -> list[dict[str, Any]]:
+    """Each size on each hot tier: one tier after another, or (``together``) the hot
+    tiers' gateways filled and tiering side by side, then measured one at a time while
+    the others are idle (their idle CPU is a share of a core each; what the heavy
+    phases cost each other is only their duration)."""
     from tests.services import RedisServer
 
     rows: list[dict[str, Any]] = []
     redis = RedisServer(workdir / "redis").start()
     try:
-        for kind in kinds:
-            with gateway(root, kind, redis.url if kind == "redis" else None, workdir) as gw:
-                s = Scale(gw)
-                try:
+        with ExitStack() as stack:
+            if together:
+                scales = {k: _open(stack, root, k, redis.url, workdir) for k in kinds}
+                for n in sizes:
+                    with ThreadPoolExecutor(len(kinds)) as pool:
+                        jobs = {k: pool.submit(_fill_and_settle, scales[k], n) for k in kinds}
+                        fills = {k: job.result() for k, job in jobs.items()}
+                    for k in kinds:
+                        s = scales[k]
+                        listed = (s.list_ms(), s.list_tenants_ms())
+                        row = _measured(s, k, n, fills[k], listed, idle_s, active_s)
+                        row["side_by_side"] = kinds
+                        _keep(row, rows, out)
+                return rows
+            for kind in kinds:
+                with ExitStack() as one:
+                    s = _open(one, root, kind, redis.url, workdir)
                     for n in sizes:
-                        started = time.monotonic()
-                        s.grow_to(n)
-                        filled = time.monotonic() - started
-                        listed = s.list_ms()
-                        tenants_listed = s.list_tenants_ms()
-                        settle(gw)  # the new tables tiered, then idle
-                        row: dict[str, Any] = {
-                            "hot": kind,
-                            "tables": len(s.tables),
-                            "tenants": len(s.keys),
-                            "fill_s": round(filled, 1),
-                            "list_ms": round(listed, 1),
-                            "list_tenants_ms": round(tenants_listed, 1),
-                            "load_avg_1m": round(os.getloadavg()[0], 1),
-                        }
-                        row.update(s.idle(idle_s))
-                        # A few busy tables among the idle ones, as at every size (the
-                        # tables made below would add their first tiering to it).
-                        row.update(s.active(active_s))
-                        # What one more table costs at this size, once the active phase's
-                        # appends are tiered (the creates run on an idle gateway).
-                        settle(gw)
-                        row.update(s.creates(CREATES if n > 2 * CREATES else 2))
-                        print(json.dumps(row), flush=True)
-                        rows.append(row)
-                        if out is not None:  # each size kept as soon as it is measured
-                            with out.open("a") as f:
-                                f.write(json.dumps(row) + "\n")
-                finally:
-                    s.close()
+                        filled = _fill(s, n)
+                        listed = (s.list_ms(), s.list_tenants_ms())
+                        settle(s.gw, _deadline_s(n))  # the new tables tiered, then idle
+                        _keep(_measured(s, kind, n, filled, listed, idle_s, active_s), rows, out)
     finally:
         redis.stop()
     return rows
+
+
+def _open(stack: ExitStack, root: Path | None, kind: str, redis_url: str, workdir: Path) -> Scale:
+    gw = stack.enter_context(gateway(root, kind, redis_url if kind == "redis" else None, workdir))
+    s = Scale(gw)
+    stack.callback(s.close)
+    return s
+
+
+def _fill(s: Scale, n: int) -> float:
+    started = time.monotonic()
+    s.grow_to(n)
+    return time.monotonic() - started
+
+
+def _fill_and_settle(s: Scale, n: int) -> float:
+    filled = _fill(s, n)
+    settle(s.gw, _deadline_s(n))
+    return filled
 
 
 def summary(out: Path) -> None:
@@ -447,6 +497,11 @@ def main() -> int:
     parser.add_argument("--root", type=Path, default=None, help="checkout whose gateway runs")
     parser.add_argument("--label", default="after")
     parser.add_argument("--out", type=Path, default=RESULTS)
+    parser.add_argument(
+        "--together",
+        action="store_true",
+        help="fill and tier the hot tiers' gateways side by side, then measure one at a time",
+    )
     ns = parser.parse_args()
     mode = MODES[ns.mode]
     sizes = [int(x) for x in ns.sizes.split(",")] if ns.sizes else mode["sizes"]
@@ -466,7 +521,9 @@ def main() -> int:
         if ns.mode != "smoke":
             ns.out.mkdir(parents=True, exist_ok=True)
             partial = ns.out / f"{ns.label}-{ns.mode}{suffix}.rows.jsonl"
-        rows = run(root, sizes, mode["idle_s"], mode["active_s"], workdir, kinds, partial)
+        rows = run(
+            root, sizes, mode["idle_s"], mode["active_s"], workdir, kinds, partial, ns.together
+        )
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
     if ns.mode == "smoke":

@@ -307,17 +307,22 @@ def tier_table(
         snap_id = snap.snapshot_id
         moved = {p: (t.start, t.end) for p, t in plan.items()}
         tiered = {p: marks.get(p, base.watermark(p)) for p in range(d.partitions)}
-        c.meta.update_tiered_watermarks(d.table_id, {p: e for p, (_, e) in moved.items()})
-        crash_point("after_cache")
-        with contextlib.suppress(Exception):  # what describe shows; never fails the run
+        break
+    compactable = may_compact(files, base, moved, c.settings.compaction.min_files)
+    with c.meta.transaction():  # one commit for the run's bookkeeping (issue 30)
+        if moved:
+            c.meta.update_tiered_watermarks(d.table_id, {p: e for p, (_, e) in moved.items()})
             count = sum(e - s for s, e in moved.values())
             c.meta.record_run(d.table_id, "tier", "ok", f"{count} records in snapshot {snap_id}")
-        break
-    trimmed = trim_hot(c, d, cold) if trim else {}
-    compactable = may_compact(files, base, moved, c.settings.compaction.min_files)
-    _after_tiering(
-        c, d, tiered, began, committed=bool(moved), compactable=compactable, trimmed=trim
-    )
+        _after_tiering(c, d, tiered, began, committed=bool(moved), compactable=compactable)
+    if moved:
+        crash_point("after_cache")
+    trimmed: dict[int, int] = {}
+    if trim and (base.snapshot_id is not None or c.settings.tiering.hot_retention_s <= 0):
+        # A table's first commit (no snapshot before it) leaves nothing committed
+        # hot_retention_s ago to trim: skipped without two more loads of its metadata.
+        trimmed = trim_hot(c, d, cold)
+        _trim_done(c, d)
     result = TableResult(
         table=d.qualified_name,
         tenant=d.tenant,
@@ -342,36 +347,43 @@ def _after_tiering(
     *,
     committed: bool,
     compactable: bool,
-    trimmed: bool,
 ) -> None:
     """The lake work of ``d`` after a tiering run that began at ``began`` (issue 30):
     the ``tier`` marks it covered go (a partition's once ``T(p)`` reached what was
     acknowledged); a commit asks for the work it makes due later (the hot tier's trim
     ``hot_retention_s`` on, compaction now if it left something to compact (see
     :func:`may_compact`), snapshot expiry and orphan clean-up once their windows have
-    passed). Never fails the run: a mark that stays costs a visit."""
+    passed)."""
     from gateway.meta.work import TABLE_LEVEL, Mark
 
     now = dt.datetime.now(dt.UTC)
     s = c.settings
     hold = s.tiering.hot_retention_s
+    if committed:
+        # Whether or not this process schedules them: a Spark deployment runs them
+        # as CronJobs, with the embedded schedules off.
+        later = [
+            *([("compact", 0.0)] if compactable else []),
+            ("expire", s.expiry.retention_s),
+            ("orphans", s.expiry.orphan_age_s),
+            *([("trim", hold)] if hold > 0 else []),
+        ]
+        c.meta.mark_work(
+            Mark(d.table_id, TABLE_LEVEL, job, since=now, due_at=now + dt.timedelta(seconds=w))
+            for job, w in later
+        )
+    c.meta.finish_tiering(d.table_id, tiered, began)
+
+
+def _trim_done(c: Components, d: TableDef) -> None:
+    """After :func:`trim_hot`: the ``trim`` mark of every commit made ``hot_retention_s``
+    ago or more is done. Never fails the run: a mark that stays costs a visit."""
+    hold = c.settings.tiering.hot_retention_s
+    if hold <= 0:
+        return
+    now = dt.datetime.now(dt.UTC)
     try:
-        if committed:
-            # Whether or not this process schedules them: a Spark deployment runs them
-            # as CronJobs, with the embedded schedules off.
-            later = [
-                *([("compact", 0.0)] if compactable else []),
-                ("expire", s.expiry.retention_s),
-                ("orphans", s.expiry.orphan_age_s),
-                *([("trim", hold)] if hold > 0 else []),
-            ]
-            c.meta.mark_work(
-                Mark(d.table_id, TABLE_LEVEL, job, since=now, due_at=now + dt.timedelta(seconds=w))
-                for job, w in later
-            )
-        c.meta.finish_tiering(d.table_id, tiered, began)
-        if trimmed and hold > 0:
-            c.meta.finish_work(d.table_id, "trim", now - dt.timedelta(seconds=hold), hold)
+        c.meta.finish_work(d.table_id, "trim", now - dt.timedelta(seconds=hold), hold)
     except Exception as exc:
         log.warning("%s: recording its lake work failed (%s)", d.qualified_name, exc)
 

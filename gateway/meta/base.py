@@ -9,6 +9,7 @@ open the same database at once; opening runs the migrations to ``head`` under a 
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from types import TracebackType
@@ -45,6 +46,8 @@ class MetaBase:
             self._engine.execution_options(**{SQLITE_BEGIN: "IMMEDIATE"}),
             expire_on_commit=False,
         )
+        #: This thread's session of :meth:`transaction`, when one is open.
+        self._held = threading.local()
 
     @classmethod
     def from_settings(cls, settings: Settings) -> Self:
@@ -77,7 +80,27 @@ class MetaBase:
         self.close()
 
     @contextmanager
+    def transaction(self) -> Iterator[None]:
+        """Make the calls this thread makes inside one write transaction: all of them
+        take effect, or (an exception leaves the block) none. One commit instead of one
+        per call: a tiering run's bookkeeping after its Iceberg commit is four calls.
+        Nested blocks join the outer one."""
+        if getattr(self._held, "session", None) is not None:
+            yield
+            return
+        with self._write() as session, session.begin():
+            self._held.session = session
+            try:
+                yield
+            finally:
+                self._held.session = None
+
+    @contextmanager
     def _session(self, *, write: bool) -> Iterator[Session]:
+        held = getattr(self._held, "session", None)
+        if held is not None:  # inside transaction(): part of it
+            yield held
+            return
         factory = self._write if write else self._read
         with factory() as session, session.begin():
             yield session

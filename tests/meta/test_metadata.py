@@ -271,6 +271,32 @@ def test_a_tables_storage_mark_moves_with_every_change_of_its_bytes(
     assert set(store.storage_marks("acme")) == {b.table_id}
 
 
+def test_a_transaction_makes_the_calls_inside_it_one_commit(store: MetadataStore) -> None:
+    """``transaction()``: the calls a thread makes inside take effect together or, when
+    the block raises, not at all; a nested block joins the outer one; another thread's
+    calls meanwhile are their own."""
+    d = store.create_table("acme", "ns", "a", FIELDS, 2)
+
+    def tiered() -> list[int]:
+        return [p.tiered_watermark for p in store.partitions(d.table_id)]
+
+    with pytest.raises(RuntimeError), store.transaction():
+        store.update_tiered_watermarks(d.table_id, {0: 5})
+        with store.transaction():
+            store.record_run(d.table_id, "tier", "ok", "5 records")
+        assert tiered() == [5, 0]  # the thread reads its own writes
+        raise RuntimeError("the run fails after its bookkeeping")
+    assert tiered() == [0, 0]
+    assert store.last_runs(d.table_id) == {}
+    with store.transaction():
+        store.update_tiered_watermarks(d.table_id, {0: 5, 1: 2})
+        with store.transaction():
+            store.record_run(d.table_id, "tier", "ok", "7 records")
+        assert _in_threads(1, lambda _: tiered()) == [[0, 0]]  # not committed yet
+    assert tiered() == [5, 2]
+    assert store.last_runs(d.table_id)["tier"].detail == "7 records"
+
+
 def test_create_get_list_drop(store: MetadataStore) -> None:
     before = datetime.now(UTC)
     table = store.create_table("acme", "sales", "orders", FIELDS, 4, ["id"])

@@ -29,6 +29,7 @@ from gateway.wire.schema import OFFSET_COLUMN, PARTITION_COLUMN, parse_fields
 
 if TYPE_CHECKING:
     from pyiceberg.catalog import Catalog
+    from pyiceberg.table import Table
 
     from gateway.config import Settings
     from gateway.meta import TableDef
@@ -154,9 +155,10 @@ class IcebergColdStore(ColdStore):
     def _location(self, table: TableDef) -> str:
         return f"{self.warehouse}/{table.tenant}/{table.namespace}/{table.name}-{table.table_id}"
 
-    def _create_missing(self, table: TableDef, schema: pa.Schema) -> None:
-        """Create the Iceberg table of a stream-table at its first use; a table created
-        meanwhile (by another gateway or a job) is the one used.
+    def _create_missing(self, table: TableDef, schema: pa.Schema) -> Table | None:
+        """Create the Iceberg table of a stream-table at its first use and return it;
+        ``None`` when one was created meanwhile (by another gateway or a job): that one
+        is the one used.
 
         Never one that existed: a table whose metadata files are in its folder was made
         and then dropped from the catalog behind the gateway's back, and an empty table in
@@ -179,7 +181,7 @@ class IcebergColdStore(ColdStore):
                 identifier = self._identifier(table)
                 for _ in range(_CREATE_RACE_CHECKS):
                     if self.catalog.table_exists(identifier):
-                        return
+                        return None
                     time.sleep(_CREATE_RACE_PAUSE_S)
                 name = ".".join(identifier)
                 raise SnapshotNotFound(
@@ -187,10 +189,12 @@ class IcebergColdStore(ColdStore):
                     "(its files remain); register it again, or drop the stream-table",
                     missing_iceberg_table=name,
                 )
-            with contextlib.suppress(TableAlreadyExistsError):
-                self._create_iceberg(table, schema)
+            try:
+                return self._create_iceberg(table, schema)
+            except TableAlreadyExistsError:
+                return None
 
-    def _create_iceberg(self, table: TableDef, schema: pa.Schema) -> None:
+    def _create_iceberg(self, table: TableDef, schema: pa.Schema) -> Table:
         from pyiceberg.exceptions import NamespaceAlreadyExistsError, NoSuchNamespaceError
         from pyiceberg.partitioning import PartitionField, PartitionSpec
         from pyiceberg.table.sorting import SortField, SortOrder
@@ -233,7 +237,7 @@ class IcebergColdStore(ColdStore):
             "schema.name-mapping.default": ice.name_mapping.model_dump_json(),
         }
         try:
-            self.catalog.create_table(
+            return self.catalog.create_table(
                 self._identifier(table),
                 schema=ice,
                 location=location,
@@ -247,7 +251,7 @@ class IcebergColdStore(ColdStore):
             # Remembered, but dropped since by another process: made again.
             with self._lock:
                 self._namespaces.clear()
-            self._create_iceberg(table, schema)
+            return self._create_iceberg(table, schema)
 
     def check_schema(self, schema: pa.Schema) -> None:
         arrow_to_iceberg(schema)

@@ -346,7 +346,7 @@ class IcebergColdTable(ColdTable):
         store: TableHome,
         identifier: tuple[str, ...],
         user_schema: pa.Schema,
-        create: Callable[[], None] | None = None,
+        create: Callable[[], Table | None] | None = None,
     ) -> None:
         self.store = store
         self.identifier = identifier
@@ -378,10 +378,13 @@ class IcebergColdTable(ColdTable):
                     f"the Iceberg table {name} does not exist", missing_iceberg_table=name
                 ) from exc
             # First use of the stream-table's lake side: its Iceberg table is made now,
-            # empty, with the current schema (or by a racing gateway or job meanwhile).
-            self._create()
+            # empty, with the current schema (or by a racing gateway or job meanwhile:
+            # then loaded).
+            made = self._create()
             self._create = None
-            return self._load()
+            if made is None:
+                return self._load()
+            table = made
         self._cached = table
         return table
 
