@@ -206,14 +206,20 @@ def test_item3_python_examples_run_with_the_interpreter_the_readme_names(walk: W
     name = next(p.name for p in walk.shell.folder.glob("example*.py") if "shop.events" in
                 p.read_text() and "producer" in p.read_text())  # fmt: skip
     for interpreter in ("python3", ".venv/bin/python"):
-        again = subprocess.run(
-            ["bash", "-c", f"{interpreter} {name}"],
-            cwd=walk.shell.folder,
-            env=walk.shell.env,
-            capture_output=True,
-            text=True,
-            timeout=120,
-        )
+        for _ in range(3):
+            again = subprocess.run(
+                ["bash", "-c", f"{interpreter} {name}"],
+                cwd=walk.shell.folder,
+                env=walk.shell.env,
+                capture_output=True,
+                text=True,
+                timeout=120,
+            )
+            # The example keeps the SDK's 5 s first contact, which a loaded machine (the
+            # suite's workers beside this walk's gateway) may pass: that alone is tried
+            # again; what this test is about (the interpreter, the import) is not.
+            if "cannot reach a Tidegate gateway" not in again.stderr:
+                break
         assert again.returncode == 0 and "Traceback" not in again.stderr, again.stderr
         assert "RecordMetadata(partition=0, offset=" in again.stdout  # it appended again
     bare = {**walk.shell.env, "PATH": "/usr/local/bin:/usr/bin:/bin"}

@@ -18,8 +18,12 @@ stranger with a few thousand sockets could take the gateway's descriptors from e
   ``server.body_timeout_s`` between two reads (not counted while the gateway itself is
   not reading, e.g. while a request waits for its turn);
 - **a bounded drain**: a request answered before its body was read (401, 413, 429) may
-  send at most :data:`LINGER_BYTES` more of it, then the connection is closed (the answer
-  has been written before; the client reads it as curl and httpx do).
+  send at most :data:`LINGER_BYTES` more of it, read and dropped, then the connection is
+  closed (the answer has been written before). A client sends its whole body before it
+  reads the answer (httpx, requests, curl without ``Expect``): a connection closed while
+  it is still sending resets, and a reset may reach it before it reads the answer, so
+  the bound covers a body a few times over the JSON limit (``server.max_body_bytes``,
+  4 MiB), the size of an honest mistake. Within it the connection serves the next request.
 
 Each such closing is counted in ``tidegate_edge_connections_closed_total{edge="http"}`` and
 logged at most every few seconds, never with a traceback.
@@ -42,8 +46,9 @@ __all__ = ["LINGER_BYTES", "guarded_protocol"]
 
 log = logging.getLogger("tidegate.server")
 
-#: Most bytes of an answered request's unread body drained before the connection closes.
-LINGER_BYTES = 1024 * 1024
+#: Most bytes of an answered request's unread body drained before the connection closes
+#: (a body refused 413 at its declared length included: see the module).
+LINGER_BYTES = 8 * 1024 * 1024
 _BUSY_BODY = (
     b'{"error":{"reason":"UNAVAILABLE","message":"the gateway has as many connections open '
     b'as it takes; retry shortly"}}'

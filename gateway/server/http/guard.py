@@ -12,6 +12,10 @@ counts the bytes of the body as the app reads them:
 
 A body over the allowance is refused with 413 ``REQUEST_TOO_LARGE`` at its declared
 ``Content-Length``, before any byte of it is read, or as soon as a chunked body passes it.
+An answer given before the body was read says ``Connection: close`` unless the connection
+will read the rest of it and drop it (a declared rest of at most
+:data:`~gateway.server.http.connections.LINGER_BYTES`): a client must not send its next
+request on a connection that is about to close.
 
 The data-plane and admin routers authenticate in their route class
 (:class:`~gateway.server.http.deps.CallerRoute`, ``operator_route``) before FastAPI reads
@@ -27,6 +31,7 @@ from fastapi import Request
 from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from gateway.server.http.connections import LINGER_BYTES
 from gateway.wire.errors import InvalidRequest, RequestTooLarge
 
 __all__ = [
@@ -60,7 +65,24 @@ class BodyTooLarge(RequestTooLarge, HTTPException):
 class _Allowance:
     limit: int
     declared: int | None
+    #: Whether the request has a body (a declared length above 0, or chunked).
+    has_body: bool = False
     received: int = 0
+    #: The whole body was received (or the client went away).
+    complete: bool = False
+
+    def took(self, message: Message) -> None:
+        if message["type"] == "http.request":
+            self.received += len(message.get("body", b""))
+            self.complete = not message.get("more_body", False)
+        else:
+            self.complete = True
+
+    def left_unread(self) -> bool:
+        """Whether an answer now leaves a body the connection will not read to its end."""
+        if not self.has_body or self.complete:
+            return False
+        return self.declared is None or self.declared - self.received > LINGER_BYTES
 
     def check(self, size: int) -> None:
         if size > self.limit:
@@ -73,14 +95,18 @@ class _Allowance:
             )
 
 
-def _declared_length(scope: Scope) -> int | None:
+def _declared_length(scope: Scope) -> tuple[int | None, bool]:
+    """The request's declared body length, and whether it has a body at all."""
+    chunked = False
     for key, value in scope.get("headers", ()):
         if key == b"content-length":
             try:
-                return int(value)
+                return int(value), int(value) > 0
             except ValueError:
-                return None  # the server refuses such a request before we see it
-    return None
+                return None, True  # the server refuses such a request before we see it
+        if key == b"transfer-encoding":
+            chunked = True
+    return None, chunked
 
 
 class BodyGuard:
@@ -93,19 +119,25 @@ class BodyGuard:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        allowance = _Allowance(PRE_AUTH_BODY_BYTES, _declared_length(scope))
+        allowance = _Allowance(PRE_AUTH_BODY_BYTES, *_declared_length(scope))
         scope[_ALLOWANCE] = allowance
 
         async def guarded() -> Message:
             if allowance.declared is not None:
                 allowance.check(allowance.declared)  # before reading anything
             message = await receive()
+            allowance.took(message)
             if message["type"] == "http.request":
-                allowance.received += len(message.get("body", b""))
                 allowance.check(allowance.received)
             return message
 
-        await self.app(scope, guarded, send)
+        async def answer(message: Message) -> None:
+            if message["type"] == "http.response.start" and allowance.left_unread():
+                headers = [*message.get("headers", ()), (b"connection", b"close")]
+                message = {**message, "headers": headers}
+            await send(message)
+
+        await self.app(scope, guarded, answer)
 
 
 def check_declared_length(request: Request, limit: int) -> None:
