@@ -68,7 +68,11 @@ test: setup jar
 	$(MAKE) --no-print-directory lint typecheck proto-check pytest
 
 # --dist loadgroup: tests of one xdist group (tests/conftest.py) run on one worker.
+# The checkout's bytecode is compiled once first: the suite starts some 500 Python
+# processes (gateways, CLI commands, workers), and where PYTHONDONTWRITEBYTECODE is set
+# each would compile every module it imports again (Python still reads a .pyc it finds).
 pytest: setup wheelhouse jar
+	PYTHONDONTWRITEBYTECODE= $(PY) -m compileall -q -j 0 gateway tiering tests benchmarks > /dev/null
 	$(PY) -m pytest -n $(PYTEST_WORKERS) --dist loadgroup $(PYTEST_ARGS)
 
 ## The wheel and the sdist of tidegate, in $(DIST)/, built with the virtualenv's own

@@ -44,7 +44,7 @@ import pytest
 from hypothesis import settings as hypothesis_settings
 
 from gateway.config import Settings
-from tests.services import MotoServer, PostgresServer, RedisServer
+from tests.services import MotoServer, PostgresServer, RedisServer, SparkCluster
 from tests.xdist_groups import (  # noqa: F401 - hooks of this conftest
     pytest_collection_finish,
     pytest_collection_modifyitems,
@@ -57,6 +57,13 @@ from tests.xdist_groups import (  # noqa: F401 - hooks of this conftest
 # machine the first example of a property test can take longer than Hypothesis's 200 ms.
 hypothesis_settings.register_profile("tidegate", deadline=None)
 hypothesis_settings.load_profile("tidegate")
+
+# Every Spark driver of the tests (the session's SparkSession below, `tidegate tier
+# --runner spark`, the Helm chart's rendered jobs, a gateway whose runner is Spark) with
+# the client compiler alone and one GC thread, as the standalone cluster's JVMs:
+# spark-submit's launcher adds SPARK_SUBMIT_OPTS to the driver's JVM options. Their jobs
+# are small; the server compiler's threads cost them more than they give back on 2 cores.
+os.environ.setdefault("SPARK_SUBMIT_OPTS", SparkCluster.JVM_OPTS)
 
 
 @pytest.fixture(scope="session")

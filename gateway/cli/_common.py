@@ -257,6 +257,18 @@ def fail(err: TidegateError | ValueError) -> NoReturn:
     raise typer.Exit(2)
 
 
+def settings_error_line(err: Any) -> str | None:
+    """The one line for a pydantic ``ValidationError`` of the settings (a ``TIDEGATE_*``
+    variable or the ``TIDEGATE_CONFIG`` file out of range), naming the setting and its
+    variable; ``None`` for any other model's. The value is not repeated (it may be a key)."""
+    if getattr(err, "title", None) != "Settings":
+        return None
+    first = err.errors()[0]
+    where = ".".join(str(part) for part in first["loc"])
+    env = "TIDEGATE_" + "__".join(str(part) for part in first["loc"]).upper()
+    return f"error: setting {where} ({env} or TIDEGATE_CONFIG): {first['msg']}"
+
+
 def run(argv: list[str]) -> int:
     """Run the command line on ``argv`` (without the program name); the exit code.
 
@@ -277,6 +289,10 @@ def run(argv: list[str]) -> int:
     except Exception as exc:  # a bug of ours: still one line, the traceback on request
         import os
 
+        line = settings_error_line(exc)
+        if line is not None:
+            typer.echo(line, err=True)
+            return 2
         if os.environ.get("TIDEGATE_DEBUG"):
             raise
         typer.echo(

@@ -268,6 +268,32 @@ def test_item10_the_connect_deadline_counts_from_the_start_of_the_command() -> N
     assert connect_budget(now=STARTED + 9.0) == 1.0  # a deadline shorter than that is kept
 
 
+@pytest.mark.parametrize("command", ["serve", "migrate", "tier"])
+def test_item10_a_setting_out_of_range_is_one_line_naming_its_variable(
+    command: str, tmp_path: Path
+) -> None:
+    """A ``TIDEGATE_*`` value the settings refuse is one line naming the setting and its
+    variable, exit 2, on every command that reads them (before: "unexpected
+    ValidationError ... please report it", exit 3, on all but migrate); the value itself
+    (a key, here) is not repeated."""
+    secret = "tgop_short"
+    env = {
+        **{k: v for k, v in os.environ.items() if not k.startswith("TIDEGATE_")},
+        "TIDEGATE_DATA_DIR": str(tmp_path),
+        "TIDEGATE_AUTH__OPERATOR_KEY": secret,
+    }
+    proc = subprocess.run(
+        [sys.executable, "-m", "gateway", command],
+        env=env, capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert (proc.returncode, proc.stderr) == (
+        2,
+        "error: setting auth.operator_key (TIDEGATE_AUTH__OPERATOR_KEY or TIDEGATE_CONFIG): "
+        "String should have at least 16 characters\n",
+    )
+    assert secret not in proc.stdout + proc.stderr
+
+
 # Items 7 and 10: a gateway started as `make run` starts it (docs_runner.Served) -------------
 @pytest.fixture(scope="module")
 def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
