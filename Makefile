@@ -65,7 +65,8 @@ $(JAR): $(JVM_SOURCES) | $(STAMP)
 ## Everything CI checks: lint, types, generated stubs, then the whole test suite.
 test: setup jar
 	@sh scripts/prereqs.sh test
-	$(MAKE) --no-print-directory lint typecheck proto-check pytest
+	$(MAKE) --no-print-directory -j4 --output-sync=target lint typecheck proto-check wheelhouse
+	$(MAKE) --no-print-directory pytest
 
 # --dist loadgroup: tests of one xdist group (tests/conftest.py) run on one worker.
 # The checkout's bytecode is compiled once first: the suite starts some 500 Python
