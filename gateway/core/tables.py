@@ -372,10 +372,8 @@ class TableOps(CoreBase):
             else:
                 stale[table_id] = mark
         if stale:
-            for d in self.meta.list_tables(tenant):
-                now = stale.get(d.table_id)
-                if now is None:
-                    continue
+            for d in self.meta.tables_by_id(tenant, stale).values():
+                now = stale[d.table_id]
                 hot = sum(
                     self.hot.offsets(PartitionId(tenant, d.table_id, p)).size_bytes
                     for p in range(d.partitions)

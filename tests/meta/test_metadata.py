@@ -271,6 +271,21 @@ def test_a_tables_storage_mark_moves_with_every_change_of_its_bytes(
     assert set(store.storage_marks("acme")) == {b.table_id}
 
 
+def test_tables_by_id_gives_the_tenants_tables_among_the_ids(store: MetadataStore) -> None:
+    """``tables_by_id``: the definitions of those ids that are the tenant's tables, over
+    as many queries as the ids take (1,203 here), nothing of another tenant's."""
+    a = store.create_table("acme", "ns", "a", FIELDS, 2)
+    b = store.create_table("acme", "ns", "b", FIELDS, 1)
+    other = store.create_table("globex", "ns", "a", FIELDS, 1)
+    ids = [f"missing-{i}" for i in range(1200)] + [b.table_id, a.table_id, other.table_id]
+    got = store.tables_by_id("acme", ids)
+    assert {t: (d.namespace, d.name, d.partitions) for t, d in got.items()} == {
+        a.table_id: ("ns", "a", 2),
+        b.table_id: ("ns", "b", 1),
+    }
+    assert store.tables_by_id("acme", []) == {}
+
+
 def test_a_transaction_makes_the_calls_inside_it_one_commit(store: MetadataStore) -> None:
     """``transaction()``: the calls a thread makes inside take effect together or, when
     the block raises, not at all; a nested block joins the outer one; another thread's
