@@ -23,13 +23,10 @@ client send its credentials there).
 """
 
 # No ``from __future__ import annotations``: the routes' parameter types (``Tenant``) are
-# made inside iceberg_router, and FastAPI must see them as objects.
-import base64
-import binascii
+# made inside each group of routes, and FastAPI must see them as objects.
 import math
 from collections.abc import AsyncIterator, Callable, Coroutine, Mapping
 from typing import Annotated, Any
-from urllib.parse import parse_qsl
 
 from fastapi import APIRouter, Depends, Request, Security
 from fastapi.exceptions import RequestValidationError
@@ -39,27 +36,16 @@ from fastapi.routing import APIRoute
 from gateway import metrics
 from gateway.cold.base import CatalogEntry, DataAccess
 from gateway.server.calls import DataCalls
-from gateway.server.http.bodies import media_type, read_body
 from gateway.server.http.deps import TENANT_KEY, Credential
+from gateway.server.http.iceberg_oauth import OAuthError, token_route
 from gateway.tenancy import Tenancy
-from gateway.wire.errors import (
-    InvalidRequest,
-    PermissionDenied,
-    TableNotFound,
-    TidegateError,
-    Unauthenticated,
-)
+from gateway.wire.errors import PermissionDenied, TableNotFound, TidegateError
 
-__all__ = ["PREFIX", "iceberg_error", "iceberg_router"]
+__all__ = ["ENDPOINTS", "PREFIX", "Catalog", "iceberg_error", "iceberg_router"]
 
 PREFIX = "/iceberg"
 #: The namespace separator of multipart namespaces in paths (the spec's default, 0x1F).
 SEPARATOR = "\x1f"
-#: Largest body the token route reads (a form of a few short fields).
-_TOKEN_BODY = 8 * 1024
-_FORM_FIELDS = 32
-TOKEN_EXCHANGE = "urn:ietf:params:oauth:grant-type:token-exchange"
-ACCESS_TOKEN_TYPE = "urn:ietf:params:oauth:token-type:access_token"
 
 READ_ONLY = (
     "Tidegate's Iceberg catalog is read-only: tables are written through Tidegate's "
@@ -131,19 +117,6 @@ class _Refused(Exception):
         self.response = response
 
 
-class _OAuthError(Exception):
-    def __init__(self, status: int, error: str, description: str) -> None:
-        super().__init__(description)
-        self.status, self.error, self.description = status, error, description
-
-    def response(self) -> JSONResponse:
-        headers = {"cache-control": "no-store"}
-        if self.status == 401:
-            headers["www-authenticate"] = 'Basic realm="iceberg"'
-        body = {"error": self.error, "error_description": self.description}
-        return JSONResponse(body, status_code=self.status, headers=headers)
-
-
 class _IcebergRoute(APIRoute):
     """Answers every error of its routes in the spec's shape (validation errors too)."""
 
@@ -155,7 +128,7 @@ class _IcebergRoute(APIRoute):
                 return await handler(request)
             except _Refused as exc:
                 return exc.response
-            except _OAuthError as exc:
+            except OAuthError as exc:
                 return exc.response()
             except RequestValidationError as exc:
                 first = exc.errors()[0] if exc.errors() else {}
@@ -186,185 +159,90 @@ def _load_result(entry: CatalogEntry, access: DataAccess) -> dict[str, Any]:
     return out
 
 
-def _basic(authorization: str | None) -> tuple[str, str] | None:
-    """``(client_id, client_secret)`` of an ``authorization: Basic`` header, or None when
-    the header is absent or another scheme.
+class Catalog:
+    """What every route of the catalog shares: who is calling (:meth:`caller`, a
+    dependency) and the tenant's own namespaces and tables."""
 
-    Raises:
-        _OAuthError: a Basic header that does not decode.
-    """
-    if not authorization:
-        return None
-    scheme, _, value = authorization.strip().partition(" ")
-    if scheme.lower() != "basic":
-        return None
-    try:
-        text = base64.b64decode(value.strip(), validate=True).decode("utf-8")
-    except (binascii.Error, UnicodeDecodeError):
-        raise _OAuthError(
-            401, "invalid_client", "the Basic credentials are not base64 of 'client_id:secret'"
-        ) from None
-    client_id, sep, secret = text.partition(":")
-    if not sep:
-        raise _OAuthError(
-            401, "invalid_client", "the Basic credentials must be 'client_id:client_secret'"
-        )
-    return client_id, secret
-
-
-async def _form(request: Request) -> dict[str, str]:
-    """The token request's ``application/x-www-form-urlencoded`` fields.
-
-    Raises:
-        _OAuthError: another media type, a body over 8 KiB, or a form that does not parse.
-    """
-    kind = media_type(request.headers.get("content-type"))
-    try:
-        body = await read_body(request, _TOKEN_BODY)
-    except InvalidRequest as exc:
-        raise _OAuthError(400, "invalid_request", exc.message) from None
-    if not body.strip():
-        return {}
-    if kind != "application/x-www-form-urlencoded":
-        raise _OAuthError(
-            400,
-            "invalid_request",
-            f"the token request must be application/x-www-form-urlencoded, not {kind[:80]!r}",
-        )
-    try:
-        text = body.decode("utf-8")
-        pairs = parse_qsl(
-            text, keep_blank_values=True, strict_parsing=True, max_num_fields=_FORM_FIELDS
-        )
-    except (UnicodeDecodeError, ValueError):
-        raise _OAuthError(
-            400, "invalid_request", "the token request's body is not a URL-encoded form"
-        ) from None
-    form: dict[str, str] = {}
-    for key, value in pairs:
-        if key in form:
-            raise _OAuthError(400, "invalid_request", f"the form field {key[:40]!r} is repeated")
-        form[key] = value
-    return form
-
-
-def iceberg_router(tenancy: Tenancy, calls: DataCalls) -> APIRouter:
-    """The catalog of the tenants of ``tenancy`` over the service of ``calls``."""
-    service = calls.service
-    router = APIRouter(prefix=f"{PREFIX}/v1", route_class=_IcebergRoute, tags=["iceberg catalog"])
+    def __init__(self, tenancy: Tenancy, calls: DataCalls) -> None:
+        self.tenancy = tenancy
+        self.service = calls.service
 
     async def caller(
-        request: Request, _key: Annotated[Credential, Security(TENANT_KEY)]
+        self, request: Request, _key: Annotated[Credential, Security(TENANT_KEY)]
     ) -> AsyncIterator[str]:
-        tenant = await tenancy.catalog_tenant(request.headers.get("authorization"))
-        async with tenancy.admit(tenant):
+        """The calling tenant, admitted for the request (one of its in-flight slots)."""
+        tenant = await self.tenancy.catalog_tenant(request.headers.get("authorization"))
+        async with self.tenancy.admit(tenant):
             yield tenant
 
-    Tenant = Annotated[str, Depends(caller)]
-
-    async def own_namespace(tenant: str, namespace: str) -> str:
+    async def own_namespace(self, tenant: str, namespace: str) -> str:
         """The namespace's tables; a namespace without a table of the tenant's (or a
         multipart one) does not exist."""
         ns = _one_part(namespace)
-        if ns is None or not await service.catalog_tables(tenant, ns):
+        if ns is None or not await self.service.catalog_tables(tenant, ns):
             raise _Refused(_no_namespace(namespace))
         return ns
 
-    async def own_table(tenant: str, namespace: str, table: str) -> CatalogEntry:
+    async def own_table(self, tenant: str, namespace: str, table: str) -> CatalogEntry:
         ns = _one_part(namespace)
         if ns is None:
             raise TableNotFound(f"table {namespace[:200]!r}.{table[:200]!r} does not exist")
-        return await service.catalog_entry(tenant, ns, table)
+        return await self.service.catalog_entry(tenant, ns, table)
 
-    # Configuration -------------------------------------------------------------------
+
+def iceberg_router(tenancy: Tenancy, calls: DataCalls) -> APIRouter:
+    """The catalog of the tenants of ``tenancy`` over the service of ``calls``: its routes by
+    what they concern, in this order."""
+    cat = Catalog(tenancy, calls)
+    router = APIRouter(prefix=f"{PREFIX}/v1", route_class=_IcebergRoute, tags=["iceberg catalog"])
+    _config_route(router, cat)
+    token_route(router, tenancy)
+    _namespace_routes(router, cat)
+    _table_routes(router, cat)
+    _refused_routes(router, cat)
+    return router
+
+
+def _config_route(router: APIRouter, cat: Catalog) -> None:
+    Tenant = Annotated[str, Depends(cat.caller)]
+
     @router.get("/config", summary="The catalog's configuration and the endpoints it serves.")
     async def get_config(tenant: Tenant) -> JSONResponse:
         """Any ``warehouse`` asked for is the calling tenant's one warehouse."""
         return JSONResponse({"defaults": {}, "overrides": {}, "endpoints": ENDPOINTS})
 
-    @router.post(
-        "/oauth/tokens",
-        summary="Exchange the tenant's API key for an access token (OAuth2 client "
-        "credentials: client_id = the tenant or empty, client_secret = the key).",
-    )
-    async def get_token(request: Request) -> Response:
-        """``grant_type=client_credentials`` with the credentials as HTTP Basic or form
-        fields, or ``grant_type=urn:ietf:params:oauth:grant-type:token-exchange`` with
-        ``subject_token`` (a token of this route, to get a fresh one). The token expires
-        after ``cold.rest_catalog.token_ttl_s`` and stops working as soon as the key is
-        revoked or the tenant suspended."""
-        basic = _basic(request.headers.get("authorization"))
-        form = await _form(request)
-        grant = form.get("grant_type", "")
-        if grant == "client_credentials":
-            client_id, secret = basic or (form.get("client_id", ""), form.get("client_secret", ""))
-            if not secret:
-                raise _OAuthError(
-                    400,
-                    "invalid_request",
-                    "client_credentials needs client_secret (the tenant's API key), as a "
-                    "form field or HTTP Basic",
-                )
-        elif grant == TOKEN_EXCHANGE:
-            client_id, secret = "", form.get("subject_token", "")
-            if not secret:
-                raise _OAuthError(400, "invalid_request", "token-exchange needs subject_token")
-        elif not grant:
-            raise _OAuthError(
-                400,
-                "invalid_request",
-                "grant_type is required: client_credentials or "
-                "urn:ietf:params:oauth:grant-type:token-exchange",
-            )
-        else:
-            raise _OAuthError(
-                400,
-                "unsupported_grant_type",
-                f"grant_type {grant[:80]!r} is not served; use client_credentials or "
-                "urn:ietf:params:oauth:grant-type:token-exchange",
-            )
-        try:
-            token, _ = await tenancy.catalog_token(client_id or None, secret)
-        except Unauthenticated as exc:
-            raise _OAuthError(401, "invalid_client", exc.message) from None
-        except PermissionDenied as exc:
-            raise _OAuthError(400, "unauthorized_client", exc.message) from None
-        metrics.record_catalog_token()
-        return JSONResponse(
-            {
-                "access_token": token,
-                "token_type": "bearer",
-                "expires_in": tenancy.catalog_tokens.ttl_s,
-                "issued_token_type": ACCESS_TOKEN_TYPE,
-            },
-            headers={"cache-control": "no-store", "pragma": "no-cache"},
-        )
 
-    # Namespaces ----------------------------------------------------------------------
+def _namespace_routes(router: APIRouter, cat: Catalog) -> None:
+    Tenant = Annotated[str, Depends(cat.caller)]
+
     @router.get("/namespaces", summary="The tenant's namespaces (those holding its tables).")
     async def list_namespaces(tenant: Tenant, parent: str | None = None) -> JSONResponse:
         """Namespaces are single-part: under an existing ``parent`` there are none."""
         if parent:
-            await own_namespace(tenant, parent)
+            await cat.own_namespace(tenant, parent)
             return JSONResponse({"namespaces": []})
-        names = await service.catalog_namespaces(tenant)
+        names = await cat.service.catalog_namespaces(tenant)
         return JSONResponse({"namespaces": [[n] for n in names]})
 
     @router.get("/namespaces/{namespace}", summary="A namespace (it has no properties).")
     async def load_namespace(namespace: str, tenant: Tenant) -> JSONResponse:
-        ns = await own_namespace(tenant, namespace)
+        ns = await cat.own_namespace(tenant, namespace)
         return JSONResponse({"namespace": [ns], "properties": {}})
 
     @router.head("/namespaces/{namespace}", summary="Whether the namespace exists.")
     async def namespace_exists(namespace: str, tenant: Tenant) -> Response:
-        await own_namespace(tenant, namespace)
+        await cat.own_namespace(tenant, namespace)
         return Response(status_code=204)
 
-    # Tables --------------------------------------------------------------------------
+
+def _table_routes(router: APIRouter, cat: Catalog) -> None:
+    """Tables, and views (there are none)."""
+    Tenant = Annotated[str, Depends(cat.caller)]
+
     @router.get("/namespaces/{namespace}/tables", summary="The namespace's tables.")
     async def list_tables(namespace: str, tenant: Tenant) -> JSONResponse:
         ns = _one_part(namespace)
-        names = await service.catalog_tables(tenant, ns) if ns is not None else []
+        names = await cat.service.catalog_tables(tenant, ns) if ns is not None else []
         if not names:
             return _no_namespace(namespace)
         return JSONResponse({"identifiers": [{"namespace": [ns], "name": n} for n in names]})
@@ -378,14 +256,14 @@ def iceberg_router(tenancy: Tenancy, calls: DataCalls) -> APIRouter:
         ``tidegate.watermarks`` tells, per partition, the first offset not in it (read
         the rest, the hot tail, through Tidegate). On S3, temporary credentials that can
         only read this table's files are in ``storage-credentials`` (and ``config``)."""
-        entry = await own_table(tenant, namespace, table)
-        access = await service.catalog_access(tenant, entry)
+        entry = await cat.own_table(tenant, namespace, table)
+        access = await cat.service.catalog_access(tenant, entry)
         metrics.record_catalog_access(bool(access.credentials))
         return JSONResponse(_load_result(entry, access))
 
     @router.head("/namespaces/{namespace}/tables/{table}", summary="Whether the table exists.")
     async def table_exists(namespace: str, table: str, tenant: Tenant) -> Response:
-        await own_table(tenant, namespace, table)
+        await cat.own_table(tenant, namespace, table)
         return Response(status_code=204)
 
     @router.get(
@@ -393,8 +271,8 @@ def iceberg_router(tenancy: Tenancy, calls: DataCalls) -> APIRouter:
         summary="Fresh temporary credentials for reading the table's files.",
     )
     async def load_credentials(namespace: str, table: str, tenant: Tenant) -> JSONResponse:
-        entry = await own_table(tenant, namespace, table)
-        access = await service.catalog_access(tenant, entry)
+        entry = await cat.own_table(tenant, namespace, table)
+        access = await cat.service.catalog_access(tenant, entry)
         metrics.record_catalog_access(bool(access.credentials))
         creds = (
             [{"prefix": access.prefix, "config": {**access.config, **access.credentials}}]
@@ -409,22 +287,26 @@ def iceberg_router(tenancy: Tenancy, calls: DataCalls) -> APIRouter:
         summary="Accept an engine's scan or commit report (and drop it).",
     )
     async def report_metrics(namespace: str, table: str, tenant: Tenant) -> Response:
-        await own_table(tenant, namespace, table)
+        await cat.own_table(tenant, namespace, table)
         return Response(status_code=204)
 
     # Views: none -----------------------------------------------------------------------
     @router.get("/namespaces/{namespace}/views", summary="Views: Tidegate has none.")
     async def list_views(namespace: str, tenant: Tenant) -> JSONResponse:
-        await own_namespace(tenant, namespace)
+        await cat.own_namespace(tenant, namespace)
         return JSONResponse({"identifiers": []})
 
-    # Changes: refused --------------------------------------------------------------------
+
+def _refused_routes(router: APIRouter, cat: Catalog) -> None:
+    """Changes: refused."""
+    Tenant = Annotated[str, Depends(cat.caller)]
+
     async def refuse_in_namespace(namespace: str, tenant: Tenant) -> Response:
-        await own_namespace(tenant, namespace)
+        await cat.own_namespace(tenant, namespace)
         raise PermissionDenied(READ_ONLY)
 
     async def refuse_on_table(namespace: str, table: str, tenant: Tenant) -> Response:
-        await own_table(tenant, namespace, table)
+        await cat.own_table(tenant, namespace, table)
         raise PermissionDenied(READ_ONLY)
 
     async def refuse(tenant: Tenant) -> Response:
@@ -451,4 +333,3 @@ def iceberg_router(tenancy: Tenancy, calls: DataCalls) -> APIRouter:
             summary=f"{what}: refused (403); tables are written through the append API.",
             name=f"iceberg {what.lower()}",
         )
-    return router
