@@ -91,7 +91,14 @@ def admin_router(tenancy: Tenancy) -> APIRouter:
         route_class=operator_route(tenancy),
         dependencies=[Security(OPERATOR_KEY)],
     )
+    _tenant_routes(router, tenancy)
+    _key_and_quota_routes(router, tenancy)
+    _placement_routes(router, tenancy)
+    _usage_route(router, tenancy)
+    return router
 
+
+def _tenant_routes(router: APIRouter, tenancy: Tenancy) -> None:
     @router.post("/tenants", status_code=201, summary="Create a tenant.")
     async def create_tenant(body: CreateTenantRequest) -> JSONResponse:
         return JSONResponse(_tenant(await tenancy.admin.create_tenant(body.name)), status_code=201)
@@ -132,6 +139,8 @@ def admin_router(tenancy: Tenancy) -> APIRouter:
         await tenancy.admin.delete_tenant(tenant)
         return Response(status_code=204)
 
+
+def _key_and_quota_routes(router: APIRouter, tenancy: Tenancy) -> None:
     @router.post(
         "/tenants/{tenant}/keys",
         status_code=201,
@@ -160,6 +169,10 @@ def admin_router(tenancy: Tenancy) -> APIRouter:
     async def set_quota(tenant: TenantName, body: QuotaBody) -> JSONResponse:
         values = {f: getattr(body, f) for f in QUOTA_FIELDS if f in body.model_fields_set}
         return JSONResponse(await tenancy.admin.set_quota(tenant, values))
+
+
+def _placement_routes(router: APIRouter, tenancy: Tenancy) -> None:
+    """Hot-tier placements, partition moves and reserved shards."""
 
     @router.get("/placements", summary="Partitions' hot-tier placements and reserved shards.")
     async def placements(
@@ -192,6 +205,8 @@ def admin_router(tenancy: Tenancy) -> APIRouter:
     async def unpin_shards(tenant: TenantName, body: ShardsBody) -> JSONResponse:
         return JSONResponse(await tenancy.admin.unpin_shards(tenant, body.shards))
 
+
+def _usage_route(router: APIRouter, tenancy: Tenancy) -> None:
     @router.get("/tenants/{tenant}/usage", summary="The tenant's usage per minute.")
     async def usage(
         tenant: TenantName,
@@ -205,5 +220,3 @@ def admin_router(tenancy: Tenancy) -> APIRouter:
                 "usage": [{"minute": _iso(r.minute), **r.counters} for r in rows],
             }
         )
-
-    return router

@@ -41,6 +41,12 @@ def records_router(calls: DataCalls) -> APIRouter:
     router = APIRouter(
         prefix="/v1/tables/{namespace}/{name}", tags=["records"], route_class=CallerRoute
     )
+    _append_route(router, calls)
+    _read_route(router, calls)
+    return router
+
+
+def _append_route(router: APIRouter, calls: DataCalls) -> None:
     service = calls.service
     server = service.settings.server
 
@@ -136,6 +142,10 @@ def records_router(calls: DataCalls) -> APIRouter:
         appended = await calls.append(caller.tenant, namespace, name, len(body), decode)
         return JSONResponse(ranges(appended))
 
+
+def _read_route(router: APIRouter, calls: DataCalls) -> None:
+    server = calls.service.settings.server
+
     @router.get(
         "/partitions/{partition}/records",
         response_model=ReadResponse,
@@ -216,5 +226,3 @@ def records_router(calls: DataCalls) -> APIRouter:
         finally:
             await results.aclose()  # type: ignore[attr-defined]
         return response
-
-    return router

@@ -34,6 +34,13 @@ __all__ = ["tables_router"]
 
 def tables_router(calls: DataCalls) -> APIRouter:
     router = APIRouter(prefix="/v1/tables", tags=["tables"], route_class=CallerRoute)
+    _table_list_routes(router, calls)
+    _table_change_routes(router, calls)
+    return router
+
+
+def _table_list_routes(router: APIRouter, calls: DataCalls) -> None:
+    """Creating, listing and describing tables."""
     service = calls.service
 
     @router.post(
@@ -93,6 +100,11 @@ def tables_router(calls: DataCalls) -> APIRouter:
     async def describe_table(namespace: Namespace, name: Name, caller: Caller) -> JSONResponse:
         view = await service.describe_table(caller.tenant, namespace, name)
         return JSONResponse(describe(view, with_partitions=True))
+
+
+def _table_change_routes(router: APIRouter, calls: DataCalls) -> None:
+    """A table's options, schema, snapshots, and dropping it."""
+    service = calls.service
 
     @router.patch(
         "/{namespace}/{name}",
@@ -160,5 +172,3 @@ def tables_router(calls: DataCalls) -> APIRouter:
     async def drop_table(namespace: Namespace, name: Name, caller: Caller) -> Response:
         await service.drop_table(caller.tenant, namespace, name)
         return Response(status_code=204)
-
-    return router
