@@ -9,10 +9,10 @@ import logging
 import os
 import signal
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import suppress
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gateway import metrics
 from gateway.cold import load_cold_store
@@ -26,6 +26,12 @@ from gateway.meta import MetadataStore
 from gateway.server.calls import DataCalls
 from gateway.tenancy import OPERATOR_KEY_FILE, Tenancy, load_operator_key
 from gateway.wire.errors import TidegateError, hide_paths
+
+if TYPE_CHECKING:
+    import uvicorn
+
+    from gateway.server.flight import FlightEdge
+    from gateway.server.grpc_server import GrpcEdge
 
 __all__ = ["build_service", "serve"]
 
@@ -299,23 +305,48 @@ def next_steps(settings: Settings, *, from_file: bool) -> str:
 
 async def serve(settings: Settings) -> None:
     """Serve gRPC and HTTP until SIGTERM or SIGINT, then drain and stop."""
-    import uvicorn
-
     check_can_start(settings)
     hide_paths(private_folders(settings))
 
     _return_freed_memory()
 
-    from gateway.server.flight import FlightEdge
-    from gateway.server.grpc_server import GrpcEdge
-    from gateway.server.http import create_app
-    from gateway.server.http.connections import guarded_protocol
-    from gateway.server.http.health import metrics_app
-    from gateway.server.http.refusals import AppendRefusals
-
-    _QuietServer = _quiet_server_class()
-    max_connections = connection_cap(settings)
+    edges = Edges(settings, connection_cap(settings))
     service = build_service(settings)
+    tenancy = _start_tenancy(settings, service)
+    # One DataCalls (stateless) serves both edges that speak Arrow to SDK clients.
+    calls = DataCalls(service, tenancy)
+    _gauges_on_scrape(settings, service)
+    ready = asyncio.Event()
+    stopping = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    _quiet_accept_failures(loop)
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stopping.set)
+
+    tiering: EmbeddedJobs | None = None
+    try:
+        await edges.start(
+            service, tenancy, calls, ready=lambda: ready.is_set() and not stopping.is_set()
+        )
+        _freeze_startup_objects()  # before the tiering thread starts allocating
+        tiering = _start_tiering(service, settings)
+        ready.set()
+        _say_ready(settings)
+        await stopping.wait()
+        log.info("draining")
+    finally:
+        grace = settings.server.shutdown_grace_s
+        if tiering is not None:
+            await asyncio.to_thread(tiering.stop, grace + 30)
+        await edges.stop(grace)
+        await tenancy.close()
+        service.close()
+        log.info("stopped")
+
+
+def _start_tenancy(settings: Settings, service: StreamTables) -> Tenancy:
+    """Who may call and how much, started, with the operator key (generated and said once
+    when there was none)."""
     operator_key, generated = load_operator_key(settings)
     if generated:
         print(
@@ -325,8 +356,12 @@ async def serve(settings: Settings) -> None:
         )
     tenancy = Tenancy(settings, service, operator_key)
     tenancy.start()
-    # One DataCalls (stateless) serves both edges that speak Arrow to SDK clients.
-    calls = DataCalls(service, tenancy)
+    return tenancy
+
+
+def _gauges_on_scrape(settings: Settings, service: StreamTables) -> None:
+    """The gauges read at each scrape: consumer groups' lags, and per-shard ones of a Redis
+    hot tier."""
     if settings.hot.type == "redis":  # per-shard gauges, read from the shards at scrape
         bytes_read = [float("-inf")]
 
@@ -340,19 +375,66 @@ async def serve(settings: Settings) -> None:
         metrics.on_scrape(shard_gauges)
     most_groups = settings.groups.metrics_max_groups
     metrics.on_scrape(lambda: metrics.set_group_lags(*service.group_lags(), most_groups))
-    ready = asyncio.Event()
-    stopping = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    _quiet_accept_failures(loop)
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stopping.set)
 
-    grpc_edge: GrpcEdge | None = None
-    flight_edge: FlightEdge | None = None
-    tiering: EmbeddedJobs | None = None
-    http: list[tuple[uvicorn.Server, asyncio.Task[None]]] = []
 
-    async def start_http(app: Any, port: int, what: str) -> None:
+def _say_ready(settings: Settings) -> None:
+    """The ready line in the log, and the next steps for the person who started us."""
+    log.info(
+        "tidegate ready: data_dir=%s hot=%s metadata=%s",
+        settings.data_dir,
+        settings.hot.type,
+        settings.metadata_url.split("@")[-1],
+    )
+    steps = next_steps(settings, from_file=not settings.auth.operator_key)
+    if settings.log.format == "json":  # every line of the output stays a JSON object
+        log.info("%s", steps)
+    else:
+        print(steps, flush=True)
+
+
+class Edges:
+    """The network edges of one process (gRPC, Flight, HTTP and metrics, each when its port
+    is set), started in that order and stopped in that order."""
+
+    def __init__(self, settings: Settings, max_connections: int) -> None:
+        self.settings = settings
+        self.max_connections = max_connections
+        self.grpc: GrpcEdge | None = None
+        self.flight: FlightEdge | None = None
+        self.http: list[tuple[uvicorn.Server, asyncio.Task[None]]] = []
+
+    async def start(
+        self, service: StreamTables, tenancy: Tenancy, calls: DataCalls, ready: Callable[[], bool]
+    ) -> None:
+        """Start each edge whose port is set; ``ready`` answers the HTTP readiness probe."""
+        from gateway.server.flight import FlightEdge
+        from gateway.server.grpc_server import GrpcEdge
+        from gateway.server.http import create_app
+        from gateway.server.http.health import metrics_app
+        from gateway.server.http.refusals import AppendRefusals
+
+        settings = self.settings
+        if settings.server.grpc_port:
+            self.grpc = GrpcEdge(service, settings, tenancy, calls, self.max_connections)
+            await self.grpc.start()
+            log.info("gRPC listening on %s:%s", settings.server.host, self.grpc.port)
+        if settings.server.flight_port:
+            self.flight = FlightEdge(calls, settings)
+            log.info("Flight listening on %s:%s", settings.server.host, self.flight.port)
+        if settings.server.http_port:
+            app = create_app(service, settings, ready=ready, tenancy=tenancy)
+            await self._start_http(AppendRefusals(app, tenancy), settings.server.http_port, "HTTP")
+        if settings.server.metrics_port:
+            await self._start_http(
+                metrics_app(settings.server), settings.server.metrics_port, "metrics"
+            )
+
+    async def _start_http(self, app: Any, port: int, what: str) -> None:
+        import uvicorn
+
+        from gateway.server.http.connections import guarded_protocol
+
+        settings = self.settings
         # log_config=None: uvicorn's records go through the process's one handler
         # (gateway/logs.py), so they share its format (text or JSON lines).
         # Connections capped, and timed out while they send nothing useful
@@ -364,12 +446,12 @@ async def serve(settings: Settings) -> None:
             log_level="warning",
             log_config=None,
             lifespan="off",
-            http=guarded_protocol(settings.server, max_connections),
+            http=guarded_protocol(settings.server, self.max_connections),
             timeout_keep_alive=settings.server.http_keep_alive_s,  # type: ignore[arg-type]
         )
-        server = _QuietServer(config)
+        server = _quiet_server_class()(config)
         task = asyncio.create_task(server.serve())
-        http.append((server, task))
+        self.http.append((server, task))
         while not server.started:
             if task.done():
                 await task
@@ -377,52 +459,13 @@ async def serve(settings: Settings) -> None:
             await asyncio.sleep(0.01)
         log.info("%s listening on %s:%s", what, settings.server.host, port)
 
-    try:
-        if settings.server.grpc_port:
-            grpc_edge = GrpcEdge(service, settings, tenancy, calls, max_connections)
-            await grpc_edge.start()
-            log.info("gRPC listening on %s:%s", settings.server.host, grpc_edge.port)
-        if settings.server.flight_port:
-            flight_edge = FlightEdge(calls, settings)
-            log.info("Flight listening on %s:%s", settings.server.host, flight_edge.port)
-        if settings.server.http_port:
-            app = create_app(
-                service,
-                settings,
-                ready=lambda: ready.is_set() and not stopping.is_set(),
-                tenancy=tenancy,
-            )
-            await start_http(AppendRefusals(app, tenancy), settings.server.http_port, "HTTP")
-        if settings.server.metrics_port:
-            await start_http(metrics_app(settings.server), settings.server.metrics_port, "metrics")
-        _freeze_startup_objects()  # before the tiering thread starts allocating
-        tiering = _start_tiering(service, settings)
-        ready.set()
-        log.info(
-            "tidegate ready: data_dir=%s hot=%s metadata=%s",
-            settings.data_dir,
-            settings.hot.type,
-            settings.metadata_url.split("@")[-1],
-        )
-        steps = next_steps(settings, from_file=not settings.auth.operator_key)
-        if settings.log.format == "json":  # every line of the output stays a JSON object
-            log.info("%s", steps)
-        else:
-            print(steps, flush=True)
-        await stopping.wait()
-        log.info("draining")
-    finally:
-        grace = settings.server.shutdown_grace_s
-        if tiering is not None:
-            await asyncio.to_thread(tiering.stop, grace + 30)
-        if grpc_edge is not None:
-            await grpc_edge.stop(grace)
-        if flight_edge is not None:
-            await flight_edge.stop()
-        for server, task in http:
+    async def stop(self, grace: float) -> None:
+        """Stop the edges that started, each given ``grace`` seconds to drain."""
+        if self.grpc is not None:
+            await self.grpc.stop(grace)
+        if self.flight is not None:
+            await self.flight.stop()
+        for server, task in self.http:
             server.should_exit = True
             with suppress(asyncio.CancelledError):
                 await asyncio.wait_for(task, grace + 1)
-        await tenancy.close()
-        service.close()
-        log.info("stopped")
