@@ -77,6 +77,13 @@ def group_json(view: GroupView) -> dict[str, Any]:
 
 def groups_router(calls: DataCalls) -> APIRouter:
     router = APIRouter(prefix="/v1/groups", tags=["groups"], route_class=CallerRoute)
+    _offset_routes(router, calls)
+    _member_routes(router, calls)
+    return router
+
+
+def _offset_routes(router: APIRouter, calls: DataCalls) -> None:
+    """The groups with committed offsets, and their offsets."""
     service = calls.service
 
     @router.get(
@@ -139,6 +146,11 @@ def groups_router(calls: DataCalls) -> APIRouter:
         got = await service.fetch_offsets(caller.tenant, group, namespace, name)
         return _offsets(group, namespace, name, got)
 
+
+def _member_routes(router: APIRouter, calls: DataCalls) -> None:
+    """Membership (the heartbeat) and a group's description."""
+    service = calls.service
+
     @router.post(
         "/{group}/tables/{namespace}/{name}/heartbeat",
         response_model=HeartbeatResponse,
@@ -184,5 +196,3 @@ def groups_router(calls: DataCalls) -> APIRouter:
     ) -> JSONResponse:
         view = await service.describe_group(caller.tenant, group, namespace, name)
         return JSONResponse(group_json(view))
-
-    return router
