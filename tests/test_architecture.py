@@ -80,7 +80,7 @@ def copy_of_the_tree(tmp_path_factory: pytest.TempPathFactory) -> Path:
         (
             "gateway/server/http/iceberg_oauth.py",
             "import gateway.server.http.iceberg",
-            "A part never imports its whole: the console's context",
+            "A part never imports its whole: the route groups",
         ),
         (
             "gateway/tenancy/admin.py",
