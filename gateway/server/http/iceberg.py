@@ -250,6 +250,8 @@ async def _form(request: Request) -> dict[str, str]:
 
 def iceberg_router(tenancy: Tenancy, calls: DataCalls) -> APIRouter:
     """The catalog of the tenants of ``tenancy`` over the service of ``calls``."""
+    from gateway.server.http import iceberg_plans  # it imports this module's helpers
+
     service = calls.service
     router = APIRouter(prefix=f"{PREFIX}/v1", route_class=_IcebergRoute, tags=["iceberg catalog"])
 
@@ -280,7 +282,9 @@ def iceberg_router(tenancy: Tenancy, calls: DataCalls) -> APIRouter:
     @router.get("/config", summary="The catalog's configuration and the endpoints it serves.")
     async def get_config(tenant: Tenant) -> JSONResponse:
         """Any ``warehouse`` asked for is the calling tenant's one warehouse."""
-        return JSONResponse({"defaults": {}, "overrides": {}, "endpoints": ENDPOINTS})
+        endpoints = ENDPOINTS + iceberg_plans.plan_endpoints(calls)
+        defaults = iceberg_plans.planning_config(calls)
+        return JSONResponse({"defaults": defaults, "overrides": {}, "endpoints": endpoints})
 
     @router.post(
         "/oauth/tokens",
@@ -381,7 +385,10 @@ def iceberg_router(tenancy: Tenancy, calls: DataCalls) -> APIRouter:
         entry = await own_table(tenant, namespace, table)
         access = await service.catalog_access(tenant, entry)
         metrics.record_catalog_access(bool(access.credentials))
-        return JSONResponse(_load_result(entry, access))
+        result = _load_result(entry, access)
+        if result["config"]:  # see iceberg_plans.planning_config
+            result["config"].update(iceberg_plans.planning_config(calls))
+        return JSONResponse(result)
 
     @router.head("/namespaces/{namespace}/tables/{table}", summary="Whether the table exists.")
     async def table_exists(namespace: str, table: str, tenant: Tenant) -> Response:
@@ -451,4 +458,5 @@ def iceberg_router(tenancy: Tenancy, calls: DataCalls) -> APIRouter:
             summary=f"{what}: refused (403); tables are written through the append API.",
             name=f"iceberg {what.lower()}",
         )
+    iceberg_plans.add_plan_routes(router, tenancy, calls, caller)
     return router
