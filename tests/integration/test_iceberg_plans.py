@@ -342,3 +342,40 @@ def test_case_insensitive_names(gw: GatewayProcess, tiered: Tenant) -> None:
     with gw.http_client(api_key=tiered.key) as h:
         assert plan(h, "shop.orders", body).status_code == 200
         assert plan(h, "shop.orders", {**body, "case-sensitive": True}).status_code == 400
+
+
+@pytest.mark.parametrize("overflow", ["refuse", "committed"])
+def test_a_hot_tail_over_the_limit(
+    overflow: str, tmp_path_factory: pytest.TempPathFactory, redis_server: RedisServer
+) -> None:
+    env = {
+        "TIDEGATE_HOT__TYPE": "redis",
+        "TIDEGATE_HOT__URL": redis_server.url,
+        "TIDEGATE_TIERING__ENABLED": "false",
+        "TIDEGATE_COLD__REST_CATALOG__PLAN_MAX_HOT_RECORDS": "5",
+        "TIDEGATE_COLD__REST_CATALOG__PLAN_HOT_OVERFLOW": overflow,
+    }
+    gw = GatewayProcess(tmp_path_factory.mktemp(f"iceberg-plans-{overflow}"), env).start()
+    try:
+        t = new_tenant(gw, "l")
+        with gw.client(api_key=t.key) as c:
+            c.create_table("app.big", SCHEMA, partitions=2)
+        fill(gw, t, "app.big", 0, 4)
+        tier(gw)
+        fill(gw, t, "app.big", 4, 6)  # six hot records, one more than a plan writes
+        catalog = server_planning(gw, t.key)
+        scan = catalog.load_table("app.big").scan()
+        if overflow == "refuse":
+            with pytest.raises(RuntimeError, match="plan_max_hot_records"):
+                scan.to_arrow()
+            with gw.http_client(api_key=t.key) as h:
+                answer = plan(h, "app.big").json()
+            assert answer["status"] == "failed"
+            assert (
+                "the hot tail of app.big is 6 records, more than the 5"
+                in (answer["error"]["message"])
+            )
+        else:
+            assert sorted(scan.to_arrow()["id"].to_pylist()) == [0, 1, 2, 3]
+    finally:
+        gw.stop()
