@@ -228,6 +228,12 @@ class ServedCatalogConfig(_Section):
         "fails with one sentence saying so) or 'committed' (it names the committed files "
         "only, as client-side planning would).",
     )
+    plan_page_files: int = Field(
+        1000,
+        ge=1,
+        description="Data files a scan plan's answer names at most; the rest come as plan "
+        "tasks, pages of as many, that an engine fetches with fetchScanTasks.",
+    )
 
 
 def _backend(kind: str) -> AfterValidator:

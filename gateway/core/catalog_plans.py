@@ -80,6 +80,11 @@ class CatalogPlan:
     #: Records of the hot tail left out (plan_hot_overflow = committed).
     skipped_hot_records: int = 0
     written_bytes: int = field(default=0)
+    #: The earliest retained offset per partition the plan pruned the data files with
+    #: (what a page of them needs to list the same files again).
+    earliest: tuple[tuple[int, int], ...] = ()
+    #: The table's columns (as a plan's names resolve against).
+    column_names: tuple[str, ...] = ()
 
 
 class CatalogPlanOps(ScanOps):
@@ -204,6 +209,8 @@ class CatalogPlanOps(ScanOps):
             access,
             skipped_hot_records=skipped,
             written_bytes=sum(h.written_bytes for h in hot),
+            earliest=tuple(sorted(earliest.items())),
+            column_names=tuple(table.stored_schema.names),
         )
 
     def _plan_files(
@@ -234,6 +241,38 @@ class CatalogPlanOps(ScanOps):
         assert self.cold is not None
         location = await self._run(lambda: self._cold_table(table).location)
         return await self._run(self.cold.data_access, tenant, location)
+
+    async def catalog_plan_page(
+        self,
+        tenant: str,
+        namespace: str,
+        name: str,
+        state: PlanState,
+        request: PlanRequest,
+        earliest: Sequence[tuple[int, int]],
+        start: int,
+        count: int,
+    ) -> list[dict[str, Any]]:
+        """Data files ``start .. start+count`` of a plan made earlier with ``request``
+        and ``earliest`` (a plan task): the pinned snapshot's files listed again, in the
+        same order, as :meth:`catalog_plan` listed them.
+
+        Raises:
+            TableNotFound: the table is not the plan's.
+        """
+        table = await self._plan_table(tenant, namespace, name)
+        if state.tenant != tenant or state.table_id != table.definition.table_id:
+            raise _missing(namespace, name)
+        if state.snapshot_id is None:
+            return []
+        names = table.stored_schema.names
+        stats = [resolve_name(c, names, True, "stats-fields") for c in request.stats_fields]
+        expr = await self._run(self._plan_filter, table, request)
+        cold = self._cold_table(table)
+        snap = await self._run(cold.snapshot, state.snapshot_id)
+        retained = _retained(expr, dict(earliest), table.definition.partitions)
+        files = await self._run(cold.plan_files().data_files, snap, retained, stats)
+        return files[start : start + count]
 
     async def catalog_plan_again(
         self, tenant: str, namespace: str, name: str, state: PlanState

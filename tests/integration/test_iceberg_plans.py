@@ -46,7 +46,11 @@ def gw(
     tmp_path_factory: pytest.TempPathFactory,
     redis_server: RedisServer,
 ) -> Iterator[GatewayProcess]:
-    env = {"TIDEGATE_HOT__TYPE": request.param, "TIDEGATE_TIERING__HOT_RETENTION_S": "0"}
+    env = {
+        "TIDEGATE_HOT__TYPE": request.param,
+        "TIDEGATE_TIERING__HOT_RETENTION_S": "0",
+        "TIDEGATE_COLD__REST_CATALOG__PLAN_PAGE_FILES": "3",  # plans of 4+ files page
+    }
     if request.param == "redis":
         env.update({"TIDEGATE_HOT__URL": redis_server.url, "TIDEGATE_TIERING__ENABLED": "false"})
     else:
@@ -289,14 +293,16 @@ def test_plan_ids_and_tasks_are_bound_to_the_tenant_and_table(
         fetched = h.get(f"{base}/orders/plan/{plan_id}").json()
         assert fetched.get("status") == "completed", fetched
         assert len(fetched["file-scan-tasks"]) == len(r.json()["file-scan-tasks"])
+        assert len(fetched.get("plan-tasks", [])) == len(r.json().get("plan-tasks", []))
         forged = plan_id[:-4] + ("AAAA" if not plan_id.endswith("AAAA") else "BBBB")
         for pid in (forged, "nope", "tgplan." + "A" * 60):
             bad = h.get(f"{base}/orders/plan/{pid}")
             assert bad.status_code == 404
             assert bad.json()["error"]["type"] == "NoSuchPlanIdException"
-        task = h.post(f"{base}/orders/tasks", json={"plan-task": plan_id})
-        assert task.status_code == 404
-        assert task.json()["error"]["type"] == "NoSuchPlanTaskException"
+        for forged_task in (plan_id, "tgplan.AAAA", "x"):  # a plan id is not a plan task
+            task = h.post(f"{base}/orders/tasks", json={"plan-task": forged_task})
+            assert task.status_code == 404
+            assert task.json()["error"]["type"] == "NoSuchPlanTaskException"
         assert h.delete(f"{base}/orders/plan/{plan_id}").status_code == 204
         assert h.get(f"{base}/orders/plan/{plan_id}").json() == {"status": "cancelled"}
         second = plan(h, "shop.orders").json()["plan-id"]
@@ -313,6 +319,51 @@ def test_plan_ids_and_tasks_are_bound_to_the_tenant_and_table(
         r = h.get(f"{base}/other/plan/{second}")
         assert r.status_code == 404
         assert r.json()["error"]["type"] == "NoSuchPlanIdException"
+
+
+def test_a_large_plan_comes_in_pages_of_plan_tasks(gw: GatewayProcess) -> None:
+    stable_tail(gw)
+    t = new_tenant(gw, "g")
+    with gw.client(api_key=t.key) as c:
+        c.create_table("app.pages", SCHEMA, partitions=2)
+    for n in range(4):  # four tierings of two partitions: eight data files
+        fill(gw, t, "app.pages", 10 * n, 10)
+        tier(gw)
+    fill(gw, t, "app.pages", 40, 4)  # and a hot tail
+    one = {"type": "lt", "term": "id", "value": 30}
+    with gw.http_client(api_key=t.key) as h:
+        answer = plan(h, "app.pages", {"filter": one, "stats-fields": ["id"]}).json()
+        first = answer["file-scan-tasks"]
+        # The hot files hold ids 40 to 43 only: pruned by their stats, as are the four
+        # data files of ids 30 to 39; six data files are left, three per page.
+        assert len(answer["plan-tasks"]) == 1 and len(first) == 3
+        pages = [
+            h.post(f"{CATALOG}/namespaces/app/tables/pages/tasks", json={"plan-task": task})
+            for task in answer["plan-tasks"]
+        ]
+        assert all(p.status_code == 200 for p in pages)
+        rest = [f for p in pages for f in p.json()["file-scan-tasks"]]
+        # Another tenant cannot use the task on its own table of that name.
+        other = new_tenant(gw, "h")
+        with gw.client(api_key=other.key) as c:
+            c.create_table("app.pages", SCHEMA, partitions=2)
+    with gw.http_client(api_key=other.key) as h:
+        r = h.post(
+            f"{CATALOG}/namespaces/app/tables/pages/tasks",
+            json={"plan-task": answer["plan-tasks"][0]},
+        )
+        assert r.status_code == 404
+    paths = [f["data-file"]["file-path"] for f in first + rest]
+    assert len(paths) == len(set(paths)) == 6
+    assert not any("/tidegate-plans/" in p for p in paths)
+    assert all("lower-bounds" in f["data-file"] for f in rest)
+    catalog = server_planning(gw, t.key)
+    from pyiceberg.expressions import LessThan
+
+    got = catalog.load_table("app.pages").scan(row_filter=LessThan("id", 30)).to_arrow()
+    assert sorted(got["id"].to_pylist()) == list(range(30))
+    every = catalog.load_table("app.pages").scan().to_arrow()
+    assert sorted(every["id"].to_pylist()) == list(range(44))
 
 
 def test_bad_plan_requests_are_one_sentence(gw: GatewayProcess, tiered: Tenant) -> None:

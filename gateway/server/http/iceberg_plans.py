@@ -6,14 +6,18 @@
 A plan is the pinned view of the gateway's own scan (``gateway/core/catalog_plans.py``):
 the snapshot's data files plus the hot tail as Parquet files, so an engine that plans on
 the server reads every acknowledged row. Plans complete within the request (status
-``completed``, every file scan task in the answer, no plan tasks).
+``completed``); the answer names the hot files and the first
+``cold.rest_catalog.plan_page_files`` data files, and the rest come as plan tasks (pages
+of as many) for ``fetchScanTasks``.
 
 A plan id is the plan's state sealed (AES-GCM under a key derived from the operator key,
 its own purpose): unguessable, the same on every replica, and bound to the tenant and the
 table (by id: a table dropped and made again under the name is another table). A forged
 id, one of another table or tenant, or an expired one answers 404
-``NoSuchPlanIdException`` exactly as an unknown one; any plan task answers 404
-``NoSuchPlanTaskException`` (none is ever issued).
+``NoSuchPlanIdException`` exactly as an unknown one. A plan task is sealed the same way
+(another purpose: a plan id is no plan task) with the plan's filter and its page, so any
+replica lists the pinned snapshot's files again and answers the page; a forged or foreign
+one answers 404 ``NoSuchPlanTaskException``.
 """
 
 # No ``from __future__ import annotations``: FastAPI reads the routes' parameter types.
@@ -32,6 +36,7 @@ from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel, ConfigDict, Field
 
 from gateway import metrics
+from gateway.core.catalog_filters import resolve_name
 from gateway.core.catalog_plans import CatalogPlan, PlanRequest, PlanState
 from gateway.server.calls import DataCalls
 from gateway.server.http.bodies import body_model
@@ -89,7 +94,8 @@ class PlanIds:
         self._aead = AESGCM(seal_key)
         self._clock = clock
 
-    def seal(self, state: PlanState) -> str:
+    def seal(self, state: PlanState, task: Any = None) -> str:
+        """A plan id for ``state`` or, with ``task`` (JSON), a plan task of that plan."""
         doc = [
             state.tenant,
             state.table_id,
@@ -98,19 +104,31 @@ class PlanIds:
             [x for r in state.ranges for x in r],
             state.expires_at,
         ]
+        purpose = b"plan v1" if task is None else b"plan task v1"
+        if task is not None:
+            doc.append(task)
         plain = zlib.compress(json.dumps(doc, separators=(",", ":")).encode())
         nonce = os.urandom(12)
-        return _PLAN_ID_PREFIX + _b64(nonce + self._aead.encrypt(nonce, plain, b"plan v1"))
+        return _PLAN_ID_PREFIX + _b64(nonce + self._aead.encrypt(nonce, plain, purpose))
 
     def open(self, text: str) -> PlanState | None:
-        """The state sealed in ``text``; None when forged, altered or expired."""
+        """The state sealed in plan id ``text``; None when forged, altered or expired."""
+        opened = self._open(text, b"plan v1")
+        return opened[0] if opened is not None else None
+
+    def open_task(self, text: str) -> tuple[PlanState, Any] | None:
+        """The plan state and task sealed in plan task ``text``; None when forged,
+        altered or expired (a plan id is not a plan task, nor the reverse)."""
+        return self._open(text, b"plan task v1")
+
+    def _open(self, text: str, purpose: bytes) -> tuple[PlanState, Any] | None:
         if not text.startswith(_PLAN_ID_PREFIX) or len(text) > _MAX_PLAN_ID:
             return None
         body = text.removeprefix(_PLAN_ID_PREFIX)
         try:
             raw = base64.urlsafe_b64decode(body + "=" * (-len(body) % 4))
-            plain = self._aead.decrypt(raw[:12], raw[12:], b"plan v1")
-            tenant, table_id, snap, lease, flat, expires = json.loads(
+            plain = self._aead.decrypt(raw[:12], raw[12:], purpose)
+            tenant, table_id, snap, lease, flat, expires, *task = json.loads(
                 zlib.decompress(plain, bufsize=_MAX_PLAN_ID)
             )
         except (ValueError, InvalidTag, zlib.error, TypeError):
@@ -118,7 +136,8 @@ class PlanIds:
         if expires <= self._clock():
             return None
         ranges = tuple(tuple(flat[i : i + 3]) for i in range(0, len(flat), 3))
-        return PlanState(tenant, table_id, snap, lease, ranges, int(expires))
+        state = PlanState(tenant, table_id, snap, lease, ranges, int(expires))
+        return state, (task[0] if task else None)
 
 
 def planning_config(calls: DataCalls) -> dict[str, str]:
@@ -145,12 +164,27 @@ def _no_plan() -> JSONResponse:
     )
 
 
-def _completed(plan: CatalogPlan, plan_id: str | None) -> dict[str, Any]:
-    files = [*plan.data_files, *(h.content_file for h in plan.hot_files)]
+def _no_task() -> JSONResponse:
+    return iceberg_error(
+        404,
+        "no such plan-task for this table (it is unknown, expired, or another table's)",
+        "NoSuchPlanTaskException",
+    )
+
+
+def _completed(
+    plan: CatalogPlan, plan_id: str | None, tasks: list[str] | None = None, page: int = 0
+) -> dict[str, Any]:
+    """The spec's completed planning result; with ``page``, only the first ``page`` data
+    files (the rest are in the plan ``tasks``)."""
+    data = plan.data_files[:page] if page else plan.data_files
+    files = [*(h.content_file for h in plan.hot_files), *data]
     out: dict[str, Any] = {"status": "completed"}
     if plan_id is not None:
         out["plan-id"] = plan_id
     out["file-scan-tasks"] = [{"data-file": f} for f in files]
+    if tasks:
+        out["plan-tasks"] = tasks
     access = plan.access
     if access.credentials:
         out["storage-credentials"] = [
@@ -225,7 +259,28 @@ def add_plan_routes(
             error = {"message": plan.failed, "type": "ServiceUnavailableException", "code": 503}
             return JSONResponse({"status": "failed", "error": error})
         metrics.record_catalog_access(bool(plan.access.credentials))
-        return JSONResponse(_completed(plan, ids.seal(plan.state)))
+        asked = {
+            "filter": body.filter,
+            "case-sensitive": body.case_sensitive,
+            # Resolved against the table already: a page asks for them as they are.
+            "stats": [
+                resolve_name(c, plan.column_names, body.case_sensitive, "stats-fields")
+                for c in body.stats_fields or ()
+            ],
+            "earliest": [x for pe in plan.earliest for x in pe],
+        }
+        return JSONResponse(paged(plan, asked, ids.seal(plan.state)))
+
+    def paged(plan: CatalogPlan, asked: dict[str, Any], plan_id: str | None) -> dict[str, Any]:
+        """The completed answer of ``plan``: its first page of data files, and a plan
+        task per further page (``asked``: how the plan listed its data files)."""
+        size = service.settings.cold.rest_catalog.plan_page_files
+        tasks: list[str] = []
+        for start in range(size, len(plan.data_files), size):
+            tasks.append(ids.seal(plan.state, {**asked, "start": start, "count": size}))
+        if any(len(t) > _MAX_PLAN_ID for t in tasks):
+            tasks = []  # a filter too large to carry: every file in this answer
+        return _completed(plan, plan_id, tasks, size if tasks else 0)
 
     @router.get(
         "/namespaces/{namespace}/tables/{table}/plan/{plan_id}",
@@ -244,7 +299,14 @@ def add_plan_routes(
             return _no_plan()
         if plan is None:
             return JSONResponse({"status": "cancelled"})
-        return JSONResponse(_completed(plan, None))
+        # Listed again without the filter (the engine applies it) nor retention marks.
+        asked: dict[str, Any] = {
+            "filter": None,
+            "case-sensitive": True,
+            "stats": [],
+            "earliest": [],
+        }
+        return JSONResponse(paged(plan, asked, None))
 
     @router.delete(
         "/namespaces/{namespace}/tables/{table}/plan/{plan_id}",
@@ -264,7 +326,7 @@ def add_plan_routes(
 
     @router.post(
         "/namespaces/{namespace}/tables/{table}/tasks",
-        summary="The scan tasks of a plan task (none is issued: plans answer every task).",
+        summary="The scan tasks of a plan task: a page of a large plan's data files.",
         openapi_extra={
             "requestBody": {
                 "content": {"application/json": {"schema": FetchScanTasksBody.model_json_schema()}}
@@ -275,10 +337,28 @@ def add_plan_routes(
         request: Request, namespace: str, table: str, tenant: Tenant
     ) -> JSONResponse:
         ns = one_part(namespace, table)
-        await service.catalog_plan_table(tenant, ns, table)
-        await body_model(request, FetchScanTasksBody, _PLAN_BODY)
-        return iceberg_error(
-            404,
-            "no such plan-task for this table (plans of this catalog carry none)",
-            "NoSuchPlanTaskException",
-        )
+        table_id = await service.catalog_plan_table(tenant, ns, table)
+        body = await body_model(request, FetchScanTasksBody, _PLAN_BODY)
+        opened = ids.open_task(body.plan_task)
+        if opened is None or opened[0].tenant != tenant or opened[0].table_id != table_id:
+            return _no_task()
+        state, task = opened
+        flat = task["earliest"]
+        try:
+            files = await service.catalog_plan_page(
+                tenant,
+                ns,
+                table,
+                state,
+                PlanRequest(
+                    filter=task["filter"],
+                    case_sensitive=task["case-sensitive"],
+                    stats_fields=tuple(task["stats"]),
+                ),
+                [(flat[i], flat[i + 1]) for i in range(0, len(flat), 2)],
+                task["start"],
+                task["count"],
+            )
+        except TableNotFound:
+            return _no_task()
+        return JSONResponse({"file-scan-tasks": [{"data-file": f} for f in files]})
