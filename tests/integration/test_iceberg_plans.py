@@ -18,6 +18,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -28,6 +29,7 @@ from tests.integration.iceberg_catalog import (
     SCHEMA,
     Tenant,
     fill,
+    lake_job,
     new_tenant,
     pyiceberg_catalog,
     tier,
@@ -428,5 +430,43 @@ def test_a_hot_tail_over_the_limit(
             )
         else:
             assert sorted(scan.to_arrow()["id"].to_pylist()) == [0, 1, 2, 3]
+    finally:
+        gw.stop()
+
+
+def test_the_orphan_clean_up_removes_hot_tail_files_and_plans_write_them_again(
+    tmp_path_factory: pytest.TempPathFactory, redis_server: RedisServer
+) -> None:
+    """Hot-tail files are files no snapshot names: the orphan clean-up removes them once
+    older than expiry.orphan_age_s. A plan never names a file that may be removed within
+    its life: here (orphan_age_s 0) it writes its files afresh every time."""
+    env = {
+        "TIDEGATE_HOT__TYPE": "redis",
+        "TIDEGATE_HOT__URL": redis_server.url,
+        "TIDEGATE_TIERING__ENABLED": "false",
+        "TIDEGATE_EXPIRY__ORPHAN_AGE_S": "0",
+    }
+    gw = GatewayProcess(tmp_path_factory.mktemp("iceberg-plans-orphans"), env).start()
+    try:
+        t = new_tenant(gw, "r")
+        with gw.client(api_key=t.key) as c:
+            c.create_table("app.gone", SCHEMA, partitions=1)
+            c.append("app.gone", [{"id": i, "name": f"n{i}"} for i in range(4)])
+        tier(gw)  # the Iceberg table exists: the clean-up visits its folder
+        with gw.client(api_key=t.key) as c:
+            c.append("app.gone", [{"id": i, "name": f"n{i}"} for i in range(4, 7)])
+        with gw.http_client(api_key=t.key) as h:
+            first = plan(h, "app.gone").json()["file-scan-tasks"]
+        (hot,) = [f["data-file"]["file-path"] for f in first if "/tidegate-plans/" in str(f)]
+        path = Path(hot.removeprefix("file://"))
+        written = path.stat().st_mtime_ns
+        time.sleep(0.05)
+        with gw.http_client(api_key=t.key) as h:
+            again = plan(h, "app.gone").json()["file-scan-tasks"]
+        assert hot in str(again) and path.stat().st_mtime_ns > written  # written afresh
+        lake_job(gw, "clean-orphans", "--all")
+        assert not path.exists()
+        rows = server_planning(gw, t.key).load_table("app.gone").scan().to_arrow()
+        assert sorted(rows["id"].to_pylist()) == list(range(7)) and path.exists()
     finally:
         gw.stop()
