@@ -4,12 +4,13 @@ snapshot as Parquet files any Iceberg reader reads like a data file.
 
 Hot-tail files live under ``<table location>/tidegate-plans/_partition=<p>/``, a folder no
 snapshot references, one file per offset range ``[start, end)`` of a partition, named
-``<start>-<end>.parquet`` (zero-padded). A range's rows never change once appended, so a
-file is written once and named again by every later plan whose hot range starts where it
-does; a plan whose tail has grown past a file's end writes only the new range as another
-file. The orphan clean-up (``tidegate clean-orphans``, ``expiry.orphan_age_s``) removes them
-like any file no snapshot names; a plan rewrites a file too old to outlive it (same name,
-same rows) before naming it, so a live plan never names a file due for removal.
+``<start>-<end>-<written ms>.parquet`` (zero-padded). A range's rows never change once
+appended, so a file is written once and named again by every later plan whose hot range
+starts where it does; a plan whose tail has grown past a file's end writes only the new
+range as another file. The orphan clean-up (``tidegate clean-orphans``,
+``expiry.orphan_age_s``) removes them like any file no snapshot names; a plan writes a
+file too old to outlive it afresh, under a new name, before naming it, so a live plan never
+names a file due for removal (nor one a running clean-up is deleting).
 """
 
 from __future__ import annotations

@@ -155,16 +155,19 @@ def _stats_of(f: Any) -> dict[str, Any]:
     }
 
 
-def _file_name(start: int, end: int) -> str:
-    return f"{start:020d}-{end:020d}.parquet"
+def _file_name(start: int, end: int, written_ms: int) -> str:
+    """``<start>-<end>-<written>.parquet``: the offsets and when it was written (Unix ms),
+    so a file written again for the same range never replaces one a clean-up may be
+    deleting at that moment."""
+    return f"{start:020d}-{end:020d}-{written_ms:013d}.parquet"
 
 
-def _parse_name(name: str) -> tuple[int, int] | None:
+def _parse_name(name: str) -> tuple[int, int, int] | None:
     stem, _, ext = name.partition(".")
-    lo, dash, hi = stem.partition("-")
-    if ext != "parquet" or not dash or not (lo.isdigit() and hi.isdigit()):
+    parts = stem.split("-")
+    if ext != "parquet" or len(parts) != 3 or not all(p.isdigit() for p in parts):
         return None
-    return int(lo), int(hi)
+    return int(parts[0]), int(parts[1]), int(parts[2])
 
 
 class IcebergPlanFiles(PlanFiles):
@@ -224,18 +227,21 @@ class IcebergPlanFiles(PlanFiles):
         return f"{self._table.location}/{PLANS_FOLDER}/{PARTITION_COLUMN}={int(partition)}"
 
     def _existing(self, fs: Any, folder: str) -> dict[tuple[int, int], tuple[str, int, float]]:
-        """Files of the folder by their offset range: (path, size, mtime)."""
+        """The youngest file of the folder per offset range: (path, size, when written)."""
         from pyarrow import fs as pafs
 
-        out = {}
+        out: dict[tuple[int, int], tuple[str, int, float]] = {}
         for info in fs.get_file_info(pafs.FileSelector(fs_path(folder), allow_not_found=True)):
             if info.type != pafs.FileType.File:
                 continue
-            span = _parse_name(info.base_name)
-            if span is None:
+            parsed = _parse_name(info.base_name)
+            if parsed is None:
                 continue
-            mtime = info.mtime.timestamp() if info.mtime is not None else 0.0
-            out[span] = (f"{folder}/{info.base_name}", int(info.size or 0), mtime)
+            lo, hi, written_ms = parsed
+            known = out.get((lo, hi))
+            if known is None or known[2] < written_ms / 1000:
+                path = f"{folder}/{info.base_name}"
+                out[(lo, hi)] = (path, int(info.size or 0), written_ms / 1000)
         return out
 
     def hot_files(
@@ -351,7 +357,7 @@ class IcebergPlanFiles(PlanFiles):
         """Write offsets ``[start, end)`` as ``<folder>/<start>-<end>.parquet``: in place
         on object storage (a PUT is atomic), through a temporary name and a rename on a
         file system, so a reader never sees half a file."""
-        final = f"{folder}/{_file_name(start, end)}"
+        final = f"{folder}/{_file_name(start, end, int(time.time() * 1000))}"
         local = not folder.startswith(("s3://", "s3a://"))
         writer = DataFileWriter(
             self._store.storage_options(), folder, self._table.file_schema(), filesystem=fs
