@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
@@ -141,13 +141,22 @@ class CatalogPlanOps(ScanOps):
         expr = await self._run(self._plan_filter, table, request)
         for attempt in range(_PIN_ATTEMPTS):
             try:
-                return await self._plan_pinned(tenant, table, request, expr, stats)
+                plan = await self._plan_pinned(tenant, table, request, expr, stats)
             except Unavailable:
                 # A pinned hot range was trimmed before its file was written: tiering
                 # committed it meanwhile (with tiering.hot_retention_s = 0), so a new pin
                 # finds it in the new snapshot.
                 if attempt + 1 == _PIN_ATTEMPTS:
                     raise
+                continue
+            if plan.failed is not None:
+                return plan
+            try:
+                return replace(plan, access=await self._plan_access(tenant, table))
+            except BaseException:
+                if plan.state.lease_id is not None:
+                    await self._run(self.meta.release_lease, plan.state.lease_id)
+                raise
         raise AssertionError("unreachable")  # pragma: no cover
 
     async def _plan_pinned(
@@ -201,12 +210,11 @@ class CatalogPlanOps(ScanOps):
             tuple((r.partition, r.from_offset, r.to_offset) for r in ranges),
             expires,
         )
-        access = await self._plan_access(tenant, table)
         return CatalogPlan(
             state,
             data,
             hot,
-            access,
+            _NO_ACCESS,  # filled in by catalog_plan, once the files are settled
             skipped_hot_records=skipped,
             written_bytes=sum(h.written_bytes for h in hot),
             earliest=tuple(sorted(earliest.items())),
