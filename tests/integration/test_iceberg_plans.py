@@ -28,6 +28,7 @@ import pytest
 from tests.integration.iceberg_catalog import (
     SCHEMA,
     Tenant,
+    duckdb_with_extensions,
     fill,
     lake_job,
     new_tenant,
@@ -150,6 +151,24 @@ def test_pyiceberg_reads_exactly_the_gateways_scan_with_filter_and_projection(
     client = pyiceberg_catalog(gw, token=tiered.key, **{"scan-planning-mode": "client"})
     committed = client.load_table("shop.orders").scan()
     assert committed.to_arrow().num_rows == 10
+
+
+def test_duckdb_plans_on_the_client_and_reads_the_tiered_rows(
+    gw: GatewayProcess, tiered: Tenant
+) -> None:
+    """What docs/engines.md says of DuckDB: its extension (1.4) does not call the plan
+    route, even when the catalog asks for server-side planning."""
+    stable_tail(gw)
+    con = duckdb_with_extensions()
+    try:
+        con.execute(
+            f"ATTACH 'tidegate' AS tg (TYPE iceberg, ENDPOINT '{gw.http_url}/iceberg', "
+            f"TOKEN '{tiered.key}')"
+        )
+        got = con.sql("SELECT _partition, _offset FROM tg.shop.orders").fetchall()
+    finally:
+        con.close()
+    assert sorted(got) == [(p, o) for p in range(2) for o in range(5)]  # the 10 tiered
 
 
 def test_the_hot_tail_is_files_written_once_and_extended(
