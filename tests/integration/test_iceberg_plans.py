@@ -185,8 +185,13 @@ def test_the_hot_tail_is_files_written_once_and_extended(
         with gw.client(api_key=t.key) as c:
             c.append("app.tail", [{"id": i, "name": f"n{i}"} for i in range(5, 8)])
         grown = plan(h, "app.tail").json()
+        text = h.get("/metrics").text
     paths = [[task["data-file"]["file-path"] for task in p["file-scan-tasks"]]
              for p in (first, again, grown)]  # fmt: skip
+    assert 'tidegate_iceberg_catalog_plans_total{outcome="completed"}' in text
+    (written,) = [line for line in text.splitlines()
+                  if line.startswith("tidegate_iceberg_catalog_plan_hot_bytes_total ")]  # fmt: skip
+    assert float(written.split()[1]) > 0
     assert len(paths[0]) == 1 and "/tidegate-plans/" in paths[0][0]
     assert paths[1] == paths[0]  # named again, not rewritten
     assert paths[2][0] == paths[0][0] and len(paths[2]) == 2  # only [5, 8) is new

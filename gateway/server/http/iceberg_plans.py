@@ -256,8 +256,11 @@ def add_plan_routes(
             ),
         )
         if plan.failed is not None:
+            metrics.record_catalog_plan("failed", 0)
             error = {"message": plan.failed, "type": "ServiceUnavailableException", "code": 503}
             return JSONResponse({"status": "failed", "error": error})
+        outcome = "committed_only" if plan.skipped_hot_records else "completed"
+        metrics.record_catalog_plan(outcome, plan.written_bytes)
         metrics.record_catalog_access(bool(plan.access.credentials))
         asked = {
             "filter": body.filter,
