@@ -209,6 +209,31 @@ class ServedCatalogConfig(_Section):
     external_id: str | None = Field(
         None, description="ExternalId sent with AssumeRole when the role's trust policy asks."
     )
+    scan_planning: bool = Field(
+        True,
+        description="Serve server-side scan planning (POST .../plan) and ask engines to use "
+        "it (scan-planning-mode=server in loadTable's config): their plans name the hot tail "
+        "as Parquet files, so they read every acknowledged row. Off: engines plan from the "
+        "metadata and read the committed rows only.",
+    )
+    plan_max_hot_records: int = Field(
+        1_000_000,
+        ge=0,
+        description="Largest hot tail (records above the snapshot, all partitions) a scan "
+        "plan writes as files; a larger one is handled per plan_hot_overflow.",
+    )
+    plan_hot_overflow: Literal["refuse", "committed"] = Field(
+        "refuse",
+        description="A plan whose hot tail is over plan_max_hot_records: 'refuse' (the plan "
+        "fails with one sentence saying so) or 'committed' (it names the committed files "
+        "only, as client-side planning would).",
+    )
+    plan_page_files: int = Field(
+        1000,
+        ge=1,
+        description="Data files a scan plan's answer names at most; the rest come as plan "
+        "tasks, pages of as many, that an engine fetches with fetchScanTasks.",
+    )
 
 
 def _backend(kind: str) -> AfterValidator:

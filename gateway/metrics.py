@@ -37,6 +37,7 @@ __all__ = [
     "on_scrape",
     "record_append",
     "record_catalog_access",
+    "record_catalog_plan",
     "record_catalog_token",
     "record_connection_closed",
     "record_fenced",
@@ -241,6 +242,27 @@ def record_catalog_token() -> None:
 def record_catalog_access(vended: bool) -> None:
     """Count one table load or credential request of the Iceberg catalog."""
     CATALOG_ACCESS.labels(access="credentials" if vended else "none").inc()
+
+
+CATALOG_PLANS = Counter(
+    "tidegate_iceberg_catalog_plans_total",
+    "Scan plans of the Iceberg REST catalog (POST .../plan), by outcome: 'completed', "
+    "'committed_only' (a hot tail over cold.rest_catalog.plan_max_hot_records left out) "
+    "or 'failed' (refused for it).",
+    ["outcome"],
+)
+CATALOG_PLAN_HOT_BYTES = Counter(
+    "tidegate_iceberg_catalog_plan_hot_bytes_total",
+    "Bytes of hot-tail Parquet files scan plans wrote (a file named again by a later plan "
+    "is counted once, when written).",
+)
+
+
+def record_catalog_plan(outcome: str, written_bytes: int) -> None:
+    """Count one scan plan of the Iceberg catalog and the hot-tail bytes it wrote."""
+    CATALOG_PLANS.labels(outcome=outcome).inc()
+    if written_bytes:
+        CATALOG_PLAN_HOT_BYTES.inc(written_bytes)
 
 
 TIERING_RECORDS = Counter(

@@ -25,6 +25,7 @@ from gateway.wire.errors import TidegateError
 from gateway.wire.schema import OFFSET_COLUMN, PARTITION_COLUMN
 
 if TYPE_CHECKING:
+    from gateway.cold.plans import PlanFiles
     from gateway.config import Settings
     from gateway.meta import TableDef
     from gateway.wire.filters import Expr
@@ -564,6 +565,15 @@ class ColdTable(ABC):
     def plan(self, snap: ColdSnapshot, row_filter: Expr | None = None) -> list[PlannedFile]:
         """The data files a scan of ``snap`` with ``row_filter`` must read (a superset of
         the files holding matching rows)."""
+
+    def plan_files(self) -> PlanFiles:
+        """The files of Iceberg REST catalog scan plans of this table
+        (:mod:`gateway.cold.plans`).
+
+        Raises:
+            NotImplementedError: a backend that serves no catalog plans.
+        """
+        raise NotImplementedError(f"{type(self).__name__} serves no catalog scan plans")
 
     def file_stats(self, partitions: int, small_bytes: int) -> FileStats:
         """Data files of the current snapshot (how many, how many below ``small_bytes``,

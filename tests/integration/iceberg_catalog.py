@@ -23,6 +23,7 @@ __all__ = [
     "Tenant",
     "duckdb_with_extensions",
     "fill",
+    "lake_job",
     "new_tenant",
     "pyiceberg_catalog",
     "rows_of",
@@ -37,10 +38,15 @@ ORDER = [("_partition", "ascending"), ("_offset", "ascending")]
 
 def tier(gw: GatewayProcess) -> str:
     """One tiering pass of every table, as a job beside the gateway (``tidegate tier``)."""
+    return lake_job(gw, "tier")
+
+
+def lake_job(gw: GatewayProcess, *argv: str) -> str:
+    """``tidegate <argv>`` once, as a job beside the gateway; its output."""
     env = {**gw.env(), "PATH": f"{Path(sys.executable).parent}{os.pathsep}"}
     env["PATH"] += os.environ.get("PATH", "")
     out = subprocess.run(
-        ["tidegate", "tier"],
+        ["tidegate", *argv],
         env=env,
         cwd=str(REPO_ROOT),
         capture_output=True,

@@ -67,7 +67,7 @@ def test_the_client_guide_runs(gateway: GatewayProcess, tmp_path: Path) -> None:
 
 def test_the_pyiceberg_and_duckdb_examples_run(tmp_path: Path) -> None:
     examples = _page("engines.md")
-    assert len(examples) == 3
+    assert len(examples) == 4
     gateway = GatewayProcess(
         tmp_path / "gw",
         {

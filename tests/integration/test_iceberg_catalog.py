@@ -101,7 +101,9 @@ def test_load_table_is_the_committed_metadata_with_the_watermarks(
 def test_pyiceberg_with_the_key_as_token_reads_exactly_the_tiered_rows(
     gw: GatewayProcess, tiered: Tenant
 ) -> None:
-    catalog = pyiceberg_catalog(gw, token=tiered.key)
+    # Planning on the client: the metadata's files (on the server the hot tail is in too:
+    # tests/integration/test_iceberg_plans.py).
+    catalog = pyiceberg_catalog(gw, token=tiered.key, **{"scan-planning-mode": "client"})
     assert sorted(catalog.list_namespaces()) == [("app",), ("shop",)]
     assert catalog.list_tables("shop") == [("shop", "orders")]
     assert catalog.table_exists("shop.orders") and not catalog.table_exists("shop.nope")

@@ -171,7 +171,8 @@ def test_pyiceberg_reads_the_tiered_rows_with_vended_credentials(
     s3: S3Setup, two: tuple[Tenant, Tenant]
 ) -> None:
     a, _ = two
-    catalog = pyiceberg_catalog(s3.gw, token=a.key)
+    # Planning on the client: the metadata's files (the server's plans are below).
+    catalog = pyiceberg_catalog(s3.gw, token=a.key, **{"scan-planning-mode": "client"})
     assert catalog.list_namespaces() == [("shop",)]
     table = catalog.load_table("shop.orders")
     assert table.io.properties["s3.access-key-id"] != s3.keys[0]
@@ -181,6 +182,32 @@ def test_pyiceberg_reads_the_tiered_rows_with_vended_credentials(
     expected = tiered_rows(s3.gw, a, "shop.orders", marks)
     assert expected.num_rows == 10
     assert rows_of(got) == rows_of(expected)
+
+
+def test_pyiceberg_plans_on_the_server_and_reads_the_hot_tail_with_vended_credentials(
+    s3: S3Setup, two: tuple[Tenant, Tenant]
+) -> None:
+    """Issue 40: the plan's hot-tail files are under the table's folder, so the vended
+    credentials (narrowed to that folder) read them; the answer is the gateway's scan."""
+    from pyiceberg.expressions import GreaterThanOrEqual
+
+    a, _ = two
+    catalog = pyiceberg_catalog(s3.gw, token=a.key)  # the catalog's default: server
+    table = catalog.load_table("shop.orders")
+    columns = ("id", "name", "_partition", "_offset")
+    got = table.scan(row_filter=GreaterThanOrEqual("id", 2), selected_fields=columns).to_arrow()
+    with s3.gw.client(api_key=a.key) as c:
+        expected = c.scan("shop.orders", columns=list(columns), filter="id >= 2")
+    assert expected.num_rows > 10  # tiered rows and a hot tail
+    order = [("_partition", "ascending"), ("_offset", "ascending")]
+    assert got.sort_by(order).to_pylist() == expected.sort_by(order).to_pylist()
+    with s3.gw.http_client(api_key=a.key) as h:
+        answer = h.post(f"{CATALOG}/namespaces/shop/tables/orders/plan", json={}).json()
+    paths = [t["data-file"]["file-path"] for t in answer["file-scan-tasks"]]
+    (cred,) = answer["storage-credentials"]
+    assert any("/tidegate-plans/" in p for p in paths)
+    assert all(p.startswith(cred["prefix"]) for p in paths)
+    assert cred["config"]["s3.access-key-id"] != s3.keys[0]
 
 
 def test_duckdb_reads_the_tiered_rows_with_vended_credentials(

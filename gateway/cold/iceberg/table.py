@@ -33,6 +33,7 @@ from gateway.cold.base import (
     fs_path,
 )
 from gateway.cold.iceberg.filters import to_pyiceberg
+from gateway.cold.iceberg.plans import IcebergPlanFiles
 from gateway.cold.iceberg.schema import cast_to, iceberg_type, small_offsets
 from gateway.wire.errors import CommitConflict, SchemaChangeRefused, SnapshotNotFound
 from gateway.wire.filters import Compare, Expr, columns_of, to_arrow
@@ -672,6 +673,9 @@ class IcebergColdTable(ColdTable):
         files = [self._data_file(t.file, oid) for t in self._tasks(snap, prune)]
         files.sort(key=lambda d: (d.partition, d.min_offset, d.path))
         return [self.store.planned(f) for f in files]
+
+    def plan_files(self) -> IcebergPlanFiles:
+        return IcebergPlanFiles(self, self.store)
 
     def commit_tiered(
         self,

@@ -25,7 +25,7 @@ client send its credentials there).
 # No ``from __future__ import annotations``: the routes' parameter types (``Tenant``) are
 # made inside each group of routes, and FastAPI must see them as objects.
 import math
-from collections.abc import AsyncIterator, Callable, Coroutine, Mapping
+from collections.abc import AsyncIterator, Callable, Coroutine
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Request, Security
@@ -36,7 +36,9 @@ from fastapi.routing import APIRoute
 from gateway import metrics
 from gateway.cold.base import CatalogEntry, DataAccess
 from gateway.server.calls import DataCalls
+from gateway.server.http import iceberg_plans
 from gateway.server.http.deps import TENANT_KEY, Credential
+from gateway.server.http.iceberg_errors import SEPARATOR, iceberg_error
 from gateway.server.http.iceberg_oauth import OAuthError, token_route
 from gateway.tenancy import Tenancy
 from gateway.wire.errors import PermissionDenied, TableNotFound, TidegateError
@@ -44,8 +46,6 @@ from gateway.wire.errors import PermissionDenied, TableNotFound, TidegateError
 __all__ = ["ENDPOINTS", "PREFIX", "Catalog", "iceberg_error", "iceberg_router"]
 
 PREFIX = "/iceberg"
-#: The namespace separator of multipart namespaces in paths (the spec's default, 0x1F).
-SEPARATOR = "\x1f"
 
 READ_ONLY = (
     "Tidegate's Iceberg catalog is read-only: tables are written through Tidegate's "
@@ -68,31 +68,6 @@ ENDPOINTS = [
 ]
 
 #: The spec's error type per HTTP status, for errors that name no more precise one.
-_TYPES = {
-    400: "BadRequestException",
-    401: "NotAuthorizedException",
-    403: "ForbiddenException",
-    404: "NotFoundException",
-    405: "MethodNotAllowedException",
-    406: "UnsupportedOperationException",
-    409: "CommitFailedException",
-    413: "BadRequestException",
-    415: "BadRequestException",
-    429: "TooManyRequestsException",
-    503: "ServiceUnavailableException",
-}
-
-
-def iceberg_error(
-    status: int,
-    message: str,
-    kind: str | None = None,
-    headers: Mapping[str, str] | None = None,
-) -> JSONResponse:
-    """An error in the spec's shape: ``{"error": {"message", "type", "code"}}``."""
-    kind = kind or _TYPES.get(status, "ServerErrorException" if status >= 500 else "RESTException")
-    body = {"error": {"message": message, "type": kind, "code": status}}
-    return JSONResponse(body, status_code=status, headers=headers)
 
 
 def _from_tidegate(err: TidegateError) -> JSONResponse:
@@ -165,6 +140,7 @@ class Catalog:
 
     def __init__(self, tenancy: Tenancy, calls: DataCalls) -> None:
         self.tenancy = tenancy
+        self.calls = calls
         self.service = calls.service
 
     async def caller(
@@ -200,6 +176,7 @@ def iceberg_router(tenancy: Tenancy, calls: DataCalls) -> APIRouter:
     _namespace_routes(router, cat)
     _table_routes(router, cat)
     _refused_routes(router, cat)
+    iceberg_plans.add_plan_routes(router, tenancy, calls, cat.caller)
     return router
 
 
@@ -209,7 +186,9 @@ def _config_route(router: APIRouter, cat: Catalog) -> None:
     @router.get("/config", summary="The catalog's configuration and the endpoints it serves.")
     async def get_config(tenant: Tenant) -> JSONResponse:
         """Any ``warehouse`` asked for is the calling tenant's one warehouse."""
-        return JSONResponse({"defaults": {}, "overrides": {}, "endpoints": ENDPOINTS})
+        endpoints = ENDPOINTS + iceberg_plans.plan_endpoints(cat.calls)
+        defaults = iceberg_plans.planning_config(cat.calls)
+        return JSONResponse({"defaults": defaults, "overrides": {}, "endpoints": endpoints})
 
 
 def _namespace_routes(router: APIRouter, cat: Catalog) -> None:
@@ -259,7 +238,10 @@ def _table_routes(router: APIRouter, cat: Catalog) -> None:
         entry = await cat.own_table(tenant, namespace, table)
         access = await cat.service.catalog_access(tenant, entry)
         metrics.record_catalog_access(bool(access.credentials))
-        return JSONResponse(_load_result(entry, access))
+        result = _load_result(entry, access)
+        if result["config"]:  # see iceberg_plans.planning_config
+            result["config"].update(iceberg_plans.planning_config(cat.calls))
+        return JSONResponse(result)
 
     @router.head("/namespaces/{namespace}/tables/{table}", summary="Whether the table exists.")
     async def table_exists(namespace: str, table: str, tenant: Tenant) -> Response:

@@ -209,6 +209,10 @@ Checks values.schema.json cannot express: what several gateway replicas must sha
 {{- $_ = set $s "TIDEGATE_COLD__REST_CATALOG__ENABLED" (toString $rc.enabled) -}}
 {{- $_ = set $s "TIDEGATE_COLD__REST_CATALOG__TOKEN_TTL_S" (toString (int64 $rc.tokenTtlS)) -}}
 {{- $_ = set $s "TIDEGATE_COLD__REST_CATALOG__CREDENTIALS_DURATION_S" (toString (int64 $rc.credentialsDurationS)) -}}
+{{- $_ = set $s "TIDEGATE_COLD__REST_CATALOG__SCAN_PLANNING" (toString $rc.scanPlanning) -}}
+{{- $_ = set $s "TIDEGATE_COLD__REST_CATALOG__PLAN_MAX_HOT_RECORDS" (toString (int64 $rc.planMaxHotRecords)) -}}
+{{- $_ = set $s "TIDEGATE_COLD__REST_CATALOG__PLAN_HOT_OVERFLOW" $rc.planHotOverflow -}}
+{{- $_ = set $s "TIDEGATE_COLD__REST_CATALOG__PLAN_PAGE_FILES" (toString (int64 $rc.planPageFiles)) -}}
 {{- if $rc.roleArn -}}
 {{- $_ = set $s "TIDEGATE_COLD__REST_CATALOG__ROLE_ARN" $rc.roleArn -}}
 {{- end -}}

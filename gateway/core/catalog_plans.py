@@ -1,0 +1,335 @@
+"""Server-side scan plans of the Iceberg REST catalog (``POST .../plan``): the pinned view
+of a table scan (:meth:`ScanOps.scan`) as file scan tasks any Iceberg engine reads.
+
+A plan without ``snapshot-id`` pins the current snapshot ``S`` and, per partition, the hot
+range ``[T_S(p), HW(p))`` exactly as the gateway's own scan does (``ScanOps._pin``): every
+acknowledged row below HW is in exactly one of the two, whatever tiering commits meanwhile.
+The snapshot's data files are named as they are; each hot range becomes Parquet files in
+the table's schema and field ids under a folder no snapshot references
+(:mod:`gateway.cold.plans`), written once per range and named again by later plans. With
+``snapshot-id`` (time travel) a plan names that snapshot's files only.
+
+A plan lives ``cold.presign_expiry_s`` (one hour by default, as a read plan): its snapshot
+is leased from expiry that long, and its hot-tail files are rewritten before being named
+again when the orphan clean-up could remove them within a plan's life.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Any
+
+import pyarrow as pa
+
+from gateway.cold.base import DataAccess
+from gateway.core.catalog import _missing, _valid
+from gateway.core.catalog_filters import from_iceberg_json, resolve_name
+from gateway.core.scans import ScanOps, _retained
+from gateway.core.views import HotRange, TableView
+from gateway.wire.errors import InvalidRequest, NotFound, Unavailable
+from gateway.wire.filters import ALWAYS_TRUE, Expr, bind
+
+if TYPE_CHECKING:
+    from gateway.cold import ColdSnapshot
+    from gateway.cold.plans import HotFile
+
+__all__ = ["CatalogPlan", "CatalogPlanOps", "PlanRequest", "PlanState"]
+
+#: Pins a plan tries when the hot tier trims a pinned range before its file is written.
+_PIN_ATTEMPTS = 3
+
+
+@dataclass(frozen=True, slots=True)
+class PlanRequest:
+    """A ``PlanTableScanRequest`` of the spec, checked for types by the edge."""
+
+    select: tuple[str, ...] | None = None
+    filter: Any = None
+    snapshot_id: int | None = None
+    case_sensitive: bool = True
+    use_snapshot_schema: bool = False
+    stats_fields: tuple[str, ...] = ()
+    start_snapshot_id: int | None = None
+    end_snapshot_id: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class PlanState:
+    """What a plan id holds (sealed by the edge): enough to answer the plan again."""
+
+    tenant: str
+    table_id: str
+    snapshot_id: int | None
+    lease_id: str | None
+    ranges: tuple[tuple[int, int, int], ...]
+    expires_at: int
+
+
+@dataclass(frozen=True, slots=True)
+class CatalogPlan:
+    """A completed plan: its files, how to read them, and what it cost."""
+
+    state: PlanState
+    data_files: list[dict[str, Any]]
+    hot_files: list[HotFile]
+    access: DataAccess
+    #: One sentence when the plan failed (a hot tail over the limit): no files then.
+    failed: str | None = None
+    #: Records of the hot tail left out (plan_hot_overflow = committed).
+    skipped_hot_records: int = 0
+    written_bytes: int = field(default=0)
+    #: The earliest retained offset per partition the plan pruned the data files with
+    #: (what a page of them needs to list the same files again).
+    earliest: tuple[tuple[int, int], ...] = ()
+    #: The table's columns (as a plan's names resolve against).
+    column_names: tuple[str, ...] = ()
+
+
+class CatalogPlanOps(ScanOps):
+    async def _plan_table(self, tenant: str, namespace: str, name: str) -> TableView:
+        if self.cold is None or not (_valid(namespace) and _valid(name)):
+            raise _missing(namespace, name)
+        try:
+            return await self.table(tenant, namespace, name, fresh=True)
+        except NotFound:
+            raise _missing(namespace, name) from None
+
+    def _plan_filter(self, table: TableView, request: PlanRequest) -> Expr | None:
+        if request.filter is None:
+            return None
+        names = table.stored_schema.names
+        tree = from_iceberg_json(request.filter, names, request.case_sensitive, self._filter_limits)
+        bound = bind(tree, table.stored_schema)
+        return None if bound == ALWAYS_TRUE else bound
+
+    def _reuse_age_s(self) -> float:
+        """How old a hot-tail file may be and still be named again: young enough that
+        the orphan clean-up leaves it alone for a whole plan's life (with a margin)."""
+        return max(
+            0.0,
+            self.settings.expiry.orphan_age_s / 2 - float(self.settings.cold.presign_expiry_s),
+        )
+
+    async def catalog_plan(
+        self, tenant: str, namespace: str, name: str, request: PlanRequest
+    ) -> CatalogPlan:
+        """Plan a scan of the tenant's table (see the module docstring).
+
+        Raises:
+            TableNotFound: no such table of this tenant (or its name is not valid).
+            InvalidRequest: an unknown column in ``select``, ``stats-fields`` or the filter,
+                a filter the spec does not define or that does not fit its column, or an
+                incremental scan (not served).
+            SnapshotNotFound: no such ``snapshot-id``.
+            Unavailable: the hot tier no longer holds a pinned range; plan again.
+        """
+        table = await self._plan_table(tenant, namespace, name)
+        if request.start_snapshot_id is not None or request.end_snapshot_id is not None:
+            raise InvalidRequest(
+                "incremental scans (start-snapshot-id, end-snapshot-id) are not served; "
+                "plan a point-in-time scan (snapshot-id, or none for the live table)"
+            )
+        names = table.stored_schema.names
+        for column in request.select or ():
+            resolve_name(column, names, request.case_sensitive, "select")
+        stats = [
+            resolve_name(c, names, request.case_sensitive, "stats-fields")
+            for c in request.stats_fields
+        ]
+        expr = await self._run(self._plan_filter, table, request)
+        for attempt in range(_PIN_ATTEMPTS):
+            try:
+                plan = await self._plan_pinned(tenant, table, request, expr, stats)
+            except Unavailable:
+                # A pinned hot range was trimmed before its file was written: tiering
+                # committed it meanwhile (with tiering.hot_retention_s = 0), so a new pin
+                # finds it in the new snapshot.
+                if attempt + 1 == _PIN_ATTEMPTS:
+                    raise
+                continue
+            if plan.failed is not None:
+                return plan
+            try:
+                return replace(plan, access=await self._plan_access(tenant, table))
+            except BaseException:
+                if plan.state.lease_id is not None:
+                    await self._run(self.meta.release_lease, plan.state.lease_id)
+                raise
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    async def _plan_pinned(
+        self,
+        tenant: str,
+        table: TableView,
+        request: PlanRequest,
+        expr: Expr | None,
+        stats: list[str],
+    ) -> CatalogPlan:
+        """One attempt of :meth:`catalog_plan`: pin, lease, name and write the files."""
+        when = request.snapshot_id
+        snap, ranges, earliest = await self._run(self._pin, table, when)
+        rc = self.settings.cold.rest_catalog
+        skipped = 0
+        tail = sum(r.to_offset - r.from_offset for r in ranges)
+        if tail > rc.plan_max_hot_records:
+            if rc.plan_hot_overflow == "refuse":
+                d = table.definition
+                message = (
+                    f"the hot tail of {d.namespace}.{d.name} is {tail} records, more than "
+                    f"the {rc.plan_max_hot_records} a scan plan writes as files "
+                    "(cold.rest_catalog.plan_max_hot_records): plan again once tiering "
+                    "has committed more of it, or plan on the client "
+                    "(scan-planning-mode=client) to read the committed rows only"
+                )
+                state = PlanState(tenant, d.table_id, None, None, (), 0)
+                return CatalogPlan(state, [], [], _NO_ACCESS, failed=message)
+            skipped, ranges = tail, []
+        lease = await self._run(self._lease, table, snap, "plan", when is not None)
+        try:
+            data, hot = await self._run(
+                self._plan_files,
+                table,
+                snap,
+                _retained(expr, earliest, table.definition.partitions),
+                tuple((r.partition, r.from_offset, r.to_offset) for r in ranges),
+                stats,
+                self._reuse_age_s(),
+            )
+        except BaseException:
+            if lease is not None:
+                await self._run(self.meta.release_lease, lease)
+            raise
+        expires = int(time.time()) + int(self.settings.cold.presign_expiry_s)
+        state = PlanState(
+            tenant,
+            table.definition.table_id,
+            snap.snapshot_id if snap is not None else None,
+            lease,
+            tuple((r.partition, r.from_offset, r.to_offset) for r in ranges),
+            expires,
+        )
+        return CatalogPlan(
+            state,
+            data,
+            hot,
+            _NO_ACCESS,  # filled in by catalog_plan, once the files are settled
+            skipped_hot_records=skipped,
+            written_bytes=sum(h.written_bytes for h in hot),
+            earliest=tuple(sorted(earliest.items())),
+            column_names=tuple(table.stored_schema.names),
+        )
+
+    def _plan_files(
+        self,
+        table: TableView,
+        snap: ColdSnapshot | None,
+        cold_expr: Expr | None,
+        ranges: Sequence[tuple[int, int, int]],
+        stats: Sequence[str],
+        reuse_age_s: float,
+    ) -> tuple[list[dict[str, Any]], list[HotFile]]:
+        files = self._cold_table(table).plan_files()
+        data = files.data_files(snap, cold_expr, stats) if snap is not None else []
+        names = table.stored_schema.names
+
+        def rows(p: int) -> Any:
+            def read(lo: int, hi: int) -> Iterator[pa.RecordBatch]:
+                return self._hot_rows(table, HotRange(p, lo, hi), None, names)
+
+            return read
+
+        hot: list[HotFile] = []
+        for p, lo, hi in ranges:
+            hot.extend(files.hot_files(p, lo, hi, rows(p), stats, reuse_age_s, cold_expr))
+        return data, hot
+
+    async def _plan_access(self, tenant: str, table: TableView) -> DataAccess:
+        assert self.cold is not None
+        location = await self._run(lambda: self._cold_table(table).location)
+        return await self._run(self.cold.data_access, tenant, location)
+
+    async def catalog_plan_page(
+        self,
+        tenant: str,
+        namespace: str,
+        name: str,
+        state: PlanState,
+        request: PlanRequest,
+        earliest: Sequence[tuple[int, int]],
+        start: int,
+        count: int,
+    ) -> list[dict[str, Any]]:
+        """Data files ``start .. start+count`` of a plan made earlier with ``request``
+        and ``earliest`` (a plan task): the pinned snapshot's files listed again, in the
+        same order, as :meth:`catalog_plan` listed them.
+
+        Raises:
+            TableNotFound: the table is not the plan's.
+        """
+        table = await self._plan_table(tenant, namespace, name)
+        if state.tenant != tenant or state.table_id != table.definition.table_id:
+            raise _missing(namespace, name)
+        if state.snapshot_id is None:
+            return []
+        names = table.stored_schema.names
+        stats = [resolve_name(c, names, True, "stats-fields") for c in request.stats_fields]
+        expr = await self._run(self._plan_filter, table, request)
+        cold = self._cold_table(table)
+        snap = await self._run(cold.snapshot, state.snapshot_id)
+        retained = _retained(expr, dict(earliest), table.definition.partitions)
+        files = await self._run(cold.plan_files().data_files, snap, retained, stats)
+        return files[start : start + count]
+
+    async def catalog_plan_again(
+        self, tenant: str, namespace: str, name: str, state: PlanState
+    ) -> CatalogPlan | None:
+        """The files of a plan made earlier (``fetchPlanningResult``): the same pinned view,
+        its filter left to the engine. None when the plan was cancelled.
+
+        Raises:
+            TableNotFound: the table is not the plan's (another, dropped, or not the
+                tenant's): the edge answers it as an unknown plan.
+        """
+        table = await self._plan_table(tenant, namespace, name)
+        if state.tenant != tenant or state.table_id != table.definition.table_id:
+            raise _missing(namespace, name)
+        if state.lease_id is not None:
+            leases = await self._run(self.meta.leases, state.table_id)
+            if all(lease.lease_id != state.lease_id for lease in leases):
+                return None
+        snap = None
+        if state.snapshot_id is not None:
+            snap = await self._run(self._cold_table(table).snapshot, state.snapshot_id)
+        data, hot = await self._run(
+            self._plan_files, table, snap, None, state.ranges, (), float("inf")
+        )
+        access = await self._plan_access(tenant, table)
+        return CatalogPlan(state, data, hot, access)
+
+    async def catalog_plan_cancel(
+        self, tenant: str, namespace: str, name: str, state: PlanState
+    ) -> None:
+        """Release a plan's snapshot lease (``cancelPlanning``); its files stay for the
+        orphan clean-up.
+
+        Raises:
+            TableNotFound: the table is not the plan's.
+        """
+        table = await self._plan_table(tenant, namespace, name)
+        if state.tenant != tenant or state.table_id != table.definition.table_id:
+            raise _missing(namespace, name)
+        if state.lease_id is not None:
+            await self._run(self.meta.release_lease, state.lease_id)
+
+    async def catalog_plan_table(self, tenant: str, namespace: str, name: str) -> str:
+        """The id of the tenant's table (what a plan id is bound to).
+
+        Raises:
+            TableNotFound: no such table of this tenant.
+        """
+        return (await self._plan_table(tenant, namespace, name)).definition.table_id
+
+
+_NO_ACCESS = DataAccess()
