@@ -434,11 +434,41 @@ def test_parent_and_paging_parameters(gw: GatewayProcess, tiered: Tenant) -> Non
             "namespaces": []
         }
         assert h.get(f"{CATALOG}/namespaces", params={"parent": "x\x1fy"}).status_code == 404
-        listed = h.get(f"{CATALOG}/namespaces", params={"pageSize": "1", "pageToken": "z"})
-        assert listed.json() == {"namespaces": [["app"], ["shop"]]}
+        assert h.get(f"{CATALOG}/namespaces").json() == {"namespaces": [["app"], ["shop"]]}
+        first = h.get(f"{CATALOG}/namespaces", params={"pageSize": "1"}).json()
+        assert first["namespaces"] == [["app"]] and first["next-page-token"]
+        token = first["next-page-token"]
+        second = h.get(f"{CATALOG}/namespaces", params={"pageSize": "1", "pageToken": token})
+        assert second.json() == {"namespaces": [["shop"]]}  # the last page names no next
         config = h.get(f"{CATALOG}/config", params={"warehouse": "anything"}).json()
         assert set(config) == {"defaults", "overrides", "endpoints"}
         assert "GET /v1/{prefix}/namespaces/{namespace}/tables/{table}" in config["endpoints"]
+
+
+def test_tables_come_in_pages_and_pyiceberg_follows_them(gw: GatewayProcess) -> None:
+    t = new_tenant(gw, "paged")
+    names = [f"t{i:02d}" for i in range(7)]
+    with gw.client(api_key=t.key) as c:
+        for name in names:
+            c.create_table(f"many.{name}", SCHEMA, partitions=1)
+    seen: list[str] = []
+    token = None
+    with catalog_http(gw, t.key) as h:
+        for _ in range(10):
+            params = {"pageSize": "3", **({"pageToken": token} if token else {})}
+            page = h.get(f"{CATALOG}/namespaces/many/tables", params=params).json()
+            assert len(page["identifiers"]) <= 3
+            seen += [i["name"] for i in page["identifiers"]]
+            token = page.get("next-page-token")
+            if token is None:
+                break
+        bad = h.get(f"{CATALOG}/namespaces/many/tables", params={"pageToken": "%%%"})
+        assert iceberg_error(bad)[0] == 400 and "pageToken" in iceberg_error(bad)[2]
+        zero = h.get(f"{CATALOG}/namespaces/many/tables", params={"pageSize": "0"})
+        assert iceberg_error(zero)[0] == 400 and "pageSize" in iceberg_error(zero)[2]
+    assert seen == names  # every table once, in order, over three pages
+    catalog = pyiceberg_catalog(gw, token=t.key)
+    assert sorted(name for _, name in catalog.list_tables("many")) == names
 
 
 # --------------------------------------------------------------------------------------

@@ -245,6 +245,27 @@ def test_rows_appended_just_before_are_in_the_plan(gw: GatewayProcess) -> None:
         assert sorted(rows["id"].to_pylist()) == list(range(4 * i + 4))
 
 
+def test_load_table_answers_304_while_the_table_is_unchanged(gw: GatewayProcess) -> None:
+    t = new_tenant(gw, "etag")
+    with gw.client(api_key=t.key) as c:
+        c.create_table("app.tagged", SCHEMA, partitions=2)
+    fill(gw, t, "app.tagged", 0, 4)
+    tier_now(gw, t, "app.tagged")
+    path = f"{CATALOG}/namespaces/app/tables/tagged"
+    with gw.http_client(api_key=t.key) as h:
+        first = h.get(path)
+        etag = first.headers["ETag"]
+        again = h.get(path, headers={"If-None-Match": etag})
+        assert again.status_code == 304 and again.headers["ETag"] == etag and not again.content
+        other = h.get(path, headers={"If-None-Match": '"something-else"'})
+        assert other.status_code == 200 and other.json() == first.json()
+        fill(gw, t, "app.tagged", 4, 2)
+        tier_now(gw, t, "app.tagged")  # a new snapshot: a new metadata file, a new ETag
+        moved = h.get(path, headers={"If-None-Match": etag})
+    assert moved.status_code == 200 and moved.headers["ETag"] != etag
+    assert moved.json()["metadata-location"] != first.json()["metadata-location"]
+
+
 def test_appends_and_tiering_meanwhile_never_miss_or_repeat_a_row(gw: GatewayProcess) -> None:
     t = new_tenant(gw, "c")
     with gw.client(api_key=t.key) as c:

@@ -24,11 +24,15 @@ client send its credentials there).
 
 # No ``from __future__ import annotations``: the routes' parameter types (``Tenant``) are
 # made inside each group of routes, and FastAPI must see them as objects.
+import base64
+import binascii
+import hashlib
+import json
 import math
 from collections.abc import AsyncIterator, Callable, Coroutine
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends, Request, Security
+from fastapi import APIRouter, Depends, Header, Query, Request, Security
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 from fastapi.routing import APIRoute
@@ -41,7 +45,7 @@ from gateway.server.http.deps import TENANT_KEY, Credential
 from gateway.server.http.iceberg_errors import SEPARATOR, iceberg_error
 from gateway.server.http.iceberg_oauth import OAuthError, token_route
 from gateway.tenancy import Tenancy
-from gateway.wire.errors import PermissionDenied, TableNotFound, TidegateError
+from gateway.wire.errors import InvalidRequest, PermissionDenied, TableNotFound, TidegateError
 
 __all__ = ["ENDPOINTS", "PREFIX", "Catalog", "iceberg_error", "iceberg_router"]
 
@@ -134,6 +138,73 @@ def _load_result(entry: CatalogEntry, access: DataAccess) -> dict[str, Any]:
     return out
 
 
+#: The largest ``pageSize`` of a list (a larger one is served in pages of this size).
+MAX_PAGE_SIZE = 1000
+
+
+def _page(
+    names: list[str], page_token: str | None, page_size: int | None
+) -> tuple[list[str], str | None]:
+    """One page of sorted ``names`` and the token of the next (None: the last page).
+
+    Without ``pageSize`` and ``pageToken`` the whole list is one page, as for a client that
+    does not page. A token is the last name of the page before it, encoded; the next page
+    starts after that name, so tables created or dropped between pages shift nothing."""
+    if page_size is not None and page_size < 1:
+        raise InvalidRequest(f"pageSize must be a positive integer, not {page_size}")
+    after = None
+    if page_token:
+        try:
+            raw = base64.b64decode(page_token.encode("ascii"), altchars=b"-_", validate=True)
+            after = raw.decode("utf-8")
+            if not after:
+                raise ValueError(page_token)
+        except (UnicodeError, ValueError, binascii.Error):
+            raise InvalidRequest(
+                "pageToken is not a token this catalog gave: pass the next-page-token of "
+                "the page before, or none for the first page"
+            ) from None
+    if page_size is None and after is None:
+        return names, None
+    size = min(page_size or MAX_PAGE_SIZE, MAX_PAGE_SIZE)
+    rest = sorted(n for n in names if after is None or n > after)
+    page = rest[:size]
+    if len(rest) <= size:
+        return page, None
+    return page, base64.urlsafe_b64encode(page[-1].encode("utf-8")).decode("ascii")
+
+
+def _paged(key: str, items: list[Any], next_token: str | None) -> JSONResponse:
+    body: dict[str, Any] = {key: items}
+    if next_token is not None:
+        body["next-page-token"] = next_token
+    return JSONResponse(body)
+
+
+def _etag(entry: CatalogEntry, access: DataAccess, planning: dict[str, str]) -> str:
+    """The spec's ``ETag`` of a ``loadTable`` answer: it changes when the table's metadata
+    file, where its files are read from or how it is planned changes. The temporary
+    credentials themselves are not in it (they differ on every answer; an engine holding
+    an unchanged table refreshes them with ``loadCredentials``)."""
+    seen = {
+        "metadata-location": entry.metadata_location,
+        "prefix": access.prefix,
+        "config": sorted(access.config.items()),
+        "credentials": sorted(access.credentials),
+        "planning": sorted(planning.items()),
+    }
+    digest = hashlib.sha256(json.dumps(seen, sort_keys=True).encode()).hexdigest()[:32]
+    return f'"{digest}"'
+
+
+def _matches(if_none_match: str | None, etag: str) -> bool:
+    """Whether an ``If-None-Match`` header names ``etag`` (or is ``*``)."""
+    if not if_none_match:
+        return False
+    tags = [t.strip().removeprefix("W/") for t in if_none_match.split(",")]
+    return "*" in tags or etag in tags
+
+
 class Catalog:
     """What every route of the catalog shares: who is calling (:meth:`caller`, a
     dependency) and the tenant's own namespaces and tables."""
@@ -195,13 +266,19 @@ def _namespace_routes(router: APIRouter, cat: Catalog) -> None:
     Tenant = Annotated[str, Depends(cat.caller)]
 
     @router.get("/namespaces", summary="The tenant's namespaces (those holding its tables).")
-    async def list_namespaces(tenant: Tenant, parent: str | None = None) -> JSONResponse:
+    async def list_namespaces(
+        tenant: Tenant,
+        parent: str | None = None,
+        page_token: Annotated[str | None, Query(alias="pageToken")] = None,
+        page_size: Annotated[int | None, Query(alias="pageSize")] = None,
+    ) -> JSONResponse:
         """Namespaces are single-part: under an existing ``parent`` there are none."""
         if parent:
             await cat.own_namespace(tenant, parent)
             return JSONResponse({"namespaces": []})
         names = await cat.service.catalog_namespaces(tenant)
-        return JSONResponse({"namespaces": [[n] for n in names]})
+        page, token = _page(list(names), page_token, page_size)
+        return _paged("namespaces", [[n] for n in page], token)
 
     @router.get("/namespaces/{namespace}", summary="A namespace (it has no properties).")
     async def load_namespace(namespace: str, tenant: Tenant) -> JSONResponse:
@@ -219,29 +296,45 @@ def _table_routes(router: APIRouter, cat: Catalog) -> None:
     Tenant = Annotated[str, Depends(cat.caller)]
 
     @router.get("/namespaces/{namespace}/tables", summary="The namespace's tables.")
-    async def list_tables(namespace: str, tenant: Tenant) -> JSONResponse:
+    async def list_tables(
+        namespace: str,
+        tenant: Tenant,
+        page_token: Annotated[str | None, Query(alias="pageToken")] = None,
+        page_size: Annotated[int | None, Query(alias="pageSize")] = None,
+    ) -> JSONResponse:
         ns = _one_part(namespace)
         names = await cat.service.catalog_tables(tenant, ns) if ns is not None else []
         if not names:
             return _no_namespace(namespace)
-        return JSONResponse({"identifiers": [{"namespace": [ns], "name": n} for n in names]})
+        page, token = _page(list(names), page_token, page_size)
+        return _paged("identifiers", [{"namespace": [ns], "name": n} for n in page], token)
 
     @router.get(
         "/namespaces/{namespace}/tables/{table}",
         summary="A table's current committed metadata and how to read its files.",
     )
-    async def load_table(namespace: str, table: str, tenant: Tenant) -> JSONResponse:
+    async def load_table(
+        namespace: str,
+        table: str,
+        tenant: Tenant,
+        if_none_match: Annotated[str | None, Header()] = None,
+    ) -> Response:
         """``metadata-location`` is the current snapshot's metadata file; its summary's
         ``tidegate.watermarks`` tells, per partition, the first offset not in it (read
         the rest, the hot tail, through Tidegate). On S3, temporary credentials that can
-        only read this table's files are in ``storage-credentials`` (and ``config``)."""
+        only read this table's files are in ``storage-credentials`` (and ``config``).
+        The answer's ``ETag`` given back in ``If-None-Match`` answers 304 while the table
+        is unchanged."""
         entry = await cat.own_table(tenant, namespace, table)
         access = await cat.service.catalog_access(tenant, entry)
-        metrics.record_catalog_access(bool(access.credentials))
         result = _load_result(entry, access)
-        if result["config"]:  # see iceberg_plans.planning_config
-            result["config"].update(iceberg_plans.planning_config(cat.calls))
-        return JSONResponse(result)
+        planning = iceberg_plans.planning_config(cat.calls) if result["config"] else {}
+        result["config"].update(planning)  # see iceberg_plans.planning_config
+        etag = _etag(entry, access, planning)
+        if _matches(if_none_match, etag):
+            return Response(status_code=304, headers={"ETag": etag})
+        metrics.record_catalog_access(bool(access.credentials))
+        return JSONResponse(result, headers={"ETag": etag})
 
     @router.head("/namespaces/{namespace}/tables/{table}", summary="Whether the table exists.")
     async def table_exists(namespace: str, table: str, tenant: Tenant) -> Response:
