@@ -162,7 +162,8 @@ def connection_cap(settings: Settings) -> int:
             soft = target
     except (ValueError, OSError):  # pragma: no cover - a platform without rlimits
         return wanted
-    edges = sum(1 for port in (settings.server.http_port, settings.server.grpc_port) if port) or 1
+    ports = (settings.server.http_port, settings.server.grpc_port, settings.kafka.port)
+    edges = sum(1 for port in ports if port) or 1
     fits = max(16, (soft - _RESERVED_DESCRIPTORS) // edges)
     if fits < wanted:
         log.warning(
@@ -237,6 +238,7 @@ def check_can_start(settings: Settings) -> None:
         (settings.server.http_port, "HTTP", "--http-port or TIDEGATE_SERVER__HTTP_PORT"),
         (settings.server.metrics_port, "metrics", "TIDEGATE_SERVER__METRICS_PORT"),
         (settings.server.flight_port, "Flight", "--flight-port or TIDEGATE_SERVER__FLIGHT_PORT"),
+        (settings.kafka.port, "Kafka", "--kafka-port or TIDEGATE_KAFKA__PORT"),
     ):
         if not port:
             continue
@@ -312,6 +314,7 @@ async def serve(settings: Settings) -> None:
     from gateway.server.http.connections import guarded_protocol
     from gateway.server.http.health import metrics_app
     from gateway.server.http.refusals import AppendRefusals
+    from gateway.server.kafka import KafkaEdge
 
     _QuietServer = _quiet_server_class()
     max_connections = connection_cap(settings)
@@ -349,6 +352,7 @@ async def serve(settings: Settings) -> None:
 
     grpc_edge: GrpcEdge | None = None
     flight_edge: FlightEdge | None = None
+    kafka_edge: KafkaEdge | None = None
     tiering: EmbeddedJobs | None = None
     http: list[tuple[uvicorn.Server, asyncio.Task[None]]] = []
 
@@ -385,6 +389,10 @@ async def serve(settings: Settings) -> None:
         if settings.server.flight_port:
             flight_edge = FlightEdge(calls, settings)
             log.info("Flight listening on %s:%s", settings.server.host, flight_edge.port)
+        if settings.kafka.port:
+            kafka_edge = KafkaEdge(calls, settings, max_connections)
+            await kafka_edge.start()
+            log.info("Kafka listening on %s:%s", settings.server.host, kafka_edge.port)
         if settings.server.http_port:
             app = create_app(
                 service,
@@ -419,6 +427,8 @@ async def serve(settings: Settings) -> None:
             await grpc_edge.stop(grace)
         if flight_edge is not None:
             await flight_edge.stop()
+        if kafka_edge is not None:
+            await kafka_edge.stop()
         for server, task in http:
             server.should_exit = True
             with suppress(asyncio.CancelledError):

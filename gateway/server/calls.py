@@ -439,6 +439,12 @@ class DataCalls:
             tenant, namespace, name, timestamp_us, partitions
         )
 
+    async def offset_bounds(
+        self, tenant: str, namespace: str, name: str, partitions: Sequence[int] | None
+    ) -> dict[int, tuple[int, int]]:
+        """Per partition, (earliest offset, high watermark) across the tiers."""
+        return await self.service.offset_bounds(tenant, namespace, name, partitions)
+
     # Scans and plans -------------------------------------------------------------------
     async def scan(
         self,

@@ -1,0 +1,165 @@
+"""Kafka record batches in and out, through aiokafka's record codecs (magic 2, CRC-32C,
+gzip/snappy/lz4/zstd with cramjam), and a typed table's rows as Kafka records.
+
+A record's value is one JSON object of the table's columns, decoded through the same
+conversion as the HTTP edge's JSON appends (:func:`gateway.wire.jsonrows.rows_to_batch`),
+so a value any edge takes is taken here and refused with the same sentence. Read back,
+a row is its JSON object again (:func:`gateway.wire.jsonrows.batch_to_rows`), its key
+the JSON of the table's key columns, its timestamp the row's ``_timestamp``.
+"""
+
+from __future__ import annotations
+
+import json
+import struct
+from collections.abc import Collection, Sequence
+from dataclasses import dataclass, field
+
+import pyarrow as pa
+from aiokafka.record.default_records import DefaultRecordBatch, DefaultRecordBatchBuilder
+from aiokafka.record.memory_records import MemoryRecords
+
+from gateway.wire.errors import MalformedPayload, SchemaMismatch, TidegateError
+from gateway.wire.jsonrows import batch_to_rows, rows_to_batch
+from gateway.wire.schema import OFFSET_COLUMN, SYSTEM_COLUMNS, TIMESTAMP_COLUMN
+
+__all__ = ["ProducedBatch", "decode_produce", "encode_fetch", "rows_from_values"]
+
+#: Longest message of a refused record in a Produce answer.
+_MESSAGE_CHARS = 400
+
+
+@dataclass(slots=True)
+class ProducedBatch:
+    """What one partition's ``records`` of a Produce request hold."""
+
+    values: list[bytes | None] = field(default_factory=list)
+    producer_id: int = -1
+    producer_epoch: int = -1
+    base_sequence: int = -1
+    transactional: bool = False
+
+
+def decode_produce(data: bytes | None) -> ProducedBatch:
+    """The records of one partition of a Produce request, each batch's CRC checked and
+    decompressed by aiokafka.
+
+    Raises:
+        MalformedPayload: not whole record batches of magic 2 with a valid CRC, or a
+            compression the gateway cannot read.
+    """
+    out = ProducedBatch()
+    if not data:
+        raise MalformedPayload("the partition's record set is empty")
+    records = MemoryRecords(bytes(data))
+    first = True
+    while True:
+        try:
+            batch = records.next_batch()
+        except Exception as exc:
+            raise MalformedPayload(f"the record set cannot be read: {exc}") from None
+        if batch is None:
+            break
+        if not isinstance(batch, DefaultRecordBatch):
+            raise MalformedPayload(
+                "a record batch of magic 0 or 1 (before Kafka 0.11) is not accepted; "
+                "use a client that sends magic 2"
+            )
+        if not batch.validate_crc():
+            raise MalformedPayload("a record batch fails its CRC-32C check")
+        if first:
+            out.producer_id = batch.producer_id
+            out.producer_epoch = batch.producer_epoch
+            out.base_sequence = batch.base_sequence
+            out.transactional = batch.is_transactional
+            first = False
+        try:
+            out.values.extend(record.value for record in batch)
+        except Exception as exc:  # a codec's or a record's own error
+            raise MalformedPayload(f"a record batch cannot be read: {exc}") from None
+    if first:
+        raise MalformedPayload("the partition's record set holds no whole record batch")
+    return out
+
+
+def _refusal(err: TidegateError) -> str:
+    return err.message[:_MESSAGE_CHARS]
+
+
+def rows_from_values(
+    values: Sequence[bytes | None], schema: pa.Schema, omittable: Collection[str]
+) -> tuple[pa.RecordBatch | None, list[tuple[int, str]]]:
+    """Record values (JSON objects) as one batch of the table's ``schema``, or None and
+    the refused records: (index in the batch, one sentence) for each."""
+    rows: list[object] = []
+    refused: list[tuple[int, str]] = []
+    for i, value in enumerate(values):
+        if value is None:
+            refused.append((i, f"record {i} has no value; send a JSON object of the columns"))
+            continue
+        try:
+            row = json.loads(value)
+        except (UnicodeDecodeError, ValueError, RecursionError):
+            refused.append((i, f"record {i}'s value is not JSON; send a JSON object"))
+            continue
+        if not isinstance(row, dict):
+            refused.append((i, f"record {i}'s value is not a JSON object of the columns"))
+            continue
+        rows.append(row)
+    if not refused:
+        try:
+            return rows_to_batch(rows, schema, unit="record", omittable=omittable), []
+        except (SchemaMismatch, MalformedPayload):
+            pass  # found record by record below
+    for i, row in enumerate(rows):
+        if any(at == i for at, _ in refused):
+            continue
+        try:
+            rows_to_batch([row], schema, first=i, unit="record", omittable=omittable)
+        except (SchemaMismatch, MalformedPayload) as err:
+            refused.append((i, _refusal(err)))
+    refused.sort()
+    return None, refused or [(0, "the records do not match the table's columns")]
+
+
+def encode_fetch(
+    batches: Sequence[pa.RecordBatch], key_columns: Sequence[str]
+) -> tuple[bytes, int]:
+    """Rows read from a table as one Kafka record batch (uncompressed), and its record
+    count: value = the row's columns as a JSON object, key = the key columns' JSON
+    (None without key columns), offset and timestamp = ``_offset``, ``_timestamp``."""
+    rows = 0
+    builder: DefaultRecordBatchBuilder | None = None
+    base = 0
+    for b in batches:
+        if b.num_rows == 0:
+            continue
+        offsets = b.column(OFFSET_COLUMN).to_pylist()
+        stamps = b.column(TIMESTAMP_COLUMN).cast(pa.int64()).to_pylist()
+        user = b.select([n for n in b.schema.names if n not in SYSTEM_COLUMNS])
+        values = batch_to_rows([user])
+        if builder is None:
+            builder = DefaultRecordBatchBuilder(
+                magic=2,
+                compression_type=0,
+                is_transactional=0,
+                producer_id=-1,
+                producer_epoch=-1,
+                base_sequence=-1,
+                batch_size=1 << 62,
+            )
+            base = offsets[0]
+        for offset, stamp, row in zip(offsets, stamps, values, strict=True):
+            key = (
+                json.dumps({k: row[k] for k in key_columns}, separators=(",", ":")).encode()
+                if key_columns
+                else None
+            )
+            value = json.dumps(row, separators=(",", ":")).encode()
+            builder.append(offset - base, stamp // 1000, key, value, [])
+            rows += 1
+    if builder is None:
+        return b"", 0
+    data = builder.build()
+    struct.pack_into(">q", data, 0, base)  # the batch's base offset (outside its CRC)
+    return bytes(data), rows

@@ -1,0 +1,265 @@
+"""The Kafka listener: an asyncio server, one request loop per connection.
+
+A connection first authenticates with SASL/PLAIN (user: the tenant's name, password: one
+of its API keys, checked by the same :class:`~gateway.tenancy.Gate` as every edge); until
+then it may send only ApiVersions and the SASL requests, each at most
+``kafka.auth_frame_bytes``, each within ``server.header_timeout_s``. Afterwards a request
+may be as large as an append (``server.max_request_bytes``, plus room for Kafka's
+framing). A declared size over the bound closes the connection before any of the request
+is read; so do a frame that is not a request of a served API and version (as Kafka does),
+a request that does not arrive whole within ``server.body_timeout_s`` once its size came,
+and ``kafka.idle_s`` without a request. Requests of a connection are served one at a
+time, in order, as Kafka serves them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import struct
+from typing import Any
+
+from gateway.config import Settings
+from gateway.server.calls import DataCalls, wire_error
+from gateway.server.kafka.apis import Broker, KafkaApis
+from gateway.server.kafka.protocol import (
+    API_VERSIONS_KEY,
+    BEFORE_AUTH,
+    SASL_AUTHENTICATE,
+    SASL_HANDSHAKE,
+    ErrorCode,
+    Request,
+    Unanswerable,
+    api_versions_fallback,
+    build,
+    encode_response,
+    parse_request,
+    response_class,
+    supported_apis,
+)
+from gateway.wire.errors import PermissionDenied, TidegateError, Unauthenticated
+
+__all__ = ["KafkaEdge"]
+
+log = logging.getLogger("tidegate.server.kafka")
+
+#: Room over ``server.max_request_bytes`` for a Produce request's framing (headers,
+#: topic names, record batch headers).
+_FRAMING_BYTES = 1024 * 1024
+
+
+class _Close(Exception):
+    """End the connection (the reason, for the log)."""
+
+
+class KafkaEdge:
+    """The Kafka listener of one gateway process, on the gateway's event loop."""
+
+    def __init__(self, calls: DataCalls, settings: Settings, max_connections: int) -> None:
+        self.calls = calls
+        self.settings = settings
+        self.max_connections = max_connections
+        self.connections: set[asyncio.Task[Any]] = set()
+        self._server: asyncio.Server | None = None
+        self.port = settings.kafka.port
+
+    @property
+    def broker(self) -> Broker:
+        k, host = self.settings.kafka, self.settings.server.host
+        if not k.advertised_host and host in ("0.0.0.0", "::", ""):
+            host = "127.0.0.1"
+        return Broker(k.advertised_host or host, k.advertised_port or self.port)
+
+    async def start(self) -> None:
+        self._server = await asyncio.start_server(
+            self._serve, self.settings.server.host, self.settings.kafka.port, limit=64 * 1024
+        )
+        self.port = self._server.sockets[0].getsockname()[1]
+
+    async def stop(self) -> None:
+        if self._server is not None:
+            self._server.close()
+        for task in list(self.connections):
+            task.cancel()
+        if self.connections:
+            await asyncio.wait(list(self.connections), timeout=5)
+        if self._server is not None:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(self._server.wait_closed(), 5)
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        if len(self.connections) >= self.max_connections:
+            log.warning("Kafka connection refused: %d connections open", len(self.connections))
+            writer.close()
+            return
+        self.connections.add(task)
+        try:
+            await _Connection(self, reader, writer).run()
+        except (_Close, Unanswerable) as why:
+            log.debug("Kafka connection closed: %s", why)
+        except (ConnectionError, asyncio.IncompleteReadError, TimeoutError):
+            pass
+        except asyncio.CancelledError:
+            pass
+        except Exception as exc:
+            wire_error(exc, "a Kafka connection")  # logged with its traceback
+        finally:
+            self.connections.discard(task)
+            writer.close()
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(writer.wait_closed(), 1)
+
+
+class _Connection:
+    def __init__(
+        self, edge: KafkaEdge, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+    ) -> None:
+        self.edge = edge
+        self.reader = reader
+        self.writer = writer
+        self.apis: KafkaApis | None = None
+        self.mechanism: str | None = None
+        #: A SaslHandshake v0 was answered: the next frame is a bare SASL token.
+        self.bare_token = False
+
+    async def run(self) -> None:
+        while True:
+            frame = await self._frame()
+            if self.bare_token:
+                self.bare_token = False
+                await self._authenticate(frame)
+                self.writer.write(b"\0\0\0\0")  # an empty SASL answer: authenticated
+                await self.writer.drain()
+                continue
+            try:
+                request = parse_request(frame)
+            except Unanswerable:
+                fallback = api_versions_fallback(frame)
+                if fallback is None:
+                    raise
+                self.writer.write(fallback)
+                await self.writer.drain()
+                continue
+            answer = await self._answer(request)
+            if answer is not None:
+                self.writer.write(encode_response(request.correlation_id, answer))
+                await self.writer.drain()
+
+    async def _frame(self) -> bytes:
+        settings = self.edge.settings
+        authenticated = self.apis is not None
+        idle = settings.kafka.idle_s if authenticated else settings.server.header_timeout_s
+        try:
+            head = await asyncio.wait_for(self.reader.readexactly(4), idle)
+        except asyncio.IncompleteReadError as exc:
+            raise _Close("the client closed the connection") from exc
+        except TimeoutError:
+            raise _Close(f"no request for {idle} s") from None
+        (size,) = struct.unpack(">i", head)
+        bound = (
+            settings.server.max_request_bytes + _FRAMING_BYTES
+            if authenticated
+            else settings.kafka.auth_frame_bytes
+        )
+        if not 0 < size <= bound:
+            raise _Close(f"a request of {size} bytes declared (at most {bound} here)")
+        try:
+            return await asyncio.wait_for(
+                self.reader.readexactly(size), settings.server.body_timeout_s
+            )
+        except TimeoutError:
+            raise _Close("a request did not arrive whole in time") from None
+
+    async def _answer(self, request: Request) -> Any | None:
+        key = request.api_key
+        if key == API_VERSIONS_KEY:
+            return build(response_class(request), {"api_keys": supported_apis()})
+        if key == SASL_HANDSHAKE:
+            return self._handshake(request)
+        if key == SASL_AUTHENTICATE:
+            return await self._sasl_authenticate(request)
+        if self.apis is None:
+            raise _Close(f"API key {key} sent before authenticating (SASL/PLAIN is required)")
+        if key in BEFORE_AUTH:  # pragma: no cover - all answered above
+            raise _Close(f"API key {key}")
+        try:
+            return await self.apis.handle(request)
+        except (Unauthenticated, PermissionDenied) as err:
+            raise _Close(f"the connection's credential no longer stands: {err.message}") from None
+
+    def _handshake(self, request: Request) -> Any:
+        mechanism = request.body.mechanism
+        ok = mechanism == "PLAIN" and self.apis is None
+        if ok:
+            self.mechanism = mechanism
+            self.bare_token = request.api_version == 0
+        return build(
+            response_class(request),
+            {
+                "error_code": ErrorCode.none
+                if ok
+                else (
+                    ErrorCode.illegal_sasl_state
+                    if self.apis is not None
+                    else ErrorCode.unsupported_sasl_mechanism
+                ),
+                "mechanisms": ["PLAIN"],
+            },
+        )
+
+    async def _sasl_authenticate(self, request: Request) -> Any:
+        cls = response_class(request)
+        if self.mechanism is None or self.apis is not None:
+            return build(
+                cls,
+                {
+                    "error_code": ErrorCode.illegal_sasl_state,
+                    "error_message": "send SaslHandshake with mechanism PLAIN first",
+                },
+            )
+        try:
+            await self._authenticate(request.body.auth_bytes)
+        except _Close as why:
+            # Answered, then closed (Kafka closes a connection that failed to authenticate).
+            self.writer.write(
+                encode_response(
+                    request.correlation_id,
+                    build(
+                        cls,
+                        {
+                            "error_code": ErrorCode.sasl_authentication_failed,
+                            "error_message": str(why),
+                        },
+                    ),
+                )
+            )
+            await self.writer.drain()
+            raise
+        return build(cls, {"error_code": ErrorCode.none, "auth_bytes": b""})
+
+    async def _authenticate(self, token: bytes) -> None:
+        """SASL/PLAIN: ``[authzid] NUL user NUL password``; the user must be the tenant
+        whose API key the password is.
+
+        Raises:
+            _Close: not authenticated (the reason is said to the client).
+        """
+        parts = token.split(b"\0")
+        if len(parts) != 3:
+            raise _Close("SASL/PLAIN expects [authzid] NUL username NUL password")
+        user, password = (p.decode("utf-8", "replace") for p in parts[1:])
+        gate = self.edge.calls.gate
+        authorization = f"Bearer {password}"
+        try:
+            tenant = await gate.tenant_of(authorization)
+        except TidegateError as err:
+            raise _Close(f"authentication failed: {err.message}") from None
+        if tenant != user:
+            raise _Close(
+                "authentication failed: the username must be the tenant whose API key is "
+                "the password"
+            )
+        self.apis = KafkaApis(self.edge.calls, self.edge.broker, tenant, authorization)
