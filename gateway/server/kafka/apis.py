@@ -386,8 +386,13 @@ class KafkaApis:
                 found = await self.calls.offsets_for_times(
                     self.tenant, d.namespace, d.name, ts * 1000, [partition]
                 )
-                answer["offset"] = found[partition]
-                answer["timestamp"] = ts
+                bounds = await self.calls.offset_bounds(
+                    self.tenant, d.namespace, d.name, [partition]
+                )
+                if found[partition] < bounds[partition][1]:
+                    answer["offset"] = found[partition]
+                    answer["timestamp"] = ts
+                # else no record at or after the time: offset -1, as Kafka answers
             else:
                 answer["error_code"] = ErrorCode.invalid_request
                 return answer

@@ -7,8 +7,9 @@ then it may send only ApiVersions and the SASL requests, each at most
 may be as large as an append (``server.max_request_bytes``, plus room for Kafka's
 framing). A declared size over the bound closes the connection before any of the request
 is read; so do a frame that is not a request of a served API and version (as Kafka does),
-a request that does not arrive whole within ``server.body_timeout_s`` once its size came,
-and ``kafka.idle_s`` without a request. Requests of a connection are served one at a
+a request that does not arrive whole within ``server.body_timeout_s`` once its size came
+(``server.header_timeout_s`` before authentication), and ``kafka.idle_s`` without a
+request. Requests of a connection are served one at a
 time, in order, as Kafka serves them.
 """
 
@@ -166,10 +167,10 @@ class _Connection:
         )
         if not 0 < size <= bound:
             raise _Close(f"a request of {size} bytes declared (at most {bound} here)")
+        # Before authentication the whole of a request arrives within the header timeout.
+        arrive = settings.server.body_timeout_s if authenticated else idle
         try:
-            return await asyncio.wait_for(
-                self.reader.readexactly(size), settings.server.body_timeout_s
-            )
+            return await asyncio.wait_for(self.reader.readexactly(size), arrive)
         except TimeoutError:
             raise _Close("a request did not arrive whole in time") from None
 
