@@ -40,8 +40,8 @@ def kafka_gateway(
     }
     proc = GatewayProcess(tmp_path_factory.mktemp(f"kafka-{kind}"), env)
     proc.kind = kind  # type: ignore[attr-defined]
-    proc.start()
     try:
+        proc.start()
         yield proc
     finally:
         proc.stop()
@@ -66,6 +66,16 @@ def other_tenant(kafka: KafkaTarget) -> KafkaTarget:
         admin.create_tenant(tenant)
         key = admin.issue_key(tenant)[1]
     return kafka.as_tenant(tenant, key)
+
+
+@pytest.fixture
+def theirs(kafka: KafkaTarget, other_tenant: KafkaTarget) -> str:
+    """A one-partition table of ``other_tenant`` holding one record (``{"id": 1}``)."""
+    name = f"b{secrets.token_hex(5)}.secret"
+    with kafka.gateway.client(api_key=other_tenant.key) as b:
+        b.create_table(name, {"id": "int64"}, partitions=1)
+        b.append(name, [{"id": 1}])
+    return name
 
 
 @pytest.fixture

@@ -138,12 +138,8 @@ def test_nothing_but_authentication_is_served_before_it(kafka: KafkaTarget) -> N
 
 # Tenancy -------------------------------------------------------------------------------
 def test_a_tenant_cannot_see_or_touch_another_tenants_table(
-    kafka: KafkaTarget, other_tenant: KafkaTarget, topic: str
+    kafka: KafkaTarget, other_tenant: KafkaTarget, topic: str, theirs: str
 ) -> None:
-    theirs = f"b{os.urandom(4).hex()}.secret"
-    with kafka.gateway.client(api_key=other_tenant.key) as b:
-        b.create_table(theirs, {"id": "int64"}, partitions=1)
-        b.append(theirs, [{"id": 1}])
     # kcat, a real client, lists the tenant's own topics and not the other's.
     listed = subprocess.run(
         [*Kcat()._args(kafka), "-L", "-J"], capture_output=True, check=True, timeout=60

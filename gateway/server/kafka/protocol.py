@@ -23,8 +23,12 @@ from kio.schema.errors import ErrorCode
 from kio.serial import entity_reader, entity_writer
 
 from gateway.wire.errors import (
+    GroupNotEmpty,
+    IllegalGeneration,
     InvalidPartition,
+    InvalidRequest,
     MalformedPayload,
+    MemberFenced,
     OffsetOutOfRange,
     OutOfOrderSequence,
     PermissionDenied,
@@ -51,6 +55,7 @@ __all__ = [
 
 #: Kafka's API keys of the requests this edge serves, by name.
 PRODUCE, FETCH, LIST_OFFSETS, METADATA = 0, 1, 2, 3
+OFFSET_COMMIT, OFFSET_FETCH, FIND_COORDINATOR = 8, 9, 10
 SASL_HANDSHAKE, API_VERSIONS_KEY, SASL_AUTHENTICATE = 17, 18, 36
 
 #: API key -> (min, max) version served. Bounded by what kio generates (Kafka 4's
@@ -61,6 +66,11 @@ API_VERSIONS: dict[int, tuple[int, int]] = {
     FETCH: (4, 12),
     LIST_OFFSETS: (1, 8),
     METADATA: (0, 12),
+    # Committed offsets of consumers that assign their partitions (no group membership
+    # yet); OffsetFetch stops before v8, which asks for several groups at once.
+    OFFSET_COMMIT: (2, 8),
+    OFFSET_FETCH: (1, 7),
+    FIND_COORDINATOR: (0, 4),
     SASL_HANDSHAKE: (0, 1),
     API_VERSIONS_KEY: (0, 3),
     SASL_AUTHENTICATE: (0, 2),
@@ -109,7 +119,9 @@ def parse_request(frame: bytes) -> Request:
     try:
         header, at = entity_reader(cls.__header_schema__)(frame, 0)
         body, _ = entity_reader(cls)(frame, at)
-    except Exception as exc:  # kio raises several kinds on bytes that are not a request
+    except (KeyboardInterrupt, SystemExit):
+        raise
+    except BaseException as exc:  # kio raises several kinds (a panic of its Rust reader too)
         raise Unanswerable(
             f"a request of API key {api_key} v{api_version} that cannot be read: {exc}"
         ) from None
@@ -238,6 +250,19 @@ def error_code(err: TidegateError) -> ErrorCode:
         return ErrorCode.message_too_large
     if isinstance(err, SchemaMismatch | MalformedPayload):
         return ErrorCode.invalid_record
+    if isinstance(err, IllegalGeneration):
+        return ErrorCode.illegal_generation
+    if isinstance(err, MemberFenced | GroupNotEmpty):
+        # A commit from outside a group with live members, or from a member it dropped:
+        # Kafka answers both UNKNOWN_MEMBER_ID.
+        return ErrorCode.unknown_member_id
+    if isinstance(err, InvalidRequest):
+        # check_group's refusal of a group name starts so.
+        return (
+            ErrorCode.invalid_group_id
+            if err.message.startswith("group ")
+            else ErrorCode.invalid_request
+        )
     if isinstance(err, Unauthenticated):
         return ErrorCode.sasl_authentication_failed
     if isinstance(err, PermissionDenied):
