@@ -240,7 +240,7 @@ class Kcat:
         for partition in sorted({p for p, _ in values}):
             lines = b"".join(v + b"\n" for p, v in values if p == partition)
             subprocess.run(
-                [*self._args(target), "-P", "-t", topic, "-p", str(partition)],
+                [*self._args(target), "-P", "-z", "snappy", "-t", topic, "-p", str(partition)],
                 input=lines,
                 check=True,
                 timeout=DEADLINE_S,

@@ -8,6 +8,7 @@ import json
 import os
 import struct
 import subprocess
+from pathlib import Path
 
 import pytest
 from confluent_kafka import KafkaError, KafkaException
@@ -26,7 +27,9 @@ from tests.kafka.raw import RawKafka, record_batch
 pytestmark = pytest.mark.integration
 
 
-def produce_request(topic: str, partition: int, values: list[bytes]) -> produce.ProduceRequest:
+def produce_request(
+    topic: str, partition: int, values: list[bytes], codec: int = 0
+) -> produce.ProduceRequest:
     return produce.ProduceRequest(
         transactional_id=None,
         acks=-1,
@@ -35,7 +38,9 @@ def produce_request(topic: str, partition: int, values: list[bytes]) -> produce.
             produce.TopicProduceData(
                 name=topic,
                 partition_data=(
-                    produce.PartitionProduceData(index=partition, records=record_batch(values)),
+                    produce.PartitionProduceData(
+                        index=partition, records=record_batch(values, codec)
+                    ),
                 ),
             ),
         ),
@@ -206,6 +211,35 @@ def test_offsets_out_of_range_and_list_offsets(kafka: KafkaTarget, topic: str) -
         assert future.error_code == ErrorCode.none and future.offset == -1
         past_stamp = raw.call(list_offsets_request(topic, 0)).topics[0].partitions[0]
         assert past_stamp.offset == 0
+
+
+def peak_rss_bytes(pid: int) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) * 1024
+    raise AssertionError("no VmHWM")
+
+
+@pytest.mark.parametrize("codec", [1, 2, 3, 4], ids=["gzip", "snappy", "lz4", "zstd"])
+def test_a_compressed_batch_that_expands_past_the_limit_is_refused_unexpanded(
+    kafka: KafkaTarget, topic: str, codec: int
+) -> None:
+    # 200 MiB of zeros in one record: a few KiB compressed, a small frame (snappy, which
+    # compresses zeros only 21:1, gets 20 MiB to stay under the frame bound). The
+    # gateway's request limit is 1 MiB (tests/integration/conftest.py's gateway_env).
+    bomb = b"\0" * ((20 if codec == 2 else 200) << 20)
+    assert kafka.gateway.proc is not None
+    pid = kafka.gateway.proc.pid
+    before = peak_rss_bytes(pid)
+    with RawKafka(kafka) as raw:
+        assert raw.authenticate(kafka.tenant, kafka.key).error_code == ErrorCode.none
+        answer = raw.call(produce_request(topic, 0, [bomb], codec))
+        del bomb
+        part = answer.responses[0].partition_responses[0]
+        assert part.error_code == ErrorCode.message_too_large
+        assert "expands to more than 1048576 bytes" in (part.error_message or "")
+    assert peak_rss_bytes(pid) - before < 100 << 20
+    still_serves(kafka, topic)
 
 
 # Hostile frames --------------------------------------------------------------------------

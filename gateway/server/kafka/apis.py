@@ -205,7 +205,8 @@ class KafkaApis:
         refused: list[tuple[int, str]] = []
 
         async def decode() -> AppendBody:
-            produced = await self.calls.offload(big, decode_produce, records)
+            limit = self.service.settings.server.max_request_bytes
+            produced = await self.calls.offload(big, decode_produce, records, limit)
             if produced.transactional:
                 raise InvalidRequest(
                     f"{topic}: transactional produce is not supported by Tidegate's Kafka "

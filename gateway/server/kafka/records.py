@@ -11,15 +11,17 @@ the JSON of the table's key columns, its timestamp the row's ``_timestamp``.
 from __future__ import annotations
 
 import json
+import mmap
 import struct
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 
+import cramjam
 import pyarrow as pa
 from aiokafka.record.default_records import DefaultRecordBatch, DefaultRecordBatchBuilder
 from aiokafka.record.memory_records import MemoryRecords
 
-from gateway.wire.errors import MalformedPayload, SchemaMismatch, TidegateError
+from gateway.wire.errors import MalformedPayload, RequestTooLarge, SchemaMismatch, TidegateError
 from gateway.wire.jsonrows import batch_to_rows, rows_to_batch
 from gateway.wire.schema import OFFSET_COLUMN, SYSTEM_COLUMNS, TIMESTAMP_COLUMN
 
@@ -40,19 +42,66 @@ class ProducedBatch:
     transactional: bool = False
 
 
-def decode_produce(data: bytes | None) -> ProducedBatch:
+#: Bytes of a record batch's header (magic 2) before its records.
+_BATCH_HEADER = 61
+#: What a record batch may expand to, checked before aiokafka decompresses it.
+_CODECS = {1: cramjam.gzip, 3: cramjam.lz4, 4: cramjam.zstd}
+
+
+def _inflated_at_most(codec: int, payload: memoryview, limit: int) -> int:
+    """The decompressed size of a batch's records, found without holding more than
+    ``limit`` bytes of them (a small batch of very compressible bytes is refused before
+    it is expanded).
+
+    Raises:
+        RequestTooLarge: it expands past ``limit``.
+        MalformedPayload: not data of its codec.
+    """
+    if codec == 2:  # snappy: each block says its length before its data
+        blocks: list[memoryview] = [payload]
+        if bytes(payload[:8]) == b"\x82SNAPPY\x00":  # xerial's framing (the Java client's)
+            blocks, at = [], 16
+            while at + 4 <= len(payload):
+                (size,) = struct.unpack_from(">i", payload, at)
+                blocks.append(payload[at + 4 : at + 4 + max(0, size)])
+                at += 4 + max(0, size)
+        try:
+            total = sum(int(cramjam.snappy.decompress_raw_len(b)) for b in blocks)
+        except cramjam.DecompressionError as exc:
+            raise MalformedPayload(f"a snappy record batch cannot be read: {exc}") from None
+    else:
+        # Decompressed into a bounded mapping: pages are taken only as they are written.
+        with mmap.mmap(-1, limit + 1) as room:
+            try:
+                total = int(_CODECS[codec].decompress_into(payload, room))
+            except cramjam.DecompressionError as exc:
+                if "whole buffer" not in str(exc):
+                    raise MalformedPayload(f"a record batch cannot be read: {exc}") from None
+                total = limit + 1
+    if total > limit:
+        raise RequestTooLarge(
+            f"a record batch expands to more than {limit} bytes; the limit is {limit}",
+            limit=limit,
+        )
+    return total
+
+
+def decode_produce(data: bytes | None, limit: int) -> ProducedBatch:
     """The records of one partition of a Produce request, each batch's CRC checked and
-    decompressed by aiokafka.
+    decompressed by aiokafka once it is known to expand to at most ``limit`` bytes (all
+    the batches together).
 
     Raises:
         MalformedPayload: not whole record batches of magic 2 with a valid CRC, or a
             compression the gateway cannot read.
+        RequestTooLarge: the batches expand past ``limit``.
     """
     out = ProducedBatch()
     if not data:
         raise MalformedPayload("the partition's record set is empty")
+    view = memoryview(data)
     records = MemoryRecords(bytes(data))
-    first = True
+    first, at = True, 0
     while True:
         try:
             batch = records.next_batch()
@@ -67,6 +116,21 @@ def decode_produce(data: bytes | None) -> ProducedBatch:
             )
         if not batch.validate_crc():
             raise MalformedPayload("a record batch fails its CRC-32C check")
+        (length,) = struct.unpack_from(">i", view, at + 8)
+        end = at + 12 + length
+        codec = batch.compression_type
+        if codec in (1, 2, 3, 4):
+            limit -= _inflated_at_most(codec, view[at + _BATCH_HEADER : end], limit)
+        elif codec != 0:
+            raise MalformedPayload(f"record batch compression {codec} is not one Kafka knows")
+        elif end - at > limit:
+            raise RequestTooLarge(
+                f"the record batches carry more than {limit} bytes; the limit is {limit}",
+                limit=limit,
+            )
+        else:
+            limit -= end - at
+        at = end
         if first:
             out.producer_id = batch.producer_id
             out.producer_epoch = batch.producer_epoch
