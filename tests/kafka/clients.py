@@ -44,7 +44,8 @@ class KafkaClient(Protocol):
         """Every record of ``partitions`` from offset 0 until ``count`` were read."""
 
 
-def _librdkafka(target: KafkaTarget) -> dict[str, Any]:
+def librdkafka_settings(target: KafkaTarget) -> dict[str, Any]:
+    """What a librdkafka client (confluent-kafka, kcat) is given to connect as the tenant."""
     return {
         "bootstrap.servers": target.bootstrap,
         "security.protocol": "SASL_PLAINTEXT",
@@ -73,7 +74,9 @@ class ConfluentKafka:
     ) -> list[int]:
         from confluent_kafka import Producer
 
-        producer = Producer({**_librdkafka(target), "compression.type": "lz4", "linger.ms": 5})
+        producer = Producer(
+            {**librdkafka_settings(target), "compression.type": "lz4", "linger.ms": 5}
+        )
         acked: dict[int, int] = {}
         errors: list[Any] = []
 
@@ -98,7 +101,7 @@ class ConfluentKafka:
         from confluent_kafka import Consumer, TopicPartition
 
         consumer = Consumer(
-            {**_librdkafka(target), "group.id": "unused", "enable.auto.commit": False}
+            {**librdkafka_settings(target), "group.id": "unused", "enable.auto.commit": False}
         )
         try:
             consumer.assign([TopicPartition(topic, p, 0) for p in partitions])

@@ -20,7 +20,7 @@ from kio.schema.list_offsets.v7 import request as list_offsets
 from kio.schema.metadata.v12 import request as metadata
 from kio.schema.produce.v9 import request as produce
 
-from tests.kafka.clients import CLIENTS, Kcat
+from tests.kafka.clients import CLIENTS, Kcat, librdkafka_settings
 from tests.kafka.conftest import KafkaTarget
 from tests.kafka.raw import RawKafka, record_batch
 
@@ -92,15 +92,7 @@ def list_offsets_request(topic: str, timestamp: int) -> list_offsets.ListOffsets
 
 def still_serves(kafka: KafkaTarget, topic: str) -> None:
     """A real client still lists the tenant's topics, and the SDK still appends."""
-    admin = AdminClient(
-        {
-            "bootstrap.servers": kafka.bootstrap,
-            "security.protocol": "SASL_PLAINTEXT",
-            "sasl.mechanisms": "PLAIN",
-            "sasl.username": kafka.tenant,
-            "sasl.password": kafka.key,
-        }
-    )
+    admin = AdminClient(librdkafka_settings(kafka))
     assert topic in admin.list_topics(timeout=30).topics
     with kafka.gateway.client() as c:
         c.append(topic, [{"id": 7, "name": "x", "price": 0.0, "ok": False}])
@@ -119,15 +111,7 @@ def test_a_wrong_key_is_refused_and_the_connection_closed(kafka: KafkaTarget, to
         assert answer.error_code == ErrorCode.sasl_authentication_failed
         assert raw.closed()
     # A real client is told its credentials are wrong.
-    admin = AdminClient(
-        {
-            "bootstrap.servers": kafka.bootstrap,
-            "security.protocol": "SASL_PLAINTEXT",
-            "sasl.mechanisms": "PLAIN",
-            "sasl.username": kafka.tenant,
-            "sasl.password": "tg_wrong",
-        }
-    )
+    admin = AdminClient({**librdkafka_settings(kafka), "sasl.password": "tg_wrong"})
     with pytest.raises(KafkaException) as refused:
         admin.list_topics(timeout=3)
     assert refused.value.args[0].code() in (KafkaError._AUTHENTICATION, KafkaError._TRANSPORT)

@@ -9,23 +9,14 @@ import secrets
 import pytest
 from confluent_kafka import Consumer, TopicPartition
 
+from tests.kafka.clients import librdkafka_settings
 from tests.kafka.conftest import KafkaTarget
 
 pytestmark = pytest.mark.integration
 
 
 def consumer(target: KafkaTarget, group: str) -> Consumer:
-    return Consumer(
-        {
-            "bootstrap.servers": target.bootstrap,
-            "security.protocol": "SASL_PLAINTEXT",
-            "sasl.mechanisms": "PLAIN",
-            "sasl.username": target.tenant,
-            "sasl.password": target.key,
-            "group.id": group,
-            "enable.auto.commit": False,
-        }
-    )
+    return Consumer({**librdkafka_settings(target), "group.id": group, "enable.auto.commit": False})
 
 
 def test_a_consumer_commits_offsets_the_sdk_sees_and_a_new_one_resumes(

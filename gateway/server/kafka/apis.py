@@ -19,6 +19,7 @@ from typing import Any, TypeVar
 from gateway.core import ReadResult, TableView
 from gateway.server.calls import OFFLOAD_BYTES, AppendBody, DataCalls, wire_error
 from gateway.server.kafka.protocol import (
+    CREATE_TOPICS,
     FETCH,
     FIND_COORDINATOR,
     LIST_OFFSETS,
@@ -32,10 +33,19 @@ from gateway.server.kafka.protocol import (
     error_code,
     response_class,
 )
-from gateway.server.kafka.records import decode_produce, encode_fetch, rows_from_values
+from gateway.server.kafka.records import (
+    RAW_FIELDS,
+    decode_produce,
+    encode_fetch,
+    is_raw,
+    raw_rows,
+    rows_from_values,
+)
 from gateway.wire.errors import (
     InvalidRequest,
     OffsetOutOfRange,
+    QuotaExceeded,
+    TableAlreadyExists,
     TableNotFound,
     Throttled,
     TidegateError,
@@ -213,6 +223,9 @@ class KafkaApis:
                     "listener yet; produce without transactional.id"
                 )
             table = await self.service.table(self.tenant, namespace, name)
+            if is_raw(table.schema):
+                raw = await self.calls.offload(big, raw_rows, produced, table.schema)
+                return AppendBody([raw], partition)
             batch, bad = await self.calls.offload(
                 big, rows_from_values, produced.values, table.schema, table.added_columns
             )
@@ -283,8 +296,10 @@ class KafkaApis:
         d = table.definition
         limit = max(1, min(p.partition_max_bytes, room[0]))
 
+        raw = is_raw(table.schema)
+
         def encode(result: ReadResult) -> tuple[tuple[bytes, int], int]:
-            data, _ = encode_fetch(result.batches, d.key_columns)
+            data, _ = encode_fetch(result.batches, d.key_columns, raw)
             return (data, result.high_watermark), len(data)
 
         try:
@@ -516,6 +531,55 @@ class KafkaApis:
             ],
         }
 
+    # CreateTopics -----------------------------------------------------------------------
+    async def create_topics(self, request: Request) -> Any:
+        """A topic created over Kafka is a table of the raw schema (:data:`RAW_FIELDS`):
+        records kept as they came. ``retention.ms`` is the table's retention; the
+        replication factor and the other configs have no meaning for a table and are
+        ignored."""
+        body = request.body
+        answers = []
+        for t in body.topics:
+            answer: dict[str, Any] = {"name": t.name, "error_code": ErrorCode.none}
+            configs = {c.name: c.value for c in t.configs}
+            partitions = t.num_partitions if t.num_partitions > 0 else 1
+            try:
+                parts = split_topic(t.name)
+                if parts is None:
+                    raise InvalidRequest(
+                        f"topic {t.name!r} is not a table name: name it namespace.name"
+                    )
+                retention = configs.get("retention.ms")
+                retention_ms = int(retention) if retention and int(retention) > 0 else None
+                if not body.validate_only:
+                    view = await self.calls.create_table(
+                        self.tenant,
+                        *parts,
+                        [{"name": n, "type": ty} for n, ty in RAW_FIELDS.items()],
+                        partitions,
+                        retention_ms=retention_ms,
+                    )
+                    answer["topic_id"] = topic_id(view)
+                answer.update(num_partitions=partitions, replication_factor=1, configs=[])
+            except ValueError:
+                answer["error_code"] = ErrorCode.invalid_config
+                answer["error_message"] = (
+                    f"retention.ms {configs.get('retention.ms')!r} is not a number"
+                )
+            except Exception as exc:
+                err = wire_error(exc, "a Kafka create topics")
+                answer["error_message"] = _message(err, t.name)
+                if isinstance(err, TableAlreadyExists):
+                    answer["error_code"] = ErrorCode.topic_already_exists
+                elif isinstance(err, QuotaExceeded):
+                    answer["error_code"] = ErrorCode.policy_violation
+                elif isinstance(err, InvalidRequest):
+                    answer["error_code"] = ErrorCode.invalid_topic_exception
+                else:
+                    answer["error_code"] = error_code(err)
+            answers.append(answer)
+        return build(response_class(request), {"topics": answers})
+
     _handlers: dict[int, Callable[[KafkaApis, Request], Awaitable[Any]]] = {
         METADATA: metadata,
         PRODUCE: produce,
@@ -524,6 +588,7 @@ class KafkaApis:
         FIND_COORDINATOR: find_coordinator,
         OFFSET_COMMIT: offset_commit,
         OFFSET_FETCH: offset_fetch,
+        CREATE_TOPICS: create_topics,
     }
 
 

@@ -13,8 +13,9 @@ from __future__ import annotations
 import json
 import mmap
 import struct
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Iterator, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import cramjam
 import pyarrow as pa
@@ -25,7 +26,41 @@ from gateway.wire.errors import MalformedPayload, RequestTooLarge, SchemaMismatc
 from gateway.wire.jsonrows import batch_to_rows, rows_to_batch
 from gateway.wire.schema import OFFSET_COLUMN, SYSTEM_COLUMNS, TIMESTAMP_COLUMN
 
-__all__ = ["ProducedBatch", "decode_produce", "encode_fetch", "rows_from_values"]
+__all__ = [
+    "RAW_FIELDS",
+    "ProducedBatch",
+    "decode_produce",
+    "encode_fetch",
+    "is_raw",
+    "raw_rows",
+    "rows_from_values",
+]
+
+#: The schema of a table created over Kafka (CreateTopics): each record as it came, its
+#: key, value and headers as bytes and the producer's own timestamp.
+RAW_FIELDS = {
+    "key": "binary",
+    "value": "binary",
+    "headers": "list<struct<key: string, value: binary>>",
+    "timestamp": "timestamp[us, tz=UTC]",
+}
+_HEADER_TYPE = pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))
+_RAW_SCHEMA = pa.schema(
+    [
+        ("key", pa.binary()),
+        ("value", pa.binary()),
+        ("headers", _HEADER_TYPE),
+        ("timestamp", pa.timestamp("us", tz="UTC")),
+    ]
+)
+
+
+def is_raw(schema: pa.Schema) -> bool:
+    """Whether a table holds records as they came (:data:`RAW_FIELDS`)."""
+    return schema.names == _RAW_SCHEMA.names and all(
+        f.type.equals(r.type) for f, r in zip(schema, _RAW_SCHEMA, strict=True)
+    )
+
 
 #: Longest message of a refused record in a Produce answer.
 _MESSAGE_CHARS = 400
@@ -36,6 +71,9 @@ class ProducedBatch:
     """What one partition's ``records`` of a Produce request hold."""
 
     values: list[bytes | None] = field(default_factory=list)
+    keys: list[bytes | None] = field(default_factory=list)
+    headers: list[list[tuple[str, bytes | None]]] = field(default_factory=list)
+    timestamps: list[int] = field(default_factory=list)
     producer_id: int = -1
     producer_epoch: int = -1
     base_sequence: int = -1
@@ -138,7 +176,11 @@ def decode_produce(data: bytes | None, limit: int) -> ProducedBatch:
             out.transactional = batch.is_transactional
             first = False
         try:
-            out.values.extend(record.value for record in batch)
+            for record in batch:
+                out.values.append(record.value)
+                out.keys.append(record.key)
+                out.headers.append(record.headers)
+                out.timestamps.append(record.timestamp)
         except Exception as exc:  # a codec's or a record's own error
             raise MalformedPayload(f"a record batch cannot be read: {exc}") from None
     if first:
@@ -186,12 +228,51 @@ def rows_from_values(
     return None, refused or [(0, "the records do not match the table's columns")]
 
 
+def raw_rows(produced: ProducedBatch, schema: pa.Schema) -> pa.RecordBatch:
+    """Records as they came, as one batch of a raw table (:data:`RAW_FIELDS`)."""
+    headers = [[{"key": k, "value": v} for k, v in h] for h in produced.headers]
+    return pa.RecordBatch.from_arrays(
+        [
+            pa.array(produced.keys, pa.binary()),
+            pa.array(produced.values, pa.binary()),
+            pa.array(headers, _HEADER_TYPE),
+            pa.array([t * 1000 for t in produced.timestamps], pa.int64()).cast(
+                pa.timestamp("us", tz="UTC")
+            ),
+        ],
+        schema=schema,
+    )
+
+
+def _raw_records(b: pa.RecordBatch) -> Iterator[tuple[bytes | None, bytes | None, list[Any], int]]:
+    stamps = b.column("timestamp").cast(pa.int64()).to_pylist()
+    keys, values = b.column("key").to_pylist(), b.column("value").to_pylist()
+    headers = b.column("headers").to_pylist()
+    for key, value, hs, stamp in zip(keys, values, headers, stamps, strict=True):
+        yield key, value, [(h["key"], h["value"]) for h in hs or []], stamp // 1000
+
+
+def _json_records(
+    b: pa.RecordBatch, key_columns: Sequence[str]
+) -> Iterator[tuple[bytes | None, bytes | None, list[Any], int]]:
+    stamps = b.column(TIMESTAMP_COLUMN).cast(pa.int64()).to_pylist()
+    user = b.select([n for n in b.schema.names if n not in SYSTEM_COLUMNS])
+    for stamp, row in zip(stamps, batch_to_rows([user]), strict=True):
+        key = (
+            json.dumps({k: row[k] for k in key_columns}, separators=(",", ":")).encode()
+            if key_columns
+            else None
+        )
+        yield key, json.dumps(row, separators=(",", ":")).encode(), [], stamp // 1000
+
+
 def encode_fetch(
-    batches: Sequence[pa.RecordBatch], key_columns: Sequence[str]
+    batches: Sequence[pa.RecordBatch], key_columns: Sequence[str], raw: bool = False
 ) -> tuple[bytes, int]:
     """Rows read from a table as one Kafka record batch (uncompressed), and its record
     count: value = the row's columns as a JSON object, key = the key columns' JSON
-    (None without key columns), offset and timestamp = ``_offset``, ``_timestamp``."""
+    (None without key columns), timestamp = ``_timestamp``; a raw table's records as they
+    came, with their own timestamps. Offsets are ``_offset``."""
     rows = 0
     builder: DefaultRecordBatchBuilder | None = None
     base = 0
@@ -199,9 +280,7 @@ def encode_fetch(
         if b.num_rows == 0:
             continue
         offsets = b.column(OFFSET_COLUMN).to_pylist()
-        stamps = b.column(TIMESTAMP_COLUMN).cast(pa.int64()).to_pylist()
-        user = b.select([n for n in b.schema.names if n not in SYSTEM_COLUMNS])
-        values = batch_to_rows([user])
+        records = _raw_records(b) if raw else _json_records(b, key_columns)
         if builder is None:
             builder = DefaultRecordBatchBuilder(
                 magic=2,
@@ -213,14 +292,8 @@ def encode_fetch(
                 batch_size=1 << 62,
             )
             base = offsets[0]
-        for offset, stamp, row in zip(offsets, stamps, values, strict=True):
-            key = (
-                json.dumps({k: row[k] for k in key_columns}, separators=(",", ":")).encode()
-                if key_columns
-                else None
-            )
-            value = json.dumps(row, separators=(",", ":")).encode()
-            builder.append(offset - base, stamp // 1000, key, value, [])
+        for offset, (key, value, headers, stamp) in zip(offsets, records, strict=True):
+            builder.append(offset - base, stamp, key, value, headers)
             rows += 1
     if builder is None:
         return b"", 0
