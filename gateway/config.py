@@ -428,6 +428,12 @@ class KafkaConfig(_Section):
         description="Largest request a connection may send before it authenticated; a "
         "larger declared size closes it before a byte of the request is read.",
     )
+    tls_cert_file: Path | None = Field(
+        None,
+        description="PEM certificate (chain) of the listener: set with tls_key_file, the "
+        "listener speaks TLS only (clients use SASL_SSL).",
+    )
+    tls_key_file: Path | None = Field(None, description="PEM private key of tls_cert_file.")
 
 
 class AuthConfig(_Section):

@@ -69,14 +69,15 @@ def _python_config(target: KafkaTarget) -> dict[str, Any]:
 class ConfluentKafka:
     name = "confluent-kafka"
 
+    def settings(self, target: KafkaTarget) -> dict[str, Any]:
+        return librdkafka_settings(target)
+
     def produce(
         self, target: KafkaTarget, topic: str, values: Sequence[tuple[int, bytes]]
     ) -> list[int]:
         from confluent_kafka import Producer
 
-        producer = Producer(
-            {**librdkafka_settings(target), "compression.type": "lz4", "linger.ms": 5}
-        )
+        producer = Producer({**self.settings(target), "compression.type": "lz4", "linger.ms": 5})
         acked: dict[int, int] = {}
         errors: list[Any] = []
 
@@ -101,7 +102,7 @@ class ConfluentKafka:
         from confluent_kafka import Consumer, TopicPartition
 
         consumer = Consumer(
-            {**librdkafka_settings(target), "group.id": "unused", "enable.auto.commit": False}
+            {**self.settings(target), "group.id": "unused", "enable.auto.commit": False}
         )
         try:
             consumer.assign([TopicPartition(topic, p, 0) for p in partitions])

@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import ssl
 import struct
 from typing import Any
 
@@ -41,7 +42,7 @@ from gateway.server.kafka.protocol import (
 )
 from gateway.wire.errors import PermissionDenied, TidegateError, Unauthenticated
 
-__all__ = ["KafkaEdge"]
+__all__ = ["CannotListen", "KafkaEdge"]
 
 log = logging.getLogger("tidegate.server.kafka")
 
@@ -52,6 +53,12 @@ _FRAMING_BYTES = 1024 * 1024
 
 class _Close(Exception):
     """End the connection (the reason, for the log)."""
+
+
+class CannotListen(TidegateError):
+    """The listener's settings cannot be served (its TLS files)."""
+
+    reason = "CANNOT_START"
 
 
 class KafkaEdge:
@@ -72,9 +79,40 @@ class KafkaEdge:
             host = "127.0.0.1"
         return Broker(k.advertised_host or host, k.advertised_port or self.port)
 
+    def _tls(self) -> ssl.SSLContext | None:
+        """The listener's TLS context from ``kafka.tls_cert_file`` and ``tls_key_file``,
+        or None for plaintext.
+
+        Raises:
+            CannotListen: one file without the other, or files that are not a PEM
+                certificate and its key.
+        """
+        k = self.settings.kafka
+        if k.tls_cert_file is None and k.tls_key_file is None:
+            return None
+        if k.tls_cert_file is None or k.tls_key_file is None:
+            raise CannotListen("kafka.tls_cert_file and kafka.tls_key_file go together")
+        context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+        try:
+            context.load_cert_chain(k.tls_cert_file, k.tls_key_file)
+        except (OSError, ssl.SSLError) as exc:
+            raise CannotListen(
+                f"the Kafka listener's TLS certificate {k.tls_cert_file} and key "
+                f"{k.tls_key_file} cannot be used: {exc}"
+            ) from None
+        return context
+
     async def start(self) -> None:
         self._server = await asyncio.start_server(
-            self._serve, self.settings.server.host, self.settings.kafka.port, limit=64 * 1024
+            self._serve,
+            self.settings.server.host,
+            self.settings.kafka.port,
+            limit=64 * 1024,
+            ssl=self._tls(),
+            # A TLS handshake is part of what a connection owes before it authenticates.
+            ssl_handshake_timeout=self.settings.server.header_timeout_s
+            if self.settings.kafka.tls_cert_file
+            else None,
         )
         self.port = self._server.sockets[0].getsockname()[1]
 
