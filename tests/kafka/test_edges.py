@@ -279,3 +279,28 @@ def test_an_unknown_api_versions_version_gets_kafkas_v0_answer(kafka: KafkaTarge
 
 def test_the_clients_of_the_suite_are_the_four_of_the_issue() -> None:
     assert [c.name for c in CLIENTS] == ["kcat", "confluent-kafka", "kafka-python", "aiokafka"]
+
+
+def counted(kafka: KafkaTarget, line_start: str) -> float:
+    with kafka.gateway.http_client() as h:
+        text = h.get("/metrics").text
+    found = [ln for ln in text.splitlines() if ln.startswith(line_start)]
+    return float(found[0].rsplit(" ", 1)[1]) if found else 0.0
+
+
+def test_requests_by_api_and_error_and_closed_connections_are_counted(
+    kafka: KafkaTarget, topic: str
+) -> None:
+    refused = 'tidegate_kafka_requests_total{api="Produce",error="invalid_record"}'
+    fetched = 'tidegate_kafka_requests_total{api="Fetch",error="none"}'
+    too_large = 'tidegate_edge_connections_closed_total{edge="kafka",reason="too_large"}'
+    before = [counted(kafka, m) for m in (refused, fetched, too_large)]
+    with RawKafka(kafka) as raw:
+        assert raw.authenticate(kafka.tenant, kafka.key).error_code == ErrorCode.none
+        raw.call(produce_request(topic, 0, [b"not json"]))
+        raw.call(fetch_request(topic, 0, 0))
+    with RawKafka(kafka) as raw:
+        raw.send_bytes(struct.pack(">i", 2**31 - 1))
+        assert raw.closed()
+    after = [counted(kafka, m) for m in (refused, fetched, too_large)]
+    assert [a - b for a, b in zip(after, before, strict=True)] == [1, 1, 1]

@@ -239,6 +239,34 @@ def _zero(hint: Any, kafka_type: str | None) -> Any:
     return 0
 
 
+def first_error(answer: Any) -> str:
+    """The name of the first error code other than none in ``answer`` (its own, then its
+    parts'), or ``none``: the ``error`` label of the request's metrics."""
+    if isinstance(answer, tuple):
+        for item in answer:
+            found = first_error(item)
+            if found != "none":
+                return found
+        return "none"
+    if not dataclasses.is_dataclass(answer):
+        return "none"
+    code = getattr(answer, "error_code", ErrorCode.none)
+    if isinstance(code, ErrorCode) and code != ErrorCode.none:
+        return code.name
+    for f in dataclasses.fields(answer):
+        value = getattr(answer, f.name)
+        if isinstance(value, tuple) or dataclasses.is_dataclass(value):
+            found = first_error(value)
+            if found != "none":
+                return found
+    return "none"
+
+
+def api_name(request: Request) -> str:
+    """Kafka's name of the request's API (``Produce``, ``Fetch``...)."""
+    return type(request.body).__name__.removesuffix("Request")
+
+
 # --------------------------------------------------------------------------------------
 # Errors
 # --------------------------------------------------------------------------------------

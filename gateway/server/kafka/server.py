@@ -20,8 +20,10 @@ import contextlib
 import logging
 import ssl
 import struct
+import time
 from typing import Any
 
+from gateway import metrics
 from gateway.config import Settings
 from gateway.server.calls import DataCalls, wire_error
 from gateway.server.kafka.apis import Broker, KafkaApis
@@ -33,9 +35,11 @@ from gateway.server.kafka.protocol import (
     ErrorCode,
     Request,
     Unanswerable,
+    api_name,
     api_versions_fallback,
     build,
     encode_response,
+    first_error,
     parse_request,
     response_class,
     supported_apis,
@@ -52,7 +56,12 @@ _FRAMING_BYTES = 1024 * 1024
 
 
 class _Close(Exception):
-    """End the connection (the reason, for the log)."""
+    """End the connection (the message, for the log; ``reason``, for the metric of the
+    connections the gateway closed, empty when the client closed it)."""
+
+    def __init__(self, message: str, reason: str = "") -> None:
+        super().__init__(message)
+        self.reason = reason
 
 
 class CannotListen(TidegateError):
@@ -132,6 +141,7 @@ class KafkaEdge:
         assert task is not None
         if len(self.connections) >= self.max_connections:
             log.warning("Kafka connection refused: %d connections open", len(self.connections))
+            metrics.record_connection_closed("kafka", "over_cap")
             writer.close()
             return
         self.connections.add(task)
@@ -139,6 +149,9 @@ class KafkaEdge:
             await _Connection(self, reader, writer).run()
         except (_Close, Unanswerable) as why:
             log.debug("Kafka connection closed: %s", why)
+            reason = why.reason if isinstance(why, _Close) else "unanswerable"
+            if reason:
+                metrics.record_connection_closed("kafka", reason)
         except (ConnectionError, asyncio.IncompleteReadError, TimeoutError):
             pass
         except asyncio.CancelledError:
@@ -182,10 +195,13 @@ class _Connection:
                 self.writer.write(fallback)
                 await self.writer.drain()
                 continue
+            started = time.monotonic()
             answer = await self._answer(request)
             if answer is not None:
                 self.writer.write(encode_response(request.correlation_id, answer))
                 await self.writer.drain()
+            error = "none" if answer is None else first_error(answer)
+            metrics.observe_kafka_request(api_name(request), error, time.monotonic() - started)
 
     async def _frame(self) -> bytes:
         settings = self.edge.settings
@@ -196,7 +212,9 @@ class _Connection:
         except asyncio.IncompleteReadError as exc:
             raise _Close("the client closed the connection") from exc
         except TimeoutError:
-            raise _Close(f"no request for {idle} s") from None
+            raise _Close(
+                f"no request for {idle} s", "idle" if authenticated else "header_timeout"
+            ) from None
         (size,) = struct.unpack(">i", head)
         bound = (
             settings.server.max_request_bytes + _FRAMING_BYTES
@@ -204,13 +222,13 @@ class _Connection:
             else settings.kafka.auth_frame_bytes
         )
         if not 0 < size <= bound:
-            raise _Close(f"a request of {size} bytes declared (at most {bound} here)")
+            raise _Close(f"a request of {size} bytes declared (at most {bound} here)", "too_large")
         # Before authentication the whole of a request arrives within the header timeout.
         arrive = settings.server.body_timeout_s if authenticated else idle
         try:
             return await asyncio.wait_for(self.reader.readexactly(size), arrive)
         except TimeoutError:
-            raise _Close("a request did not arrive whole in time") from None
+            raise _Close("a request did not arrive whole in time", "body_timeout") from None
 
     async def _answer(self, request: Request) -> Any | None:
         key = request.api_key
@@ -221,13 +239,18 @@ class _Connection:
         if key == SASL_AUTHENTICATE:
             return await self._sasl_authenticate(request)
         if self.apis is None:
-            raise _Close(f"API key {key} sent before authenticating (SASL/PLAIN is required)")
+            raise _Close(
+                f"API key {key} sent before authenticating (SASL/PLAIN is required)",
+                "unauthenticated",
+            )
         if key in BEFORE_AUTH:  # pragma: no cover - all answered above
             raise _Close(f"API key {key}")
         try:
             return await self.apis.handle(request)
         except (Unauthenticated, PermissionDenied) as err:
-            raise _Close(f"the connection's credential no longer stands: {err.message}") from None
+            raise _Close(
+                f"the connection's credential no longer stands: {err.message}", "unauthenticated"
+            ) from None
 
     def _handshake(self, request: Request) -> Any:
         mechanism = request.body.mechanism
@@ -288,17 +311,18 @@ class _Connection:
         """
         parts = token.split(b"\0")
         if len(parts) != 3:
-            raise _Close("SASL/PLAIN expects [authzid] NUL username NUL password")
+            raise _Close("SASL/PLAIN expects [authzid] NUL username NUL password", "auth_failed")
         user, password = (p.decode("utf-8", "replace") for p in parts[1:])
         gate = self.edge.calls.gate
         authorization = f"Bearer {password}"
         try:
             tenant = await gate.tenant_of(authorization)
         except TidegateError as err:
-            raise _Close(f"authentication failed: {err.message}") from None
+            raise _Close(f"authentication failed: {err.message}", "auth_failed") from None
         if tenant != user:
             raise _Close(
                 "authentication failed: the username must be the tenant whose API key is "
-                "the password"
+                "the password",
+                "auth_failed",
             )
         self.apis = KafkaApis(self.edge.calls, self.edge.broker, tenant, authorization)
