@@ -3,11 +3,13 @@ a partition, and hostile frames that close a connection while the gateway serves
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import json
 import os
 import struct
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -19,12 +21,15 @@ from kio.schema.fetch.v12 import request as fetch
 from kio.schema.list_offsets.v7 import request as list_offsets
 from kio.schema.metadata.v12 import request as metadata
 from kio.schema.produce.v9 import request as produce
+from kio.schema.sasl_handshake.v0 import request as handshake
 
 from tests.kafka.clients import CLIENTS, Kcat, librdkafka_settings
 from tests.kafka.conftest import KafkaTarget
 from tests.kafka.raw import RawKafka, record_batch
 
 pytestmark = pytest.mark.integration
+
+ROW = {"id": 1, "name": "a", "price": 1.0, "ok": True}
 
 
 def produce_request(
@@ -304,3 +309,45 @@ def test_requests_by_api_and_error_and_closed_connections_are_counted(
         assert raw.closed()
     after = [counted(kafka, m) for m in (refused, fetched, too_large)]
     assert [a - b for a, b in zip(after, before, strict=True)] == [1, 1, 1]
+
+
+def test_acks_0_is_stored_and_answered_with_nothing(kafka: KafkaTarget, topic: str) -> None:
+    with RawKafka(kafka) as raw:
+        assert raw.authenticate(kafka.tenant, kafka.key).error_code == ErrorCode.none
+        request = produce_request(topic, 1, [json.dumps(ROW).encode()])
+        raw.send(dataclasses.replace(request, acks=0))
+        # The next answer on the connection is the next request's: nothing came between.
+        fetched = raw.call(fetch_request(topic, 1, 0, wait_ms=2000))
+        part = fetched.responses[0].partitions[0]
+        assert part.error_code == ErrorCode.none and part.high_watermark == 1
+
+
+def test_sasl_handshake_v0_takes_a_bare_token(kafka: KafkaTarget, topic: str) -> None:
+    with RawKafka(kafka) as raw:
+        answer = raw.call(handshake.SaslHandshakeRequest(mechanism="PLAIN"))
+        assert answer.error_code == ErrorCode.none and answer.mechanisms == ("PLAIN",)
+        token = b"\0" + kafka.tenant.encode() + b"\0" + kafka.key.encode()
+        raw.send_bytes(struct.pack(">i", len(token)) + token)
+        assert raw.read_frame() == b""  # authenticated
+        everything = raw.call(metadata_request(None))
+        assert topic in {t.name for t in everything.topics}
+    with RawKafka(kafka) as raw:
+        raw.call(handshake.SaslHandshakeRequest(mechanism="PLAIN"))
+        token = b"\0" + kafka.tenant.encode() + b"\0wrong"
+        raw.send_bytes(struct.pack(">i", len(token)) + token)
+        assert raw.closed()
+
+
+def test_a_revoked_key_ends_its_connections(kafka: KafkaTarget, topic: str) -> None:
+    with kafka.gateway.admin() as admin:
+        key_id, key = admin.issue_key(kafka.tenant)
+    with RawKafka(kafka) as raw:
+        assert raw.authenticate(kafka.tenant, key).error_code == ErrorCode.none
+        raw.call(metadata_request([topic]))
+        with kafka.gateway.admin() as admin:
+            admin.revoke_key(key_id)
+        deadline = time.monotonic() + 30  # the key cache holds it auth.key_cache_ttl_s
+        with pytest.raises(ConnectionError):
+            while time.monotonic() < deadline:
+                raw.call(metadata_request([topic]))
+                time.sleep(0.2)
