@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
+import datetime as dt
 import logging
 import time
 import uuid
@@ -51,7 +53,7 @@ from gateway.wire.errors import (
     TidegateError,
 )
 
-__all__ = ["Broker", "KafkaApis"]
+__all__ = ["LONGEST_MUTE_S", "Broker", "KafkaApis", "held_while_throttled"]
 
 log = logging.getLogger("tidegate.server.kafka")
 
@@ -59,9 +61,9 @@ T = TypeVar("T")
 
 #: The one node id this gateway answers as (every partition's leader).
 NODE_ID = 0
-#: Longest a throttled request is held before it is tried again (the connection is muted
+#: Longest a throttled request is held before it fails (the connection is muted
 #: meanwhile, as Kafka mutes an over-quota client's channel).
-_LONGEST_MUTE_S = 5.0
+LONGEST_MUTE_S = 5.0
 #: ListOffsets' special timestamps.
 _LATEST, _EARLIEST, _MAX_TIMESTAMP = -1, -2, -3
 
@@ -103,6 +105,8 @@ class KafkaApis:
         self.broker = broker
         self.tenant = tenant
         self.authorization = authorization
+        #: Milliseconds the request being served was held for the tenant's quota.
+        self.muted_ms = 0
 
     async def handle(self, request: Request) -> Any | None:
         """The answer to ``request`` (None: a Produce with acks=0, answered with nothing).
@@ -113,24 +117,25 @@ class KafkaApis:
         handler = self._handlers[request.api_key]
         # Counted, its key checked again (cached), held by one of the tenant's slots, as
         # a request of any edge; muted for a while when over the tenant's requests/s.
+        self.muted_ms = 0
         await self._muted(lambda: self.gate.tenant_of(self.authorization))
         waits = request.api_key == FETCH and _fetch_waits(request.body)
         async with self.gate.admit(self.tenant, follow=waits):
-            return await handler(self, request)
+            answer = await handler(self, request)
+        if answer is not None and self.muted_ms and hasattr(answer, "throttle_time"):
+            # Kafka's quota answer: how long the request was held for the tenant's quota.
+            muted = dt.timedelta(milliseconds=self.muted_ms)
+            answer = dataclasses.replace(answer, throttle_time=muted)
+        return answer
 
     async def _muted(self, call: Callable[[], Awaitable[T]], deadline: float | None = None) -> T:
-        """``call()``; while it is throttled, the connection waits the time it is told
-        and tries again (Kafka mutes an over-quota client's channel the same way), until
-        ``deadline`` (monotonic) or :data:`_LONGEST_MUTE_S`."""
-        until = deadline if deadline is not None else time.monotonic() + _LONGEST_MUTE_S
-        while True:
-            try:
-                return await call()
-            except Throttled as err:
-                pause = (err.retry_after_ms or 100) / 1000
-                if time.monotonic() + pause > until:
-                    raise
-                await asyncio.sleep(pause)
+        """``call()``, held while it is throttled (:func:`held_while_throttled`) until
+        ``deadline`` (monotonic) or :data:`LONGEST_MUTE_S`; the time held is told in the
+        answer's ``throttle_time_ms``."""
+        until = deadline if deadline is not None else time.monotonic() + LONGEST_MUTE_S
+        result, held_ms = await held_while_throttled(call, until)
+        self.muted_ms += held_ms
+        return result
 
     # Metadata ----------------------------------------------------------------------------
     async def metadata(self, request: Request) -> Any:
@@ -590,6 +595,26 @@ class KafkaApis:
         OFFSET_FETCH: offset_fetch,
         CREATE_TOPICS: create_topics,
     }
+
+
+async def held_while_throttled(call: Callable[[], Awaitable[T]], until: float) -> tuple[T, int]:
+    """``call()`` and the milliseconds it was held: while it is throttled, the connection
+    waits the time it is told and tries again (Kafka mutes an over-quota client's channel
+    the same way) until ``until`` (monotonic).
+
+    Raises:
+        Throttled: still throttled at ``until``.
+    """
+    held = 0
+    while True:
+        try:
+            return await call(), held
+        except Throttled as err:
+            pause = (err.retry_after_ms or 100) / 1000
+            if time.monotonic() + pause > until:
+                raise
+            await asyncio.sleep(pause)
+            held += int(pause * 1000)
 
 
 class _Refused(Exception):

@@ -26,7 +26,7 @@ from typing import Any
 from gateway import metrics
 from gateway.config import Settings
 from gateway.server.calls import DataCalls, wire_error
-from gateway.server.kafka.apis import Broker, KafkaApis
+from gateway.server.kafka.apis import LONGEST_MUTE_S, Broker, KafkaApis, held_while_throttled
 from gateway.server.kafka.protocol import (
     API_VERSIONS_KEY,
     BEFORE_AUTH,
@@ -316,7 +316,10 @@ class _Connection:
         gate = self.edge.calls.gate
         authorization = f"Bearer {password}"
         try:
-            tenant = await gate.tenant_of(authorization)
+            # Over requests/s, the login is held as any request is.
+            tenant, _ = await held_while_throttled(
+                lambda: gate.tenant_of(authorization), time.monotonic() + LONGEST_MUTE_S
+            )
         except TidegateError as err:
             raise _Close(f"authentication failed: {err.message}", "auth_failed") from None
         if tenant != user:
