@@ -368,3 +368,20 @@ def test_an_over_quota_tenant_is_muted_and_told_so_not_refused(
     # for the quota and saying how long, as Kafka's throttle_time_ms does.
     assert all(a.topics == () for a in answers)
     assert sum(a.throttle_time.total_seconds() for a in answers) > 0
+
+
+def test_appends_over_the_byte_quota_are_held_then_stored(
+    kafka: KafkaTarget, other_tenant: KafkaTarget, theirs: str
+) -> None:
+    with kafka.gateway.admin() as admin:
+        admin.set_quota(other_tenant.tenant, append_bytes_per_s=1000)
+    values = [json.dumps({"id": i}).encode() + b" " * 200 for i in range(2)]
+    with RawKafka(other_tenant) as raw:
+        assert raw.authenticate(other_tenant.tenant, other_tenant.key).error_code == (
+            ErrorCode.none
+        )
+        answers = [raw.call(produce_request(theirs, 0, values)) for _ in range(6)]
+    parts = [a.responses[0].partition_responses[0] for a in answers]
+    assert [p.error_code for p in parts] == [ErrorCode.none] * 6
+    assert [p.base_offset for p in parts] == [1, 3, 5, 7, 9, 11]
+    assert sum(a.throttle_time.total_seconds() for a in answers) > 0

@@ -52,6 +52,7 @@ from gateway.wire.errors import (
     Throttled,
     TidegateError,
 )
+from gateway.wire.types import AppendRange
 
 __all__ = ["LONGEST_MUTE_S", "Broker", "KafkaApis", "held_while_throttled"]
 
@@ -239,11 +240,14 @@ class KafkaApis:
                 raise _Refused()
             return AppendBody([batch], partition)
 
-        try:
+        async def attempt() -> list[AppendRange]:
+            # Refused without decoding while the tenant's appends are refused after a
+            # throttle; held and tried again meanwhile.
             self.calls.refuse_append_early(self.tenant)
-            ranges = await self._muted(
-                lambda: self.calls.append(self.tenant, namespace, name, nbytes, decode), deadline
-            )
+            return await self.calls.append(self.tenant, namespace, name, nbytes, decode)
+
+        try:
+            ranges = await self._muted(attempt, deadline)
         except _Refused:
             answer["error_code"] = ErrorCode.invalid_record
             answer["record_errors"] = [
@@ -273,6 +277,7 @@ class KafkaApis:
         got = sum(len(a.get("records") or b"") for a in answers)
         if got < max(1, body.min_bytes) and wait_s > 0 and wanted:
             await self._wait_for_records(wanted, answers, wait_s)
+            room = [max(1, body.max_bytes)]
             answers = [await self._fetch_partition(topic, p, room) for topic, p in wanted]
         by_topic: dict[str, list[dict[str, Any]]] = {}
         for (topic, _), answer in zip(wanted, answers, strict=True):
