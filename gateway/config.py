@@ -434,6 +434,12 @@ class KafkaConfig(_Section):
         "listener speaks TLS only (clients use SASL_SSL).",
     )
     tls_key_file: Path | None = Field(None, description="PEM private key of tls_cert_file.")
+    max_tenant_connections: int = Field(
+        256,
+        ge=1,
+        description="Authenticated connections one tenant may hold open on this gateway's "
+        "listener; past it a login is refused (the others keep theirs).",
+    )
 
 
 class AuthConfig(_Section):

@@ -168,7 +168,8 @@ EDGE_CONNECTIONS_CLOSED = Counter(
     "Connections the gateway closed on its own, by edge and reason: over_cap (more open "
     "than server.max_connections), header_timeout, body_timeout, linger (a refused "
     "request's unread body kept coming); the Kafka edge's also idle, too_large, "
-    "unanswerable (not a request Kafka would answer), unauthenticated, auth_failed.",
+    "unanswerable (not a request Kafka would answer), unauthenticated, auth_failed, "
+    "over_tenant_cap.",
     ["edge", "reason"],
 )
 

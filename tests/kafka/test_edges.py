@@ -26,6 +26,7 @@ from kio.schema.sasl_handshake.v0 import request as handshake
 from tests.kafka.clients import CLIENTS, Kcat, librdkafka_settings
 from tests.kafka.conftest import KafkaTarget
 from tests.kafka.raw import RawKafka, record_batch
+from tests.services import GatewayProcess
 
 pytestmark = pytest.mark.integration
 
@@ -385,3 +386,32 @@ def test_appends_over_the_byte_quota_are_held_then_stored(
     assert [p.error_code for p in parts] == [ErrorCode.none] * 6
     assert [p.base_offset for p in parts] == [1, 3, 5, 7, 9, 11]
     assert sum(a.throttle_time.total_seconds() for a in answers) > 0
+
+
+def test_a_tenant_holds_at_most_its_connection_cap(tmp_path: Path) -> None:
+    env = {"TIDEGATE_KAFKA__MAX_TENANT_CONNECTIONS": "2", "TIDEGATE_TIERING__ENABLED": "false"}
+    gw = GatewayProcess(tmp_path / "gw", env)
+    try:
+        gw.start()
+        assert gw.api_key is not None
+        target = KafkaTarget(gw, f"127.0.0.1:{gw.kafka_port}", gw.tenant, gw.api_key)
+        first, second = RawKafka(target), RawKafka(target)
+        for raw in (first, second):
+            assert raw.authenticate(gw.tenant, gw.api_key).error_code == ErrorCode.none
+        with RawKafka(target) as third:
+            answer = third.authenticate(gw.tenant, gw.api_key)
+            assert answer.error_code == ErrorCode.sasl_authentication_failed
+            assert "at most 2 (kafka.max_tenant_connections)" in (answer.error_message or "")
+            assert third.closed()
+        # The two held go on; one closed makes room for another.
+        assert first.call(metadata_request(None)).topics == ()
+        second.close()
+        deadline = time.monotonic() + 30
+        while True:
+            with RawKafka(target) as again:
+                if again.authenticate(gw.tenant, gw.api_key).error_code == ErrorCode.none:
+                    break
+            assert time.monotonic() < deadline
+        first.close()
+    finally:
+        gw.stop()

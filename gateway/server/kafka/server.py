@@ -78,6 +78,8 @@ class KafkaEdge:
         self.settings = settings
         self.max_connections = max_connections
         self.connections: set[asyncio.Task[Any]] = set()
+        #: Authenticated connections per tenant.
+        self.tenants: dict[str, int] = {}
         self._server: asyncio.Server | None = None
         self.port = settings.kafka.port
 
@@ -145,8 +147,9 @@ class KafkaEdge:
             writer.close()
             return
         self.connections.add(task)
+        connection = _Connection(self, reader, writer)
         try:
-            await _Connection(self, reader, writer).run()
+            await connection.run()
         except (_Close, Unanswerable) as why:
             log.debug("Kafka connection closed: %s", why)
             reason = why.reason if isinstance(why, _Close) else "unanswerable"
@@ -160,6 +163,10 @@ class KafkaEdge:
             wire_error(exc, "a Kafka connection")  # logged with its traceback
         finally:
             self.connections.discard(task)
+            if connection.apis is not None:
+                self.tenants[connection.apis.tenant] -= 1
+                if not self.tenants[connection.apis.tenant]:
+                    del self.tenants[connection.apis.tenant]
             writer.close()
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(writer.wait_closed(), 1)
@@ -328,4 +335,15 @@ class _Connection:
                 "the password",
                 "auth_failed",
             )
+        held, most = (
+            self.edge.tenants.get(tenant, 0),
+            self.edge.settings.kafka.max_tenant_connections,
+        )
+        if held >= most:
+            raise _Close(
+                f"tenant {tenant!r} holds {held} Kafka connections to this gateway; at most "
+                f"{most} (kafka.max_tenant_connections): close some",
+                "over_tenant_cap",
+            )
+        self.edge.tenants[tenant] = held + 1
         self.apis = KafkaApis(self.edge.calls, self.edge.broker, tenant, authorization)
