@@ -65,3 +65,21 @@ def test_a_topic_created_over_kafka_keeps_records_as_they_came(kafka: KafkaTarge
     assert [(r["key"], r["value"]) for r in rows] == [(k, v) for k, v, _, _ in sent]
     assert rows[0]["headers"] == [{"key": "h", "value": b"v"}, {"key": "empty", "value": None}]
     assert base64.b64encode(rows[0]["value"]) == base64.b64encode(sent[0][1])
+
+
+def test_a_topic_deleted_over_kafka_is_dropped(
+    kafka: KafkaTarget, other_tenant: KafkaTarget, theirs: str
+) -> None:
+    topic = f"del{secrets.token_hex(4)}.events"
+    admin = AdminClient(librdkafka_settings(kafka))
+    admin.create_topics([NewTopic(topic, 1)])[topic].result(30)
+    done = admin.delete_topics([topic, theirs, "no.such"])
+    done[topic].result(30)
+    # Another tenant's table is as unknown as one that does not exist, and stays.
+    for name in (theirs, "no.such"):
+        with pytest.raises(KafkaException, match="UNKNOWN_TOPIC_OR_PART"):
+            done[name].result(30)
+    with kafka.gateway.client() as c:
+        assert topic not in {f"{t.namespace}.{t.name}" for t in c.list_tables()}
+    with kafka.gateway.client(api_key=other_tenant.key) as b:
+        assert b.read(theirs, partition=0, offset=0).num_rows == 1

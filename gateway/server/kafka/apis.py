@@ -22,6 +22,7 @@ from gateway.core import ReadResult, TableView
 from gateway.server.calls import OFFLOAD_BYTES, AppendBody, DataCalls, wire_error
 from gateway.server.kafka.protocol import (
     CREATE_TOPICS,
+    DELETE_TOPICS,
     FETCH,
     FIND_COORDINATOR,
     LIST_OFFSETS,
@@ -590,6 +591,22 @@ class KafkaApis:
             answers.append(answer)
         return build(response_class(request), {"topics": answers})
 
+    async def delete_topics(self, request: Request) -> Any:
+        """Drop the tables, as the SDK's ``drop_table`` does (their Iceberg tables too)."""
+        answers = []
+        for name in request.body.topic_names:
+            answer: dict[str, Any] = {"name": name, "error_code": ErrorCode.none}
+            parts = split_topic(name)
+            try:
+                if parts is None:
+                    raise TableNotFound(f"no table {name!r}")
+                await self.service.drop_table(self.tenant, *parts)
+            except Exception as exc:
+                err = wire_error(exc, "a Kafka delete topics")
+                answer.update(error_code=error_code(err), error_message=_message(err, name))
+            answers.append(answer)
+        return build(response_class(request), {"responses": answers})
+
     _handlers: dict[int, Callable[[KafkaApis, Request], Awaitable[Any]]] = {
         METADATA: metadata,
         PRODUCE: produce,
@@ -599,6 +616,7 @@ class KafkaApis:
         OFFSET_COMMIT: offset_commit,
         OFFSET_FETCH: offset_fetch,
         CREATE_TOPICS: create_topics,
+        DELETE_TOPICS: delete_topics,
     }
 
 

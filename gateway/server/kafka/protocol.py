@@ -56,7 +56,7 @@ __all__ = [
 #: Kafka's API keys of the requests this edge serves, by name.
 PRODUCE, FETCH, LIST_OFFSETS, METADATA = 0, 1, 2, 3
 OFFSET_COMMIT, OFFSET_FETCH, FIND_COORDINATOR = 8, 9, 10
-CREATE_TOPICS = 19
+CREATE_TOPICS, DELETE_TOPICS = 19, 20
 SASL_HANDSHAKE, API_VERSIONS_KEY, SASL_AUTHENTICATE = 17, 18, 36
 
 #: API key -> (min, max) version served. Bounded by what kio generates (Kafka 4's
@@ -73,6 +73,8 @@ API_VERSIONS: dict[int, tuple[int, int]] = {
     OFFSET_FETCH: (1, 7),
     FIND_COORDINATOR: (0, 4),
     CREATE_TOPICS: (2, 7),
+    # v6 names topics by id too.
+    DELETE_TOPICS: (1, 5),
     SASL_HANDSHAKE: (0, 1),
     API_VERSIONS_KEY: (0, 3),
     SASL_AUTHENTICATE: (0, 2),
