@@ -388,8 +388,15 @@ def test_appends_over_the_byte_quota_are_held_then_stored(
     assert sum(a.throttle_time.total_seconds() for a in answers) > 0
 
 
-def test_a_tenant_holds_at_most_its_connection_cap(tmp_path: Path) -> None:
-    env = {"TIDEGATE_KAFKA__MAX_TENANT_CONNECTIONS": "2", "TIDEGATE_TIERING__ENABLED": "false"}
+def test_a_tenant_holds_at_most_its_connection_cap_and_is_told_the_advertised_address(
+    tmp_path: Path,
+) -> None:
+    env = {
+        "TIDEGATE_KAFKA__MAX_TENANT_CONNECTIONS": "2",
+        "TIDEGATE_KAFKA__ADVERTISED_HOST": "kafka.example",
+        "TIDEGATE_KAFKA__ADVERTISED_PORT": "19092",
+        "TIDEGATE_TIERING__ENABLED": "false",
+    }
     gw = GatewayProcess(tmp_path / "gw", env)
     try:
         gw.start()
@@ -404,7 +411,12 @@ def test_a_tenant_holds_at_most_its_connection_cap(tmp_path: Path) -> None:
             assert "at most 2 (kafka.max_tenant_connections)" in (answer.error_message or "")
             assert third.closed()
         # The two held go on; one closed makes room for another.
-        assert first.call(metadata_request(None)).topics == ()
+        listed = first.call(metadata_request(None))
+        assert listed.topics == ()
+        # The broker clients are sent to is the advertised address.
+        assert [(b.node_id, b.host, b.port) for b in listed.brokers] == [
+            (0, "kafka.example", 19092)
+        ]
         second.close()
         deadline = time.monotonic() + 30
         while True:
