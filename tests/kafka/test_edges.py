@@ -393,6 +393,7 @@ def test_a_tenant_holds_at_most_its_connection_cap_and_is_told_the_advertised_ad
 ) -> None:
     env = {
         "TIDEGATE_KAFKA__MAX_TENANT_CONNECTIONS": "2",
+        "TIDEGATE_QUOTA__MAX_FOLLOWS": "1",
         "TIDEGATE_KAFKA__ADVERTISED_HOST": "kafka.example",
         "TIDEGATE_KAFKA__ADVERTISED_PORT": "19092",
         "TIDEGATE_TIERING__ENABLED": "false",
@@ -424,6 +425,18 @@ def test_a_tenant_holds_at_most_its_connection_cap_and_is_told_the_advertised_ad
                 if again.authenticate(gw.tenant, gw.api_key).error_code == ErrorCode.none:
                     break
             assert time.monotonic() < deadline
+
+        # One long poll holds the tenant's one follow slot: another waits for it (muted)
+        # and is answered, told how long it was held, not refused.
+        with gw.client() as c:
+            c.create_table("slot.t", {"n": "int64"}, partitions=1)
+        first.send(fetch_request("slot.t", 0, 0, wait_ms=1500))
+        with RawKafka(target) as other:
+            assert other.authenticate(gw.tenant, gw.api_key).error_code == ErrorCode.none
+            waited = other.call(fetch_request("slot.t", 0, 0, wait_ms=100))
+            assert waited.responses[0].partitions[0].error_code == ErrorCode.none
+            assert waited.throttle_time.total_seconds() > 0
+        assert first.read_frame()  # the long poll's own answer, after its wait
         first.close()
     finally:
         gw.stop()

@@ -122,7 +122,11 @@ class KafkaApis:
         self.muted_ms = 0
         await self._muted(lambda: self.gate.tenant_of(self.authorization))
         waits = request.api_key == FETCH and _fetch_waits(request.body)
-        async with self.gate.admit(self.tenant, follow=waits):
+        async with contextlib.AsyncExitStack() as held:
+            # No free slot is a throttle too: held and tried again.
+            await self._muted(
+                lambda: held.enter_async_context(self.gate.admit(self.tenant, follow=waits))
+            )
             answer = await handler(self, request)
         if answer is not None and self.muted_ms and hasattr(answer, "throttle_time"):
             # Kafka's quota answer: how long the request was held for the tenant's quota.
