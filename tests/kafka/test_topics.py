@@ -80,6 +80,6 @@ def test_a_topic_deleted_over_kafka_is_dropped(
         with pytest.raises(KafkaException, match="UNKNOWN_TOPIC_OR_PART"):
             done[name].result(30)
     with kafka.gateway.client() as c:
-        assert topic not in {f"{t.namespace}.{t.name}" for t in c.list_tables()}
+        assert topic not in {f"{t.ref.namespace}.{t.ref.name}" for t in c.list_tables()}
     with kafka.gateway.client(api_key=other_tenant.key) as b:
         assert b.read(theirs, partition=0, offset=0).num_rows == 1
