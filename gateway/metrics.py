@@ -30,10 +30,13 @@ __all__ = [
     "GRPC_REQUESTS",
     "HTTP_DURATION",
     "HTTP_REQUESTS",
+    "KAFKA_DURATION",
+    "KAFKA_REQUESTS",
     "READ_RECORDS",
     "UNMATCHED_ROUTE",
     "observe_grpc_request",
     "observe_http_request",
+    "observe_kafka_request",
     "on_scrape",
     "record_append",
     "record_catalog_access",
@@ -140,11 +143,34 @@ def observe_grpc_request(method: str, code: str, seconds: float) -> None:
     GRPC_DURATION.labels(method=method).observe(seconds)
 
 
+KAFKA_REQUESTS = Counter(
+    "tidegate_kafka_requests_total",
+    "Kafka requests answered, by API and the first error code of the answer (none: "
+    "every part succeeded).",
+    ["api", "error"],
+)
+KAFKA_DURATION = Histogram(
+    "tidegate_kafka_request_duration_seconds",
+    "Kafka request latency by API, from the whole request read to its answer written "
+    "(a Fetch's long poll included).",
+    ["api"],
+    buckets=_LATENCY_BUCKETS,
+)
+
+
+def observe_kafka_request(api: str, error: str, seconds: float) -> None:
+    """Count one answered Kafka request (``api``: Kafka's name, e.g. ``Produce``)."""
+    KAFKA_REQUESTS.labels(api=api, error=error).inc()
+    KAFKA_DURATION.labels(api=api).observe(seconds)
+
+
 EDGE_CONNECTIONS_CLOSED = Counter(
     "tidegate_edge_connections_closed_total",
     "Connections the gateway closed on its own, by edge and reason: over_cap (more open "
     "than server.max_connections), header_timeout, body_timeout, linger (a refused "
-    "request's unread body kept coming).",
+    "request's unread body kept coming); the Kafka edge's also idle, too_large, "
+    "unanswerable (not a request Kafka would answer), unauthenticated, auth_failed, "
+    "over_tenant_cap.",
     ["edge", "reason"],
 )
 

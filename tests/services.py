@@ -607,6 +607,8 @@ class GatewayProcess:
         self.flight_port = int(
             self.extra_env.setdefault("TIDEGATE_SERVER__FLIGHT_PORT", str(free_port()))
         )
+        # The Kafka listener is on by default, as in `tidegate serve` (0: off).
+        self.kafka_port = int(self.extra_env.setdefault("TIDEGATE_KAFKA__PORT", str(free_port())))
         self.operator_key = self.extra_env.setdefault(
             "TIDEGATE_AUTH__OPERATOR_KEY", f"tgop_test_{secrets.token_hex(16)}"
         )

@@ -129,7 +129,16 @@ def test_the_wheel_serves_from_a_fresh_venv_outside_the_checkout(tmp_path: Path)
 
     grpc_port, http_port = free_port(), free_port()
     serve = subprocess.Popen(
-        ["tidegate", "serve", "--grpc-port", str(grpc_port), "--http-port", str(http_port)],
+        [
+            "tidegate",
+            "serve",
+            "--grpc-port",
+            str(grpc_port),
+            "--http-port",
+            str(http_port),
+            "--kafka-port",
+            str(free_port()),
+        ],
         cwd=work,
         env=env,
         stdout=subprocess.PIPE,

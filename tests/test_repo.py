@@ -134,6 +134,7 @@ def test_run_command_serves_on_embedded_defaults(tmp_path: Path) -> None:
     env.update(
         TIDEGATE_SERVER__HTTP_PORT=str(http_port),
         TIDEGATE_SERVER__GRPC_PORT=str(grpc_port),
+        TIDEGATE_KAFKA__PORT=str(free_port()),
         TIDEGATE_DATA_DIR=str(tmp_path / "data"),
     )
     proc = subprocess.Popen(

@@ -37,6 +37,9 @@ def serve(
     flight_port: Annotated[
         int | None, typer.Option(help="Arrow Flight port for bulk reads (0 disables).")
     ] = None,
+    kafka_port: Annotated[
+        int | None, typer.Option(help="Kafka listener port (0 disables; default 9092).")
+    ] = None,
     data_dir: Annotated[Path | None, typer.Option(help="Embedded-mode data folder.")] = None,
     log_level: LogLevelOption = None,
     log_format: LogFormatOption = None,
@@ -68,6 +71,9 @@ def serve(
         }
     )
     settings = settings.model_copy(update={"server": server})
+    if kafka_port is not None:
+        kafka = settings.kafka.model_copy(update={"port": kafka_port})
+        settings = settings.model_copy(update={"kafka": kafka})
     if data_dir is not None:
         settings = settings.model_copy(update={"data_dir": data_dir})
     try:

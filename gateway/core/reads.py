@@ -6,7 +6,7 @@ import asyncio
 import contextlib
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 import pyarrow as pa
 
@@ -17,6 +17,9 @@ from gateway.hot import PartitionId, StoredBatch
 from gateway.wire.errors import InvalidRequest
 from gateway.wire.evolution import StaleSchema, read_as
 from gateway.wire.stored import HotPiece, schema_message
+
+if TYPE_CHECKING:
+    from gateway.cold import ColdSnapshot, ColdTable
 
 __all__ = ["FollowHold", "ReadOps"]
 
@@ -90,17 +93,7 @@ class ReadOps(CoreBase):
         cold = self._cold_table(table) if self.cold is not None else None
 
         def fetch() -> ReadResult:
-            snap = self._read_snapshot(table, cold) if cold is not None else None
-            tiered = snap.watermark(part.partition) if snap is not None else 0
-            # Recorded by retention before it removes anything: enforced from that moment
-            # on every gateway, whichever tier still holds the records below it. A table
-            # that never had a retention has none (the retention job waits until every
-            # gateway's view of the table knows it has one), so it is not looked up.
-            recorded = (
-                self.meta.earliest_offset(part.table_id, part.partition)
-                if table.definition.retention_set_at is not None
-                else 0
-            )
+            snap, tiered, recorded = self._tier_marks(table, part, cold)
             # A read above the tiered watermark (most are) gets the hot marks with its
             # batches, in one round trip; the batches serve when the read starts there.
             early: list[StoredBatch] | None = None
@@ -159,6 +152,49 @@ class ReadOps(CoreBase):
             )
 
         return await self._run(fetch)
+
+    def _tier_marks(
+        self, table: TableView, part: PartitionId, cold: ColdTable | None
+    ) -> tuple[ColdSnapshot | None, int, int]:
+        """The snapshot a read of ``part`` uses, its ``T(p)``, and the earliest offset
+        retention recorded."""
+        snap = self._read_snapshot(table, cold) if cold is not None else None
+        tiered = snap.watermark(part.partition) if snap is not None else 0
+        # Recorded by retention before it removes anything: enforced from that moment
+        # on every gateway, whichever tier still holds the records below it. A table
+        # that never had a retention has none (the retention job waits until every
+        # gateway's view of the table knows it has one), so it is not looked up.
+        recorded = (
+            self.meta.earliest_offset(part.table_id, part.partition)
+            if table.definition.retention_set_at is not None
+            else 0
+        )
+        return snap, tiered, recorded
+
+    async def offset_bounds(
+        self, tenant: str, namespace: str, name: str, partitions: Sequence[int] | None = None
+    ) -> dict[int, tuple[int, int]]:
+        """Per partition, the earliest offset a read may start at and the high watermark,
+        across the tiers, as a read at that moment sees them.
+
+        Raises:
+            TableNotFound, InvalidPartition.
+        """
+        table = await self.table(tenant, namespace, name)
+        wanted = self._partitions(table, partitions)
+        cold = self._cold_table(table) if self.cold is not None else None
+
+        def bounds(p: int) -> tuple[int, int]:
+            part = self._part(table, p)
+            _, tiered, recorded = self._tier_marks(table, part, cold)
+            o = self.hot.offsets(part)
+            if cold is not None and o.low > max(tiered, recorded):
+                # Trimmed above the reused snapshot's watermark: look at the newest one.
+                tiered = self._read_snapshot(table, cold, fresh=True).watermark(p)
+            view = PartitionView(p, tiered, recorded, o.low, o.high)
+            return view.earliest, view.latest
+
+        return await self._run(lambda: {p: bounds(p) for p in wanted})
 
     async def follow(
         self,

@@ -32,6 +32,7 @@ if TYPE_CHECKING:
 
     from gateway.server.flight import FlightEdge
     from gateway.server.grpc_server import GrpcEdge
+    from gateway.server.kafka import KafkaEdge
 
 __all__ = ["build_service", "serve"]
 
@@ -168,7 +169,8 @@ def connection_cap(settings: Settings) -> int:
             soft = target
     except (ValueError, OSError):  # pragma: no cover - a platform without rlimits
         return wanted
-    edges = sum(1 for port in (settings.server.http_port, settings.server.grpc_port) if port) or 1
+    ports = (settings.server.http_port, settings.server.grpc_port, settings.kafka.port)
+    edges = sum(1 for port in ports if port) or 1
     fits = max(16, (soft - _RESERVED_DESCRIPTORS) // edges)
     if fits < wanted:
         log.warning(
@@ -243,6 +245,7 @@ def check_can_start(settings: Settings) -> None:
         (settings.server.http_port, "HTTP", "--http-port or TIDEGATE_SERVER__HTTP_PORT"),
         (settings.server.metrics_port, "metrics", "TIDEGATE_SERVER__METRICS_PORT"),
         (settings.server.flight_port, "Flight", "--flight-port or TIDEGATE_SERVER__FLIGHT_PORT"),
+        (settings.kafka.port, "Kafka", "--kafka-port or TIDEGATE_KAFKA__PORT"),
     ):
         if not port:
             continue
@@ -393,14 +396,15 @@ def _say_ready(settings: Settings) -> None:
 
 
 class Edges:
-    """The network edges of one process (gRPC, Flight, HTTP and metrics, each when its port
-    is set), started in that order and stopped in that order."""
+    """The network edges of one process (gRPC, Flight, Kafka, HTTP and metrics, each when
+    its port is set), started in that order and stopped in that order."""
 
     def __init__(self, settings: Settings, max_connections: int) -> None:
         self.settings = settings
         self.max_connections = max_connections
         self.grpc: GrpcEdge | None = None
         self.flight: FlightEdge | None = None
+        self.kafka: KafkaEdge | None = None
         self.http: list[tuple[uvicorn.Server, asyncio.Task[None]]] = []
 
     async def start(
@@ -412,6 +416,7 @@ class Edges:
         from gateway.server.http import create_app
         from gateway.server.http.health import metrics_app
         from gateway.server.http.refusals import AppendRefusals
+        from gateway.server.kafka import KafkaEdge
 
         settings = self.settings
         if settings.server.grpc_port:
@@ -421,6 +426,10 @@ class Edges:
         if settings.server.flight_port:
             self.flight = FlightEdge(calls, settings)
             log.info("Flight listening on %s:%s", settings.server.host, self.flight.port)
+        if settings.kafka.port:
+            self.kafka = KafkaEdge(calls, settings, self.max_connections)
+            await self.kafka.start()
+            log.info("Kafka listening on %s:%s", settings.server.host, self.kafka.port)
         if settings.server.http_port:
             app = create_app(service, settings, ready=ready, tenancy=tenancy)
             await self._start_http(AppendRefusals(app, tenancy), settings.server.http_port, "HTTP")
@@ -465,6 +474,8 @@ class Edges:
             await self.grpc.stop(grace)
         if self.flight is not None:
             await self.flight.stop()
+        if self.kafka is not None:
+            await self.kafka.stop()
         for server, task in self.http:
             server.should_exit = True
             with suppress(asyncio.CancelledError):

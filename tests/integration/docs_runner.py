@@ -91,7 +91,7 @@ class Served:
     def __init__(self, folder: Path, env: dict[str, str] | None = None) -> None:
         self.folder = folder
         self.data = folder / "tidegate-data"
-        self.grpc, self.http = free_port(), free_port()
+        self.grpc, self.http, self.kafka = free_port(), free_port(), free_port()
         base = {k: v for k, v in os.environ.items() if not k.startswith("TIDEGATE_")}
         self.env = {**base, **(env or {})}
         self.out = folder / "serve.out"
@@ -119,8 +119,8 @@ class Served:
         return f"127.0.0.1:{self.http}"
 
     def args(self) -> list[str]:
-        return ["--grpc-port", str(self.grpc), "--http-port", str(self.http), "--data-dir",
-                str(self.data)]  # fmt: skip
+        return ["--grpc-port", str(self.grpc), "--http-port", str(self.http), "--kafka-port",
+                str(self.kafka), "--data-dir", str(self.data)]  # fmt: skip
 
     def stop(self) -> str:
         """SIGTERM, as Ctrl-C in the terminal of `make run`; what it printed."""

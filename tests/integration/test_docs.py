@@ -69,6 +69,16 @@ ELSEWHERE = {
     "downloads Iceberg's jars from Maven Central, which this project's machines cannot reach",
     ("docs/engines.md", "Trino"): "no test: a Trino server's catalog file; no Trino here",
     ("docs/spark.md", ""): "tests/spark/test_docs.py, in the test session's SparkSession",
+    **{
+        ("docs/kafka.md", heading): "tests/kafka/test_docs.py runs the page's blocks in order"
+        for heading in (
+            "A table to use",
+            "confluent-kafka (librdkafka)",
+            "kafka-python",
+            "aiokafka",
+            "kcat",
+        )
+    },
     ("docs/spark.md", "Writes"): "tests/spark/test_docs.py runs the page's snippets in order "
     "as one program, this one after the first",
 }

@@ -334,9 +334,10 @@ def test_item10_serve_ends_with_the_next_steps(served: Served) -> None:
 def test_item7_a_second_gateway_names_every_conflict_at_once(served: Served) -> None:
     out = cli(None, "serve", *served.args(), code=2, cwd=served.folder)
     text = out.stderr.strip()
-    assert text.startswith("error: CANNOT_START: 3 conflicts, another gateway may be running: ")
+    assert text.startswith("error: CANNOT_START: 4 conflicts, another gateway may be running: ")
     assert f"cannot listen for gRPC on 127.0.0.1:{served.grpc}" in text
     assert f"cannot listen for HTTP on 127.0.0.1:{served.http}" in text
+    assert f"cannot listen for Kafka on 127.0.0.1:{served.kafka}" in text
     assert f"the disk hot tier at {served.data / 'hot'} is in use by pid {served.proc.pid}" in text
     assert "--grpc-port" in text and "--http-port" in text and "--data-dir" in text
     assert len(text.splitlines()) == 1

@@ -154,3 +154,9 @@ class ReadCalls(CallsBase):
         return await self.service.offsets_for_times(
             tenant, namespace, name, timestamp_us, partitions
         )
+
+    async def offset_bounds(
+        self, tenant: str, namespace: str, name: str, partitions: Sequence[int] | None
+    ) -> dict[int, tuple[int, int]]:
+        """Per partition, (earliest offset, high watermark) across the tiers."""
+        return await self.service.offset_bounds(tenant, namespace, name, partitions)
