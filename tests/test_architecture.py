@@ -52,14 +52,14 @@ def copy_of_the_tree(tmp_path_factory: pytest.TempPathFactory) -> Path:
         ("gateway/cli/jobs.py", "import tiering.spark_runner", "gateway never imports tiering"),
         ("gateway/client/_types.py", "import gateway.config", "The client SDK is light"),
         ("gateway/wire/codec.py", "import sqlalchemy", "gateway.wire is light"),
-        ("gateway/server/grpc_server.py", "import gateway.meta.tenants", "The edges reach"),
+        ("gateway/server/grpc/server.py", "import gateway.meta.tenants", "The edges reach"),
         ("gateway/hot/base.py", "import gateway.core", "Layers"),
         ("gateway/cold/base.py", "import gateway.hot.base", "Layers"),
         ("gateway/spark/_plan.py", "import gateway.core", "The Spark connector"),
         ("gateway/server/kafka/apis.py", "import gateway.server.http", "The edges do not"),
         ("gateway/server/flight.py", "import gateway.server.kafka.records", "The edges do not"),
         ("gateway/server/http/records.py", "import gateway.server.flight", "The edges do not"),
-        ("gateway/server/kafka/server.py", "import gateway.server.grpc_calls", "The edges do not"),
+        ("gateway/server/kafka/server.py", "import gateway.server.grpc.calls", "The edges do not"),
         ("gateway/spark/_splits.py", "import pyiceberg", "The Spark connector"),
         (
             "gateway/cold/iceberg/table.py",
@@ -77,8 +77,8 @@ def copy_of_the_tree(tmp_path_factory: pytest.TempPathFactory) -> Path:
             "A part never imports its whole: the Flight edge",
         ),
         (
-            "gateway/server/grpc_service/tables.py",
-            "import gateway.server.grpc_server",
+            "gateway/server/grpc/service/tables.py",
+            "import gateway.server.grpc.server",
             "A part never imports its whole: the gRPC servicer",
         ),
         (

@@ -31,7 +31,7 @@ if TYPE_CHECKING:
     import uvicorn
 
     from gateway.server.flight import FlightEdge
-    from gateway.server.grpc_server import GrpcEdge
+    from gateway.server.grpc.server import GrpcEdge
     from gateway.server.kafka import KafkaEdge
 
 __all__ = ["build_service", "serve"]
@@ -412,7 +412,7 @@ class Edges:
     ) -> None:
         """Start each edge whose port is set; ``ready`` answers the HTTP readiness probe."""
         from gateway.server.flight import FlightEdge
-        from gateway.server.grpc_server import GrpcEdge
+        from gateway.server.grpc.server import GrpcEdge
         from gateway.server.http import create_app
         from gateway.server.http.health import metrics_app
         from gateway.server.http.refusals import AppendRefusals

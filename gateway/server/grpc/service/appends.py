@@ -8,15 +8,15 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 from gateway.server.calls import append_response, wire_error
-from gateway.server.grpc_calls import current_call
-from gateway.server.grpc_service.base import ServicerBase
+from gateway.server.grpc.calls import current_call
+from gateway.server.grpc.service.base import ServicerBase
 from gateway.wire._proto.tidegate.v1 import tidegate_pb2 as pb
 from gateway.wire.errors import PermissionDenied, Unauthenticated
 from gateway.wire.status import error_to_pb
 
 __all__ = ["AppendMethods"]
 
-log = logging.getLogger("gateway.server.grpc_server")
+log = logging.getLogger("gateway.server.grpc.server")
 
 
 class AppendMethods(ServicerBase):

@@ -6,8 +6,8 @@ from __future__ import annotations
 from typing import Any
 
 from gateway.core import GroupView
-from gateway.server.grpc_calls import current_call
-from gateway.server.grpc_service.base import ServicerBase, partition_offsets
+from gateway.server.grpc.calls import current_call
+from gateway.server.grpc.service.base import ServicerBase, partition_offsets
 from gateway.wire._proto.tidegate.v1 import tidegate_pb2 as pb
 
 __all__ = ["GroupMethods", "group_info"]

@@ -1,9 +1,9 @@
 """The gRPC edge (grpc.aio): the server with the Tidegate service
-(:class:`~gateway.server.grpc_service.TidegateServicer`), the admin service, health and
+(:class:`~gateway.server.grpc.service.TidegateServicer`), the admin service, health and
 reflection, and the bounds on its connections (:func:`server_options`).
 
 Who is calling, admission and error translation are the
-:class:`~gateway.server.grpc_calls.CallInterceptor`'s.
+:class:`~gateway.server.grpc.calls.CallInterceptor`'s.
 """
 
 from __future__ import annotations
@@ -16,8 +16,8 @@ from grpc_reflection.v1alpha import reflection
 from gateway.config import Settings
 from gateway.core import StreamTables
 from gateway.server.calls import DataCalls
-from gateway.server.grpc_calls import ADMIN_SERVICE_NAME, SERVICE_NAME, CallInterceptor
-from gateway.server.grpc_service import TidegateServicer
+from gateway.server.grpc.calls import ADMIN_SERVICE_NAME, SERVICE_NAME, CallInterceptor
+from gateway.server.grpc.service import TidegateServicer
 from gateway.tenancy import Gate, OpenGate, Tenancy
 from gateway.wire._proto.tidegate.v1 import tidegate_pb2_grpc as pb_grpc
 
@@ -79,7 +79,7 @@ class GrpcEdge:
         pb_grpc.add_TidegateServicer_to_server(TidegateServicer(calls, settings), self.server)
         services = [SERVICE_NAME]
         if isinstance(gate, Tenancy):
-            from gateway.server.grpc_admin import AdminServicer
+            from gateway.server.grpc.admin import AdminServicer
             from gateway.wire._proto.tidegate.v1 import admin_pb2_grpc
 
             admin_pb2_grpc.add_AdminServicer_to_server(AdminServicer(gate), self.server)

@@ -4,16 +4,16 @@
 
 The servicer only turns messages into :class:`~gateway.server.calls.DataCalls` and their
 answers back into messages; who is calling, admission and error translation are the
-:class:`~gateway.server.grpc_calls.CallInterceptor`'s.
+:class:`~gateway.server.grpc.calls.CallInterceptor`'s.
 """
 
 from __future__ import annotations
 
-from gateway.server.grpc_service.appends import AppendMethods
-from gateway.server.grpc_service.groups import GroupMethods, group_info
-from gateway.server.grpc_service.reads import ReadMethods
-from gateway.server.grpc_service.scans import ScanMethods
-from gateway.server.grpc_service.tables import TableMethods, table_info
+from gateway.server.grpc.service.appends import AppendMethods
+from gateway.server.grpc.service.groups import GroupMethods, group_info
+from gateway.server.grpc.service.reads import ReadMethods
+from gateway.server.grpc.service.scans import ScanMethods
+from gateway.server.grpc.service.tables import TableMethods, table_info
 
 __all__ = ["TidegateServicer", "group_info", "table_info"]
 

@@ -1,4 +1,4 @@
-"""What every part of :class:`~gateway.server.grpc_service.TidegateServicer` stands on: the
+"""What every part of :class:`~gateway.server.grpc.service.TidegateServicer` stands on: the
 data calls, the core and the settings, and the small conversions parts share."""
 
 from __future__ import annotations

@@ -8,8 +8,8 @@ from typing import Any
 
 import pyarrow as pa
 
-from gateway.server.grpc_calls import current_call
-from gateway.server.grpc_service.base import ServicerBase
+from gateway.server.grpc.calls import current_call
+from gateway.server.grpc.service.base import ServicerBase
 from gateway.wire._proto.tidegate.v1 import tidegate_pb2 as pb
 from gateway.wire.codec import encode_stream
 

@@ -10,8 +10,8 @@ import pyarrow as pa
 
 from gateway.core import ReadResult
 from gateway.server.calls import pieces
-from gateway.server.grpc_calls import current_call
-from gateway.server.grpc_service.base import ServicerBase, partition_offsets
+from gateway.server.grpc.calls import current_call
+from gateway.server.grpc.service.base import ServicerBase, partition_offsets
 from gateway.wire._proto.tidegate.v1 import tidegate_pb2 as pb
 from gateway.wire.codec import encode_stream
 

@@ -6,8 +6,8 @@ from datetime import datetime
 from typing import Any
 
 from gateway.core import MaintenanceView, TableView
-from gateway.server.grpc_calls import current_call
-from gateway.server.grpc_service.base import ServicerBase, optional
+from gateway.server.grpc.calls import current_call
+from gateway.server.grpc.service.base import ServicerBase, optional
 from gateway.wire._proto.tidegate.v1 import tidegate_pb2 as pb
 
 __all__ = ["TableMethods", "table_info"]
