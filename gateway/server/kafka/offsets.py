@@ -1,0 +1,124 @@
+"""Kafka's FindCoordinator, OffsetCommit and OffsetFetch over the committed offsets of the
+gateway's consumer groups (the same the SDK, HTTP and the console show)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from gateway.server.calls import wire_error
+from gateway.server.kafka.base import NODE_ID, ApisBase, split_topic
+from gateway.server.kafka.protocol import ErrorCode, Request, build, error_code, response_class
+from gateway.wire.errors import TableNotFound
+
+
+class OffsetApis(ApisBase):
+    """FindCoordinator, OffsetCommit and OffsetFetch."""
+
+    async def find_coordinator(self, request: Request) -> Any:
+        """This gateway coordinates every group (its groups live in the metadata store that
+        every replica shares); transactions have no coordinator yet."""
+        body = request.body
+        keys = list(body.coordinator_keys) if request.api_version >= 4 else [body.key]
+        group = getattr(body, "key_type", 0) == 0
+        answers = [
+            {
+                "key": key,
+                "node_id": NODE_ID if group else -1,
+                "host": self.broker.host if group else "",
+                "port": self.broker.port if group else -1,
+                "error_code": ErrorCode.none if group else ErrorCode.coordinator_not_available,
+                "error_message": None
+                if group
+                else "transactions are not served by Tidegate's Kafka listener yet",
+            }
+            for key in keys
+        ]
+        if request.api_version >= 4:
+            return build(response_class(request), {"coordinators": answers})
+        return build(response_class(request), answers[0])
+
+    async def offset_commit(self, request: Request) -> Any:
+        """A group's committed offsets, the same the SDK, HTTP and the console show. A
+        consumer outside the group protocol (generation -1) commits as a client outside
+        the group does: only while the group has no live member."""
+        body = request.body
+        generation = body.generation_id_or_member_epoch
+        member = body.member_id if generation >= 0 else ""
+        topics = []
+        for t in body.topics:
+            offsets = {p.partition_index: p.committed_offset for p in t.partitions}
+            code = ErrorCode.none
+            parts = split_topic(t.name)
+            try:
+                if parts is None:
+                    raise TableNotFound(f"no table {t.name!r}")
+                await self.service.commit_offsets(
+                    self.tenant,
+                    body.group_id,
+                    *parts,
+                    offsets,
+                    member_id=member,
+                    generation=max(0, generation),
+                )
+            except Exception as exc:
+                code = error_code(wire_error(exc, "a Kafka offset commit"))
+            topics.append(
+                {
+                    "name": t.name,
+                    "partitions": [{"partition_index": p, "error_code": code} for p in offsets],
+                }
+            )
+        return build(response_class(request), {"topics": topics})
+
+    async def offset_fetch(self, request: Request) -> Any:
+        body = request.body
+        group = body.group_id
+        code = ErrorCode.none
+        answers: list[dict[str, Any]] = []
+        try:
+            if body.topics is None:  # every table the group committed for
+                wanted: list[tuple[str, list[int] | None]] = [
+                    (f"{ns}.{name}", None)
+                    for g, ns, name in await self.service.list_groups(self.tenant)
+                    if g == group
+                ]
+            else:
+                wanted = [(t.name, list(t.partition_indexes)) for t in body.topics]
+            for topic, partitions in wanted:
+                answers.append(await self._committed(group, topic, partitions))
+        except Exception as exc:
+            code = error_code(wire_error(exc, "a Kafka offset fetch"))
+        return build(response_class(request), {"topics": answers, "error_code": code})
+
+    async def _committed(
+        self, group: str, topic: str, partitions: list[int] | None
+    ) -> dict[str, Any]:
+        table = await self._table(topic)
+        if table is None:
+            codes = dict.fromkeys(partitions or [], ErrorCode.unknown_topic_or_partition)
+            return {
+                "name": topic,
+                "partitions": [
+                    {"partition_index": p, "committed_offset": -1, "error_code": c}
+                    for p, c in codes.items()
+                ],
+            }
+        d = table.definition
+        wanted = partitions if partitions is not None else list(range(d.partitions))
+        known = [p for p in wanted if 0 <= p < d.partitions]
+        got = await self.service.fetch_offsets(self.tenant, group, d.namespace, d.name, known)
+        return {
+            "name": topic,
+            "partitions": [
+                {
+                    "partition_index": p,
+                    # -1: nothing committed, as Kafka answers it.
+                    "committed_offset": got.get(p, -1),
+                    "metadata": "",
+                    "error_code": ErrorCode.none
+                    if p in known
+                    else ErrorCode.unknown_topic_or_partition,
+                }
+                for p in wanted
+            ],
+        }

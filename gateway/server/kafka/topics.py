@@ -1,0 +1,125 @@
+"""Kafka's Metadata, CreateTopics and DeleteTopics: topics are the tenant's tables, named
+``namespace.name``; a topic created over Kafka is a table of the raw schema."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from gateway.core import TableView
+from gateway.server.calls import wire_error
+from gateway.server.kafka.base import NODE_ID, ApisBase, message, split_topic, topic_id
+from gateway.server.kafka.protocol import ErrorCode, Request, build, error_code, response_class
+from gateway.server.kafka.records import RAW_FIELDS
+from gateway.wire.errors import InvalidRequest, QuotaExceeded, TableAlreadyExists, TableNotFound
+
+
+class TopicApis(ApisBase):
+    """Metadata, CreateTopics and DeleteTopics."""
+
+    async def metadata(self, request: Request) -> Any:
+        body = request.body
+        wanted = body.topics
+        if request.api_version == 0 and not wanted:
+            wanted = None  # v0: an empty list means every topic
+        topics: list[dict[str, Any]] = []
+        if wanted is None:
+            for table in await self.service.list_tables(self.tenant):
+                d = table.definition
+                topics.append(self._topic(f"{d.namespace}.{d.name}", table))
+        else:
+            for t in wanted:
+                name = t.name or ""
+                topics.append(self._topic(name, await self._table(name)))
+        return build(
+            response_class(request),
+            {
+                "brokers": [
+                    {"node_id": NODE_ID, "host": self.broker.host, "port": self.broker.port}
+                ],
+                "cluster_id": self.broker.cluster_id,
+                "controller_id": NODE_ID,
+                "topics": topics,
+            },
+        )
+
+    def _topic(self, name: str, table: TableView | None) -> dict[str, Any]:
+        if table is None:
+            return {"name": name, "error_code": ErrorCode.unknown_topic_or_partition}
+        return {
+            "name": name,
+            "topic_id": topic_id(table),
+            "partitions": [
+                {
+                    "partition_index": p,
+                    "leader_id": NODE_ID,
+                    "leader_epoch": -1,
+                    "replica_nodes": [NODE_ID],
+                    "isr_nodes": [NODE_ID],
+                }
+                for p in range(table.definition.partitions)
+            ],
+        }
+
+    async def create_topics(self, request: Request) -> Any:
+        """A topic created over Kafka is a table of the raw schema (:data:`RAW_FIELDS`):
+        records kept as they came. ``retention.ms`` is the table's retention; the
+        replication factor and the other configs have no meaning for a table and are
+        ignored."""
+        body = request.body
+        answers = []
+        for t in body.topics:
+            answer: dict[str, Any] = {"name": t.name, "error_code": ErrorCode.none}
+            configs = {c.name: c.value for c in t.configs}
+            partitions = t.num_partitions if t.num_partitions > 0 else 1
+            try:
+                parts = split_topic(t.name)
+                if parts is None:
+                    raise InvalidRequest(
+                        f"topic {t.name!r} is not a table name: name it namespace.name"
+                    )
+                retention = configs.get("retention.ms")
+                retention_ms = int(retention) if retention and int(retention) > 0 else None
+                if not body.validate_only:
+                    view = await self.calls.create_table(
+                        self.tenant,
+                        *parts,
+                        [{"name": n, "type": ty} for n, ty in RAW_FIELDS.items()],
+                        partitions,
+                        retention_ms=retention_ms,
+                    )
+                    answer["topic_id"] = topic_id(view)
+                answer.update(num_partitions=partitions, replication_factor=1, configs=[])
+            except ValueError:
+                answer["error_code"] = ErrorCode.invalid_config
+                answer["error_message"] = (
+                    f"retention.ms {configs.get('retention.ms')!r} is not a number"
+                )
+            except Exception as exc:
+                err = wire_error(exc, "a Kafka create topics")
+                answer["error_message"] = message(err, t.name)
+                if isinstance(err, TableAlreadyExists):
+                    answer["error_code"] = ErrorCode.topic_already_exists
+                elif isinstance(err, QuotaExceeded):
+                    answer["error_code"] = ErrorCode.policy_violation
+                elif isinstance(err, InvalidRequest):
+                    answer["error_code"] = ErrorCode.invalid_topic_exception
+                else:
+                    answer["error_code"] = error_code(err)
+            answers.append(answer)
+        return build(response_class(request), {"topics": answers})
+
+    async def delete_topics(self, request: Request) -> Any:
+        """Drop the tables, as the SDK's ``drop_table`` does (their Iceberg tables too)."""
+        answers = []
+        for name in request.body.topic_names:
+            answer: dict[str, Any] = {"name": name, "error_code": ErrorCode.none}
+            parts = split_topic(name)
+            try:
+                if parts is None:
+                    raise TableNotFound(f"no table {name!r}")
+                await self.service.drop_table(self.tenant, *parts)
+            except Exception as exc:
+                err = wire_error(exc, "a Kafka delete topics")
+                answer.update(error_code=error_code(err), error_message=message(err, name))
+            answers.append(answer)
+        return build(response_class(request), {"responses": answers})
