@@ -76,6 +76,16 @@ def copy_of_the_tree(tmp_path_factory: pytest.TempPathFactory) -> Path:
             "A part never imports its whole",
         ),
         (
+            "gateway/cold/values.py",
+            "import gateway.cold.base",
+            "A part never imports its whole: the cold values",
+        ),
+        (
+            "gateway/cold/datafiles.py",
+            "import gateway.cold.base",
+            "A part never imports its whole: the cold values",
+        ),
+        (
             "gateway/hot/disk/partition.py",
             "import gateway.hot.disk.log",
             "A part never imports its whole: the disk partition",
