@@ -76,6 +76,16 @@ def copy_of_the_tree(tmp_path_factory: pytest.TempPathFactory) -> Path:
             "A part never imports its whole",
         ),
         (
+            "gateway/cold/iceberg/commits.py",
+            "import gateway.cold.iceberg.store",
+            "A part never imports its whole: the Iceberg table its store",
+        ),
+        (
+            "gateway/cold/iceberg/reading.py",
+            "import gateway.cold.iceberg.table",
+            "A part never imports its whole: the Iceberg table's parts",
+        ),
+        (
             "gateway/cold/values.py",
             "import gateway.cold.base",
             "A part never imports its whole: the cold values",

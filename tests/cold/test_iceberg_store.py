@@ -371,7 +371,7 @@ def test_drop_purges_the_files(cold_store: IcebergColdStore) -> None:
 def test_commit_takes_the_statistics_from_the_writers_footer(
     cold_store: IcebergColdStore,
 ) -> None:
-    from gateway.cold.iceberg.table import _iceberg_data_files
+    from gateway.cold.iceberg.summary import iceberg_data_files as _iceberg_data_files
 
     table = cold_store.create_table(table_def(ALL_TYPES), ALL_TYPES)
     _, f = write(cold_store, table, 1, 7, 40)
