@@ -83,6 +83,26 @@ def copy_of_the_tree(tmp_path_factory: pytest.TempPathFactory) -> Path:
             "A part never imports its whole: the route groups",
         ),
         (
+            "gateway/client/_sync_producer.py",
+            "import gateway.client._sync",
+            "A part never imports its whole: the sync client",
+        ),
+        (
+            "gateway/client/_sync_consumer.py",
+            "import gateway.client._sync",
+            "A part never imports its whole: the sync client",
+        ),
+        (
+            "gateway/client/_aio_producer.py",
+            "import gateway.client.aio",
+            "A part never imports its whole: the asyncio client",
+        ),
+        (
+            "gateway/client/_aio_consumer.py",
+            "import gateway.client.aio",
+            "A part never imports its whole: the asyncio client",
+        ),
+        (
             "gateway/tenancy/admin.py",
             "import gateway.tenancy.service",
             "A part never imports its whole: the tenant admin",
