@@ -68,6 +68,11 @@ def copy_of_the_tree(tmp_path_factory: pytest.TempPathFactory) -> Path:
             "A part never imports its whole: the disk partition",
         ),
         (
+            "gateway/hot/redis/reads.py",
+            "import gateway.hot.redis.log",
+            "A part never imports its whole: the Redis log",
+        ),
+        (
             "gateway/server/flight/reads.py",
             "import gateway.server.flight.edge",
             "A part never imports its whole: the Flight edge",
