@@ -101,6 +101,11 @@ def copy_of_the_tree(tmp_path_factory: pytest.TempPathFactory) -> Path:
             "A part never imports its whole: the disk partition",
         ),
         (
+            "gateway/hot/redis/reads.py",
+            "import gateway.hot.redis.log",
+            "A part never imports its whole: the Redis log",
+        ),
+        (
             "gateway/server/flight/reads.py",
             "import gateway.server.flight.edge",
             "A part never imports its whole: the Flight edge",
@@ -114,6 +119,26 @@ def copy_of_the_tree(tmp_path_factory: pytest.TempPathFactory) -> Path:
             "gateway/server/http/iceberg_oauth.py",
             "import gateway.server.http.iceberg",
             "A part never imports its whole: the route groups",
+        ),
+        (
+            "gateway/client/_sync_producer.py",
+            "import gateway.client._sync",
+            "A part never imports its whole: the sync client",
+        ),
+        (
+            "gateway/client/_sync_consumer.py",
+            "import gateway.client._sync",
+            "A part never imports its whole: the sync client",
+        ),
+        (
+            "gateway/client/_aio_producer.py",
+            "import gateway.client.aio",
+            "A part never imports its whole: the asyncio client",
+        ),
+        (
+            "gateway/client/_aio_consumer.py",
+            "import gateway.client.aio",
+            "A part never imports its whole: the asyncio client",
         ),
         (
             "gateway/tenancy/admin.py",

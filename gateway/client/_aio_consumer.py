@@ -21,7 +21,7 @@ from gateway.wire.errors import MemberFenced, OffsetOutOfRange, TidegateError, U
 from gateway.wire.retry import Retry
 
 if TYPE_CHECKING:
-    from gateway.client.aio import AsyncClient
+    from gateway.client._hosts import AsyncHost
 
 __all__ = ["AsyncConsumer"]
 
@@ -44,7 +44,7 @@ class AsyncConsumer(ConsumerBase):
 
     def __init__(
         self,
-        client: AsyncClient,
+        client: AsyncHost,
         table: str | TableRef,
         *,
         group: str | None = None,

@@ -23,7 +23,7 @@ from gateway.wire.errors import InvalidRequest, Throttled, Unavailable
 from gateway.wire.status import error_from_rpc
 
 if TYPE_CHECKING:
-    from gateway.client.aio import AsyncClient
+    from gateway.client._hosts import AsyncHost
 
 __all__ = ["AsyncProducer"]
 
@@ -39,7 +39,7 @@ class AsyncProducer:
 
     def __init__(
         self,
-        client: AsyncClient,
+        client: AsyncHost,
         table: str | TableRef,
         *,
         max_block: float = 60.0,

@@ -19,7 +19,7 @@ from gateway.wire.errors import MemberFenced, OffsetOutOfRange, TidegateError, U
 from gateway.wire.retry import Retry
 
 if TYPE_CHECKING:
-    from gateway.client._sync import Client
+    from gateway.client._hosts import SyncHost
 
 __all__ = ["Consumer"]
 
@@ -78,7 +78,7 @@ class Consumer(ConsumerBase):
 
     def __init__(
         self,
-        client: Client,
+        client: SyncHost,
         table: str | TableRef,
         *,
         group: str | None = None,

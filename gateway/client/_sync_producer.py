@@ -28,7 +28,7 @@ from gateway.wire.errors import InvalidRequest, Throttled, TidegateError, Unavai
 from gateway.wire.status import error_from_rpc
 
 if TYPE_CHECKING:
-    from gateway.client._sync import Client
+    from gateway.client._hosts import SyncHost
 
 __all__ = ["Producer"]
 
@@ -61,7 +61,7 @@ class Producer:
 
     def __init__(
         self,
-        client: Client,
+        client: SyncHost,
         table: str | TableRef,
         *,
         max_block: float = 60.0,
@@ -287,7 +287,7 @@ class Producer:
                 self._cond.wait(None if wake is None else max(0.0, wake - now) + 0.0005)
 
 
-def _flight_of(client: Client, transport: str) -> FlightReads | None:
+def _flight_of(client: SyncHost, transport: str) -> FlightReads | None:
     """The Flight edge a producer appends over (None: gRPC).
 
     Raises:

@@ -41,15 +41,15 @@ from gateway.cold.base import (
     write_data_file,
 )
 from gateway.lake.components import Components, TieringError
-from gateway.lake.runners import LocalRunner, Runner
-from gateway.lake.tasks import crash_point
-from gateway.lake.tiering import (
+from gateway.lake.passes import (
     RunReport,
     commit_retry,
     each_table,
     record_failure,
     with_lake_work,
 )
+from gateway.lake.runners import LocalRunner, Runner
+from gateway.lake.tasks import crash_point
 from gateway.wire.errors import CommitConflict
 
 if TYPE_CHECKING:

@@ -40,14 +40,14 @@ from typing import TYPE_CHECKING
 
 from gateway.cold.base import SnapshotInfo, fs_path
 from gateway.lake.components import Components
-from gateway.lake.tasks import crash_point
-from gateway.lake.tiering import (
+from gateway.lake.passes import (
     RunReport,
     commit_retry,
     each_table,
     record_failure,
     with_lake_work,
 )
+from gateway.lake.tasks import crash_point
 from gateway.wire.errors import CommitConflict
 
 if TYPE_CHECKING:

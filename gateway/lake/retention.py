@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING
 
 from gateway.hot import PartitionId
 from gateway.lake.components import Components
-from gateway.lake.tiering import RunReport, commit_retry, each_table, record_failure
+from gateway.lake.passes import RunReport, commit_retry, each_table, record_failure
 from gateway.wire.errors import CommitConflict
 from gateway.wire.schema import OFFSET_COLUMN, TIMESTAMP_COLUMN
 

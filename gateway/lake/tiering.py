@@ -32,17 +32,14 @@ Exactly once, per table:
 
 from __future__ import annotations
 
-import contextlib
 import datetime as dt
 import logging
-import threading
 import time
 import uuid
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable, Mapping
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any
 
 from gateway.cold.base import (
     ColdSnapshot,
@@ -51,19 +48,34 @@ from gateway.cold.base import (
 )
 from gateway.hot import PartitionId
 from gateway.lake.components import Components, TieringError
+from gateway.lake.passes import (
+    CREATION_GRACE_S,
+    RunReport,
+    being_created,
+    commit_retry,
+    dropped,
+    each_table,
+    record_failure,
+    with_lake_work,
+)
 from gateway.lake.runners import LocalRunner, Runner
 from gateway.lake.tasks import RangeTask, crash_point
-from gateway.wire.errors import CommitConflict, NotFound, SnapshotNotFound, TableNotFound
-from gateway.wire.retry import ExponentialBackoff, Retry
+from gateway.wire.errors import CommitConflict, NotFound
+from gateway.wire.retry import Retry
 
 if TYPE_CHECKING:
     from gateway.meta import TableDef
 
+# RunReport, commit_retry, each_table, record_failure and with_lake_work live in
+# gateway.lake.passes (every lake job's pass over the tables) and stay importable from here.
 __all__ = [
+    "CREATION_GRACE_S",
     "RunReport",
     "TableResult",
+    "being_created",
     "commit_retry",
     "crash_point",
+    "dropped",
     "each_table",
     "record_failure",
     "tier_all",
@@ -73,11 +85,6 @@ __all__ = [
 ]
 
 log = logging.getLogger("tidegate.tiering")
-
-#: A table younger than this whose Iceberg table is missing is still being created (the
-#: metadata row is written first, the Iceberg table a moment later, in one request): the
-#: lake jobs skip it quietly. Older, a missing Iceberg table is a failure of the table.
-CREATION_GRACE_S = 60.0
 
 
 # --------------------------------------------------------------------------------------
@@ -96,32 +103,6 @@ class TableResult:
     conflicts: int = 0
     trimmed: Mapping[int, int] = field(default_factory=dict)
     snapshot_id: int | None = None
-
-
-class _Counted(Protocol):
-    @property
-    def records(self) -> int: ...
-
-
-R = TypeVar("R", bound=_Counted)
-
-
-@dataclass
-class RunReport(Generic[R]):
-    """What one run of a lake job did: a result per table handled, an error per table
-    that failed."""
-
-    tables: list[R] = field(default_factory=list)
-    #: ``tenant/namespace.name`` -> the error that stopped that table.
-    failures: dict[str, BaseException] = field(default_factory=dict)
-
-    @property
-    def records(self) -> int:
-        return sum(t.records for t in self.tables)
-
-    @property
-    def ok(self) -> bool:
-        return not self.failures
 
 
 class _Lost(Exception):
@@ -190,14 +171,135 @@ def _current_fields(c: Components, d: TableDef) -> tuple[Mapping[str, Any], ...]
     return tuple(now.fields if now.table_id == d.table_id else d.fields)
 
 
-def commit_retry(c: Components) -> Retry:
-    """How a lake job retries a conflicting commit: ``tiering.commit_attempts`` tries,
-    jittered exponential backoff from 50 ms to 2 s."""
-    return Retry(
-        ExponentialBackoff(base=0.05, cap=2.0),
-        attempts=c.settings.tiering.commit_attempts - 1,
-        timeout=None,
-    )
+@dataclass
+class _Attempts:
+    """One tiering run's state across its attempts: the ranges already written (kept when a
+    new plan after a conflict still starts them at the same ``T(p)``) and the conflicts
+    met so far."""
+
+    c: Components
+    d: TableDef
+    cold: ColdTable
+    runner: Runner
+    retry: Retry
+    run_id: str = field(default_factory=lambda: f"tier-{uuid.uuid4().hex[:16]}")
+    started: float = field(default_factory=time.monotonic)
+    written: dict[int, tuple[RangeTask, list[DataFile]]] = field(default_factory=dict)
+    conflicts: int = 0
+    attempt: int = 0
+
+    def back_off(self, err: CommitConflict) -> None:
+        """Wait before re-planning after ``err``; re-raise it once the retries are spent."""
+        self.conflicts += 1
+        delay = self.retry.next_delay(err, self.conflicts, self.started)
+        if delay is None:
+            raise err
+        time.sleep(delay)
+
+    def moved_on(self, base: ColdSnapshot, exc: Exception) -> bool:
+        """:func:`_moved_on` for this run (counting the conflict when it re-plans)."""
+        if not _moved_on(
+            self.c, self.cold, base, exc, self.conflicts + 1, self.retry, self.started
+        ):
+            return False
+        self.conflicts += 1
+        return True
+
+    def once(self) -> _Committed | None:
+        """One attempt: plan from the current snapshot, write what is not written yet,
+        commit. ``None`` when the run must re-plan."""
+        self.attempt += 1
+        base = self.cold.snapshot()
+        try:
+            tasks = _tasks(self.c, self.d, self.cold, base, self.run_id)
+        except _Lost as lost:
+            self.record_lost(lost, base)
+            return None
+        except TieringError as exc:
+            if not self.moved_on(base, exc):
+                raise
+            return None
+        if not tasks:
+            tiered = {p: base.watermark(p) for p in range(self.d.partitions)}
+            return _Committed(base, base.snapshot_id, {}, [], tiered)
+        try:
+            files = self.write(tasks)
+        except Exception as exc:
+            if not self.moved_on(base, exc):
+                raise
+            return None
+        plan = {t.partition: self.written[t.partition][0] for t in tasks}
+        marks = {p: t.end for p, t in plan.items()}
+        crash_point("before_commit")
+        try:
+            snap = self.cold.commit_tiered(files, marks, base)
+        except CommitConflict as err:
+            self.back_off(err)
+            log.info(
+                "%s: commit conflict, re-planning (attempt %d)", self.d.qualified_name, self.attempt
+            )
+            return None
+        crash_point("after_commit")
+        moved = {p: (t.start, t.end) for p, t in plan.items()}
+        tiered = {p: marks.get(p, base.watermark(p)) for p in range(self.d.partitions)}
+        return _Committed(base, snap.snapshot_id, moved, files, tiered)
+
+    def record_lost(self, lost: _Lost, base: ColdSnapshot) -> None:
+        """Record a partition's range lost with its hot tier's state.
+
+        Only ever after the hot tier lost its state (trims stay below committed
+        watermarks, retention commits before it trims): the gateway that re-seeded the
+        partition records the range as lost; this does it when that did not get through.
+        On the current snapshot only (a conflict re-plans)."""
+        try:
+            self.cold.commit_lost(lost.partition, lost.low, base)
+        except CommitConflict as err:
+            self.back_off(err)
+            return
+        log.error(
+            "%s partition %d: the hot tier starts at %d, above the tiered watermark %d: "
+            "offsets %d to %d were lost with the hot tier's state; recorded as lost",
+            self.d.qualified_name,
+            lost.partition,
+            lost.low,
+            lost.tiered,
+            lost.tiered,
+            lost.low - 1,
+        )
+
+    def write(self, tasks: list[RangeTask]) -> list[DataFile]:
+        """The files of ``tasks``: those already written for a range that still starts at
+        ``T(p)`` (up to its planned end; what was appended since waits for the next run),
+        and the rest written now (a new plan after a conflict may start and end later)."""
+        todo = []
+        files = []
+        for t in tasks:
+            prev = self.written.get(t.partition)
+            if prev is not None and prev[0].start == t.start:
+                files.extend(prev[1])
+            else:
+                todo.append(t)
+        new_files = self.runner.write(self.d.tenant, todo)
+        by_part: dict[int, list[DataFile]] = defaultdict(list)
+        for f in new_files:
+            by_part[f.partition].append(f)
+        for t in todo:
+            self.written[t.partition] = (t, by_part.get(t.partition, []))
+        files.extend(new_files)
+        return files
+
+
+@dataclass(frozen=True, slots=True)
+class _Committed:
+    """What the attempt that ended a run left: the snapshot it planned from, the one it
+    made (the same when there was nothing to move), the ranges and files it committed and
+    each partition's ``T(p)`` after it."""
+
+    base: ColdSnapshot
+    snapshot_id: int | None
+    moved: dict[int, tuple[int, int]]
+    files: list[DataFile]
+    tiered: dict[int, int]
 
 
 def tier_table(
@@ -215,110 +317,15 @@ def tier_table(
         CommitConflict: still conflicting after ``retry.attempts`` tries.
         TieringError, or the hot or cold tier's error, when the table cannot be tiered.
     """
-    runner = runner or LocalRunner(c)
-    retry = retry or commit_retry(c)
     began = dt.datetime.now(dt.UTC)
     cold = c.cold.table(d)
-    run_id = f"tier-{uuid.uuid4().hex[:16]}"
-    started = time.monotonic()
-    written: dict[int, tuple[RangeTask, list[DataFile]]] = {}
-    conflicts = 0
-    attempt = 0
-    while True:
-        attempt += 1
-        base = cold.snapshot()
-        try:
-            tasks = _tasks(c, d, cold, base, run_id)
-        except _Lost as lost:
-            # Only ever after the hot tier lost its state (trims stay below committed
-            # watermarks, retention commits before it trims): the gateway that re-seeded
-            # the partition records the range as lost; this does it when that did not
-            # get through. On the current snapshot only (a conflict re-plans).
-            try:
-                cold.commit_lost(lost.partition, lost.low, base)
-            except CommitConflict as err:
-                conflicts += 1
-                delay = retry.next_delay(err, conflicts, started)
-                if delay is None:
-                    raise
-                time.sleep(delay)
-                continue
-            log.error(
-                "%s partition %d: the hot tier starts at %d, above the tiered watermark %d: "
-                "offsets %d to %d were lost with the hot tier's state; recorded as lost",
-                d.qualified_name,
-                lost.partition,
-                lost.low,
-                lost.tiered,
-                lost.tiered,
-                lost.low - 1,
-            )
-            continue
-        except TieringError as exc:
-            if not _moved_on(c, cold, base, exc, conflicts + 1, retry, started):
-                raise
-            conflicts += 1
-            continue
-        if not tasks:
-            snap_id = base.snapshot_id
-            moved: dict[int, tuple[int, int]] = {}
-            files: list[DataFile] = []
-            tiered = {p: base.watermark(p) for p in range(d.partitions)}
-            break
-        # Keep files already written for a range that still starts at T(p); write
-        # the rest (a new plan after a conflict may start later and end later).
-        todo = []
-        files = []
-        for t in tasks:
-            prev = written.get(t.partition)
-            if prev is not None and prev[0].start == t.start:
-                # Commit what was written up to its planned end; what was appended
-                # since waits for the next run.
-                files.extend(prev[1])
-            else:
-                todo.append(t)
-        try:
-            new_files = runner.write(d.tenant, todo)
-        except Exception as exc:
-            if not _moved_on(c, cold, base, exc, conflicts + 1, retry, started):
-                raise
-            conflicts += 1
-            continue
-        by_part: dict[int, list[DataFile]] = defaultdict(list)
-        for f in new_files:
-            by_part[f.partition].append(f)
-        for t in todo:
-            written[t.partition] = (t, by_part.get(t.partition, []))
-        files.extend(new_files)
-        plan = {t.partition: written[t.partition][0] for t in tasks}
-        marks = {p: t.end for p, t in plan.items()}
-        crash_point("before_commit")
-        try:
-            snap = cold.commit_tiered(files, marks, base)
-        except CommitConflict as err:
-            conflicts += 1
-            delay = retry.next_delay(err, conflicts, started)
-            if delay is None:
-                raise
-            log.info("%s: commit conflict, re-planning (attempt %d)", d.qualified_name, attempt)
-            time.sleep(delay)
-            continue
-        crash_point("after_commit")
-        snap_id = snap.snapshot_id
-        moved = {p: (t.start, t.end) for p, t in plan.items()}
-        tiered = {p: marks.get(p, base.watermark(p)) for p in range(d.partitions)}
-        break
-    compactable = may_compact(files, base, moved, c.settings.compaction.min_files)
-    with c.meta.transaction():  # one commit for the run's bookkeeping (issue 30)
-        if moved:
-            c.meta.update_tiered_watermarks(d.table_id, {p: e for p, (_, e) in moved.items()})
-            count = sum(e - s for s, e in moved.values())
-            c.meta.record_run(d.table_id, "tier", "ok", f"{count} records in snapshot {snap_id}")
-        _after_tiering(c, d, tiered, began, committed=bool(moved), compactable=compactable)
-    if moved:
-        crash_point("after_cache")
+    run = _Attempts(c, d, cold, runner or LocalRunner(c), retry or commit_retry(c))
+    done = None
+    while done is None:
+        done = run.once()
+    _bookkeep(c, d, done, began)
     trimmed: dict[int, int] = {}
-    if trim and (base.snapshot_id is not None or c.settings.tiering.hot_retention_s <= 0):
+    if trim and (done.base.snapshot_id is not None or c.settings.tiering.hot_retention_s <= 0):
         # A table's first commit (no snapshot before it) leaves nothing committed
         # hot_retention_s ago to trim: skipped without two more loads of its metadata.
         trimmed = trim_hot(c, d, cold)
@@ -326,17 +333,34 @@ def tier_table(
     result = TableResult(
         table=d.qualified_name,
         tenant=d.tenant,
-        moved=moved,
-        records=sum(e - s for s, e in moved.values()),
-        bytes=sum(f.file_size_bytes for f in files),
-        files=len(files),
-        attempts=attempt,
-        conflicts=conflicts,
+        moved=done.moved,
+        records=sum(e - s for s, e in done.moved.values()),
+        bytes=sum(f.file_size_bytes for f in done.files),
+        files=len(done.files),
+        attempts=run.attempt,
+        conflicts=run.conflicts,
         trimmed=trimmed,
-        snapshot_id=snap_id,
+        snapshot_id=done.snapshot_id,
     )
     _observe(result)
     return result
+
+
+def _bookkeep(c: Components, d: TableDef, done: _Committed, began: dt.datetime) -> None:
+    """The metadata store's side of a run, in one commit (issue 30): the cached
+    watermarks, the run's record and the lake work it covered and made due."""
+    moved = done.moved
+    compactable = may_compact(done.files, done.base, moved, c.settings.compaction.min_files)
+    with c.meta.transaction():
+        if moved:
+            c.meta.update_tiered_watermarks(d.table_id, {p: e for p, (_, e) in moved.items()})
+            count = sum(e - s for s, e in moved.values())
+            c.meta.record_run(
+                d.table_id, "tier", "ok", f"{count} records in snapshot {done.snapshot_id}"
+            )
+        _after_tiering(c, d, done.tiered, began, committed=bool(moved), compactable=compactable)
+    if moved:
+        crash_point("after_cache")
 
 
 def _after_tiering(
@@ -398,30 +422,6 @@ def may_compact(
     nothing to compact: it asks for no compaction visit (issue 30)."""
     per_partition = Counter(f.partition for f in files)
     return any(base.watermark(p) > 0 or per_partition[p] >= min_files for p in moved)
-
-
-def with_lake_work(c: Components, d: TableDef, job: str, window_s: float, fn: Callable[[], R]) -> R:
-    """Run ``fn``, ``job``'s work on ``d``, then clear the table's ``job`` mark for the
-    changes it covered: those marked ``window_s`` (the job's age threshold: snapshot
-    retention, the orphans' safety window) before it began; a later mark stays, due
-    ``window_s`` after it. A compaction that committed asks for expiry and orphan
-    clean-up in turn. Never fails the run for its bookkeeping."""
-    from gateway.meta.work import TABLE_LEVEL, Mark
-
-    began = dt.datetime.now(dt.UTC)
-    result = fn()
-    try:
-        if job == "compact" and bool(getattr(result, "added", False)):
-            s = c.settings
-            now = dt.datetime.now(dt.UTC)
-            c.meta.mark_work(
-                Mark(d.table_id, TABLE_LEVEL, j, since=now, due_at=now + dt.timedelta(seconds=w))
-                for j, w in (("expire", s.expiry.retention_s), ("orphans", s.expiry.orphan_age_s))
-            )
-        c.meta.finish_work(d.table_id, job, began - dt.timedelta(seconds=window_s), window_s)
-    except Exception as exc:
-        log.warning("%s: recording its lake work failed (%s)", d.qualified_name, exc)
-    return result
 
 
 def _moved_on(
@@ -513,110 +513,6 @@ def tier_all(
         on_table=on_table or record_failure(c, "tier"),
         on_failure=_observe_failure,
     )
-
-
-def each_table(
-    c: Components,
-    fn: Callable[[TableDef], R],
-    *,
-    job: str,
-    tables: Iterable[TableDef] | None = None,
-    max_parallel_tenants: int = 4,
-    on_table: Callable[[TableDef, R | BaseException], None] | None = None,
-    on_failure: Callable[[], None] | None = None,
-) -> RunReport[R]:
-    """Run a lake job's ``fn`` on every table (or ``tables``), tenants side by side:
-    one driver thread per tenant (at most ``max_parallel_tenants`` at once), so a Spark
-    runner puts each tenant's tasks in its own fair-scheduler pool; a table that fails
-    is logged and reported and never stops another table or tenant. A table still being
-    created (:func:`being_created`) is skipped without a word above DEBUG, one dropped
-    while its pass ran (:func:`dropped`) with one INFO line, no traceback."""
-    defs = list(c.meta.all_tables() if tables is None else tables)
-    by_tenant: dict[str, list[TableDef]] = defaultdict(list)
-    for d in defs:
-        by_tenant[d.tenant].append(d)
-    report: RunReport[R] = RunReport()
-    lock = threading.Lock()
-
-    def one_tenant(items: list[TableDef]) -> None:
-        for d in items:
-            outcome: R | BaseException
-            if dropped(c, d):
-                # Dropped since it was listed: a job must not make its Iceberg table (made
-                # at first use) again behind the drop.
-                log.info(
-                    "%s %s/%s: the table was dropped while the pass ran; skipped",
-                    job, d.tenant, d.qualified_name,
-                )  # fmt: skip
-                continue
-            try:
-                outcome = fn(d)
-            except Exception as exc:
-                if isinstance(exc, SnapshotNotFound) and being_created(d, exc):
-                    log.debug("%s %s/%s: not created yet; skipped", job, d.tenant, d.qualified_name)
-                    continue
-                if dropped(c, d):
-                    log.info(
-                        "%s %s/%s: the table was dropped while the pass ran; skipped (%s)",
-                        job, d.tenant, d.qualified_name, type(exc).__name__,
-                    )  # fmt: skip
-                    continue
-                log.exception("%s %s/%s failed", job, d.tenant, d.qualified_name)
-                if on_failure is not None:
-                    on_failure()
-                outcome = exc
-            with lock:
-                if isinstance(outcome, BaseException):
-                    report.failures[f"{d.tenant}/{d.qualified_name}"] = outcome
-                else:
-                    report.tables.append(outcome)
-            if on_table is not None:
-                on_table(d, outcome)
-
-    if len(by_tenant) <= 1:
-        for items in by_tenant.values():
-            one_tenant(items)
-    else:
-        workers = max(1, min(max_parallel_tenants, len(by_tenant)))
-        with ThreadPoolExecutor(workers, "tg-tenant") as pool:
-            list(pool.map(one_tenant, by_tenant.values()))
-    return report
-
-
-def dropped(c: Components, d: TableDef) -> bool:
-    """Whether ``d`` is no longer its name's table (dropped, and maybe created again under
-    a new id): the failure of a lake job on it is the race of a drop with the pass, and
-    the drop has removed or will remove everything the job would have touched."""
-    try:
-        now = c.meta.get_table(d.tenant, d.namespace, d.name)
-    except TableNotFound:
-        return True
-    except Exception:  # the metadata store is down: not a drop that can be shown
-        return False
-    return now.table_id != d.table_id
-
-
-def being_created(d: TableDef, exc: SnapshotNotFound, now: float | None = None) -> bool:
-    """Whether ``exc`` (the Iceberg table of ``d`` is missing) only means that a lake job
-    listed ``d`` between its metadata row and its Iceberg table (:data:`CREATION_GRACE_S`)."""
-    created = d.created_at
-    if created.tzinfo is None:  # SQLite hands back naive UTC
-        created = created.replace(tzinfo=dt.UTC)
-    age = (now or time.time()) - created.timestamp()
-    return "missing_iceberg_table" in exc.details and age < CREATION_GRACE_S
-
-
-def record_failure(c: Components, job: str) -> Callable[[TableDef, Any], None]:
-    """An ``on_table`` hook for :func:`~gateway.lake.tiering.each_table` that remembers a
-    table's failed run of ``job`` (what describe shows as its last run)."""
-
-    def on_table(d: TableDef, outcome: Any) -> None:
-        if isinstance(outcome, BaseException):
-            with contextlib.suppress(Exception):
-                first = (str(outcome) or type(outcome).__name__).splitlines()[0]
-                c.meta.record_run(d.table_id, job, "failed", first)
-
-    return on_table
 
 
 def _observe_failure() -> None:

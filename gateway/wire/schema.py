@@ -5,6 +5,7 @@ Arrow type name as ``str(pyarrow type)`` prints it (``int64``, ``string``,
 ``timestamp[us, tz=UTC]``, ``decimal128(10, 2)``, ``list<item: int32>`` or ``list<int32>``,
 ``struct<a: int32, b: string>``). Only types that round-trip losslessly through Iceberg are
 admitted; the gateway adds the system columns ``_partition``, ``_offset``, ``_timestamp``.
+The type names are parsed in :mod:`gateway.wire.type_names` (re-exported here).
 """
 
 from __future__ import annotations
@@ -18,12 +19,22 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from gateway.wire.errors import InvalidSchema, SchemaMismatch
+from gateway.wire.type_names import (
+    MAX_FIELDS,
+    MAX_TYPE_CHARS,
+    MAX_TYPE_DEPTH,
+    FieldBudget,
+    format_type,
+    parse_type,
+)
 
 __all__ = [
     "MAX_DOCS_CHARS",
     "MAX_DOC_CHARS",
     "MAX_FIELDS",
     "MAX_SCHEMA_CHARS",
+    "MAX_TYPE_CHARS",
+    "MAX_TYPE_DEPTH",
     "OFFSET_COLUMN",
     "PARTITION_COLUMN",
     "SYSTEM_COLUMNS",
@@ -52,236 +63,17 @@ SYSTEM_COLUMNS = (PARTITION_COLUMN, OFFSET_COLUMN, TIMESTAMP_COLUMN)
 TIMESTAMP_TYPE = pa.timestamp("us", tz="UTC")
 
 _NAME_RE = re.compile(r"[A-Za-z][A-Za-z0-9_]{0,127}")
-#: Bounds of a table schema: nesting of list<> and struct<>, length of a type name, columns.
-MAX_TYPE_DEPTH = 16
-MAX_TYPE_CHARS = 16 * 1024
+#: Bounds of a table schema: its columns (a type name's are in gateway.wire.type_names).
 MAX_COLUMNS = 1000
 #: Length of a column's doc.
 MAX_DOC_CHARS = 1024
 #: Bounds of a whole schema (each schema version is kept in every Iceberg metadata file,
-#: and every listing, describe and lake pass reads it): fields at every depth (columns,
-#: struct fields, list items: what Iceberg gives a field id), characters of the type
-#: names, names and docs together, and of the docs alone.
-MAX_FIELDS = 4096
+#: and every listing, describe and lake pass reads it): fields at every depth
+#: (``MAX_FIELDS``, with the type names), characters of the type names, names and docs
+#: together, and of the docs alone.
 MAX_SCHEMA_CHARS = 256 * 1024
 MAX_DOCS_CHARS = 64 * 1024
 _FIELD_KEYS = frozenset({"name", "type", "nullable", "doc"})
-
-_PRIMITIVES: dict[str, pa.DataType] = {
-    "bool": pa.bool_(),
-    "boolean": pa.bool_(),
-    "int8": pa.int8(),
-    "int16": pa.int16(),
-    "int32": pa.int32(),
-    "int64": pa.int64(),
-    "float": pa.float32(),
-    "float32": pa.float32(),
-    "double": pa.float64(),
-    "float64": pa.float64(),
-    "string": pa.string(),
-    "utf8": pa.string(),
-    "binary": pa.binary(),
-    "date32": pa.date32(),
-    "date32[day]": pa.date32(),
-    "time64[us]": pa.time64("us"),
-}
-
-
-# --------------------------------------------------------------------------------------
-# Type names
-# --------------------------------------------------------------------------------------
-class _FieldBudget:
-    """The fields a schema may still have, counted while its types are parsed, so that
-    an oversized schema is refused after at most ``MAX_FIELDS`` of them are built."""
-
-    def __init__(self) -> None:
-        self.used = 0
-        self.column = ""
-
-    def take(self) -> None:
-        self.used += 1
-        if self.used > MAX_FIELDS:
-            raise InvalidSchema(
-                f"the schema has more than {MAX_FIELDS} fields (columns, struct fields and "
-                f"list items at every depth; column {self.column!r:.80} reaches field "
-                f"{self.used}); at most {MAX_FIELDS} are accepted"
-            )
-
-
-class _TypeParser:
-    """Recursive-descent parser for the Arrow type names we admit."""
-
-    def __init__(self, text: str, budget: _FieldBudget | None = None) -> None:
-        self.text = text
-        self.pos = 0
-        self.depth = 0
-        self.budget = budget
-
-    def fail(self, what: str) -> InvalidSchema:
-        return InvalidSchema(f"cannot parse type {self.text!r}: {what} at position {self.pos}")
-
-    def skip_ws(self) -> None:
-        while self.pos < len(self.text) and self.text[self.pos].isspace():
-            self.pos += 1
-
-    def peek(self, token: str) -> bool:
-        self.skip_ws()
-        return self.text.startswith(token, self.pos)
-
-    def expect(self, token: str) -> None:
-        if not self.peek(token):
-            raise self.fail(f"expected {token!r}")
-        self.pos += len(token)
-
-    def word(self) -> str:
-        self.skip_ws()
-        m = re.compile(r"[A-Za-z_][A-Za-z0-9_]*").match(self.text, self.pos)
-        if not m:
-            raise self.fail("expected a name")
-        self.pos = m.end()
-        return m.group(0)
-
-    def integer(self) -> int:
-        self.skip_ws()
-        m = re.compile(r"\d+").match(self.text, self.pos)
-        if not m:
-            raise self.fail("expected a number")
-        if len(m.group(0)) > 4:
-            raise self.fail("a number of at most 4 digits")
-        self.pos = m.end()
-        return int(m.group(0))
-
-    def parse(self) -> pa.DataType:
-        t = self.type_()
-        self.skip_ws()
-        if self.pos != len(self.text):
-            raise self.fail("unexpected trailing text")
-        return t
-
-    def type_(self) -> pa.DataType:
-        self.depth += 1
-        if self.depth > MAX_TYPE_DEPTH:
-            raise InvalidSchema(
-                f"type {self.text[:60]!r}... nests more than {MAX_TYPE_DEPTH} levels of "
-                "list<> and struct<>"
-            )
-        if self.budget is not None:
-            self.budget.take()
-        try:
-            return self._type()
-        finally:
-            self.depth -= 1
-
-    def _type(self) -> pa.DataType:
-        name = self.word()
-        if name == "list":
-            self.expect("<")
-            item = self.field_or_type()
-            self.expect(">")
-            return pa.list_(item)
-        if name == "struct":
-            self.expect("<")
-            fields: list[pa.Field] = []
-            if not self.peek(">"):
-                while True:
-                    fname = self.word()
-                    self.expect(":")
-                    ftype = self.type_()
-                    nullable = not self._not_null()
-                    fields.append(pa.field(fname, ftype, nullable=nullable))
-                    if not self.peek(","):
-                        break
-                    self.expect(",")
-            self.expect(">")
-            return pa.struct(fields)
-        if name == "decimal128" or name == "decimal":
-            self.expect("(")
-            precision = self.integer()
-            self.expect(",")
-            scale = self.integer()
-            self.expect(")")
-            if not 1 <= precision <= 38 or not 0 <= scale <= precision:
-                raise InvalidSchema(f"decimal128({precision}, {scale}) is out of range")
-            return pa.decimal128(precision, scale)
-        if name == "timestamp":
-            self.expect("[")
-            unit = self.word()
-            tz: str | None = None
-            if self.peek(","):
-                self.expect(",")
-                self.expect("tz")
-                self.expect("=")
-                self.skip_ws()
-                m = re.compile(r"[^\]\s]+").match(self.text, self.pos)
-                if not m:
-                    raise self.fail("expected a time zone")
-                tz = m.group(0)
-                self.pos = m.end()
-            self.expect("]")
-            if unit != "us":
-                raise InvalidSchema(
-                    f"timestamp[{unit}] is not supported: Iceberg stores microseconds; "
-                    "use timestamp[us] or timestamp[us, tz=UTC]"
-                )
-            if tz is not None and tz not in ("UTC", "+00:00", "Etc/UTC"):
-                raise InvalidSchema(
-                    f"time zone {tz!r} would not survive a round trip: Iceberg stores "
-                    "instants in UTC; use timestamp[us, tz=UTC]"
-                )
-            return pa.timestamp("us", tz="UTC" if tz else None)
-        # Primitive names may carry a bracket suffix: date32[day], time64[us]
-        if self.peek("["):
-            start = self.pos
-            self.expect("[")
-            self.word()
-            self.expect("]")
-            name += self.text[start : self.pos].replace(" ", "")
-        if name in _PRIMITIVES:
-            return _PRIMITIVES[name]
-        raise InvalidSchema(
-            f"type {name!r} is not supported; use one of "
-            f"{sorted(set(_PRIMITIVES) - {'boolean', 'utf8', 'float', 'double', 'date32[day]'})}"
-            ", timestamp[us], timestamp[us, tz=UTC], decimal128(p, s), list<...>, struct<...>"
-        )
-
-    def field_or_type(self) -> pa.DataType:
-        # ``list<item: int32>`` (as pyarrow prints it) or ``list<int32>``.
-        save = self.pos
-        try:
-            self.word()
-            if self.peek(":"):
-                self.expect(":")
-                t = self.type_()
-                self._not_null()
-                return t
-        except InvalidSchema:
-            pass
-        self.pos = save
-        return self.type_()
-
-    def _not_null(self) -> bool:
-        if self.peek("not null"):
-            self.expect("not null")
-            return True
-        return False
-
-
-def parse_type(text: str, budget: _FieldBudget | None = None) -> pa.DataType:
-    """An admitted Arrow type from its name (counting its fields against ``budget``).
-
-    Raises:
-        InvalidSchema: unknown, malformed or not losslessly storable in Iceberg.
-    """
-    if not isinstance(text, str) or not text.strip():
-        raise InvalidSchema(f"a type must be a non-empty string, got {text!r:.80}")
-    if len(text) > MAX_TYPE_CHARS:
-        raise InvalidSchema(f"a type name has at most {MAX_TYPE_CHARS} characters")
-    return _TypeParser(text.strip(), budget).parse()
-
-
-def format_type(t: pa.DataType) -> str:
-    """The canonical name of an admitted type (what ``parse_type`` reads back)."""
-    return str(t)
 
 
 def parse_fields(spec: Any, *, stored: bool = False, bounded: bool | None = None) -> pa.Schema:
@@ -300,7 +92,7 @@ def parse_fields(spec: Any, *, stored: bool = False, bounded: bool | None = None
     bounded = not stored if bounded is None else bounded
     if bounded:
         check_schema_size(spec)
-    budget = _FieldBudget() if bounded else None
+    budget = FieldBudget() if bounded else None
     allowed = _FIELD_KEYS | {"added"} if stored else _FIELD_KEYS
     items: list[tuple[str, Any, bool]] = []
     if isinstance(spec, Mapping):

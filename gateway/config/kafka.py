@@ -1,0 +1,51 @@
+"""The Kafka listener's settings: an edge's section beside ``server`` (docs/kafka.md)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pydantic import Field
+
+from gateway.config._section import Section
+
+__all__ = ["KafkaConfig"]
+
+
+class KafkaConfig(Section):
+    """The Kafka listener: Kafka's wire protocol over the same tables (docs/kafka.md)."""
+
+    port: int = Field(
+        9092, ge=0, le=65535, description="Kafka listener port (on server.host); 0 disables it."
+    )
+    advertised_host: str = Field(
+        "",
+        description="The host Kafka clients are told to connect to (Metadata's broker), e.g. "
+        "the Service's name in a cluster; empty: server.host (127.0.0.1 for a wildcard).",
+    )
+    advertised_port: int = Field(
+        0, ge=0, le=65535, description="The port clients are told; 0: the listener's port."
+    )
+    idle_s: float = Field(
+        540.0,
+        gt=0,
+        description="A connection that sends no request for this long is closed (Kafka's "
+        "connections.max.idle.ms).",
+    )
+    auth_frame_bytes: int = Field(
+        64 * 1024,
+        ge=1024,
+        description="Largest request a connection may send before it authenticated; a "
+        "larger declared size closes it before a byte of the request is read.",
+    )
+    tls_cert_file: Path | None = Field(
+        None,
+        description="PEM certificate (chain) of the listener: set with tls_key_file, the "
+        "listener speaks TLS only (clients use SASL_SSL).",
+    )
+    tls_key_file: Path | None = Field(None, description="PEM private key of tls_cert_file.")
+    max_tenant_connections: int = Field(
+        256,
+        ge=1,
+        description="Authenticated connections one tenant may hold open on this gateway's "
+        "listener; past it a login is refused (the others keep theirs).",
+    )
