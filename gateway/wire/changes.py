@@ -435,7 +435,7 @@ class _Resolution:
 
     def latest(self) -> pa.Table:
         """The live state of each key after its last change, by that change's offset."""
-        last = np.flatnonzero(np.append(self.group_start[1:], True))
+        last = np.flatnonzero(np.append(self.group_start[1:], self.n > 0))
         live = last[self.upsert[last]]
         return self.rows_at(live[np.argsort(self.order[live], kind="stable")])
 
