@@ -51,7 +51,13 @@ class Bench:
 
     @contextlib.asynccontextmanager
     async def stub(self, gw: GatewayProcess) -> AsyncIterator[Any]:
-        async with grpc.aio.insecure_channel(gw.grpc_target, options=CHANNEL_OPTIONS) as ch:
+        async with self.stub_at(gw.grpc_target) as stub:
+            yield stub
+
+    @contextlib.asynccontextmanager
+    async def stub_at(self, target: str) -> AsyncIterator[Any]:
+        """A Tidegate stub on ``target`` (a gateway's gRPC edge, or a pass-through's)."""
+        async with grpc.aio.insecure_channel(target, options=CHANNEL_OPTIONS) as ch:
             yield pb_grpc.TidegateStub(ch)
 
     @contextlib.contextmanager

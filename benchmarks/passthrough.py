@@ -33,6 +33,8 @@ from typing import Any
 
 import grpc
 import pyarrow as pa
+import pyarrow.dataset as ds  # loaded at start, as the gateway has them: not in a first read
+import pyarrow.parquet as pq
 
 from gateway.wire._proto.tidegate.v1 import tidegate_pb2 as pb
 from gateway.wire._proto.tidegate.v1 import tidegate_pb2_grpc as pb_grpc
@@ -96,6 +98,34 @@ class _Table:
     schema_ipc: bytes
     partitions: list[_Partition]
     key: str
+
+
+#: Tables of Parquet files (the cold reads' store), by (namespace, name): each file's
+#: first and last ``_offset`` and path, registered by the benchmark (``register`` action
+#: of the Flight edge), shared by both edges.
+COLD: dict[tuple[str, str], list[tuple[int, int, str]]] = {}
+
+
+def cold_read(files: list[tuple[int, int, str]], start: int, end: int) -> pa.Table:
+    """Records ``[start, end)`` of a cold table, pyarrow on just the files holding them
+    (what the benchmark's own pyarrow baseline does)."""
+    parts = [
+        pq.read_table(path, filters=[("_offset", ">=", start), ("_offset", "<", end)])
+        for lo, hi, path in files
+        if lo < end and hi >= start
+    ]
+    return pa.concat_tables(parts) if parts else pa.table({})
+
+
+def cold_scan(files: list[tuple[int, int, str]]) -> pa.Table:
+    return ds.dataset([f[2] for f in files]).to_table()
+
+
+def _ipc(table: pa.Table) -> bytes:
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, table.schema) as w:
+        w.write_table(table)
+    return bytes(sink.getvalue().to_pybytes())
 
 
 class PassThrough(pb_grpc.TidegateServicer):  # type: ignore[misc]
@@ -185,7 +215,23 @@ class PassThrough(pb_grpc.TidegateServicer):  # type: ignore[misc]
             return [fields[b"d"] for _, fields in got]
         return [os.pread(p.fd, n, pos) for _, _, (pos, n) in p.entries[i:j]]
 
+    async def Scan(self, request: Any, context: Any) -> AsyncIterator[pb.ScanResponse]:
+        """A cold table's files read whole on a thread, sent in IPC chunks of about
+        4 MiB (the gateway's gRPC scan chunk)."""
+        files = COLD[(request.table.namespace, request.table.name)]
+        table = await asyncio.to_thread(cold_scan, files)
+        rows = max(1, (4 << 20) * max(1, table.num_rows) // max(1, table.nbytes))
+        for at in range(0, max(1, table.num_rows), rows):
+            yield pb.ScanResponse(arrow_ipc=await asyncio.to_thread(_ipc, table.slice(at, rows)))
+
     async def Read(self, request: Any, context: Any) -> AsyncIterator[pb.ReadResponse]:
+        files = COLD.get((request.table.namespace, request.table.name))
+        if files is not None:  # a cold table: pyarrow on its files, encoded as the gateway does
+            end = request.offset + (request.max_records or _DEFAULT_RECORDS)
+            table = await asyncio.to_thread(cold_read, files, request.offset, end)
+            body = await asyncio.to_thread(_ipc, table)
+            yield pb.ReadResponse(arrow_ipc=body, next_offset=request.offset + table.num_rows)
+            return
         t = self.tables[(request.table.namespace, request.table.name)]
         p = t.partitions[request.partition]
         offset = request.offset
@@ -232,6 +278,35 @@ class PassThrough(pb_grpc.TidegateServicer):  # type: ignore[misc]
                     return
 
 
+def flight_server(port: int) -> Any:
+    """Tidegate's Flight edge with no Tidegate logic: ``DoGet`` of the gateway's JSON
+    tickets (``read``, ``scan``) over a cold table's files, handed to Flight as whole
+    tables (Arrow's C++ sends them); the ``register`` action names a table's files."""
+    import json
+
+    import pyarrow.flight as fl
+
+    class Edge(fl.FlightServerBase):  # type: ignore[misc]
+        def do_action(self, context: Any, action: Any) -> list[Any]:
+            doc = json.loads(action.body.to_pybytes())
+            COLD[(doc["namespace"], doc["name"])] = [tuple(f) for f in doc["files"]]
+            return []
+
+        def do_get(self, context: Any, ticket: Any) -> Any:
+            doc = json.loads(ticket.ticket)
+            if "scan" in doc:
+                where = doc["scan"]
+                table = cold_scan(COLD[(where["namespace"], where["name"])])
+            else:
+                where = doc["read"]
+                start = where["offset"]
+                end = start + (where.get("max_records") or _DEFAULT_RECORDS)
+                table = cold_read(COLD[(where["namespace"], where["name"])], start, end)
+            return fl.RecordBatchStream(table)
+
+    return Edge(f"grpc+tcp://127.0.0.1:{port}")
+
+
 async def serve(store: str, redis_url: str, folder: Path, port: int) -> None:
     server = grpc.aio.server(options=_OPTIONS)
     pb_grpc.add_TidegateServicer_to_server(PassThrough(store, redis_url, folder), server)
@@ -253,6 +328,7 @@ class PassThroughProcess:
 
         self.store, self.folder, self.redis_url = store, folder, redis_url
         self.grpc_port = free_port()
+        self.flight_port = free_port()
         self.proc: subprocess.Popen[bytes] | None = None
 
     @property
@@ -268,12 +344,23 @@ class PassThroughProcess:
                 [
                     sys.executable, "-m", "benchmarks.passthrough", "--store", self.store,
                     "--redis-url", self.redis_url, "--dir", str(self.folder),
-                    "--grpc-port", str(self.grpc_port),
+                    "--grpc-port", str(self.grpc_port), "--flight-port", str(self.flight_port),
                 ],
                 stdout=log, stderr=subprocess.STDOUT, cwd=REPO_ROOT,
             )  # fmt: skip
         wait_for_port(self.grpc_port, proc=self.proc)
+        wait_for_port(self.flight_port, proc=self.proc)
         return self
+
+    def register(self, ref: Any, files: list[tuple[int, int, str]]) -> None:
+        """Name the Parquet files (first and last offset, path) of the cold table ``ref``."""
+        import json
+
+        import pyarrow.flight as fl
+
+        body = {"namespace": ref.namespace, "name": ref.name, "files": files}
+        with fl.connect(f"grpc+tcp://127.0.0.1:{self.flight_port}") as client:
+            list(client.do_action(fl.Action("register", json.dumps(body).encode())))
 
     def stop(self) -> None:
         if self.proc is not None and self.proc.poll() is None:
@@ -291,7 +378,13 @@ def main() -> None:
     parser.add_argument("--redis-url", default="")
     parser.add_argument("--dir", type=Path, required=True)
     parser.add_argument("--grpc-port", type=int, required=True)
+    parser.add_argument("--flight-port", type=int, default=0)
     ns = parser.parse_args()
+    if ns.flight_port:
+        import threading
+
+        edge = flight_server(ns.flight_port)
+        threading.Thread(target=edge.serve, name="flight", daemon=True).start()
     asyncio.run(serve(ns.store, ns.redis_url, ns.dir, ns.grpc_port))
 
 

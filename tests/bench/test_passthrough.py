@@ -96,3 +96,38 @@ def test_a_tidegate_row_has_its_ratio_to_the_pass_through(tmp_path: Path) -> Non
     # The pass-through's own row: the edge's cost against the raw store.
     assert cells[passthrough_system("redis")]["ratio to baseline"] == "0.50x redis-py XADD"
     assert cells[passthrough_system("redis")]["ratio to pass-through"] == "-"
+
+
+def test_the_pass_through_reads_registered_parquet_files(tmp_path: Path) -> None:
+    """Cold reads and scans over both edges: pyarrow on the files named, nothing else."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from benchmarks.scenarios import FlightReader
+
+    for k in range(2):
+        rows = pa.array(range(k * 100, k * 100 + 100), pa.int64())
+        pq.write_table(pa.table({"x": rows, "_offset": rows}), tmp_path / f"{k}.parquet")
+    files = [(k * 100, k * 100 + 99, str(tmp_path / f"{k}.parquet")) for k in range(2)]
+    edge = PassThroughProcess("disk", tmp_path / "pt").start()
+    ref = pb.TableRef(namespace="n", name="cold")
+
+    async def grpc_reads() -> tuple[tuple[int, int], int]:
+        async with grpc.aio.insecure_channel(edge.grpc_target, options=CHANNEL_OPTIONS) as ch:
+            stub = pb_grpc.TidegateStub(ch)
+            read = await gateway_reader(stub, ref, ())(0, 90, 20)
+            scanned = 0
+            async for msg in stub.Scan(pb.ScanRequest(table=ref)):
+                scanned += pa.ipc.open_stream(msg.arrow_ipc).read_all().num_rows
+            return read, scanned
+
+    try:
+        edge.register(ref, files)
+        (n, _), scanned = asyncio.run(grpc_reads())
+        assert (n, scanned) == (20, 200)
+        flight = FlightReader(edge.flight_port, ref, ())
+        assert asyncio.run(flight.read(0, 150, 100))[0] == 50
+        assert asyncio.run(flight.scan(0, 0))[0] == 200
+        flight.close()
+    finally:
+        edge.stop()
