@@ -24,6 +24,7 @@ from typing import Any
 from benchmarks import cold, groups, maintenance, neighbours, sdk, shards, spark_read
 from benchmarks.harness import Bench, compare
 from benchmarks.loadgen import Result, Workload
+from benchmarks.passthrough import PassThroughProcess
 from benchmarks.report import write_report
 from benchmarks.scenarios import (
     append_via_gateway,
@@ -39,19 +40,36 @@ Scenario = Callable[[Bench, Workload], Awaitable[list[dict[str, Any]]]]
 
 
 def against_redis(baseline_fn: Any, gateway_fn: Any) -> Scenario:
-    """A hot-tier scenario: the Redis baseline, then Tidegate on each hot tier."""
+    """A hot-tier scenario: the Redis baseline, then on each hot tier the pass-through
+    (the same client against the same gRPC edge with no Tidegate logic, over that tier's
+    raw store) and Tidegate. Tidegate's rows are compared with both: to the raw store,
+    and to the pass-through (what is Tidegate's own); the pass-through's with the raw
+    store (what is the edge's)."""
 
     async def run(b: Bench, w: Workload) -> list[dict[str, Any]]:
         base: Result = await baseline_fn(w, b.redis.url)
         rows = [base.summary()]
         for kind, gw in b.gateways.items():
+            hot = replace(w, hot=kind)
+            edge = b.passthroughs[kind]
+            bare: list[Any] = [()] * w.tenants
+            passed: Result = await gateway_fn(hot, edge.grpc_target, bare if w.tenants > 1 else ())
+            passed.system = passthrough_system(kind, w.tenants)
+            through = compare(passed.summary(), rows[:1])
             with b.tenants(gw, w.tenants) as keys:
                 md = [b.auth(gw, k) for k in keys] if w.tenants > 1 else b.auth(gw)
-                res: Result = await gateway_fn(replace(w, hot=kind), gw.grpc_target, md)
-            rows.append(compare(res.summary(), rows[:1]))
+                res: Result = await gateway_fn(hot, gw.grpc_target, md)
+            rows += [through, compare(res.summary(), [rows[0], through])]
         return rows
 
     return run
+
+
+def passthrough_system(kind: str, tenants: int = 1) -> str:
+    """The row name of the pass-through over ``kind``'s raw store."""
+    store = "Redis XADD/XRANGE" if kind == "redis" else "files"
+    suffix = f", {tenants} tables" if tenants > 1 else ""
+    return f"pass-through gRPC edge, {store} (baseline){suffix}"
 
 
 #: workload kind -> scenario; each returns its result rows, baselines first.
@@ -138,11 +156,17 @@ async def run_suite(
             },
         ),
     }
-    bench = Bench(mode, workdir, redis, gateways)
+    passthroughs = {
+        "disk": PassThroughProcess("disk", workdir / "pt-disk"),
+        "redis": PassThroughProcess("redis", workdir / "pt-redis", redis.url),
+    }
+    bench = Bench(mode, workdir, redis, gateways, passthroughs)
     results: list[dict[str, Any]] = []
     try:
         for gw in gateways.values():
             gw.start()
+        for pt in passthroughs.values():
+            pt.start()
         for path in sorted((HERE / "workloads").glob("*.yaml")):
             w = overridden(Workload.load(path, mode), settings or [])
             if only and not any(part in w.name for part in only.split(",")):
@@ -158,6 +182,8 @@ async def run_suite(
                 print(_line(row), flush=True)
             results.extend(rows)
     finally:
+        for pt in passthroughs.values():
+            pt.stop()
         for gw in gateways.values():
             gw.stop()
         redis.stop()

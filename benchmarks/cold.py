@@ -159,6 +159,8 @@ async def run_reads(b: Bench, w: Workload) -> list[dict[str, Any]]:
             index = await asyncio.to_thread(FileIndex.of, table)
             read = gateway_reader(stub, ref, md)
             chunk = w.read_chunk
+            edge = b.passthroughs["redis"]
+            await asyncio.to_thread(edge.register, ref, index.files)
 
             def seq(r: int, call: int) -> int:
                 first = (r * n // max(1, w.producers)) // chunk * chunk
@@ -183,10 +185,41 @@ async def run_reads(b: Bench, w: Workload) -> list[dict[str, Any]]:
                 return await flight.read(0, seq(r, call), chunk)
 
             await closed_loop(w, by_flight, flight_op)
+            async with b.stub_at(edge.grpc_target) as edge_stub:
+                edge_read = gateway_reader(edge_stub, ref, ())
+                through = Result(cold_w, "pass-through gRPC edge, Parquet files (baseline)")
+
+                async def through_op(r: int, call: int) -> tuple[int, int]:
+                    return await edge_read(0, seq(r, call), chunk)  # type: ignore[no-any-return]
+
+                await through_op(0, 0)  # a first call connects (Tidegate's stub is warm)
+                await closed_loop(w, through, through_op)
+                edge_scan = gateway_scanner(edge_stub, ref, ())
+                through_scan = Result(
+                    f"{w.name}-scan", "pass-through gRPC edge, Parquet files (baseline)"
+                )
+                await closed_loop(replace(w, producers=1), through_scan, edge_scan)
+            edge_flight = FlightReader(edge.flight_port, ref, ())
+            through_flight = Result(cold_w, "pass-through Flight edge, Parquet files (baseline)")
+
+            async def through_flight_op(r: int, call: int) -> tuple[int, int]:
+                return await edge_flight.read(0, seq(r, call), chunk)
+
+            await through_flight_op(0, 0)
+            await closed_loop(w, through_flight, through_flight_op)
+            through_flight_scan = Result(
+                f"{w.name}-scan", "pass-through Flight edge, Parquet files (baseline)"
+            )
+            await closed_loop(replace(w, producers=1), through_flight_scan, edge_flight.scan)
+            edge_flight.close()
+            grpc_edge = compare(through.summary(), [base.summary()])
+            flight_edge = compare(through_flight.summary(), [base.summary()])
             rows += [
                 base.summary(),
-                compare(res.summary(), [base.summary()]),
-                compare(by_flight.summary(), [base.summary()]),
+                grpc_edge,
+                flight_edge,
+                compare(res.summary(), [base.summary(), grpc_edge]),
+                compare(by_flight.summary(), [base.summary(), flight_edge]),
             ]
 
             # Table scans ------------------------------------------------------------------
@@ -210,10 +243,14 @@ async def run_reads(b: Bench, w: Workload) -> list[dict[str, Any]]:
             flight_scan = Result(scan_name, "tidegate Flight scan (all cold)")
             await closed_loop(scan_w, flight_scan, flight.scan)
             bases = [arrow.summary(), iceberg.summary(), duck.summary()]
+            grpc_scan_edge = compare(through_scan.summary(), bases)
+            flight_scan_edge = compare(through_flight_scan.summary(), bases)
             rows += [
                 *bases,
-                compare(scan.summary(), bases),
-                compare(flight_scan.summary(), bases),
+                grpc_scan_edge,
+                flight_scan_edge,
+                compare(scan.summary(), [*bases, grpc_scan_edge]),
+                compare(flight_scan.summary(), [*bases, flight_scan_edge]),
             ]
 
             # Stream reads across the cold/hot boundary -------------------------------------

@@ -5,7 +5,7 @@ from __future__ import annotations
 import contextlib
 import secrets
 from collections.abc import AsyncIterator, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -16,6 +16,7 @@ from gateway.wire._proto.tidegate.v1 import tidegate_pb2_grpc as pb_grpc
 from tests.services import GatewayProcess, RedisServer
 
 if TYPE_CHECKING:
+    from benchmarks.passthrough import PassThroughProcess
     from gateway.config import Settings
     from gateway.lake.components import Components
     from gateway.meta import TableDef
@@ -36,6 +37,8 @@ class Bench:
     workdir: Path
     redis: RedisServer
     gateways: dict[str, GatewayProcess]
+    #: The pass-through baseline on each hot tier's raw store (``benchmarks.passthrough``).
+    passthroughs: dict[str, PassThroughProcess] = field(default_factory=dict)
 
     @property
     def tiered(self) -> GatewayProcess:
@@ -48,7 +51,13 @@ class Bench:
 
     @contextlib.asynccontextmanager
     async def stub(self, gw: GatewayProcess) -> AsyncIterator[Any]:
-        async with grpc.aio.insecure_channel(gw.grpc_target, options=CHANNEL_OPTIONS) as ch:
+        async with self.stub_at(gw.grpc_target) as stub:
+            yield stub
+
+    @contextlib.asynccontextmanager
+    async def stub_at(self, target: str) -> AsyncIterator[Any]:
+        """A Tidegate stub on ``target`` (a gateway's gRPC edge, or a pass-through's)."""
+        async with grpc.aio.insecure_channel(target, options=CHANNEL_OPTIONS) as ch:
             yield pb_grpc.TidegateStub(ch)
 
     @contextlib.contextmanager

@@ -13,6 +13,7 @@ _COLUMNS = [
     "records/s",
     "MB/s",
     "ratio to baseline",
+    "ratio to pass-through",
     "ack p50",
     "ack p99",
     "ack p99.9",
@@ -28,11 +29,17 @@ def _fmt(v: float | None, digits: int = 2) -> str:
     return "-" if v is None else f"{v:.{digits}f}"
 
 
-def _ratios(r: dict[str, Any]) -> str:
+#: What names a pass-through baseline (``benchmarks.passthrough``): its ratio has a
+#: column of its own, so a row says apart what is Tidegate's and what is the edge's.
+PASS_THROUGH = "pass-through"
+
+
+def _ratios(r: dict[str, Any], through: bool = False) -> str:
+    """The row's ratios to its raw-store baselines, or (``through``) to its pass-through."""
     parts = [
         f"{v:.2f}x {k.removesuffix(' (baseline)')}"
         for k, v in (r.get("ratios") or {}).items()
-        if v is not None
+        if v is not None and k.startswith(PASS_THROUGH) == through
     ]
     return "; ".join(parts) or "-"
 
@@ -87,7 +94,11 @@ def write_report(doc: dict[str, Any], out: Path) -> None:
         "",
         "Every Tidegate row is compared with the baselines of its workload, measured in the "
         "same run on the same machine. *Ratio* is Tidegate's records/s divided by the "
-        "baseline's (1.00 = as fast; the records are the same on both sides). Open-loop "
+        "baseline's (1.00 = as fast; the records are the same on both sides). *Ratio to "
+        "pass-through* divides by the pass-through of the same tier: the same gRPC edge "
+        "and clients over the same raw store with no Tidegate logic (benchmarks/passthrough.py);"
+        " below 1.00 is Tidegate's own cost, the pass-through's ratio to the raw store is the "
+        "edge's. Open-loop "
         "workloads measure latency from each request's intended send time, so stalls are "
         "not hidden; closed-loop workloads measure capacity, and their latency is per call "
         "at that capacity. Latencies in milliseconds.",
@@ -104,6 +115,7 @@ def write_report(doc: dict[str, Any], out: Path) -> None:
             f"{r['records_per_s']:.0f}",
             f"{r['mb_per_s']:.1f}",
             _ratios(r),
+            _ratios(r, through=True),
             *(_fmt(a.get(k)) for k in ("p50_ms", "p99_ms", "p999_ms", "max_ms")),
             *(_fmt(e.get(k)) for k in ("p50_ms", "p99_ms")),
             str(r["errors"]),

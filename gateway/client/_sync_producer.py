@@ -137,6 +137,12 @@ class Producer:
             elif core.acc.kick:  # a batch opened or filled: the sender has something new
                 core.acc.kick = False
                 self._cond.notify_all()
+            else:
+                return future
+        # Hand the GIL over now: the sender (and the threads answering the stream) would
+        # else wait for the interpreter's switch interval (5 ms) while a caller that sends
+        # back to back keeps it, once per batch and per answer.
+        time.sleep(0)
         return future
 
     def flush(self, timeout: float | None = None) -> None:
