@@ -1,6 +1,9 @@
 package io.tidegate.spark;
 
 import com.fasterxml.jackson.databind.JsonNode;
+import io.tidegate.spark.transport.Gateway;
+import io.tidegate.spark.transport.ReadOptions;
+import io.tidegate.spark.types.Types;
 import java.util.ArrayList;
 import java.util.List;
 import java.util.Map;

@@ -1,6 +1,12 @@
 package io.tidegate.spark;
 
 import com.fasterxml.jackson.databind.JsonNode;
+import io.tidegate.spark.read.TidegateScanBuilder;
+import io.tidegate.spark.stream.TidegateMicroBatchStream;
+import io.tidegate.spark.transport.Gateway;
+import io.tidegate.spark.transport.ReadOptions;
+import io.tidegate.spark.transport.Secrets;
+import io.tidegate.spark.write.TidegateWriteBuilder;
 import java.util.EnumSet;
 import java.util.Map;
 import java.util.Set;
@@ -81,7 +87,7 @@ final class TidegateTable implements SupportsRead, SupportsWrite {
     if (described == null) {
       described = gateway.describe();
     }
-    return new TidegateScanBuilder(o, gateway, schema, described);
+    return new TidegateScanBuilder(o, gateway, schema, described, TidegateMicroBatchStream::new);
   }
 
   @Override
