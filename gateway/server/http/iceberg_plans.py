@@ -99,7 +99,10 @@ class PlanIds:
         doc = [
             state.tenant,
             state.table_id,
-            state.snapshot_id,
+            # An incremental plan: [start, end] in the place of the snapshot.
+            state.snapshot_id
+            if state.start_snapshot_id is None
+            else [state.start_snapshot_id, state.snapshot_id],
             state.lease_id,
             [x for r in state.ranges for x in r],
             state.expires_at,
@@ -136,7 +139,10 @@ class PlanIds:
         if expires <= self._clock():
             return None
         ranges = tuple(tuple(flat[i : i + 3]) for i in range(0, len(flat), 3))
-        state = PlanState(tenant, table_id, snap, lease, ranges, int(expires))
+        start = None
+        if isinstance(snap, list):
+            start, snap = snap
+        state = PlanState(tenant, table_id, snap, lease, ranges, int(expires), start)
         return state, (task[0] if task else None)
 
 
