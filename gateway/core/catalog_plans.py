@@ -118,9 +118,16 @@ class CatalogPlanOps(ScanOps):
         )
 
     async def catalog_plan(
-        self, tenant: str, namespace: str, name: str, request: PlanRequest
+        self,
+        tenant: str,
+        namespace: str,
+        name: str,
+        request: PlanRequest,
+        hot_refused: str | None = None,
     ) -> CatalogPlan:
-        """Plan a scan of the tenant's table (see the module docstring).
+        """Plan a scan of the tenant's table (see the module docstring). With
+        ``hot_refused`` (one sentence: the tenant's budget of hot-tail bytes is spent), a
+        hot tail is handled as one over ``plan_max_hot_records`` (``plan_hot_overflow``).
 
         Raises:
             TableNotFound: no such table of this tenant (or its name is not valid).
@@ -156,7 +163,7 @@ class CatalogPlanOps(ScanOps):
             return await self._with_access(tenant, table, plan)
         for attempt in range(_PIN_ATTEMPTS):
             try:
-                plan = await self._plan_pinned(tenant, table, request, expr, stats)
+                plan = await self._plan_pinned(tenant, table, request, expr, stats, hot_refused)
             except Unavailable:
                 # A pinned hot range was trimmed before its file was written: tiering
                 # committed it meanwhile (with tiering.hot_retention_s = 0), so a new pin
@@ -185,6 +192,7 @@ class CatalogPlanOps(ScanOps):
         request: PlanRequest,
         expr: Expr | None,
         stats: list[str],
+        hot_refused: str | None,
     ) -> CatalogPlan:
         """One attempt of :meth:`catalog_plan`: pin, lease, name and write the files."""
         when = request.snapshot_id
@@ -192,10 +200,10 @@ class CatalogPlanOps(ScanOps):
         rc = self.settings.cold.rest_catalog
         skipped = 0
         tail = sum(r.to_offset - r.from_offset for r in ranges)
-        if tail > rc.plan_max_hot_records:
+        if tail > rc.plan_max_hot_records or (tail and hot_refused is not None):
             if rc.plan_hot_overflow == "refuse":
                 d = table.definition
-                message = (
+                message = hot_refused or (
                     f"the hot tail of {d.namespace}.{d.name} is {tail} records, more than "
                     f"the {rc.plan_max_hot_records} a scan plan writes as files "
                     "(cold.rest_catalog.plan_max_hot_records): plan again once tiering "

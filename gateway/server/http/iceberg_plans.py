@@ -246,6 +246,15 @@ def add_plan_routes(
         still applies it to the rows it reads."""
         ns = one_part(namespace, table)
         body = await body_model(request, PlanTableScanBody, _PLAN_BODY)
+        rate = service.settings.cold.rest_catalog.plan_hot_bytes_per_s
+        hot_refused = None
+        if rate and not await tenancy.guard.plan_hot_allowed(tenant, rate):
+            hot_refused = (
+                f"the tenant's budget of hot-tail bytes written by scan plans ({rate}/s, "
+                "cold.rest_catalog.plan_hot_bytes_per_s) is spent: plan again in a moment, "
+                "or plan on the client (scan-planning-mode=client) to read the committed "
+                "rows only"
+            )
         plan = await service.catalog_plan(
             tenant,
             ns,
@@ -260,6 +269,7 @@ def add_plan_routes(
                 start_snapshot_id=body.start_snapshot_id,
                 end_snapshot_id=body.end_snapshot_id,
             ),
+            hot_refused,
         )
         if plan.failed is not None:
             metrics.record_catalog_plan("failed", 0)
@@ -267,6 +277,15 @@ def add_plan_routes(
             return JSONResponse({"status": "failed", "error": error})
         outcome = "committed_only" if plan.skipped_hot_records else "completed"
         metrics.record_catalog_plan(outcome, plan.written_bytes)
+        if plan.written_bytes:
+            # The hot rows it materialised are a read of the tenant's (metered, and
+            # charged to its read quota) and spend its budget of hot-tail bytes.
+            records = sum(
+                int(h.content_file["record-count"]) for h in plan.hot_files if h.written_bytes
+            )
+            await tenancy.record_read(tenant, records, plan.written_bytes)
+            if rate:
+                await tenancy.guard.charge_plan_hot(tenant, plan.written_bytes, rate)
         metrics.record_catalog_access(bool(plan.access.credentials))
         asked = {
             "filter": body.filter,
