@@ -57,6 +57,20 @@ class PlanFiles(ABC):
         columns ``stats_fields`` only (none when empty), in (partition, path) order."""
 
     @abstractmethod
+    def added_files(
+        self, start_id: int, end_id: int, row_filter: Expr | None, stats_fields: Sequence[str]
+    ) -> list[dict[str, Any]]:
+        """An incremental append scan: the spec's ``DataFile`` JSON of the data files the
+        append snapshots after ``start_id`` up to and including ``end_id`` added, on
+        ``end_id``'s lineage, that ``row_filter`` may match, in (partition, path) order.
+        Snapshots that only rewrite or remove files (compaction, retention) add none.
+
+        Raises:
+            SnapshotNotFound: the table has no such snapshot (either id).
+            InvalidRequest: ``start_id`` is not an ancestor of ``end_id``.
+        """
+
+    @abstractmethod
     def hot_files(
         self,
         partition: int,

@@ -103,6 +103,13 @@ class ServedCatalogConfig(Section):
         "fails with one sentence saying so) or 'committed' (it names the committed files "
         "only, as client-side planning would).",
     )
+    plan_hot_bytes_per_s: int = Field(
+        0,
+        ge=0,
+        description="Per tenant, the hot-tail bytes scan plans may write a second (a token "
+        "bucket of quota.burst_s seconds, shared by the replicas as the quotas are); once "
+        "spent, plans with a hot tail are handled per plan_hot_overflow. 0: no budget.",
+    )
     plan_page_files: int = Field(
         1000,
         ge=1,

@@ -7,7 +7,9 @@ acknowledged row below HW is in exactly one of the two, whatever tiering commits
 The snapshot's data files are named as they are; each hot range becomes Parquet files in
 the table's schema and field ids under a folder no snapshot references
 (:mod:`gateway.cold.plans`), written once per range and named again by later plans. With
-``snapshot-id`` (time travel) a plan names that snapshot's files only.
+``snapshot-id`` (time travel) a plan names that snapshot's files only; with
+``start-snapshot-id`` and ``end-snapshot-id`` (an incremental append scan), the files the
+appends between them added.
 
 A plan lives ``cold.presign_expiry_s`` (one hour by default, as a read plan): its snapshot
 is leased from expiry that long, and its hot-tail files are rewritten before being named
@@ -65,6 +67,9 @@ class PlanState:
     lease_id: str | None
     ranges: tuple[tuple[int, int, int], ...]
     expires_at: int
+    #: An incremental plan's start (exclusive; ``snapshot_id`` is its end): the files the
+    #: appends between them added, no hot tail.
+    start_snapshot_id: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,23 +118,37 @@ class CatalogPlanOps(ScanOps):
         )
 
     async def catalog_plan(
-        self, tenant: str, namespace: str, name: str, request: PlanRequest
+        self,
+        tenant: str,
+        namespace: str,
+        name: str,
+        request: PlanRequest,
+        hot_refused: str | None = None,
     ) -> CatalogPlan:
-        """Plan a scan of the tenant's table (see the module docstring).
+        """Plan a scan of the tenant's table (see the module docstring). With
+        ``hot_refused`` (one sentence: the tenant's budget of hot-tail bytes is spent), a
+        hot tail is handled as one over ``plan_max_hot_records`` (``plan_hot_overflow``).
 
         Raises:
             TableNotFound: no such table of this tenant (or its name is not valid).
             InvalidRequest: an unknown column in ``select``, ``stats-fields`` or the filter,
-                a filter the spec does not define or that does not fit its column, or an
-                incremental scan (not served).
-            SnapshotNotFound: no such ``snapshot-id``.
+                a filter the spec does not define or that does not fit its column, one of
+                ``start-snapshot-id``/``end-snapshot-id`` without the other or with
+                ``snapshot-id``, or a start that is not an ancestor of the end.
+            SnapshotNotFound: no such ``snapshot-id`` (or incremental start or end).
             Unavailable: the hot tier no longer holds a pinned range; plan again.
         """
         table = await self._plan_table(tenant, namespace, name)
-        if request.start_snapshot_id is not None or request.end_snapshot_id is not None:
+        incremental = request.start_snapshot_id is not None or request.end_snapshot_id is not None
+        if incremental and (request.start_snapshot_id is None or request.end_snapshot_id is None):
             raise InvalidRequest(
-                "incremental scans (start-snapshot-id, end-snapshot-id) are not served; "
-                "plan a point-in-time scan (snapshot-id, or none for the live table)"
+                "an incremental scan needs both start-snapshot-id and end-snapshot-id "
+                "(a point-in-time scan gives snapshot-id alone)"
+            )
+        if incremental and request.snapshot_id is not None:
+            raise InvalidRequest(
+                "snapshot-id (a point-in-time scan) cannot be given with start-snapshot-id "
+                "and end-snapshot-id (an incremental scan): give one or the other"
             )
         names = table.stored_schema.names
         for column in request.select or ():
@@ -139,9 +158,12 @@ class CatalogPlanOps(ScanOps):
             for c in request.stats_fields
         ]
         expr = await self._run(self._plan_filter, table, request)
+        if incremental:
+            plan = await self._plan_incremental(tenant, table, request, expr, stats)
+            return await self._with_access(tenant, table, plan)
         for attempt in range(_PIN_ATTEMPTS):
             try:
-                plan = await self._plan_pinned(tenant, table, request, expr, stats)
+                plan = await self._plan_pinned(tenant, table, request, expr, stats, hot_refused)
             except Unavailable:
                 # A pinned hot range was trimmed before its file was written: tiering
                 # committed it meanwhile (with tiering.hot_retention_s = 0), so a new pin
@@ -151,13 +173,17 @@ class CatalogPlanOps(ScanOps):
                 continue
             if plan.failed is not None:
                 return plan
-            try:
-                return replace(plan, access=await self._plan_access(tenant, table))
-            except BaseException:
-                if plan.state.lease_id is not None:
-                    await self._run(self.meta.release_lease, plan.state.lease_id)
-                raise
+            return await self._with_access(tenant, table, plan)
         raise AssertionError("unreachable")  # pragma: no cover
+
+    async def _with_access(self, tenant: str, table: TableView, plan: CatalogPlan) -> CatalogPlan:
+        """``plan`` with how to read its files; its lease released when that fails."""
+        try:
+            return replace(plan, access=await self._plan_access(tenant, table))
+        except BaseException:
+            if plan.state.lease_id is not None:
+                await self._run(self.meta.release_lease, plan.state.lease_id)
+            raise
 
     async def _plan_pinned(
         self,
@@ -166,6 +192,7 @@ class CatalogPlanOps(ScanOps):
         request: PlanRequest,
         expr: Expr | None,
         stats: list[str],
+        hot_refused: str | None,
     ) -> CatalogPlan:
         """One attempt of :meth:`catalog_plan`: pin, lease, name and write the files."""
         when = request.snapshot_id
@@ -173,10 +200,10 @@ class CatalogPlanOps(ScanOps):
         rc = self.settings.cold.rest_catalog
         skipped = 0
         tail = sum(r.to_offset - r.from_offset for r in ranges)
-        if tail > rc.plan_max_hot_records:
+        if tail > rc.plan_max_hot_records or (tail and hot_refused is not None):
             if rc.plan_hot_overflow == "refuse":
                 d = table.definition
-                message = (
+                message = hot_refused or (
                     f"the hot tail of {d.namespace}.{d.name} is {tail} records, more than "
                     f"the {rc.plan_max_hot_records} a scan plan writes as files "
                     "(cold.rest_catalog.plan_max_hot_records): plan again once tiering "
@@ -219,6 +246,34 @@ class CatalogPlanOps(ScanOps):
             written_bytes=sum(h.written_bytes for h in hot),
             earliest=tuple(sorted(earliest.items())),
             column_names=tuple(table.stored_schema.names),
+        )
+
+    async def _plan_incremental(
+        self,
+        tenant: str,
+        table: TableView,
+        request: PlanRequest,
+        expr: Expr | None,
+        stats: list[str],
+    ) -> CatalogPlan:
+        """An incremental append scan: the committed files the appends after
+        ``start-snapshot-id`` up to ``end-snapshot-id`` added (no hot tail: its rows are
+        in no snapshot). The end snapshot is leased for the plan's life."""
+        assert request.start_snapshot_id is not None and request.end_snapshot_id is not None
+        start, end = request.start_snapshot_id, request.end_snapshot_id
+        cold = self._cold_table(table)
+        snap = await self._run(cold.snapshot, end)
+        lease = await self._run(self._lease, table, snap, "plan", True)
+        try:
+            data = await self._run(cold.plan_files().added_files, start, end, expr, stats)
+        except BaseException:
+            if lease is not None:
+                await self._run(self.meta.release_lease, lease)
+            raise
+        expires = int(time.time()) + int(self.settings.cold.presign_expiry_s)
+        state = PlanState(tenant, table.definition.table_id, end, lease, (), expires, start)
+        return CatalogPlan(
+            state, data, [], _NO_ACCESS, column_names=tuple(table.stored_schema.names)
         )
 
     def _plan_files(
@@ -277,6 +332,15 @@ class CatalogPlanOps(ScanOps):
         stats = [resolve_name(c, names, True, "stats-fields") for c in request.stats_fields]
         expr = await self._run(self._plan_filter, table, request)
         cold = self._cold_table(table)
+        if state.start_snapshot_id is not None:
+            files = await self._run(
+                cold.plan_files().added_files,
+                state.start_snapshot_id,
+                state.snapshot_id,
+                expr,
+                stats,
+            )
+            return files[start : start + count]
         snap = await self._run(cold.snapshot, state.snapshot_id)
         retained = _retained(expr, dict(earliest), table.definition.partitions)
         files = await self._run(cold.plan_files().data_files, snap, retained, stats)
@@ -299,13 +363,17 @@ class CatalogPlanOps(ScanOps):
             leases = await self._run(self.meta.leases, state.table_id)
             if all(lease.lease_id != state.lease_id for lease in leases):
                 return None
+        access = await self._plan_access(tenant, table)
+        if state.start_snapshot_id is not None and state.snapshot_id is not None:
+            added = self._cold_table(table).plan_files().added_files
+            files = await self._run(added, state.start_snapshot_id, state.snapshot_id, None, ())
+            return CatalogPlan(state, files, [], access)
         snap = None
         if state.snapshot_id is not None:
             snap = await self._run(self._cold_table(table).snapshot, state.snapshot_id)
         data, hot = await self._run(
             self._plan_files, table, snap, None, state.ranges, (), float("inf")
         )
-        access = await self._plan_access(tenant, table)
         return CatalogPlan(state, data, hot, access)
 
     async def catalog_plan_cancel(

@@ -287,6 +287,23 @@ class QuotaGuard:
         if q.read_bytes_per_s is not None and nbytes:
             await self._take(tenant, "read_bytes", nbytes, q.read_bytes_per_s, force=True)
 
+    async def plan_hot_allowed(self, tenant: str, rate: int) -> bool:
+        """Whether the tenant's budget of hot-tail bytes written by scan plans
+        (``cold.rest_catalog.plan_hot_bytes_per_s``, shared by the replicas as every
+        bucket) is not in debt: a plan may write its hot tail."""
+        burst = rate * self.settings.quota.burst_s
+        wait = await run_blocking(self.buckets.take, tenant, "plan_hot_bytes", 0, rate, burst)
+        return wait == 0
+
+    async def charge_plan_hot(self, tenant: str, nbytes: int, rate: int) -> None:
+        """Charge the hot-tail bytes a plan wrote to that budget (it may go into debt:
+        the next plans fall back until it is paid back)."""
+        if nbytes:
+            burst = rate * self.settings.quota.burst_s
+            await run_blocking(
+                self.buckets.take, tenant, "plan_hot_bytes", nbytes, rate, burst, True
+            )
+
     async def table_limits(self, tenant: str) -> TableLimits | None:
         """The tenant's count quotas (None when neither is set), checked by the create
         itself in the transaction that inserts the table (``MetaStore.create_table``):

@@ -420,7 +420,12 @@ def test_bad_plan_requests_are_one_sentence(gw: GatewayProcess, tiered: Tenant) 
             ({"filter": {"type": "gt", "term": "nope", "value": 1}}, "unknown column 'nope'"),
             ({"filter": {"type": "gt", "term": "id", "value": "x"}}, "column 'id' is int64"),
             ({"filter": {"type": "bogus"}}, "unknown expression type 'bogus'"),
-            ({"start-snapshot-id": 1, "end-snapshot-id": 2}, "incremental scans"),
+            ({"start-snapshot-id": 1}, "needs both start-snapshot-id and end-snapshot-id"),
+            ({"end-snapshot-id": 1}, "needs both start-snapshot-id and end-snapshot-id"),
+            (
+                {"snapshot-id": 1, "start-snapshot-id": 1, "end-snapshot-id": 2},
+                "cannot be given with start-snapshot-id",
+            ),
             ({"stats-fields": ["nope"]}, "unknown column 'nope'"),
         ):
             r = plan(h, "shop.orders", body)
@@ -429,6 +434,62 @@ def test_bad_plan_requests_are_one_sentence(gw: GatewayProcess, tiered: Tenant) 
             assert err["type"] == "BadRequestException" and words in err["message"], err
         r = plan(h, "shop.orders", {"snapshot-id": 12345})
         assert r.status_code == 404, r.text
+
+
+def snapshot_id(gw: GatewayProcess, t: Tenant, table: str) -> int:
+    snap = pyiceberg_catalog(gw, token=t.key).load_table(table).current_snapshot()
+    assert snap is not None
+    return int(snap.snapshot_id)
+
+
+def read_tasks(tasks: Any) -> pa.Table:
+    """The rows of pyiceberg's file scan tasks (local Parquet files, read as they are)."""
+    import pyarrow.parquet as pq
+
+    tables = [pq.read_table(t.file.file_path.removeprefix("file://")) for t in tasks]
+    return pa.concat_tables(tables) if tables else pa.table({"_partition": [], "_offset": []})
+
+
+def test_incremental_plans_name_the_appends_between_two_tierings(gw: GatewayProcess) -> None:
+    from pyiceberg.catalog.rest.scan_planning import PlanTableScanRequest
+
+    t = new_tenant(gw, "inc")
+    with gw.client(api_key=t.key) as c:
+        c.create_table("app.inc", SCHEMA, partitions=2)
+    fill(gw, t, "app.inc", 0, 10)
+    tier_now(gw, t, "app.inc")
+    first = snapshot_id(gw, t, "app.inc")
+    fill(gw, t, "app.inc", 10, 7)
+    tier_now(gw, t, "app.inc")
+    second = snapshot_id(gw, t, "app.inc")
+    fill(gw, t, "app.inc", 17, 3)  # hot (on Redis): in no snapshot, so in no increment
+    catalog = server_planning(gw, t.key)
+    request = PlanTableScanRequest(start_snapshot_id=first, end_snapshot_id=second)
+    rows = read_tasks(catalog.plan_scan("app.inc", request))
+    at_first = set(keyed(own_scan(gw, t, "app.inc", as_of=first)))
+    at_second = set(keyed(own_scan(gw, t, "app.inc", as_of=second)))
+    assert keyed(rows) == sorted(at_second - at_first)
+    assert sorted(rows["id"].to_pylist()) == list(range(10, 17))
+    # A plan id of it answers the same files again; start == end is empty.
+    with gw.http_client(api_key=t.key) as h:
+        body = {"start-snapshot-id": first, "end-snapshot-id": second}
+        planned = plan(h, "app.inc", body).json()
+        again = h.get(f"{CATALOG}/namespaces/app/tables/inc/plan/{planned['plan-id']}").json()
+        assert again["file-scan-tasks"] == [
+            {"data-file": f["data-file"]} for f in planned["file-scan-tasks"]
+        ]
+        same = plan(h, "app.inc", {"start-snapshot-id": second, "end-snapshot-id": second})
+        assert same.json()["file-scan-tasks"] == []
+        backwards = plan(h, "app.inc", {"start-snapshot-id": second, "end-snapshot-id": first})
+        assert backwards.status_code == 400
+        assert "is not an ancestor of end-snapshot-id" in backwards.json()["error"]["message"]
+        for body in (
+            {"start-snapshot-id": 12345, "end-snapshot-id": second},
+            {"start-snapshot-id": first, "end-snapshot-id": 12345},
+        ):
+            unknown = plan(h, "app.inc", body)
+            assert unknown.status_code == 404, unknown.text
+            assert "12345" in unknown.json()["error"]["message"]
 
 
 def test_case_insensitive_names(gw: GatewayProcess, tiered: Tenant) -> None:

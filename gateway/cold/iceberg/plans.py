@@ -18,6 +18,7 @@ import pyarrow.parquet as pq
 from gateway.cold.base import ColdSnapshot, DataFileWriter, StorageOptions, fs_path
 from gateway.cold.iceberg.filters import to_pyiceberg
 from gateway.cold.plans import PLANS_FOLDER, HotFile, PlanFiles
+from gateway.wire.errors import InvalidRequest, SnapshotNotFound
 from gateway.wire.schema import PARTITION_COLUMN
 
 if TYPE_CHECKING:
@@ -192,26 +193,74 @@ class IcebergPlanFiles(PlanFiles):
             t._tasks(snap, prune),
             key=lambda task: (int(task.file.partition[0]), str(task.file.file_path)),
         )
-        out = []
-        for task in tasks:
-            f = task.file
-            spec = metadata.specs()[f.spec_id]
-            partition = [
-                _json_value_of(schema, spec, i, f.partition[i]) for i in range(len(spec.fields))
-            ]
-            out.append(
-                content_file(
-                    path=str(f.file_path),
-                    partition=partition,
-                    spec_id=f.spec_id,
-                    file_size_in_bytes=f.file_size_in_bytes,
-                    record_count=f.record_count,
-                    stats=_stats_of(f),
-                    schema=schema,
-                    keep=keep,
+        return [self._content_file(metadata, schema, task.file, keep) for task in tasks]
+
+    def added_files(
+        self, start_id: int, end_id: int, row_filter: Expr | None, stats_fields: Sequence[str]
+    ) -> list[dict[str, Any]]:
+        from pyiceberg.manifest import ManifestContent, ManifestEntryStatus
+        from pyiceberg.table.snapshots import Operation
+
+        table = self._table._load()
+        metadata = table.metadata
+        for which, sid in (("start-snapshot-id", start_id), ("end-snapshot-id", end_id)):
+            if metadata.snapshot_by_id(sid) is None:
+                raise SnapshotNotFound(
+                    f"{which} {sid} names no snapshot of this table", as_of=str(sid)
                 )
+        lineage = []
+        at = metadata.snapshot_by_id(end_id)
+        while at is not None and at.snapshot_id != start_id:
+            lineage.append(at)
+            parent = at.parent_snapshot_id
+            at = metadata.snapshot_by_id(parent) if parent is not None else None
+        if at is None:
+            raise InvalidRequest(
+                f"start-snapshot-id {start_id} is not an ancestor of end-snapshot-id "
+                f"{end_id} (or the snapshots between them have expired): an incremental "
+                "scan reads the appends after start up to end on end's lineage"
             )
-        return out
+        schema = metadata.schema()
+        keep = self._keep(schema, stats_fields)
+        may_match = self._evaluator(row_filter)
+        found = []
+        for snap in lineage:
+            summary = snap.summary
+            if summary is None or summary.operation != Operation.APPEND:
+                continue
+            for manifest in snap.manifests(table.io):
+                if (
+                    manifest.content != ManifestContent.DATA
+                    or manifest.added_snapshot_id != snap.snapshot_id
+                ):
+                    continue
+                for entry in manifest.fetch_manifest_entry(table.io, discard_deleted=True):
+                    f = entry.data_file
+                    if entry.status != ManifestEntryStatus.ADDED or (
+                        may_match is not None and not may_match(f.record_count, _stats_of(f))
+                    ):
+                        continue
+                    found.append(f)
+        found.sort(key=lambda f: (int(f.partition[0]), str(f.file_path)))
+        return [self._content_file(metadata, schema, f, keep) for f in found]
+
+    @staticmethod
+    def _content_file(metadata: Any, schema: Schema, f: Any, keep: set[int]) -> dict[str, Any]:
+        """The spec's ``DataFile`` JSON of a pyiceberg data file of the table."""
+        spec = metadata.specs()[f.spec_id]
+        partition = [
+            _json_value_of(schema, spec, i, f.partition[i]) for i in range(len(spec.fields))
+        ]
+        return content_file(
+            path=str(f.file_path),
+            partition=partition,
+            spec_id=f.spec_id,
+            file_size_in_bytes=f.file_size_in_bytes,
+            record_count=f.record_count,
+            stats=_stats_of(f),
+            schema=schema,
+            keep=keep,
+        )
 
     @staticmethod
     def _keep(schema: Schema, names: Sequence[str]) -> set[int]:

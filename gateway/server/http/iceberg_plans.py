@@ -99,7 +99,10 @@ class PlanIds:
         doc = [
             state.tenant,
             state.table_id,
-            state.snapshot_id,
+            # An incremental plan: [start, end] in the place of the snapshot.
+            state.snapshot_id
+            if state.start_snapshot_id is None
+            else [state.start_snapshot_id, state.snapshot_id],
             state.lease_id,
             [x for r in state.ranges for x in r],
             state.expires_at,
@@ -136,7 +139,10 @@ class PlanIds:
         if expires <= self._clock():
             return None
         ranges = tuple(tuple(flat[i : i + 3]) for i in range(0, len(flat), 3))
-        state = PlanState(tenant, table_id, snap, lease, ranges, int(expires))
+        start = None
+        if isinstance(snap, list):
+            start, snap = snap
+        state = PlanState(tenant, table_id, snap, lease, ranges, int(expires), start)
         return state, (task[0] if task else None)
 
 
@@ -240,6 +246,15 @@ def add_plan_routes(
         still applies it to the rows it reads."""
         ns = one_part(namespace, table)
         body = await body_model(request, PlanTableScanBody, _PLAN_BODY)
+        rate = service.settings.cold.rest_catalog.plan_hot_bytes_per_s
+        hot_refused = None
+        if rate and not await tenancy.guard.plan_hot_allowed(tenant, rate):
+            hot_refused = (
+                f"the tenant's budget of hot-tail bytes written by scan plans ({rate}/s, "
+                "cold.rest_catalog.plan_hot_bytes_per_s) is spent: plan again in a moment, "
+                "or plan on the client (scan-planning-mode=client) to read the committed "
+                "rows only"
+            )
         plan = await service.catalog_plan(
             tenant,
             ns,
@@ -254,6 +269,7 @@ def add_plan_routes(
                 start_snapshot_id=body.start_snapshot_id,
                 end_snapshot_id=body.end_snapshot_id,
             ),
+            hot_refused,
         )
         if plan.failed is not None:
             metrics.record_catalog_plan("failed", 0)
@@ -261,6 +277,15 @@ def add_plan_routes(
             return JSONResponse({"status": "failed", "error": error})
         outcome = "committed_only" if plan.skipped_hot_records else "completed"
         metrics.record_catalog_plan(outcome, plan.written_bytes)
+        if plan.written_bytes:
+            # The hot rows it materialised are a read of the tenant's (metered, and
+            # charged to its read quota) and spend its budget of hot-tail bytes.
+            records = sum(
+                int(h.content_file["record-count"]) for h in plan.hot_files if h.written_bytes
+            )
+            await tenancy.record_read(tenant, records, plan.written_bytes)
+            if rate:
+                await tenancy.guard.charge_plan_hot(tenant, plan.written_bytes, rate)
         metrics.record_catalog_access(bool(plan.access.credentials))
         asked = {
             "filter": body.filter,

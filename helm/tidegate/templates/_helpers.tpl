@@ -213,6 +213,7 @@ Checks values.schema.json cannot express: what several gateway replicas must sha
 {{- $_ = set $s "TIDEGATE_COLD__REST_CATALOG__PLAN_MAX_HOT_RECORDS" (toString (int64 $rc.planMaxHotRecords)) -}}
 {{- $_ = set $s "TIDEGATE_COLD__REST_CATALOG__PLAN_HOT_OVERFLOW" $rc.planHotOverflow -}}
 {{- $_ = set $s "TIDEGATE_COLD__REST_CATALOG__PLAN_PAGE_FILES" (toString (int64 $rc.planPageFiles)) -}}
+{{- $_ = set $s "TIDEGATE_COLD__REST_CATALOG__PLAN_HOT_BYTES_PER_S" (toString (int64 $rc.planHotBytesPerS)) -}}
 {{- if $rc.roleArn -}}
 {{- $_ = set $s "TIDEGATE_COLD__REST_CATALOG__ROLE_ARN" $rc.roleArn -}}
 {{- end -}}
