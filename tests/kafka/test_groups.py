@@ -11,14 +11,20 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
 import pytest
+from kio.index import load_request_schema
 
+from gateway.server.kafka.protocol import ErrorCode, build
 from tests.integration.test_first_hour import cli
 from tests.kafka.clients import DEADLINE_S, ConfluentKafka, librdkafka_settings
 from tests.kafka.conftest import KafkaTarget
+from tests.kafka.raw import RawKafka
+
+pytestmark = pytest.mark.integration
 
 PARTITIONS = 6
 
@@ -121,3 +127,113 @@ def test_a_group_of_three_reads_every_record_once_while_a_member_is_killed(
     described = json.loads(cli(kafka.gateway, "group", "describe", group, topic, "--json").stdout)
     committed = {p["partition"]: p["committed"] for p in described["partitions"]}
     assert committed == dict.fromkeys(range(PARTITIONS), 20)
+
+
+def _request(api_key: int, version: int, **values: Any) -> Any:
+    return build(load_request_schema(api_key, version), values)
+
+
+def _join(conn: RawKafka, group: str, member: str = "") -> Any:
+    return conn.call(
+        _request(
+            11,
+            5,
+            group_id=group,
+            session_timeout=10_000,
+            rebalance_timeout=10_000,
+            member_id=member,
+            protocol_type="consumer",
+            protocols=[{"name": "range", "metadata": b"m"}],
+        )
+    )
+
+
+def _beat(conn: RawKafka, group: str, member: str, generation: int) -> ErrorCode:
+    answer = conn.call(_request(12, 4, group_id=group, member_id=member, generation_id=generation))
+    return answer.error_code  # type: ignore[no-any-return]
+
+
+def _commit(conn: RawKafka, group: str, member: str, generation: int, topic: str) -> ErrorCode:
+    answer = conn.call(
+        _request(
+            8,
+            8,
+            group_id=group,
+            generation_id_or_member_epoch=generation,
+            member_id=member,
+            topics=[{"name": topic, "partitions": [{"partition_index": 0, "committed_offset": 0}]}],
+        )
+    )
+    return answer.topics[0].partitions[0].error_code  # type: ignore[no-any-return]
+
+
+def test_a_stale_member_is_refused_as_kafka_refuses_it(kafka: KafkaTarget, topic: str) -> None:
+    group = f"fenced-{secrets.token_hex(4)}"
+    with RawKafka(kafka) as a, RawKafka(kafka) as b:
+        for conn in (a, b):
+            conn.authenticate(kafka.tenant, kafka.key)
+        first = _join(a, group)
+        assert (first.error_code, first.generation_id) == (ErrorCode.none, 1)
+        me = first.member_id
+        assert first.leader == me and [m.member_id for m in first.members] == [me]
+        synced = a.call(
+            _request(
+                14,
+                5,
+                group_id=group,
+                generation_id=1,
+                member_id=me,
+                protocol_type="consumer",
+                protocol_name="range",
+                assignments=[{"member_id": me, "assignment": b"all of it"}],
+            )
+        )
+        assert (synced.error_code, synced.assignment) == (ErrorCode.none, b"all of it")
+        assert _beat(a, group, me, 1) == ErrorCode.none
+        assert _beat(a, group, me, 0) == ErrorCode.illegal_generation
+        assert _beat(a, group, "nobody", 1) == ErrorCode.unknown_member_id
+        assert _commit(a, group, "nobody", 1, topic) == ErrorCode.unknown_member_id
+        assert _commit(a, group, "", -1, topic) == ErrorCode.unknown_member_id
+        # A second member joins: the first hears of the rebalance, and may not commit.
+        with ThreadPoolExecutor(1) as pool:
+            second = pool.submit(_join, b, group)
+            _until("the rebalance", lambda: _beat(a, group, me, 1) != ErrorCode.none)
+            assert _beat(a, group, me, 1) == ErrorCode.rebalance_in_progress
+            assert _commit(a, group, me, 1, topic) == ErrorCode.rebalance_in_progress
+            again = _join(a, group, me)
+            other = second.result(timeout=30)
+        assert again.generation_id == other.generation_id == 2
+        assert again.leader == me and len(again.members) == 2 and other.members == ()
+        # The old generation is fenced; the new one commits once the leader synced.
+        assert _commit(a, group, me, 1, topic) == ErrorCode.illegal_generation
+        assert _commit(a, group, me, 2, topic) == ErrorCode.none
+        described = a.call(_request(15, 5, groups=[group])).groups[0]
+        assert described.group_state in ("CompletingRebalance", "Stable")
+        assert len(described.members) == 2
+        listed = a.call(_request(16, 4)).groups
+        assert group in [g.group_id for g in listed]
+        left = b.call(_request(13, 4, group_id=group, members=[{"member_id": other.member_id}]))
+        assert left.members[0].error_code == ErrorCode.none
+        assert _beat(a, group, me, 2) == ErrorCode.rebalance_in_progress
+
+
+def test_kcat_reads_a_table_as_a_balanced_group(kafka: KafkaTarget, topic: str) -> None:
+    rows = [{"id": i, "name": "n", "price": 1.0, "ok": True} for i in range(6)]
+    with kafka.gateway.client() as c:
+        c.append(topic, rows[:4], partition=0)
+        c.append(topic, rows[4:], partition=1)
+    group = f"kcat-{secrets.token_hex(4)}"
+    settings = [f"{k}={v}" for k, v in librdkafka_settings(kafka).items()]
+    options = [arg for setting in settings for arg in ("-X", setting)]
+    options += ["-X", "auto.offset.reset=earliest", "-G", group, "-e", "-f", "%p %o\\n"]
+    out = subprocess.run(
+        ["kcat", *options, topic],
+        capture_output=True,
+        text=True,
+        timeout=DEADLINE_S,
+        check=True,
+    ).stdout.split()
+    got = sorted(zip(map(int, out[::2]), map(int, out[1::2]), strict=True))
+    assert got == [(0, o) for o in range(4)] + [(1, o) for o in range(2)]
+    described = json.loads(cli(kafka.gateway, "group", "describe", group, topic, "--json").stdout)
+    assert {p["partition"]: p["committed"] for p in described["partitions"]} == {0: 4, 1: 2}
