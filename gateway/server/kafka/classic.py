@@ -30,6 +30,8 @@ __all__ = ["ClassicGroup", "ClassicGroups", "Joined", "Member"]
 INITIAL_DELAY_S = 0.5
 #: How often a rebalance in progress checks whether every member rejoined.
 _TICK_S = 0.05
+#: How often a member waiting for the leader's assignment checks the leader is alive.
+_SYNC_TICK_S = 1.0
 #: Longest a member waits for a rebalance, whatever rebalance timeout it asks.
 _MAX_REBALANCE_S = 60.0
 
@@ -201,6 +203,15 @@ class ClassicGroups:
             group.prepare()
         return group
 
+    def _forget_empty(self) -> None:
+        """Drop the groups left without members (their committed offsets are the
+        core's): the groups kept are bounded by the live members."""
+        for key, group in list(self._groups.items()):
+            if group.expire(time.monotonic()):
+                group.prepare()
+            if group.state == EMPTY and not group.members:
+                del self._groups[key]
+
     def of_tenant(self, tenant: str) -> list[ClassicGroup]:
         return [
             g
@@ -219,6 +230,7 @@ class ClassicGroups:
         session_timeout_s: float,
         rebalance_timeout_s: float,
     ) -> Joined:
+        self._forget_empty()
         group = self.find(tenant, group_id)
         if group is None:
             group = self._groups[(tenant, group_id)] = ClassicGroup(group_id, protocol_type)
@@ -278,7 +290,12 @@ class ClassicGroups:
             return ErrorCode.none, member.assignment
         waiter: asyncio.Future[tuple[ErrorCode, bytes]] = asyncio.get_running_loop().create_future()
         member.syncing = waiter
-        try:
-            return await asyncio.wait_for(waiter, member.rebalance_timeout_s)
-        except TimeoutError:
-            return ErrorCode.rebalance_in_progress, b""
+        deadline = time.monotonic() + member.rebalance_timeout_s
+        while time.monotonic() < deadline:
+            try:
+                return await asyncio.wait_for(asyncio.shield(waiter), _SYNC_TICK_S)
+            except TimeoutError:
+                # A leader that died before it synced times out here: the rebalance it
+                # starts answers this member REBALANCE_IN_PROGRESS (it rejoins).
+                self.find(tenant, group_id)
+        return ErrorCode.rebalance_in_progress, b""
