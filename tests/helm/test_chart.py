@@ -405,7 +405,7 @@ def test_existing_secret_is_referenced_and_no_secret_is_made() -> None:
 def test_metrics_have_their_own_port_service_and_network_rule() -> None:
     rendered = Rendered(example("redis-postgres-s3"))
     public = rendered.one("Service")
-    assert {p["name"] for p in public["spec"]["ports"]} == {"grpc", "http"}
+    assert {p["name"] for p in public["spec"]["ports"]} == {"grpc", "http", "kafka"}
     metrics = rendered.one("Service", "-metrics")
     assert [p["targetPort"] for p in metrics["spec"]["ports"]] == ["metrics"]
     assert metrics["spec"]["type"] == "ClusterIP"
@@ -458,3 +458,25 @@ def test_grafana_dashboard_is_off_by_default_and_ships_the_file_when_on() -> Non
     shipped = json.loads(dashboard["data"]["tidegate.json"])
     assert shipped == json.loads((CHART / "dashboards" / "tidegate.json").read_text())
     assert shipped["uid"] == "tidegate-gateway" and len(shipped["panels"]) > 10
+
+
+def test_the_kafka_listener_has_its_port_and_tells_clients_the_service() -> None:
+    rendered = Rendered(example("redis-postgres-s3"))
+    public = rendered.one("Service")
+    kafka = next(p for p in public["spec"]["ports"] if p["name"] == "kafka")
+    assert (kafka["port"], kafka["targetPort"]) == (9092, "kafka")
+    container = rendered.one("Deployment")["spec"]["template"]["spec"]["containers"][0]
+    assert {"name": "kafka", "containerPort": 9092, "protocol": "TCP"} in container["ports"]
+    data = rendered.one("ConfigMap")["data"]
+    assert data["TIDEGATE_KAFKA__PORT"] == "9092"
+    # Metadata names the Service, which every replica stands behind.
+    assert (
+        data["TIDEGATE_KAFKA__ADVERTISED_HOST"] == f"{public['metadata']['name']}.{NAMESPACE}.svc"
+    )
+    assert data["TIDEGATE_KAFKA__ADVERTISED_PORT"] == "9092"
+    policy = rendered.one("NetworkPolicy")["spec"]["ingress"]
+    assert {"port": "kafka", "protocol": "TCP"} in policy[0]["ports"]
+    told = Rendered(
+        {**example("redis-postgres-s3"), "kafka": {"advertisedHost": "kafka.example.com"}}
+    )
+    assert told.one("ConfigMap")["data"]["TIDEGATE_KAFKA__ADVERTISED_HOST"] == "kafka.example.com"

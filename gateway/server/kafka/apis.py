@@ -1,7 +1,7 @@
 """What each Kafka request does, for one authenticated connection, through the same
 :class:`~gateway.server.calls.DataCalls` and :class:`~gateway.tenancy.Gate` as every
 other edge: :class:`KafkaApis` is made of one part per family of APIs (``topics``,
-``produce``, ``fetch``, ``offsets``) over ``base``. Topics are tables named
+``produce``, ``fetch``, ``offsets``, ``groups``) over ``base``. Topics are tables named
 ``namespace.name``; partitions and offsets are the table's own.
 """
 
@@ -14,19 +14,27 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from gateway.server.kafka.base import LONGEST_MUTE_S, Broker, held_while_throttled
+from gateway.server.kafka.classic import ClassicGroups
 from gateway.server.kafka.fetch import FetchApis, fetch_waits
+from gateway.server.kafka.groups import GroupApis
 from gateway.server.kafka.offsets import OffsetApis
 from gateway.server.kafka.produce import ProduceApis
 from gateway.server.kafka.protocol import (
     CREATE_TOPICS,
     DELETE_TOPICS,
+    DESCRIBE_GROUPS,
     FETCH,
     FIND_COORDINATOR,
+    HEARTBEAT,
+    JOIN_GROUP,
+    LEAVE_GROUP,
+    LIST_GROUPS,
     LIST_OFFSETS,
     METADATA,
     OFFSET_COMMIT,
     OFFSET_FETCH,
     PRODUCE,
+    SYNC_GROUP,
     Request,
 )
 from gateway.server.kafka.topics import TopicApis
@@ -34,8 +42,13 @@ from gateway.server.kafka.topics import TopicApis
 __all__ = ["LONGEST_MUTE_S", "Broker", "KafkaApis", "held_while_throttled"]
 
 
-class KafkaApis(TopicApis, ProduceApis, FetchApis, OffsetApis):
+class KafkaApis(TopicApis, ProduceApis, FetchApis, OffsetApis, GroupApis):
     """The requests of one connection once it authenticated as ``tenant``."""
+
+    def __init__(self, *args: Any, groups: ClassicGroups) -> None:
+        super().__init__(*args)
+        #: The listener's classic groups, shared by its connections.
+        self.groups = groups
 
     async def handle(self, request: Request) -> Any | None:
         """The answer to ``request`` (None: a Produce with acks=0, answered with nothing).
@@ -71,4 +84,10 @@ class KafkaApis(TopicApis, ProduceApis, FetchApis, OffsetApis):
         OFFSET_FETCH: OffsetApis.offset_fetch,
         CREATE_TOPICS: TopicApis.create_topics,
         DELETE_TOPICS: TopicApis.delete_topics,
+        JOIN_GROUP: GroupApis.join_group,
+        SYNC_GROUP: GroupApis.sync_group,
+        HEARTBEAT: GroupApis.heartbeat,
+        LEAVE_GROUP: GroupApis.leave_group,
+        DESCRIBE_GROUPS: GroupApis.describe_groups,
+        LIST_GROUPS: GroupApis.list_groups,
     }

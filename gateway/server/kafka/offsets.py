@@ -7,12 +7,15 @@ from typing import Any
 
 from gateway.server.calls import wire_error
 from gateway.server.kafka.base import NODE_ID, ApisBase, split_topic
+from gateway.server.kafka.classic import ClassicGroups
 from gateway.server.kafka.protocol import ErrorCode, Request, build, error_code, response_class
 from gateway.wire.errors import TableNotFound
 
 
 class OffsetApis(ApisBase):
     """FindCoordinator, OffsetCommit and OffsetFetch."""
+
+    groups: ClassicGroups
 
     async def find_coordinator(self, request: Request) -> Any:
         """This gateway coordinates every group (its groups live in the metadata store that
@@ -40,26 +43,36 @@ class OffsetApis(ApisBase):
     async def offset_commit(self, request: Request) -> Any:
         """A group's committed offsets, the same the SDK, HTTP and the console show. A
         consumer outside the group protocol (generation -1) commits as a client outside
-        the group does: only while the group has no live member."""
+        the group does: only while the group has no live member. A classic group's member
+        is fenced by this listener's coordinator (ILLEGAL_GENERATION, UNKNOWN_MEMBER_ID,
+        REBALANCE_IN_PROGRESS, as Kafka's)."""
         body = request.body
         generation = body.generation_id_or_member_epoch
         member = body.member_id if generation >= 0 else ""
+        fenced = ErrorCode.none
+        classic = self.groups.find(self.tenant, body.group_id)
+        if classic is not None and classic.members:
+            # A member of a classic group this listener coordinates: fenced here, then
+            # committed as from outside the core's group (which has no member of it).
+            fenced = classic.check(member, generation) if member else ErrorCode.unknown_member_id
+            member, generation = "", 0
         topics = []
         for t in body.topics:
             offsets = {p.partition_index: p.committed_offset for p in t.partitions}
-            code = ErrorCode.none
+            code = fenced
             parts = split_topic(t.name)
             try:
                 if parts is None:
                     raise TableNotFound(f"no table {t.name!r}")
-                await self.service.commit_offsets(
-                    self.tenant,
-                    body.group_id,
-                    *parts,
-                    offsets,
-                    member_id=member,
-                    generation=max(0, generation),
-                )
+                if code == ErrorCode.none:
+                    await self.service.commit_offsets(
+                        self.tenant,
+                        body.group_id,
+                        *parts,
+                        offsets,
+                        member_id=member,
+                        generation=max(0, generation),
+                    )
             except Exception as exc:
                 code = error_code(wire_error(exc, "a Kafka offset commit"))
             topics.append(

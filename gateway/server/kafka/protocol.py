@@ -57,6 +57,8 @@ __all__ = [
 PRODUCE, FETCH, LIST_OFFSETS, METADATA = 0, 1, 2, 3
 OFFSET_COMMIT, OFFSET_FETCH, FIND_COORDINATOR = 8, 9, 10
 CREATE_TOPICS, DELETE_TOPICS = 19, 20
+JOIN_GROUP, HEARTBEAT, LEAVE_GROUP, SYNC_GROUP = 11, 12, 13, 14
+DESCRIBE_GROUPS, LIST_GROUPS = 15, 16
 SASL_HANDSHAKE, API_VERSIONS_KEY, SASL_AUTHENTICATE = 17, 18, 36
 
 #: API key -> (min, max) version served. Bounded by what kio generates (Kafka 4's
@@ -72,6 +74,13 @@ API_VERSIONS: dict[int, tuple[int, int]] = {
     OFFSET_COMMIT: (2, 8),
     OFFSET_FETCH: (1, 7),
     FIND_COORDINATOR: (0, 4),
+    # The classic group protocol (the client's own assignors).
+    JOIN_GROUP: (0, 9),
+    HEARTBEAT: (0, 4),
+    LEAVE_GROUP: (0, 5),
+    SYNC_GROUP: (0, 5),
+    DESCRIBE_GROUPS: (0, 5),
+    LIST_GROUPS: (0, 5),
     CREATE_TOPICS: (2, 7),
     # v6 names topics by id too.
     DELETE_TOPICS: (1, 5),

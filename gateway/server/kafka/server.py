@@ -27,6 +27,7 @@ from gateway import metrics
 from gateway.config import Settings
 from gateway.server.calls import DataCalls, wire_error
 from gateway.server.kafka.apis import LONGEST_MUTE_S, Broker, KafkaApis, held_while_throttled
+from gateway.server.kafka.classic import ClassicGroups
 from gateway.server.kafka.protocol import (
     API_VERSIONS_KEY,
     BEFORE_AUTH,
@@ -82,6 +83,8 @@ class KafkaEdge:
         self.tenants: dict[str, int] = {}
         self._server: asyncio.Server | None = None
         self.port = settings.kafka.port
+        #: The classic consumer groups of this listener's connections.
+        self.groups = ClassicGroups()
 
     @property
     def broker(self) -> Broker:
@@ -346,4 +349,6 @@ class _Connection:
                 "over_tenant_cap",
             )
         self.edge.tenants[tenant] = held + 1
-        self.apis = KafkaApis(self.edge.calls, self.edge.broker, tenant, authorization)
+        self.apis = KafkaApis(
+            self.edge.calls, self.edge.broker, tenant, authorization, groups=self.edge.groups
+        )

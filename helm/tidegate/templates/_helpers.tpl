@@ -176,6 +176,10 @@ Checks values.schema.json cannot express: what several gateway replicas must sha
 {{- $_ = set $s "TIDEGATE_SERVER__GRPC_PORT" (toString (int64 $v.server.grpcPort)) -}}
 {{- $_ = set $s "TIDEGATE_SERVER__HTTP_PORT" (toString (int64 $v.server.httpPort)) -}}
 {{- $_ = set $s "TIDEGATE_SERVER__METRICS_PORT" (toString (int64 $v.metrics.port)) -}}
+{{- $_ = set $s "TIDEGATE_KAFKA__PORT" (toString (int64 $v.server.kafkaPort)) -}}
+{{- $kafkaHost := $v.kafka.advertisedHost | default (printf "%s.%s.svc" (include "tidegate.fullname" .) .Release.Namespace) -}}
+{{- $_ = set $s "TIDEGATE_KAFKA__ADVERTISED_HOST" $kafkaHost -}}
+{{- $_ = set $s "TIDEGATE_KAFKA__ADVERTISED_PORT" (toString (int64 ($v.kafka.advertisedPort | default $v.service.kafkaPort))) -}}
 {{- $_ = set $s "TIDEGATE_SERVER__MAX_REQUEST_BYTES" (toString (int64 $v.server.maxRequestBytes)) -}}
 {{- $_ = set $s "TIDEGATE_SERVER__SHUTDOWN_GRACE_S" (toString $v.server.shutdownGraceS) -}}
 {{- $_ = set $s "TIDEGATE_AUTH__KEY_CACHE_TTL_S" (toString $v.auth.keyCacheTtlS) -}}
