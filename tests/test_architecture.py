@@ -3,6 +3,7 @@ to fail when a forbidden import is added."""
 
 from __future__ import annotations
 
+import ast
 import os
 import shutil
 import subprocess
@@ -160,3 +161,45 @@ def test_a_forbidden_import_breaks_the_check(
     assert out.returncode != 0, out.stdout
     broken = [ln for ln in out.stdout.splitlines() if " BROKEN" in ln]
     assert any(ln.startswith(contract) for ln in broken), out.stdout
+
+
+#: The sizes a room of the house may reach (issue 44): a module a person reads whole, a
+#: function (route factories included) on one screen. Generated stubs aside.
+MODULE_LINES = 600
+FUNCTION_LINES = 120
+
+
+def oversized(paths: list[Path], root: Path) -> list[str]:
+    """Every module of ``paths`` over MODULE_LINES lines and every function over
+    FUNCTION_LINES lines, named relative to ``root``."""
+    found = []
+    for path in paths:
+        source = path.read_text()
+        name = path.relative_to(root)
+        lines = len(source.splitlines())
+        if lines > MODULE_LINES:
+            found.append(f"{name}: {lines} lines")
+        for node in ast.walk(ast.parse(source)):
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+                length = (node.end_lineno or node.lineno) - node.lineno + 1
+                if length > FUNCTION_LINES:
+                    found.append(f"{name}:{node.lineno} {node.name}(): {length} lines")
+    return found
+
+
+def test_no_module_or_function_outgrows_its_room() -> None:
+    rooms = sorted(
+        path
+        for package in ("gateway", "tiering")
+        for path in (REPO_ROOT / package).rglob("*.py")
+        if "_proto" not in path.parts
+    )
+    assert len(rooms) > 100
+    assert oversized(rooms, REPO_ROOT) == []
+
+
+def test_the_size_check_fails_on_an_oversized_room(tmp_path: Path) -> None:
+    module = tmp_path / "big.py"
+    body = "    x = 1\n" * FUNCTION_LINES
+    module.write_text("def f() -> None:\n" + body + "\n" * (MODULE_LINES - FUNCTION_LINES))
+    assert oversized([module], tmp_path) == ["big.py: 601 lines", "big.py:1 f(): 121 lines"]

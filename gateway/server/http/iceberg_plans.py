@@ -199,63 +199,58 @@ def _completed(
     return out
 
 
-def add_plan_routes(
-    router: APIRouter,
-    tenancy: Tenancy,
-    calls: DataCalls,
-    caller: Callable[..., AsyncIterator[str]],
-) -> None:
-    """Add the planning routes to the catalog's ``router`` (``caller``: its dependency
-    that authenticates the caller and yields the tenant)."""
-    service = calls.service
-    ids = PlanIds(tenancy.auth.derive_secret("iceberg-scan-plan"))
-    Tenant = Annotated[str, Depends(caller)]
+class Planner:
+    """What the planning routes share: the service, the tenancy (budgets and metering) and
+    the seal of plan ids and plan tasks."""
 
+    def __init__(self, tenancy: Tenancy, calls: DataCalls) -> None:
+        self.tenancy = tenancy
+        self.service = calls.service
+        self.ids = PlanIds(tenancy.auth.derive_secret("iceberg-scan-plan"))
+
+    @staticmethod
     def one_part(namespace: str, table: str) -> str:
         if SEPARATOR in namespace:
             raise TableNotFound(f"table {namespace[:200]!r}.{table[:200]!r} does not exist")
         return namespace
 
-    async def own_plan(tenant: str, ns: str, table: str, plan_id: str) -> PlanState | None:
+    async def own_plan(self, tenant: str, ns: str, table: str, plan_id: str) -> PlanState | None:
         """The state of ``plan_id`` when it is a live plan of this tenant's table (which
         must exist: TableNotFound otherwise); None for any other id."""
-        table_id = await service.catalog_plan_table(tenant, ns, table)
-        state = ids.open(plan_id)
+        table_id = await self.service.catalog_plan_table(tenant, ns, table)
+        state = self.ids.open(plan_id)
         if state is None or state.tenant != tenant or state.table_id != table_id:
             return None
         return state
 
-    if not service.settings.cold.rest_catalog.scan_planning:
-        return
-
-    @router.post(
-        "/namespaces/{namespace}/tables/{table}/plan",
-        summary="Plan a scan on the server: the committed files and the hot tail as files.",
-        openapi_extra={
-            "requestBody": {
-                "content": {"application/json": {"schema": PlanTableScanBody.model_json_schema()}}
-            }
-        },
-    )
-    async def plan_table_scan(
-        request: Request, namespace: str, table: str, tenant: Tenant
-    ) -> JSONResponse:
-        """Every row of the table at this moment (the current snapshot's data files and,
-        per partition, the records above its tiered watermark as Parquet files), or of
-        ``snapshot-id``'s files only. The filter prunes files on both tiers; an engine
-        still applies it to the rows it reads."""
-        ns = one_part(namespace, table)
-        body = await body_model(request, PlanTableScanBody, _PLAN_BODY)
-        rate = service.settings.cold.rest_catalog.plan_hot_bytes_per_s
-        hot_refused = None
-        if rate and not await tenancy.guard.plan_hot_allowed(tenant, rate):
-            hot_refused = (
+    async def hot_refused(self, tenant: str) -> str | None:
+        """Why a plan of ``tenant`` may not write hot-tail files now (its budget of bytes
+        written by plans is spent), or None."""
+        rate = self.service.settings.cold.rest_catalog.plan_hot_bytes_per_s
+        if rate and not await self.tenancy.guard.plan_hot_allowed(tenant, rate):
+            return (
                 f"the tenant's budget of hot-tail bytes written by scan plans ({rate}/s, "
                 "cold.rest_catalog.plan_hot_bytes_per_s) is spent: plan again in a moment, "
                 "or plan on the client (scan-planning-mode=client) to read the committed "
                 "rows only"
             )
-        plan = await service.catalog_plan(
+        return None
+
+    async def charge(self, tenant: str, plan: CatalogPlan) -> None:
+        """The hot rows ``plan`` materialised are a read of the tenant's (metered, and
+        charged to its read quota) and spend its budget of hot-tail bytes."""
+        if not plan.written_bytes:
+            return
+        records = sum(
+            int(h.content_file["record-count"]) for h in plan.hot_files if h.written_bytes
+        )
+        await self.tenancy.record_read(tenant, records, plan.written_bytes)
+        rate = self.service.settings.cold.rest_catalog.plan_hot_bytes_per_s
+        if rate:
+            await self.tenancy.guard.charge_plan_hot(tenant, plan.written_bytes, rate)
+
+    async def plan(self, tenant: str, ns: str, table: str, body: PlanTableScanBody) -> JSONResponse:
+        plan = await self.service.catalog_plan(
             tenant,
             ns,
             table,
@@ -269,7 +264,7 @@ def add_plan_routes(
                 start_snapshot_id=body.start_snapshot_id,
                 end_snapshot_id=body.end_snapshot_id,
             ),
-            hot_refused,
+            await self.hot_refused(tenant),
         )
         if plan.failed is not None:
             metrics.record_catalog_plan("failed", 0)
@@ -277,15 +272,7 @@ def add_plan_routes(
             return JSONResponse({"status": "failed", "error": error})
         outcome = "committed_only" if plan.skipped_hot_records else "completed"
         metrics.record_catalog_plan(outcome, plan.written_bytes)
-        if plan.written_bytes:
-            # The hot rows it materialised are a read of the tenant's (metered, and
-            # charged to its read quota) and spend its budget of hot-tail bytes.
-            records = sum(
-                int(h.content_file["record-count"]) for h in plan.hot_files if h.written_bytes
-            )
-            await tenancy.record_read(tenant, records, plan.written_bytes)
-            if rate:
-                await tenancy.guard.charge_plan_hot(tenant, plan.written_bytes, rate)
+        await self.charge(tenant, plan)
         metrics.record_catalog_access(bool(plan.access.credentials))
         asked = {
             "filter": body.filter,
@@ -297,32 +284,27 @@ def add_plan_routes(
             ],
             "earliest": [x for pe in plan.earliest for x in pe],
         }
-        return JSONResponse(paged(plan, asked, ids.seal(plan.state)))
+        return JSONResponse(self.paged(plan, asked, self.ids.seal(plan.state)))
 
-    def paged(plan: CatalogPlan, asked: dict[str, Any], plan_id: str | None) -> dict[str, Any]:
+    def paged(
+        self, plan: CatalogPlan, asked: dict[str, Any], plan_id: str | None
+    ) -> dict[str, Any]:
         """The completed answer of ``plan``: its first page of data files, and a plan
         task per further page (``asked``: how the plan listed its data files)."""
-        size = service.settings.cold.rest_catalog.plan_page_files
+        size = self.service.settings.cold.rest_catalog.plan_page_files
         tasks: list[str] = []
         for start in range(size, len(plan.data_files), size):
-            tasks.append(ids.seal(plan.state, {**asked, "start": start, "count": size}))
+            tasks.append(self.ids.seal(plan.state, {**asked, "start": start, "count": size}))
         if any(len(t) > _MAX_PLAN_ID for t in tasks):
             tasks = []  # a filter too large to carry: every file in this answer
         return _completed(plan, plan_id, tasks, size if tasks else 0)
 
-    @router.get(
-        "/namespaces/{namespace}/tables/{table}/plan/{plan_id}",
-        summary="The result of a scan plan (plans complete at once: 'completed').",
-    )
-    async def fetch_planning_result(
-        namespace: str, table: str, plan_id: str, tenant: Tenant
-    ) -> JSONResponse:
-        ns = one_part(namespace, table)
-        state = await own_plan(tenant, ns, table, plan_id)
+    async def result(self, tenant: str, ns: str, table: str, plan_id: str) -> JSONResponse:
+        state = await self.own_plan(tenant, ns, table, plan_id)
         if state is None:
             return _no_plan()
         try:
-            plan = await service.catalog_plan_again(tenant, ns, table, state)
+            plan = await self.service.catalog_plan_again(tenant, ns, table, state)
         except TableNotFound:
             return _no_plan()
         if plan is None:
@@ -334,46 +316,30 @@ def add_plan_routes(
             "stats": [],
             "earliest": [],
         }
-        return JSONResponse(paged(plan, asked, None))
+        return JSONResponse(self.paged(plan, asked, None))
 
-    @router.delete(
-        "/namespaces/{namespace}/tables/{table}/plan/{plan_id}",
-        status_code=204,
-        summary="Cancel a scan plan: its snapshot is no longer held for it.",
-    )
-    async def cancel_planning(namespace: str, table: str, plan_id: str, tenant: Tenant) -> Response:
-        ns = one_part(namespace, table)
-        state = await own_plan(tenant, ns, table, plan_id)
+    async def cancel(self, tenant: str, ns: str, table: str, plan_id: str) -> Response:
+        state = await self.own_plan(tenant, ns, table, plan_id)
         if state is None:
             return _no_plan()
         try:
-            await service.catalog_plan_cancel(tenant, ns, table, state)
+            await self.service.catalog_plan_cancel(tenant, ns, table, state)
         except TableNotFound:
             return _no_plan()
         return Response(status_code=204)
 
-    @router.post(
-        "/namespaces/{namespace}/tables/{table}/tasks",
-        summary="The scan tasks of a plan task: a page of a large plan's data files.",
-        openapi_extra={
-            "requestBody": {
-                "content": {"application/json": {"schema": FetchScanTasksBody.model_json_schema()}}
-            }
-        },
-    )
-    async def fetch_scan_tasks(
-        request: Request, namespace: str, table: str, tenant: Tenant
+    async def scan_tasks(
+        self, tenant: str, ns: str, table: str, table_id: str, plan_task: str
     ) -> JSONResponse:
-        ns = one_part(namespace, table)
-        table_id = await service.catalog_plan_table(tenant, ns, table)
-        body = await body_model(request, FetchScanTasksBody, _PLAN_BODY)
-        opened = ids.open_task(body.plan_task)
+        """The page of data files ``plan_task`` names, when it is a task of this tenant's
+        table ``table_id``."""
+        opened = self.ids.open_task(plan_task)
         if opened is None or opened[0].tenant != tenant or opened[0].table_id != table_id:
             return _no_task()
         state, task = opened
         flat = task["earliest"]
         try:
-            files = await service.catalog_plan_page(
+            files = await self.service.catalog_plan_page(
                 tenant,
                 ns,
                 table,
@@ -390,3 +356,67 @@ def add_plan_routes(
         except TableNotFound:
             return _no_task()
         return JSONResponse({"file-scan-tasks": [{"data-file": f} for f in files]})
+
+
+def _body_schema(model: type[BaseModel]) -> dict[str, Any]:
+    return {"requestBody": {"content": {"application/json": {"schema": model.model_json_schema()}}}}
+
+
+def add_plan_routes(
+    router: APIRouter,
+    tenancy: Tenancy,
+    calls: DataCalls,
+    caller: Callable[..., AsyncIterator[str]],
+) -> None:
+    """Add the planning routes to the catalog's ``router`` (``caller``: its dependency
+    that authenticates the caller and yields the tenant)."""
+    if not calls.service.settings.cold.rest_catalog.scan_planning:
+        return
+    planner = Planner(tenancy, calls)
+    Tenant = Annotated[str, Depends(caller)]
+
+    @router.post(
+        "/namespaces/{namespace}/tables/{table}/plan",
+        summary="Plan a scan on the server: the committed files and the hot tail as files.",
+        openapi_extra=_body_schema(PlanTableScanBody),
+    )
+    async def plan_table_scan(
+        request: Request, namespace: str, table: str, tenant: Tenant
+    ) -> JSONResponse:
+        """Every row of the table at this moment (the current snapshot's data files and,
+        per partition, the records above its tiered watermark as Parquet files), or of
+        ``snapshot-id``'s files only. The filter prunes files on both tiers; an engine
+        still applies it to the rows it reads."""
+        ns = planner.one_part(namespace, table)
+        body = await body_model(request, PlanTableScanBody, _PLAN_BODY)
+        return await planner.plan(tenant, ns, table, body)
+
+    @router.get(
+        "/namespaces/{namespace}/tables/{table}/plan/{plan_id}",
+        summary="The result of a scan plan (plans complete at once: 'completed').",
+    )
+    async def fetch_planning_result(
+        namespace: str, table: str, plan_id: str, tenant: Tenant
+    ) -> JSONResponse:
+        return await planner.result(tenant, planner.one_part(namespace, table), table, plan_id)
+
+    @router.delete(
+        "/namespaces/{namespace}/tables/{table}/plan/{plan_id}",
+        status_code=204,
+        summary="Cancel a scan plan: its snapshot is no longer held for it.",
+    )
+    async def cancel_planning(namespace: str, table: str, plan_id: str, tenant: Tenant) -> Response:
+        return await planner.cancel(tenant, planner.one_part(namespace, table), table, plan_id)
+
+    @router.post(
+        "/namespaces/{namespace}/tables/{table}/tasks",
+        summary="The scan tasks of a plan task: a page of a large plan's data files.",
+        openapi_extra=_body_schema(FetchScanTasksBody),
+    )
+    async def fetch_scan_tasks(
+        request: Request, namespace: str, table: str, tenant: Tenant
+    ) -> JSONResponse:
+        ns = planner.one_part(namespace, table)
+        table_id = await planner.service.catalog_plan_table(tenant, ns, table)
+        body = await body_model(request, FetchScanTasksBody, _PLAN_BODY)
+        return await planner.scan_tasks(tenant, ns, table, table_id, body.plan_task)
