@@ -42,6 +42,6 @@ ENV PATH=/opt/tidegate/bin:$PATH \
 USER 10001:10001
 WORKDIR /var/lib/tidegate
 VOLUME ["/var/lib/tidegate"]
-# gRPC, HTTP, and the metrics port the chart configures (TIDEGATE_SERVER__METRICS_PORT).
-EXPOSE 50051 8080 9090
+# gRPC, HTTP, the metrics port the chart configures (TIDEGATE_SERVER__METRICS_PORT) and Kafka.
+EXPOSE 50051 8080 9090 9092
 CMD ["tidegate", "serve"]
