@@ -30,6 +30,7 @@ test)
   [ "$java_ok" = 1 ] || need "a Java 17+ runtime (Spark runs the tiering tests in local[2] and on a standalone cluster)" "apt-get install openjdk-17-jre-headless"
   # The console's browser tests drive Debian's Chromium (never a browser Playwright downloads).
   [ -x /usr/bin/chromium ] || need "Chromium at /usr/bin/chromium (the console's browser tests)" "apt-get install chromium"
+  command -v kcat >/dev/null 2>&1 || need "kcat (a real Kafka client the Kafka listener's tests drive)" "apt-get install kcat"
   ;;
 jdk)
   javac=javac
