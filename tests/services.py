@@ -1013,3 +1013,33 @@ class SparkCluster:
         deadline = time.monotonic() + 10
         while self.process_groups() and time.monotonic() < deadline:
             time.sleep(0.1)
+
+
+def self_signed(folder: Path) -> tuple[Path, Path]:
+    """A self-signed certificate for localhost and 127.0.0.1 and its key, written in
+    ``folder`` by openssl: (certificate, key) paths."""
+    key, cert = folder / "key.pem", folder / "cert.pem"
+    subprocess.run(
+        [
+            require_binary("openssl", "apt-get install openssl"),
+            "req",
+            "-x509",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-days",
+            "2",
+            "-subj",
+            "/CN=localhost",
+            "-addext",
+            "subjectAltName=DNS:localhost,IP:127.0.0.1",
+            "-keyout",
+            str(key),
+            "-out",
+            str(cert),
+        ],
+        check=True,
+        capture_output=True,
+        timeout=60,
+    )
+    return cert, key

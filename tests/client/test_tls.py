@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import subprocess
 from collections.abc import Iterator
 from concurrent import futures
 from pathlib import Path
@@ -14,36 +13,13 @@ import pytest
 from gateway.client import Retry, TidegateError
 from gateway.wire._proto.tidegate.v1 import tidegate_pb2_grpc as pb_grpc
 from tests.client.test_retry_after import FakeGateway
-from tests.services import connect, connect_async, require_binary
+from tests.services import connect, connect_async, self_signed
 
 
 @pytest.fixture(scope="module")
 def certificate(tmp_path_factory: pytest.TempPathFactory) -> tuple[bytes, bytes]:
     folder = tmp_path_factory.mktemp("tls")
-    key, cert = folder / "key.pem", folder / "cert.pem"
-    subprocess.run(
-        [
-            require_binary("openssl", "apt-get install openssl"),
-            "req",
-            "-x509",
-            "-newkey",
-            "rsa:2048",
-            "-nodes",
-            "-days",
-            "2",
-            "-subj",
-            "/CN=localhost",
-            "-addext",
-            "subjectAltName=DNS:localhost,IP:127.0.0.1",
-            "-keyout",
-            str(key),
-            "-out",
-            str(cert),
-        ],
-        check=True,
-        capture_output=True,
-        timeout=60,
-    )
+    cert, key = self_signed(folder)
     return Path(key).read_bytes(), Path(cert).read_bytes()
 
 

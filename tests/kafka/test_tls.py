@@ -14,37 +14,9 @@ import pytest
 from tests.kafka.clients import ConfluentKafka, librdkafka_settings
 from tests.kafka.conftest import KafkaTarget
 from tests.kafka.raw import RawKafka
-from tests.services import GatewayProcess, require_binary
+from tests.services import GatewayProcess, self_signed
 
 pytestmark = pytest.mark.integration
-
-
-def self_signed(folder: Path) -> tuple[Path, Path]:
-    key, cert = folder / "key.pem", folder / "cert.pem"
-    subprocess.run(
-        [
-            require_binary("openssl", "apt-get install openssl"),
-            "req",
-            "-x509",
-            "-newkey",
-            "rsa:2048",
-            "-nodes",
-            "-days",
-            "2",
-            "-subj",
-            "/CN=localhost",
-            "-addext",
-            "subjectAltName=DNS:localhost,IP:127.0.0.1",
-            "-keyout",
-            str(key),
-            "-out",
-            str(cert),
-        ],
-        check=True,
-        capture_output=True,
-        timeout=60,
-    )
-    return cert, key
 
 
 class TlsConfluent(ConfluentKafka):
