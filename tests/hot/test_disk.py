@@ -334,6 +334,27 @@ def test_index_entry_that_disagrees_with_the_log_is_replaced(
     assert index_file.read_bytes() == complete
 
 
+def test_a_new_segment_killed_before_its_index_existed_reopens(
+    open_log: OpenLog, root: Path, part: PartitionId
+) -> None:
+    """A kill between creating a rolled segment's log file and its index file leaves an
+    empty log without an index: reopening recreates the index and appends go on."""
+    log = open_log()
+    stored = fill(log, part, 3)
+    log.close()
+    directory = part_dir(root, part)
+    end = stored[-1].next_offset
+    (directory / f"{segment_name(end)}.log").write_bytes(b"")
+
+    log = open_log()
+    assert read_all(log, part) == stored
+    after = log.append(part, b"after", 1, 0)
+    assert after.base_offset == end
+    assert (directory / f"{segment_name(end)}.index").exists()
+    log.close()
+    assert read_all(open_log(), part) == [*stored, StoredBatch(end, 1, 0, b"after")]
+
+
 def test_segments_after_a_gap_are_removed(open_log: OpenLog, root: Path, part: PartitionId) -> None:
     stored = fill(open_log(segment_bytes=1024), part, 20, size=200)
     directory = part_dir(root, part)

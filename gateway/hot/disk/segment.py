@@ -119,12 +119,13 @@ class Segment:
     def _recover(self) -> None:
         file_size = os.fstat(self.log_fd).st_size
         try:
-            raw_index = self.index_path.read_bytes()
+            raw_index: bytes | None = self.index_path.read_bytes()
         except FileNotFoundError:
-            raw_index = b""
+            raw_index = None  # a kill between creating the log file and its index
         # 1. The longest prefix of index entries that is plausible on its face.
-        usable = len(raw_index) - len(raw_index) % INDEX_ENTRY_SIZE
-        for off, pos, payload_len in INDEX_ENTRY.iter_unpack(raw_index[:usable]):
+        known = raw_index or b""
+        usable = len(known) - len(known) % INDEX_ENTRY_SIZE
+        for off, pos, payload_len in INDEX_ENTRY.iter_unpack(known[:usable]):
             if len(self.offsets) == 0:
                 plausible = off == self.base and pos == 0
             else:
