@@ -607,8 +607,10 @@ class GatewayProcess:
         self.flight_port = int(
             self.extra_env.setdefault("TIDEGATE_SERVER__FLIGHT_PORT", str(free_port()))
         )
-        # The Kafka listener is on by default, as in `tidegate serve` (0: off).
-        self.kafka_port = int(self.extra_env.setdefault("TIDEGATE_KAFKA__PORT", str(free_port())))
+        # The Kafka listener is off unless a test gives it a port (tests/kafka do): on in
+        # `tidegate serve`, but each listener costs a gateway its Kafka imports (kio's
+        # message types, ~0.3 s), and the suite starts some 500 gateways.
+        self.kafka_port = int(self.extra_env.setdefault("TIDEGATE_KAFKA__PORT", "0"))
         self.operator_key = self.extra_env.setdefault(
             "TIDEGATE_AUTH__OPERATOR_KEY", f"tgop_test_{secrets.token_hex(16)}"
         )

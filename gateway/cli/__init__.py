@@ -19,13 +19,44 @@ STARTED = time.monotonic()
 # that grew by 5-10 MiB a minute under the soak. An operator's own choice wins.
 os.environ.setdefault("ARROW_DEFAULT_MEMORY_POOL", "jemalloc")
 
-from gateway.cli import jobs, records, shards, tables, tenants  # noqa: E402, F401 - each registers its commands
-from gateway.cli._common import app, run  # noqa: E402 - after STARTED and the pool choice
+import importlib  # noqa: E402 - after STARTED and the pool choice
+from typing import Any  # noqa: E402
+
+from gateway.cli._common import run  # noqa: E402 - after STARTED and the pool choice
 
 __all__ = ["app", "main"]
+
+#: The modules that register commands, and the commands of the jobs module: `serve`, `tier`
+#: and the other lake jobs load only it (the client-side commands' imports cost every
+#: gateway and job process a fifth of a second of CPU; tests/test_cli_loading.py holds this
+#: list equal to what the module registers).
+COMMAND_MODULES = ("jobs", "records", "shards", "tables", "tenants")
+JOB_COMMANDS = frozenset(
+    {"serve", "tier", "compact", "expire", "clean-orphans", "retention", "migrate"}
+)
+
+
+def load_commands(argv: list[str] | None = None) -> None:
+    """Register the commands ``argv`` may run: the jobs module's alone when its first word
+    is one of :data:`JOB_COMMANDS`, else every command (``--help`` lists them all)."""
+    names = ("jobs",) if argv and argv[0] in JOB_COMMANDS else COMMAND_MODULES
+    for name in names:
+        importlib.import_module(f"gateway.cli.{name}")
+
+
+def __getattr__(name: str) -> Any:
+    """``app``: the whole command line, every command registered."""
+    if name == "app":
+        from gateway.cli._common import app
+
+        load_commands()
+        return app
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def main() -> None:
     import sys
 
-    sys.exit(run(sys.argv[1:]))
+    argv = sys.argv[1:]
+    load_commands(argv)
+    sys.exit(run(argv))

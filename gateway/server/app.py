@@ -416,7 +416,6 @@ class Edges:
         from gateway.server.http import create_app
         from gateway.server.http.health import metrics_app
         from gateway.server.http.refusals import AppendRefusals
-        from gateway.server.kafka import KafkaEdge
 
         settings = self.settings
         if settings.server.grpc_port:
@@ -427,6 +426,8 @@ class Edges:
             self.flight = FlightEdge(calls, settings)
             log.info("Flight listening on %s:%s", settings.server.host, self.flight.port)
         if settings.kafka.port:
+            from gateway.server.kafka import KafkaEdge  # kio's message types: only when on
+
             self.kafka = KafkaEdge(calls, settings, self.max_connections)
             await self.kafka.start()
             log.info("Kafka listening on %s:%s", settings.server.host, self.kafka.port)

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 import pytest
 
 from tests.integration.conftest import gateway_env
-from tests.services import GatewayProcess
+from tests.services import GatewayProcess, free_port
 
 
 @dataclass(frozen=True)
@@ -37,6 +37,7 @@ def kafka_gateway(
         "TIDEGATE_TIERING__ENABLED": "false",
         # Connections that never authenticate are closed after this long.
         "TIDEGATE_SERVER__HEADER_TIMEOUT_S": "2",
+        "TIDEGATE_KAFKA__PORT": str(free_port()),
     }
     proc = GatewayProcess(tmp_path_factory.mktemp(f"kafka-{kind}"), env)
     proc.kind = kind  # type: ignore[attr-defined]

@@ -26,7 +26,7 @@ from kio.schema.sasl_handshake.v0 import request as handshake
 from tests.kafka.clients import CLIENTS, Kcat, librdkafka_settings
 from tests.kafka.conftest import KafkaTarget
 from tests.kafka.raw import RawKafka, record_batch
-from tests.services import GatewayProcess
+from tests.services import GatewayProcess, free_port
 
 pytestmark = pytest.mark.integration
 
@@ -397,6 +397,7 @@ def test_a_tenant_holds_at_most_its_connection_cap_and_is_told_the_advertised_ad
         "TIDEGATE_KAFKA__ADVERTISED_HOST": "kafka.example",
         "TIDEGATE_KAFKA__ADVERTISED_PORT": "19092",
         "TIDEGATE_TIERING__ENABLED": "false",
+        "TIDEGATE_KAFKA__PORT": str(free_port()),
     }
     gw = GatewayProcess(tmp_path / "gw", env)
     try:

@@ -14,7 +14,7 @@ from tests.integration.conftest import gateway_env
 from tests.kafka.clients import ConfluentKafka
 from tests.kafka.conftest import KafkaTarget
 from tests.kafka.test_clients import sdk_records
-from tests.services import GatewayProcess
+from tests.services import GatewayProcess, free_port
 
 pytestmark = pytest.mark.integration
 
@@ -28,6 +28,7 @@ def test_a_consumer_reads_tiered_and_hot_records_in_one_run(
         **gateway_env(kind, redis_server),
         "TIDEGATE_TIERING__INTERVAL_S": "0.5",
         "TIDEGATE_TIERING__HOT_RETENTION_S": "0",  # tiered records leave the hot tier
+        "TIDEGATE_KAFKA__PORT": str(free_port()),
     }
     gw = GatewayProcess(tmp_path / "gw", env).start()
     try:

@@ -14,7 +14,7 @@ import pytest
 from tests.kafka.clients import ConfluentKafka, librdkafka_settings
 from tests.kafka.conftest import KafkaTarget
 from tests.kafka.raw import RawKafka
-from tests.services import GatewayProcess, self_signed
+from tests.services import GatewayProcess, free_port, self_signed
 
 pytestmark = pytest.mark.integration
 
@@ -40,6 +40,7 @@ def test_a_tls_listener_serves_sasl_ssl_clients_only(tmp_path: Path) -> None:
         "TIDEGATE_KAFKA__TLS_KEY_FILE": str(key),
         "TIDEGATE_TIERING__ENABLED": "false",
         "TIDEGATE_SERVER__HEADER_TIMEOUT_S": "2",
+        "TIDEGATE_KAFKA__PORT": str(free_port()),
     }
     gw = GatewayProcess(tmp_path / "gw", env)
     try:
@@ -67,7 +68,8 @@ def test_unusable_tls_files_stop_the_gateway_in_one_line(tmp_path: Path, which: 
     cert, key = self_signed(tmp_path)
     if which == "not-pem":
         key.write_text("not a key\n")
-    env = GatewayProcess(tmp_path / "gw").env()  # free ports, a folder of the test's own
+    # free ports, a folder of the test's own
+    env = GatewayProcess(tmp_path / "gw", {"TIDEGATE_KAFKA__PORT": str(free_port())}).env()
     env["TIDEGATE_KAFKA__TLS_CERT_FILE"] = str(cert)
     if which == "not-pem":
         env["TIDEGATE_KAFKA__TLS_KEY_FILE"] = str(key)

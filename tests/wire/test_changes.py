@@ -120,7 +120,7 @@ def by_key(rows: pa.Table) -> dict[Key, Row]:
     return out
 
 
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=40, deadline=None)
 @given(ws=writes(), engine=st.sampled_from(ENGINES))
 def test_current_rows_equal_the_model(ws: list[Write], engine: MergeEngine) -> None:
     got = current_rows(table_of(ws), PrimaryKey(KEY, engine))
@@ -128,7 +128,7 @@ def test_current_rows_equal_the_model(ws: list[Write], engine: MergeEngine) -> N
     assert by_key(got) == model(ws, engine)
 
 
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=40, deadline=None)
 @given(ws=writes(), engine=st.sampled_from(ENGINES), data=st.data())
 def test_a_snapshot_merged_with_the_changes_above_it_equals_the_model(
     ws: list[Write], engine: MergeEngine, data: st.DataObject
@@ -147,7 +147,7 @@ def test_a_snapshot_merged_with_the_changes_above_it_equals_the_model(
         assert by_key(merge_snapshot(snapshot, changes, PrimaryKey(KEY, e))) == model(ws, engine)
 
 
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=40, deadline=None)
 @given(ws=writes(), engine=st.sampled_from(ENGINES), data=st.data())
 def test_the_changelog_replayed_equals_the_model(
     ws: list[Write], engine: MergeEngine, data: st.DataObject
