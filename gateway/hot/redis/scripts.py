@@ -120,7 +120,7 @@ if ARGV[4] == '1' then
     return {7, '0', '0'}
   end
 end
-local expect = tonumber(ARGV[9])
+local expect = tonumber(ARGV[9] or '-1')
 if expect >= 0 and tonumber(hw) ~= expect then return {8, hw, '0'} end
 redis.call('XADD', log, hw .. '-1', 'payload', ARGV[1], 'count', ARGV[2],
            'timestamp_us', ARGV[3])
@@ -229,7 +229,7 @@ return ARGV[1]
 """
 
 REOPEN_LUA = """
--- KEYS: log, meta, keys
+-- KEYS: log, meta, keys (the key index; optional)
 -- ARGV: floor
 -- Opens a segment that has no state at `floor`, or starts it over, empty, at `floor` when
 -- its high watermark is below (a rolled-back Redis: its entries and producer states are
@@ -239,17 +239,19 @@ local log, meta = KEYS[1], KEYS[2]
 local m = redis.call('HMGET', meta, 'hw', 'sealed')
 if m[2] then return {0, m[1] or '0'} end
 if m[1] and tonumber(m[1]) >= tonumber(ARGV[1]) then return {1, m[1]} end
-redis.call('DEL', log, meta, KEYS[3])
+redis.call('DEL', log, meta)
+if KEYS[3] then redis.call('DEL', KEYS[3]) end
 redis.call('HSET', meta, 'start', ARGV[1], 'hw', ARGV[1], 'low', ARGV[1], 'bytes', '0')
 return {1, ARGV[1]}
 """
 
 DROP_SEGMENT_LUA = """
--- KEYS: log, meta, keys
+-- KEYS: log, meta, keys (the key index; optional)
 -- ARGV: end
 -- Drops a sealed segment's data and key index, leaving a tombstone so that a gateway
 -- holding an old placement can neither append to it nor read a wrong (empty) state from it.
-redis.call('DEL', KEYS[1], KEYS[2], KEYS[3])
+redis.call('DEL', KEYS[1], KEYS[2])
+if KEYS[3] then redis.call('DEL', KEYS[3]) end
 redis.call('HSET', KEYS[2], 'sealed', '1', 'dropped', '1', 'hw', ARGV[1], 'low', ARGV[1],
            'bytes', '0')
 return 1
