@@ -367,10 +367,15 @@ class DiskHotLog(HotLog):
         return result
 
     def _checkpoint_keys(self, part: PartitionId) -> None:
-        """Write the partition's key index checkpoint if it is (still) due."""
-        with self._locked(part, create=False, sync=True) as p:
-            if p is not None and p.keys.due():
-                p.checkpoint_keys()
+        """Write the partition's key index checkpoint if it is (still) due. Called after
+        an append was stored: a failure is logged, never raised (the append stands, and
+        the log still holds every key the checkpoint would have)."""
+        try:
+            with self._locked(part, create=False, sync=True) as p:
+                if p is not None and p.keys.due():
+                    p.checkpoint_keys()
+        except (TidegateError, OSError) as exc:
+            log.warning("hot log %s: key index checkpoint failed (%s)", part.path, exc)
 
     def latest_offsets(self, part: PartitionId, keys: Sequence[bytes]) -> list[int | None]:
         with self._locked(part, create=False) as p:

@@ -437,8 +437,12 @@ class Partition:
         pending fsyncs first, so that it folds only durable records."""
         self.check_usable()
         if self.policy != "never":
-            for seg in sorted(self.unsynced, key=lambda s: s.base):
-                os.fsync(seg.log_fd)
+            try:
+                for seg in sorted(self.unsynced, key=lambda s: s.base):
+                    os.fsync(seg.log_fd)
+            except OSError as exc:
+                self.failed = exc  # as in sync_to: the kernel may have dropped the pages
+                raise
         self.unsynced.clear()
         self.durable = self.end
         self.keys.write(self.directory, self.end, self.low, sync=self.policy != "never")
