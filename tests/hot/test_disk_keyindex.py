@@ -70,8 +70,11 @@ def expected(model: Model) -> list[int | None]:
 
 def write_checkpoint(directory: Path, through: int, entries: Model) -> None:
     """A ``keys.idx`` written independently of the code under test (the documented layout)."""
-    body = struct.pack(">qI", through, len(entries)) + b"".join(
-        struct.pack(">I", len(k)) + k + struct.pack(">q", o) for k, o in entries.items()
+    body = (
+        struct.pack(">qI", through, len(entries))
+        + b"".join(struct.pack(">I", len(k)) for k in entries)
+        + b"".join(struct.pack(">q", o) for o in entries.values())
+        + b"".join(entries)
     )
     (directory / KEYS_FILE).write_bytes(b"TGK\x01" + struct.pack(">I", zlib.crc32(body)) + body)
 

@@ -12,7 +12,11 @@ point leaves the old checkpoint or the new one)::
     crc32     u32  zlib.crc32 of every byte after this field
     through   i64  the map folds every record below this offset
     entries   u32
-    entries times: key_len u32, key key_len bytes, offset i64
+    key_len   u32 times entries
+    offset    i64 times entries
+    keys      the keys, one after the other (their lengths above)
+
+(columns, not rows: an open decodes the two number columns at C speed.)
 
 On open: the checkpoint, then a replay of the records from ``through`` on. No checkpoint,
 a bad CRC, or one that holds more than the log does (``through`` past its end: records
@@ -30,10 +34,13 @@ covers only durable records: the log's pending fsyncs are done first.
 from __future__ import annotations
 
 import contextlib
+import itertools
 import logging
 import os
 import struct
+import sys
 import zlib
+from array import array
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -55,8 +62,8 @@ KEYS_FILE = "keys.idx"
 CHECKPOINT_MAGIC = b"TGK\x01"
 #: magic, crc32, through, entries
 _HEAD = struct.Struct(">4sIqI")
-_KEY_LEN = struct.Struct(">I")
-_OFFSET = struct.Struct(">q")
+#: The number columns are big endian on disk.
+_SWAP = sys.byteorder == "little"
 #: Key changes between two checkpoints at the least (a small map is not rewritten often).
 MIN_CHECKPOINT_CHANGES = 65536
 
@@ -97,7 +104,7 @@ class KeyIndex:
 
     def prune(self, low: int) -> None:
         """Forget the entries below ``low`` (trimmed records)."""
-        if self.offsets:
+        if self.offsets and min(self.offsets.values()) < low:
             self.offsets = {k: o for k, o in self.offsets.items() if o >= low}
 
     def due(self) -> bool:
@@ -113,11 +120,13 @@ class KeyIndex:
         """Write the map as the checkpoint of every record below ``through`` (each of them
         durable), pruned below ``low``: temporary file, fsync, rename."""
         self.prune(low)
-        parts = [
-            _KEY_LEN.pack(len(key)) + key + _OFFSET.pack(offset)
-            for key, offset in self.offsets.items()
-        ]
-        body = _HEAD.pack(CHECKPOINT_MAGIC, 0, through, len(parts))[8:] + b"".join(parts)
+        lengths = array("I", map(len, self.offsets))
+        offsets = array("q", self.offsets.values())
+        if _SWAP:
+            lengths.byteswap()
+            offsets.byteswap()
+        head = _HEAD.pack(CHECKPOINT_MAGIC, 0, through, len(offsets))[8:]
+        body = b"".join((head, lengths.tobytes(), offsets.tobytes(), *self.offsets))
         data = CHECKPOINT_MAGIC + zlib.crc32(body).to_bytes(4, "big") + body
         path = directory / KEYS_FILE
         tmp = path.with_name(KEYS_FILE + TMP_SUFFIX)
@@ -146,21 +155,19 @@ class KeyIndex:
         magic, crc, through, entries = _HEAD.unpack_from(data)
         if magic != CHECKPOINT_MAGIC or zlib.crc32(data[8:]) != crc or through < 0:
             return None
-        offsets: dict[bytes, int] = {}
-        pos = _HEAD.size
-        try:
-            for _ in range(entries):
-                (n,) = _KEY_LEN.unpack_from(data, pos)
-                pos += _KEY_LEN.size
-                key = data[pos : pos + n]
-                pos += n
-                (offsets[key],) = _OFFSET.unpack_from(data, pos)
-                pos += _OFFSET.size
-        except struct.error:
+        keys_at = _HEAD.size + entries * 12
+        if keys_at > len(data):
             return None
-        if pos != len(data) or len(offsets) != entries:
+        lengths = array("I", data[_HEAD.size : _HEAD.size + entries * 4])
+        offsets = array("q", data[_HEAD.size + entries * 4 : keys_at])
+        if _SWAP:
+            lengths.byteswap()
+            offsets.byteswap()
+        ends = list(itertools.accumulate(lengths, initial=keys_at))
+        if ends[-1] != len(data):
             return None
-        return through, offsets
+        found = dict(zip(map(data.__getitem__, map(slice, ends, ends[1:])), offsets, strict=True))
+        return (through, found) if len(found) == entries else None
 
     @staticmethod
     def remove(directory: Path) -> None:
