@@ -176,3 +176,45 @@ def test_index_survives_a_reopen(hot_log: HotLog, part: PartitionId) -> None:
         assert again.offsets(part) == LogOffsets(0, high + 1, again.offsets(part).size_bytes)
     finally:
         again.close()
+
+
+def test_conditional_appends_race(hot_log: HotLog, part: PartitionId) -> None:
+    """Writers that each read the high watermark, then append expecting it (as the core
+    resolves a key-table's batch): every stored batch starts where its writer expected,
+    so none was resolved against a state another one changed; the refused ones stored
+    nothing, and the index equals the fold of the stored batches."""
+    import threading
+
+    stored: list[tuple[int, list[bytes]]] = []
+    guard = threading.Lock()
+
+    def writer(w: int) -> None:
+        rnd = random.Random(w)
+        done = 0
+        while done < 15:
+            keys = [f"k{rnd.randrange(20)}".encode() for _ in range(rnd.randrange(1, 4))]
+            high = hot_log.offsets(part).high
+            try:
+                r = keyed(hot_log, part, keys, expect_high=high)
+            except HighWatermarkMoved:
+                continue  # another writer's batch landed first: resolve again
+            assert r.base_offset == high
+            with guard:
+                stored.append((r.base_offset, keys))
+            done += 1
+
+    threads = [threading.Thread(target=writer, args=(w,)) for w in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    stored.sort()
+    offset, model = 0, dict[bytes, int]()
+    for base, keys in stored:
+        assert base == offset
+        offset += len(keys)
+        model.update({key: base + i for i, key in enumerate(keys)})
+    assert hot_log.offsets(part).high == offset
+    assert [b.base_offset for b in read_all(hot_log, part)] == [b for b, _ in stored]
+    asked = [f"k{i}".encode() for i in range(20)]
+    assert hot_log.latest_offsets(part, asked) == [model.get(key) for key in asked]
