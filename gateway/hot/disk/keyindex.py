@@ -189,6 +189,7 @@ class KeyIndex:
         keys (the state file says so), None when unknown."""
         self.offsets, self.through, self.changes = {}, None, 0
         start = segments[0].base if segments else end
+        rejected = False
         if unkeyed_below is not None:
             start = max(start, unkeyed_below)
         else:
@@ -198,6 +199,7 @@ class KeyIndex:
                 self.keyed = True
                 start = max(start, checkpoint[0])
             elif (directory / KEYS_FILE).exists():
+                rejected = True
                 log.warning(
                     "hot log %s: %s is unreadable or ahead of the log; rebuilding the key "
                     "index from the log",
@@ -206,6 +208,11 @@ class KeyIndex:
                 )
         self._replay(segments, start)
         self.prune(low)
+        if rejected:
+            # Replaced at once: a checkpoint ahead of the log would otherwise be believed
+            # once the log has grown past its `through` again. (The log's segments were
+            # fsynced by the recovery: the map folds durable records.)
+            self.write(directory, end, low, sync=True)
 
     def _replay(self, segments: Sequence[Segment], start: int) -> None:
         """Fold in the keys of every record from offset ``start`` on."""
