@@ -55,15 +55,18 @@ def test_keys_are_opaque_bytes(hot_log: HotLog, part: PartitionId) -> None:
     assert hot_log.latest_offsets(part, [b"\x00", b"{x}"]) == [None, None]
 
 
-def test_many_keys_in_one_batch(hot_log: HotLog, part: PartitionId) -> None:
-    """More keys than the scripts pass to one Redis command (1000 at a time)."""
+@pytest.mark.parametrize("expect", [False, True])
+def test_many_keys_in_one_batch(hot_log: HotLog, part: PartitionId, expect: bool) -> None:
+    """More keys than the scripts pass to one Redis command (1000 at a time), with and
+    without the base offset known (``expect_high``: the offsets are sent as they are)."""
     rnd = random.Random(7)
     keys = [f"key-{rnd.randrange(3000)}".encode() for _ in range(5000)]
-    keyed(hot_log, part, keys)
-    model = {key: i for i, key in enumerate(keys)}
+    keyed(hot_log, part, k("first"))
+    keyed(hot_log, part, keys, expect_high=1 if expect else None)
+    model = {key: 1 + i for i, key in enumerate(keys)}
     asked = [f"key-{i}".encode() for i in range(3100)]
     assert hot_log.latest_offsets(part, asked) == [model.get(key) for key in asked]
-    assert hot_log.key_count(part) == len(model)
+    assert hot_log.key_count(part) == len(model) + 1
 
 
 def test_keys_must_match_the_count(hot_log: HotLog, part: PartitionId) -> None:

@@ -71,6 +71,7 @@ APPEND_LUA = """
 -- With `expect_high` >= 0, refuses with {8, hw} when the high watermark is another (after
 -- the producer's checks: a duplicate is answered as one). Each key of the pairs gets the
 -- offset hw + position in the `keys` hash, with the batch: the index never differs from it.
+-- (With `expect_high` the base is known, and the pairs carry the offsets: set as they are.)
 -- With `floor` >= 0, refuses with {6, hw} when the segment has no state (never opened, or
 -- lost with an emptied Redis) or its high watermark is below `floor` (rolled back):
 -- offsets are never assigned from a state that may have forgotten some. With `floor` -1
@@ -124,7 +125,14 @@ local expect = tonumber(ARGV[9] or '-1')
 if expect >= 0 and tonumber(hw) ~= expect then return {8, hw, '0'} end
 redis.call('XADD', log, hw .. '-1', 'payload', ARGV[1], 'count', ARGV[2],
            'timestamp_us', ARGV[3])
-if #ARGV > 9 then
+if #ARGV > 9 and expect >= 0 then
+  -- The base is known: the pairs carry the offsets themselves.
+  for i = 10, #ARGV, 1000 do
+    local j = i + 999
+    if j > #ARGV then j = #ARGV end
+    redis.call('HSET', KEYS[3], unpack(ARGV, i, j))
+  end
+elseif #ARGV > 9 then
   local base = tonumber(hw)
   local fields = {}
   for i = 10, #ARGV, 2 do
