@@ -11,8 +11,9 @@ import random
 import pytest
 
 from gateway.hot import AppendResult, HotLog, LogOffsets, PartitionId, ProducerSequence
+from gateway.hot.redis import RedisHotLog
 from gateway.wire.errors import HighWatermarkMoved, RetryableError
-from tests.hot.conftest import reopen
+from tests.hot.conftest import VIRTUAL, reopen
 from tests.hot.test_contract import new_partition, read_all
 
 
@@ -221,3 +222,42 @@ def test_conditional_appends_race(hot_log: HotLog, part: PartitionId) -> None:
     assert [b.base_offset for b in read_all(hot_log, part)] == [b for b, _ in stored]
     asked = [f"k{i}".encode() for i in range(20)]
     assert hot_log.latest_offsets(part, asked) == [model.get(key) for key in asked]
+
+
+@pytest.mark.parametrize("seed", [1, 2])
+def test_random_operations_against_a_model(
+    hot_log: HotLog, hot_kind: str, part: PartitionId, seed: int
+) -> None:
+    """Keyed and plain appends, conditional ones with a stale watermark, trims and (on a
+    tier with shards and placements) moves, at random: after each step the index answers
+    what a dict replaying the acknowledged batches says, with trimmed keys missing."""
+    rnd = random.Random(seed)
+    model: dict[bytes, int] = {}
+    low = high = 0
+    moves = hot_log if hot_kind in VIRTUAL and isinstance(hot_log, RedisHotLog) else None
+    asked = [f"k{i}".encode() for i in range(30)]
+    moved = 0
+    for step in range(60):
+        op = rnd.random()
+        if op < 0.55:
+            keys = [f"k{rnd.randrange(30)}".encode() for _ in range(rnd.randrange(1, 6))]
+            r = keyed(hot_log, part, keys, expect_high=high if rnd.random() < 0.5 else None)
+            assert r.base_offset == high
+            model.update({key: high + i for i, key in enumerate(keys)})
+            high += len(keys)
+        elif op < 0.65:
+            hot_log.append(part, b"plain", 2, 0)
+            high += 2
+        elif op < 0.75:
+            with pytest.raises(HighWatermarkMoved):
+                keyed(hot_log, part, k("k0"), expect_high=max(0, high - 1) if high else 1)
+        elif op < 0.9:
+            low = hot_log.trim(part, rnd.randrange(low, high + 1))
+        elif moves is not None:
+            here = moves.chain(part).active.shard
+            moves.move(part, rnd.choice([s for s in moves.shard_names() if s != here]))
+            moved += 1
+        want = [o if o is not None and o >= low else None for o in map(model.get, asked)]
+        assert hot_log.latest_offsets(part, asked) == want, step
+    assert hot_log.offsets(part).high == high
+    assert moves is None or moved > 0
