@@ -210,6 +210,11 @@ class HotLog(ABC):
         :meth:`latest_offsets`; a Redis partition whose chain has several segments counts
         a key once per segment that holds it."""
 
+    def key_counts(self, parts: Sequence[PartitionId]) -> list[int]:
+        """:meth:`key_count` of each of ``parts``, in order (a tenant's hot keys for its
+        quota); a backend over the network answers them in one round trip per shard."""
+        return [self.key_count(part) for part in parts]
+
     @abstractmethod
     def open_partition(self, part: PartitionId, floor: int) -> int:
         """Make the partition take appends from ``floor`` on at the lowest: a partition

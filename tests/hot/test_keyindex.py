@@ -47,6 +47,9 @@ def test_index_follows_appends_last_change_wins(hot_log: HotLog, part: Partition
     assert hot_log.latest_offsets(part, k("a", "b", "c", "zz", "a")) == [2, 6, 5, None, 2]
     assert hot_log.key_count(part) == 3
     assert hot_log.latest_offsets(part, []) == []
+    other = new_partition(tenant=part.tenant)
+    keyed(hot_log, other, k("x"))
+    assert hot_log.key_counts([part, other, new_partition()]) == [3, 1, 0]
 
 
 def test_keys_are_opaque_bytes(hot_log: HotLog, part: PartitionId) -> None:

@@ -105,15 +105,24 @@ class RedisKeyIndex(ShardReads):
         return out
 
     def key_count(self, part: PartitionId) -> int:
-        chain = self.chain(part)
-        total = 0
-        for seg in chain.segments:
-            shard = self._shard(seg.shard)
-            index = segment_keys(part, seg.seq)[2]
-            total += int(
-                shard.call("key count", functools.partial(shard.client.hlen, index), retry=True)
+        return self.key_counts([part])[0]
+
+    def key_counts(self, parts: Sequence[PartitionId]) -> list[int]:
+        # HLEN of every segment's hash, in one pipeline per shard.
+        by_shard: dict[str, list[tuple[int, str]]] = {}
+        for i, (part, chain) in enumerate(zip(parts, self.chains(parts), strict=True)):
+            for seg in chain.segments:
+                by_shard.setdefault(seg.shard, []).append((i, segment_keys(part, seg.seq)[2]))
+        out = [0] * len(parts)
+        for name, items in by_shard.items():
+            shard = self._shard(name)
+            keys = [key for _, key in items]
+            counts = shard.call(
+                "key counts", functools.partial(_hlen_all, shard.client, keys), retry=True
             )
-        return total
+            for (i, _), n in zip(items, counts, strict=True):
+                out[i] += int(n)
+        return out
 
     def _prune(self, part: PartitionId, seg: Segment) -> None:
         """Delete the segment's index entries below its low mark, one HSCAN step per
@@ -131,6 +140,14 @@ class RedisKeyIndex(ShardReads):
             )
             if to_int(cursor) == 0:
                 return
+
+
+def _hlen_all(client: Any, keys: Sequence[str]) -> list[Any]:
+    """``HLEN`` of each hash of ``keys``, in one pipeline."""
+    pipe = client.pipeline(transaction=False)
+    for key in keys:
+        pipe.hlen(key)
+    return cast("list[Any]", pipe.execute())
 
 
 def _index_and_meta(part: PartitionId, seg: Segment) -> list[str]:
