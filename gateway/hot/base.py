@@ -18,7 +18,7 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from gateway.wire.errors import UnknownProducer
+from gateway.wire.errors import HighWatermarkMoved, UnknownProducer
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -67,6 +67,17 @@ class ProducerSequence:
             producer_id=pid,
             sequence=seq,
         )
+
+
+def high_moved(part: PartitionId, expected: int, high: int) -> HighWatermarkMoved:
+    """The refusal of an append that expected the partition's high watermark at
+    ``expected`` and found ``high``."""
+    return HighWatermarkMoved(
+        f"partition {part.path} is at offset {high}, not {expected} as the append expected: "
+        "another append landed since its batch was resolved; nothing was stored",
+        expected=expected,
+        high=high,
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -129,6 +140,8 @@ class HotLog(ABC):
         producer: ProducerSequence | None = None,
         *,
         floor: int | None = None,
+        keys: Sequence[bytes] | None = None,
+        expect_high: int | None = None,
     ) -> AppendResult:
         """Store one batch and assign its offsets atomically.
 
@@ -147,9 +160,19 @@ class HotLog(ABC):
                 the partition must then exist (see :meth:`open_partition`). None: the
                 caller knows nothing of it, and a partition without state is created at
                 offset 0 (unless this process saw it before).
+            keys: a primary-key table's batch: ``keys[i]`` is the key (its routing bytes,
+                opaque here) of record ``i``, at offset ``base_offset + i``; ``len(keys)``
+                must be ``count``. The key index (:meth:`latest_offsets`) records each
+                key's last change in the batch atomically with it: the two never differ.
+            expect_high: store the batch only if the partition's high watermark (the
+                next offset to assign) is this one, else store nothing and raise
+                :class:`HighWatermarkMoved` (the batch was resolved against an older
+                state). A duplicate of a stored producer batch is answered as such first,
+                whatever ``expect_high`` says.
 
         Returns:
-            The assigned range; for a duplicate, the original range and ``duplicate=True``.
+            The assigned range; for a duplicate, the original range and ``duplicate=True``
+            (the key index is not touched).
 
         Raises:
             OutOfOrderSequence: ``producer.sequence`` skips one or more sequences.
@@ -162,8 +185,35 @@ class HotLog(ABC):
                 was lost), or its high watermark is below ``floor`` or below one this
                 process saw: nothing was stored. The caller opens the partition again at
                 a safe offset and retries.
+            HighWatermarkMoved: ``expect_high`` is given and is not the high watermark:
+                nothing was stored.
+            Unavailable: the backend cannot be reached.
+            ValueError: ``len(keys)`` is not ``count``.
+        """
+
+    @abstractmethod
+    def latest_offsets(self, part: PartitionId, keys: Sequence[bytes]) -> list[int | None]:
+        """The offset of each key's latest change held in the hot tier, in order: None
+        where the key index holds none, or where it lies below the low mark (trimmed or
+        tiered away: the caller looks in the cold tier). Every offset answered is below
+        the high watermark readers see. Batched: one round trip per segment asked (Redis),
+        no I/O but waiting for an in-flight batch to be durable (disk).
+
+        Raises:
             Unavailable: the backend cannot be reached.
         """
+
+    @abstractmethod
+    def key_count(self, part: PartitionId) -> int:
+        """Entries the partition's key index holds (for the hot-keys quota). Entries
+        below the low mark are pruned when the log is trimmed, and never answered by
+        :meth:`latest_offsets`; a Redis partition whose chain has several segments counts
+        a key once per segment that holds it."""
+
+    def key_counts(self, parts: Sequence[PartitionId]) -> list[int]:
+        """:meth:`key_count` of each of ``parts``, in order (a tenant's hot keys for its
+        quota); a backend over the network answers them in one round trip per shard."""
+        return [self.key_count(part) for part in parts]
 
     @abstractmethod
     def open_partition(self, part: PartitionId, floor: int) -> int:

@@ -42,6 +42,8 @@ for retryable errors), the FastAPI handler into ``{"error": {"reason", "message"
     ├── Unimplemented                  UNIMPLEMENTED / 501: a method this edge does not serve
     └── RetryableError                 safe to retry the same request unchanged
         ├── OutOfOrderSequence         ABORTED / 409: an earlier sequence is missing
+        ├── HighWatermarkMoved         ABORTED / 409: an append conditional on the high
+        │                              watermark found it moved; nothing was stored
         ├── CommitConflict             ABORTED / 409: the Iceberg table moved; re-plan
         ├── Throttled                  RESOURCE_EXHAUSTED / 429, carries retry_after_ms
         └── Unavailable                UNAVAILABLE / 503: a backend is down
@@ -349,6 +351,18 @@ class OutOfOrderSequence(RetryableError):
     grpc_code = grpc.StatusCode.ABORTED
     http_status = 409
     reason = "OUT_OF_ORDER_SEQUENCE"
+
+
+# Server-internal (the core resolves a key-table's batch again and retries), so not in
+# __all__, which the SDK re-exports.
+class HighWatermarkMoved(RetryableError):
+    """An append made conditional on the partition's high watermark (``expect_high``,
+    the one a primary-key table's write was resolved against) found it moved: another
+    append landed since, and nothing was stored. Resolve the batch again and retry."""
+
+    grpc_code = grpc.StatusCode.ABORTED
+    http_status = 409
+    reason = "HIGH_WATERMARK_MOVED"
 
 
 class CommitConflict(RetryableError):

@@ -7,7 +7,10 @@ Layout, per partition (``<path>`` is :attr:`PartitionId.path`)::
         00000000000000000000.index   its offset index
         00000000000000004096.log     the next segment, named by its first offset
         00000000000000004096.index
-        state.json                   low mark, high watermark, producer state snapshot
+        state.json                   low mark, high watermark, producer state snapshot,
+                                     whether any record carries keys (``keyed``)
+        keys.idx                     a primary-key table's key index checkpoint
+                                     (:mod:`gateway.hot.disk.keyindex`)
 
 Record format (big endian), one per appended batch::
 
@@ -23,6 +26,12 @@ Record format (big endian), one per appended batch::
     producer_len  u16  length of the UTF-8 producer id that follows
     producer_id   producer_len bytes
     payload       payload_len bytes
+
+A primary-key table's batch carries its keys (version 2 of the record, so its key index can
+be rebuilt from the log): magic ``b"TGB\x02"``, flags bit 1 set, a ``keys_len u32`` after
+``producer_len``, and a key block of ``keys_len`` bytes (``u32 length, bytes`` per record,
+in record order) between the producer id and the payload, under the same CRC. Batches
+without keys are written as version 1, and both versions are read.
 
 Index format: fixed 16-byte entries ``(base_offset i64, position u32, payload_len u32)``, one
 per batch, in offset order. Positions are 32-bit, so a segment never grows past 4 GiB. The

@@ -24,6 +24,7 @@ from gateway.hot.base import (
     PartitionId,
     ProducerSequence,
     StoredBatch,
+    high_moved,
 )
 from gateway.hot.disk.partition import (
     Partition,
@@ -32,13 +33,14 @@ from gateway.hot.disk.partition import (
     write_new_state,
 )
 from gateway.hot.disk.records import (
-    HEADER_SIZE,
     I64_MAX,
+    KEYED_HEADER_SIZE,
     MAX_SEGMENT_BYTES,
     U16_MAX,
     U32_MAX,
     FsyncPolicy,
 )
+from gateway.hot.keyindex import batch_keys
 from gateway.wire.errors import (
     HotStateLost,
     InvalidIdempotentAppend,
@@ -316,11 +318,15 @@ class DiskHotLog(HotLog):
         producer: ProducerSequence | None = None,
         *,
         floor: int | None = None,
+        keys: Sequence[bytes] | None = None,
+        expect_high: int | None = None,
     ) -> AppendResult:
         if not 1 <= count <= U32_MAX:
             raise ValueError(f"a batch holds between 1 and {U32_MAX} records, not {count}")
-        if len(payload) > MAX_SEGMENT_BYTES - HEADER_SIZE - U16_MAX:
-            raise ValueError(f"a batch payload cannot exceed 4 GiB, got {len(payload)} bytes")
+        keyed = batch_keys(keys, count)
+        size = len(payload) + (sum(4 + len(k) for k in keyed) if keyed is not None else 0)
+        if size > MAX_SEGMENT_BYTES - KEYED_HEADER_SIZE - U16_MAX:
+            raise ValueError(f"a batch and its keys cannot exceed 4 GiB, got {size} bytes")
         if producer is not None:
             if not 0 <= producer.sequence <= I64_MAX:
                 raise InvalidIdempotentAppend(
@@ -350,11 +356,43 @@ class DiskHotLog(HotLog):
             p.check_usable()
             result = p.producers.check(part.path, producer, count) if producer is not None else None
             if result is None:
-                result = p.append(bytes(payload), count, timestamp_us, producer)
+                if expect_high is not None and p.end != expect_high:
+                    raise high_moved(part, expect_high, p.end)
+                result = p.append(bytes(payload), count, timestamp_us, producer, keyed)
             needs_sync = p.policy == "batch" and p.durable < result.base_offset + result.count
         if needs_sync:
             p.sync_to(result.base_offset + result.count)
+        if keyed is not None and p.keys.due():
+            self._checkpoint_keys(part)
         return result
+
+    def _checkpoint_keys(self, part: PartitionId) -> None:
+        """Write the partition's key index checkpoint if it is (still) due. Called after
+        an append was stored: a failure is logged, never raised (the append stands, and
+        the log still holds every key the checkpoint would have)."""
+        try:
+            with self._locked(part, create=False, sync=True) as p:
+                if p is not None and p.keys.due():
+                    p.checkpoint_keys()
+        except (TidegateError, OSError) as exc:
+            log.warning("hot log %s: key index checkpoint failed (%s)", part.path, exc)
+
+    def latest_offsets(self, part: PartitionId, keys: Sequence[bytes]) -> list[int | None]:
+        with self._locked(part, create=False) as p:
+            if p is None:
+                return [None] * len(keys)
+            out = p.keys.lookup(keys, p.low)
+            top = max((o for o in out if o is not None), default=-1)
+            pending = top >= p.high
+        if pending:
+            # A batch written but not yet durable (fsync="batch"): readers see it once
+            # its fsync is done, which this waits for (or does: group commit).
+            p.sync_to(top + 1)
+        return out
+
+    def key_count(self, part: PartitionId) -> int:
+        with self._locked(part, create=False) as p:
+            return 0 if p is None else len(p.keys.offsets)
 
     def open_partition(self, part: PartitionId, floor: int) -> int:
         directory = self.partition_dir(part)

@@ -16,6 +16,7 @@ from gateway.hot.base import (
     ProducerSequence,
     StoredBatch,
 )
+from gateway.hot.disk.keyindex import KeyIndex
 from gateway.hot.disk.producers import ProducerWindows, State, new_window
 from gateway.hot.disk.records import (
     INDEX_ENTRY,
@@ -82,6 +83,8 @@ class Partition:
         self.payload_bytes = 0
         self.unsynced: set[Segment] = set()
         self.producers = ProducerWindows()
+        #: A primary-key table's key index (empty, and never checkpointed, for others).
+        self.keys = KeyIndex()
         #: (low, end) as the state file on disk says: a close with nothing changed since
         #: writes no state (an idle partition evicted after a look costs no fsync).
         self.saved: tuple[int, int] | None = None
@@ -200,7 +203,20 @@ class Partition:
             if off >= self.low
         )
         self._delete_segments_below_low()
-        if state is None or state_low != self.low or state_high > self.end:
+        self.keys.recover(
+            self.directory,
+            self.segments,
+            unkeyed_below=state.high if state is not None and state.keyed is False else None,
+            end=self.end,
+            low=self.low,
+        )
+        if (
+            state is None
+            or state_low != self.low
+            or state_high > self.end
+            or state.keyed is None
+            or (self.keys.keyed and not state.keyed)
+        ):
             self.write_state()
         else:
             self.saved = (state_low, state_high)
@@ -220,7 +236,8 @@ class Partition:
 
     def write_state(self) -> None:
         """Atomically persist the low mark, high watermark and producer windows."""
-        state = State(self.low, self.end, {p: list(w) for p, w in self.producers.items()})
+        producers = {p: list(w) for p, w in self.producers.items()}
+        state = State(self.low, self.end, producers, keyed=self.keys.keyed)
         path = self.directory / STATE_FILE
         tmp = path.with_name(STATE_FILE + TMP_SUFFIX)
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
@@ -243,6 +260,8 @@ class Partition:
         self.bases.clear()
         self.unsynced.clear()
         self.producers = ProducerWindows()
+        KeyIndex.remove(self.directory)
+        self.keys = KeyIndex()
         self.low = self.end = self.durable = floor
         self.payload_bytes = 0
         self.write_state()
@@ -275,9 +294,10 @@ class Partition:
         count: int,
         timestamp_us: int,
         producer: ProducerSequence | None,
+        keys: list[bytes] | None = None,
     ) -> AppendResult:
         base = self.end
-        record = encode_record(base, count, timestamp_us, producer, payload)
+        record = encode_record(base, count, timestamp_us, producer, payload, keys)
         if self.active.size > 0 and self.active.size + len(record) > self.segment_limit:
             self._roll()
             self.write_state()
@@ -302,6 +322,8 @@ class Partition:
         self.written += 1
         if producer is not None:
             self.producers.remember(producer, base, count)
+        if keys is not None:
+            self.keys.apply(keys, base)
         return AppendResult(base_offset=base, count=count)
 
     def _roll(self) -> None:
@@ -332,6 +354,7 @@ class Partition:
                     freed += n
         self.low = new_low
         self.payload_bytes -= freed
+        self.keys.prune(new_low)
         if new_low == self.end and len(self.active) > 0:
             self._roll()  # so the high watermark outlives the last batch's segment
         self.write_state()  # before deleting anything the producer windows may refer to
@@ -409,6 +432,21 @@ class Partition:
                 self.durable = max(self.durable, end)
                 self.synced = max(self.synced, written)
 
+    def checkpoint_keys(self) -> None:
+        """Write the key index's checkpoint (``sync_lock`` and ``lock`` held): the log's
+        pending fsyncs first, so that it folds only durable records."""
+        self.check_usable()
+        if self.policy != "never":
+            try:
+                for seg in sorted(self.unsynced, key=lambda s: s.base):
+                    os.fsync(seg.log_fd)
+            except OSError as exc:
+                self.failed = exc  # as in sync_to: the kernel may have dropped the pages
+                raise
+        self.unsynced.clear()
+        self.durable = self.end
+        self.keys.write(self.directory, self.end, self.low, sync=self.policy != "never")
+
     def evict(self) -> None:
         """Release the files of a partition the log closes to stay within its bound
         (``sync_lock`` and ``lock`` held): as :meth:`close`, so every batch written is
@@ -432,6 +470,8 @@ class Partition:
                 self.durable = self.end
                 if self.saved != (self.low, self.end):
                     self.write_state()
+                if self.keys.stale(self.end):
+                    self.keys.write(self.directory, self.end, self.low, sync=self.policy != "never")
         finally:
             for seg in self.segments:
                 seg.close()
@@ -444,7 +484,7 @@ def write_new_state(directory: Path, start: int, *, sync: bool) -> None:
     path = directory / STATE_FILE
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
     try:
-        pwrite_all(fd, State(start, start, {}).to_json(), 0)
+        pwrite_all(fd, State(start, start, {}, keyed=False).to_json(), 0)
         if sync:
             os.fsync(fd)
     finally:

@@ -29,14 +29,19 @@ class State:
     low: int
     high: int
     producers: dict[str, list[tuple[int, int, int]]]
+    #: Whether a record below ``high`` carries a key-table's keys (None: a state file
+    #: from before key-tables, which does not say).
+    keyed: bool | None = None
 
     def to_json(self) -> bytes:
-        doc = {
+        doc: dict[str, object] = {
             "version": STATE_VERSION,
             "low": self.low,
             "high": self.high,
             "producers": {pid: [list(e) for e in w] for pid, w in self.producers.items()},
         }
+        if self.keyed is not None:
+            doc["keyed"] = self.keyed
         return json.dumps(doc, separators=(",", ":")).encode()
 
     @classmethod
@@ -50,6 +55,9 @@ class State:
             raise ValueError("low and high must be integers with 0 <= low <= high")
         if not isinstance(producers, dict):
             raise ValueError("producers must be an object")
+        keyed = doc.get("keyed")
+        if keyed is not None and not isinstance(keyed, bool):
+            raise ValueError("keyed must be a boolean")
         windows: dict[str, list[tuple[int, int, int]]] = {}
         for pid, entries in producers.items():
             if not isinstance(entries, list):
@@ -64,7 +72,7 @@ class State:
                     raise ValueError(f"bad window entry {entry!r} for producer {pid!r}")
                 window.append((entry[0], entry[1], entry[2]))
             windows[pid] = window
-        return cls(low, high, windows)
+        return cls(low, high, windows, keyed)
 
 
 class ProducerWindows(dict[str, Window]):

@@ -17,6 +17,9 @@ segment's keys live in one Redis Cluster slot)::
                        dropped '1' once tiered and dropped (a tombstone: log deleted)
                        p:<id>  idempotence state of producer <id>: its last batches as
                                ``seq,base,count;seq,base,count;...`` (oldest first)
+    tg:{<tag>}:keys    hash, a primary-key table's key index (:mod:`.keyindex`):
+                       field = a key's routing bytes, value = the offset of its latest
+                       change in this segment; written by the append script with the batch
 
 The stream entry ID carries the batch's base offset, so the batch that contains offset ``o``
 is the last entry whose ID is ``<= o-1``: ``XREVRANGE log o-1 - COUNT 1``.

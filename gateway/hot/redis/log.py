@@ -17,10 +17,13 @@ from gateway.hot.base import (
     AppendResult,
     PartitionId,
     ProducerSequence,
+    high_moved,
 )
-from gateway.hot.redis.reads import ShardReads
+from gateway.hot.keyindex import batch_keys, last_changes
+from gateway.hot.redis.keyindex import RedisKeyIndex
 from gateway.hot.redis.scripts import (
     APPEND_DUPLICATE,
+    APPEND_HIGH_MOVED,
     APPEND_NO_STATE,
     APPEND_OK,
     APPEND_SEALED,
@@ -31,6 +34,7 @@ from gateway.hot.redis.scripts import (
     TRIM_CHUNK,
     UNKNOWN_PRODUCER,
     partition_keys,
+    segment_keys,
     tenant_key_pattern,
 )
 from gateway.hot.redis.shard import Shard, to_int
@@ -51,7 +55,7 @@ log = logging.getLogger(__name__)
 _SEEN_LIMIT = 65536
 
 
-class RedisHotLog(ShardReads):
+class RedisHotLog(RedisKeyIndex):
     """A :class:`HotLog` on Redis streams over named shards, safe to share between gateway
     processes.
 
@@ -144,9 +148,12 @@ class RedisHotLog(ShardReads):
         producer: ProducerSequence | None = None,
         *,
         floor: int | None = None,
+        keys: Sequence[bytes] | None = None,
+        expect_high: int | None = None,
     ) -> AppendResult:
         if count < 1:
             raise ValueError(f"a batch holds at least one record, not {count}")
+        keyed = batch_keys(keys, count)
         args: list[Any] = [bytes(payload), count, timestamp_us]
         if producer is None:
             args += ["0", "", "0", self._producer_window]
@@ -160,6 +167,13 @@ class RedisHotLog(ShardReads):
             args += ["1", producer.producer_id, producer.sequence, self._producer_window]
         seen = self._seen.get(part)
         args.append(-1 if floor is None and seen is None else max(floor or 0, seen or 0))
+        args.append(-1 if expect_high is None else expect_high)
+        if keyed is not None:
+            # With expect_high the base offset is known: the script sets the offsets as
+            # they are (no arithmetic per key in Lua, a third of a keyed append's cost).
+            base = 0 if expect_high is None else expect_high
+            for key, position in last_changes(keyed).items():
+                args += [key, base + position]
         chain = self.chain(part)
         for attempt in range(self._sealed_retries + 1):
             seg = chain.active
@@ -167,11 +181,14 @@ class RedisHotLog(ShardReads):
             reply = shard.run(
                 f"append to {part.path}",
                 shard.append,
-                partition_keys(part, seg.seq),
+                segment_keys(part, seg.seq),
                 args,
                 retry=False,
             )
             status = to_int(reply[0])
+            if status == APPEND_HIGH_MOVED:
+                assert expect_high is not None
+                raise high_moved(part, expect_high, to_int(reply[1]))
             if status == APPEND_NO_STATE:
                 hw = to_int(reply[1])
                 raise HotStateLost(
@@ -213,7 +230,7 @@ class RedisHotLog(ShardReads):
             reply = shard.run(
                 f"opening {part.path}",
                 shard.reopen,
-                partition_keys(part, seg.seq),
+                segment_keys(part, seg.seq),
                 [start],
                 retry=True,
             )
@@ -225,10 +242,10 @@ class RedisHotLog(ShardReads):
         raise Unavailable(f"the placement of {part.path} keeps changing", backend="redis")
 
     def open_partitions(self, parts: Sequence[PartitionId]) -> None:
-        by_shard: dict[str, list[tuple[str, str]]] = {}
+        by_shard: dict[str, list[tuple[str, str, str]]] = {}
         for part, chain in zip(parts, self.chains(parts), strict=True):
             seg = chain.active
-            by_shard.setdefault(seg.shard, []).append(partition_keys(part, seg.seq))
+            by_shard.setdefault(seg.shard, []).append(segment_keys(part, seg.seq))
         for name, keys in by_shard.items():
             self._shard(name).reopen_many(keys, 0)
 
@@ -302,7 +319,7 @@ class RedisHotLog(ShardReads):
                     shard.run(
                         f"drop of {part.path}@{s.seq}",
                         shard.drop_segment,
-                        partition_keys(part, s.seq),
+                        segment_keys(part, s.seq),
                         [s.end],
                         retry=True,
                     )
@@ -311,6 +328,7 @@ class RedisHotLog(ShardReads):
             first = segs[0]
             shard = self._shard(first.shard)
             keys = partition_keys(part, first.seq)
+            before = shard.meta(keys)[0]
             while True:
                 reply = shard.run(
                     f"trim of {part.path}",
@@ -321,6 +339,8 @@ class RedisHotLog(ShardReads):
                 )
                 low, finished = to_int(reply[0]), to_int(reply[1])
                 if finished:
+                    if low > (0 if before is None else to_int(before)):
+                        self._prune(part, first)
                     return low
         raise Unavailable(f"the placement of {part.path} keeps changing", backend="redis")
 
@@ -332,7 +352,7 @@ class RedisHotLog(ShardReads):
         # shard holds finds them all, without the placement (gone first) or a SCAN.
         seq = 0
         while True:
-            keys = partition_keys(part, seq)
+            keys = segment_keys(part, seq)
             # One DEL per shard: a segment's keys share a slot.
             found = [shard.delete(keys, f"drop of {part.path}") for shard in self._shards.values()]
             if seq > 0 and not any(found):

@@ -7,6 +7,7 @@ it (see :mod:`gateway.hot.placement` for the model)."""
 from __future__ import annotations
 
 import contextlib
+import functools
 import time
 from collections.abc import Sequence
 from typing import Any, cast
@@ -14,7 +15,7 @@ from typing import Any, cast
 from gateway import metrics
 from gateway.hot.base import PartitionId, ShardedHotLog
 from gateway.hot.placement import Chain, PlacementStore, Segment
-from gateway.hot.redis.scripts import partition_keys
+from gateway.hot.redis.scripts import partition_keys, segment_keys
 from gateway.hot.redis.shard import Shard, to_int
 from gateway.wire.errors import InvalidRequest, TidegateError, Unavailable
 
@@ -221,7 +222,7 @@ class ShardMoves(ShardedHotLog):
                 source.run(
                     f"drop of {part.path}@{seq} on {seg.shard}",
                     source.drop_segment,
-                    keys,
+                    segment_keys(part, seq),
                     [seg.end],
                     retry=True,
                 )
@@ -251,7 +252,8 @@ class ShardMoves(ShardedHotLog):
                 f"{seg.end} as its placement says: the shard lost data"
             )
         # Whatever the target holds under these keys is an unfinished copy of an earlier run.
-        dest.delete(keys, f"copy of {part.path}@{seg.seq}")
+        index = segment_keys(part, seg.seq)[2]
+        dest.delete([*keys, index], f"copy of {part.path}@{seg.seq}")
         first: int | None = None
         nbytes = 0
         cursor = "-"
@@ -280,6 +282,7 @@ class ShardMoves(ShardedHotLog):
             cursor = "(" + entries[-1][0].decode()
             if len(entries) < COPY_CHUNK:
                 break
+        self._copy_index(part, seg, dest, index)
         meta: dict[str, Any] = {
             "low": seg.end if first is None else first,
             "hw": seg.end,
@@ -294,6 +297,28 @@ class ShardMoves(ShardedHotLog):
             retry=True,
         )
         return True
+
+    def _copy_index(self, part: PartitionId, seg: Segment, dest: Shard, index: str) -> None:
+        """Copy the segment's key index (a primary-key table's) to ``dest``, before its
+        meta hash (what makes the copy usable) is written."""
+        source = self._shard(seg.shard)
+        what = f"copy of the key index of {part.path}@{seg.seq}"
+        cursor: Any = 0
+        while True:
+
+            def scan(at: Any = cursor) -> tuple[Any, dict[bytes, bytes]]:
+                return cast(
+                    "tuple[Any, dict[bytes, bytes]]",
+                    source.client.hscan(index, at, count=COPY_CHUNK * 8),
+                )
+
+            cursor, fields = source.call(what, scan, retry=True)
+            if fields:
+                dest.call(
+                    what, functools.partial(dest.client.hset, index, mapping=fields), retry=True
+                )
+            if int(cursor) == 0:
+                return
 
     def held_bytes(self, segments: Sequence[tuple[PartitionId, int, str]]) -> list[int]:
         out = [0] * len(segments)

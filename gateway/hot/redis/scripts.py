@@ -8,15 +8,18 @@ from gateway.hot.base import PartitionId
 
 __all__ = [
     "APPEND_DUPLICATE",
+    "APPEND_HIGH_MOVED",
     "APPEND_LUA",
     "APPEND_NO_STATE",
     "APPEND_OK",
     "APPEND_SEALED",
     "COUNT_MISMATCH",
     "DROP_SEGMENT_LUA",
+    "LOOKUP_LUA",
     "MAX_SEQUENCE",
     "OPEN_LUA",
     "OUT_OF_ORDER",
+    "PRUNE_LUA",
     "READ_AT_END",
     "READ_BROKEN",
     "READ_CHUNK",
@@ -31,6 +34,7 @@ __all__ = [
     "UNKNOWN_PRODUCER",
     "partition_key_pattern",
     "partition_keys",
+    "segment_keys",
     "tenant_key_pattern",
 ]
 
@@ -42,7 +46,7 @@ TRIM_CHUNK = 1024
 READ_CHUNK = 256
 
 APPEND_OK, APPEND_DUPLICATE, OUT_OF_ORDER, TOO_OLD, COUNT_MISMATCH = 0, 1, 2, 3, 4
-APPEND_SEALED, APPEND_NO_STATE, UNKNOWN_PRODUCER = 5, 6, 7
+APPEND_SEALED, APPEND_NO_STATE, UNKNOWN_PRODUCER, APPEND_HIGH_MOVED = 5, 6, 7, 8
 READ_OUT_OF_RANGE, READ_AT_END, READ_OK, READ_BROKEN = -1, 0, 1, -2
 
 # Numbers travel as decimal strings and are never formatted by Lua (``tostring`` would
@@ -61,9 +65,13 @@ end
 """
 
 APPEND_LUA = """
--- KEYS: log, meta
+-- KEYS: log, meta, keys
 -- ARGV: payload, count, timestamp_us, has_producer ('1'/'0'), producer_id, sequence, window,
---       floor
+--       floor, expect_high, then (key, position in the batch) pairs: each key's last change
+-- With `expect_high` >= 0, refuses with {8, hw} when the high watermark is another (after
+-- the producer's checks: a duplicate is answered as one). Each key of the pairs gets the
+-- offset hw + position in the `keys` hash, with the batch: the index never differs from it.
+-- (With `expect_high` the base is known, and the pairs carry the offsets: set as they are.)
 -- With `floor` >= 0, refuses with {6, hw} when the segment has no state (never opened, or
 -- lost with an emptied Redis) or its high watermark is below `floor` (rolled back):
 -- offsets are never assigned from a state that may have forgotten some. With `floor` -1
@@ -113,8 +121,30 @@ if ARGV[4] == '1' then
     return {7, '0', '0'}
   end
 end
+local expect = tonumber(ARGV[9] or '-1')
+if expect >= 0 and tonumber(hw) ~= expect then return {8, hw, '0'} end
 redis.call('XADD', log, hw .. '-1', 'payload', ARGV[1], 'count', ARGV[2],
            'timestamp_us', ARGV[3])
+if #ARGV > 9 and expect >= 0 then
+  -- The base is known: the pairs carry the offsets themselves.
+  for i = 10, #ARGV, 1000 do
+    local j = i + 999
+    if j > #ARGV then j = #ARGV end
+    redis.call('HSET', KEYS[3], unpack(ARGV, i, j))
+  end
+elseif #ARGV > 9 then
+  local base = tonumber(hw)
+  local fields = {}
+  for i = 10, #ARGV, 2 do
+    fields[#fields + 1] = ARGV[i]
+    fields[#fields + 1] = string.format('%.0f', base + tonumber(ARGV[i + 1]))
+    if #fields >= 1000 then
+      redis.call('HSET', KEYS[3], unpack(fields))
+      fields = {}
+    end
+  end
+  if #fields > 0 then redis.call('HSET', KEYS[3], unpack(fields)) end
+end
 redis.call('HINCRBY', meta, 'hw', count)
 redis.call('HINCRBY', meta, 'bytes', string.len(ARGV[1]))
 if pfield then
@@ -207,7 +237,7 @@ return ARGV[1]
 """
 
 REOPEN_LUA = """
--- KEYS: log, meta
+-- KEYS: log, meta, keys (the key index; optional)
 -- ARGV: floor
 -- Opens a segment that has no state at `floor`, or starts it over, empty, at `floor` when
 -- its high watermark is below (a rolled-back Redis: its entries and producer states are
@@ -218,19 +248,56 @@ local m = redis.call('HMGET', meta, 'hw', 'sealed')
 if m[2] then return {0, m[1] or '0'} end
 if m[1] and tonumber(m[1]) >= tonumber(ARGV[1]) then return {1, m[1]} end
 redis.call('DEL', log, meta)
+if KEYS[3] then redis.call('DEL', KEYS[3]) end
 redis.call('HSET', meta, 'start', ARGV[1], 'hw', ARGV[1], 'low', ARGV[1], 'bytes', '0')
 return {1, ARGV[1]}
 """
 
 DROP_SEGMENT_LUA = """
--- KEYS: log, meta
+-- KEYS: log, meta, keys (the key index; optional)
 -- ARGV: end
--- Drops a sealed segment's data, leaving a tombstone so that a gateway holding an old
--- placement can neither append to it nor read a wrong (empty) state from it.
+-- Drops a sealed segment's data and key index, leaving a tombstone so that a gateway
+-- holding an old placement can neither append to it nor read a wrong (empty) state from it.
 redis.call('DEL', KEYS[1], KEYS[2])
+if KEYS[3] then redis.call('DEL', KEYS[3]) end
 redis.call('HSET', KEYS[2], 'sealed', '1', 'dropped', '1', 'hw', ARGV[1], 'low', ARGV[1],
            'bytes', '0')
 return 1
+"""
+
+LOOKUP_LUA = """
+-- KEYS: keys, meta
+-- ARGV: key, ...
+-- Returns {low, hw, state, offsets}: state 0 open, 1 sealed, 2 dropped (no offsets then);
+-- offsets in the order of ARGV, nil where the segment's index has none.
+local m = redis.call('HMGET', KEYS[2], 'low', 'hw', 'sealed', 'dropped')
+local low, hw = m[1] or '0', m[2] or '0'
+if m[4] then return {low, hw, 2, {}} end
+local state = 0
+if m[3] then state = 1 end
+local out = {}
+local n = #ARGV
+for i = 1, n, 1000 do
+  local j = i + 999
+  if j > n then j = n end
+  local got = redis.call('HMGET', KEYS[1], unpack(ARGV, i, j))
+  for k = 1, #got do out[#out + 1] = got[k] end
+end
+return {low, hw, state, out}
+"""
+
+PRUNE_LUA = """
+-- KEYS: keys, meta
+-- ARGV: cursor, count
+-- One HSCAN step over the key index, deleting entries below the segment's low mark (their
+-- batches are trimmed). Returns the next cursor ('0' when the scan is over).
+local low = tonumber(redis.call('HGET', KEYS[2], 'low') or '0')
+local r = redis.call('HSCAN', KEYS[1], ARGV[1], 'COUNT', ARGV[2])
+local kv = r[2]
+for i = 1, #kv, 2 do
+  if tonumber(kv[i + 1]) < low then redis.call('HDEL', KEYS[1], kv[i]) end
+end
+return r[1]
 """
 
 TRIM_LUA = (
@@ -284,6 +351,14 @@ def partition_keys(part: PartitionId, seq: int = 0) -> tuple[str, str]:
     from before sharding); both hash to the same cluster slot."""
     tag = _escape(part.path) + (f"@{seq}" if seq else "")
     return f"tg:{{{tag}}}:log", f"tg:{{{tag}}}:meta"
+
+
+def segment_keys(part: PartitionId, seq: int = 0) -> tuple[str, str, str]:
+    """The ``(log, meta, keys)`` keys of segment ``seq``: :func:`partition_keys` and the
+    segment's key index (a primary-key table's hash: key bytes -> offset of its latest
+    change in the segment), all three in one cluster slot."""
+    log, meta = partition_keys(part, seq)
+    return log, meta, meta[: -len("meta")] + "keys"
 
 
 def _pattern(prefix: str) -> str:

@@ -17,7 +17,9 @@ from redis.retry import Retry
 from gateway.hot.redis.scripts import (
     APPEND_LUA,
     DROP_SEGMENT_LUA,
+    LOOKUP_LUA,
     OPEN_LUA,
+    PRUNE_LUA,
     READ_LUA,
     REOPEN_LUA,
     SEAL_LUA,
@@ -99,6 +101,8 @@ class Shard:
         self.open = client.register_script(OPEN_LUA)
         self.reopen = client.register_script(REOPEN_LUA)
         self.drop_segment = client.register_script(DROP_SEGMENT_LUA)
+        self.lookup = client.register_script(LOOKUP_LUA)
+        self.prune = client.register_script(PRUNE_LUA)
 
     def call(self, what: str, fn: Callable[[], T], *, retry: bool) -> T:
         """Run ``fn`` and translate redis-py errors into Tidegate errors."""
@@ -134,19 +138,19 @@ class Shard:
             retry=retry,
         )
 
-    def reopen_many(self, keys: Sequence[tuple[str, str]], floor: int) -> None:
-        """Open the segments named by ``keys`` at ``floor`` (the reopen script), in one
-        pipeline: a new table's partitions. (A Redis Cluster runs no script in a
-        pipeline: there, one call each.)"""
+    def reopen_many(self, keys: Sequence[tuple[str, str, str]], floor: int) -> None:
+        """Open the segments named by ``keys`` (their log, meta and key index) at
+        ``floor`` (the reopen script), in one pipeline: a new table's partitions. (A Redis
+        Cluster runs no script in a pipeline: there, one call each.)"""
 
         def go() -> None:
             if isinstance(self.client, RedisCluster):
-                for log_key, meta_key in keys:
-                    self.reopen(keys=[log_key, meta_key], args=[floor], client=self.client)
+                for segment in keys:
+                    self.reopen(keys=list(segment), args=[floor], client=self.client)
                 return
             pipe = self.client.pipeline(transaction=False)
-            for log_key, meta_key in keys:
-                self.reopen(keys=[log_key, meta_key], args=[floor], client=pipe)
+            for segment in keys:
+                self.reopen(keys=list(segment), args=[floor], client=pipe)
             pipe.execute()
 
         self.call("opening partitions", go, retry=True)
