@@ -60,6 +60,8 @@ def _describe(info: Any) -> dict[str, Any]:
         "iceberg_schema_id": info.iceberg_schema_id,
         "partitions": info.partitions,
         "key_columns": list(info.key_columns),
+        "primary_key": list(info.primary_key),
+        "merge_engine": info.merge_engine,
         "iceberg_table": info.iceberg_table,
         "iceberg_metadata": info.iceberg_metadata,
         "retention_ms": info.retention_ms,
@@ -127,6 +129,14 @@ def _describe_text(info: Any) -> str:
         f"table       {info.table}",
         f"table id    {info.table_id}",
         f"partitions  {info.partitions}, keyed by {keys}",
+        *(
+            [
+                f"primary key {', '.join(info.primary_key)}, merge engine "
+                + ":".join(v for v in (info.merge_engine or {}).values() if v)
+            ]
+            if info.primary_key
+            else []
+        ),
         f"iceberg     {info.iceberg_table or '-'}",
         f"metadata    {info.iceberg_metadata or '-'}",
         f"schema      version {info.schema_version}, Iceberg schema id "
@@ -202,9 +212,29 @@ def table_create(
     ] = False,
     retention_ms: RetentionMsOption = None,
     retention_records: RetentionRecordsOption = None,
+    primary_key: Annotated[
+        str | None,
+        typer.Option(
+            help="Primary key columns, comma-separated: appends upsert, scans answer the "
+            "latest row per key.",
+            show_default=False,
+        ),
+    ] = None,
+    merge_engine: Annotated[
+        str | None,
+        typer.Option(
+            help="last_row (default), first_row, partial_update or versioned:COLUMN.",
+            show_default=False,
+        ),
+    ] = None,
     as_json: JsonFlag = False,
 ) -> None:
     """Create a table."""
+    columns = [c.strip() for c in (primary_key or "").split(",") if c.strip()]
+    engine: dict[str, str] | None = None
+    if merge_engine:
+        kind, _, column = merge_engine.partition(":")
+        engine = {"type": kind.strip(), **({"column": column.strip()} if column else {})}
     with client_for() as c:
         info = c.create_table(
             table,
@@ -214,6 +244,8 @@ def table_create(
             exist_ok=if_not_exists,
             retention_ms=retention_ms,
             retention_records=retention_records,
+            primary_key=columns,
+            merge_engine=engine,
         )
         typer.echo(json.dumps(_describe(info), indent=2) if as_json else _describe_text(info))
 

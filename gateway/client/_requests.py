@@ -37,7 +37,10 @@ def create_table_request(
     key_columns: Sequence[str],
     retention_ms: int | None = None,
     retention_records: int | None = None,
+    primary_key: Sequence[str] = (),
+    merge_engine: str | Mapping[str, str] | None = None,
 ) -> pb.CreateTableRequest:
+    engine = {"type": merge_engine} if isinstance(merge_engine, str) else merge_engine
     return pb.CreateTableRequest(
         table=ref(table),
         fields=table_fields(schema),
@@ -45,6 +48,8 @@ def create_table_request(
         key_columns=list(key_columns),
         retention_ms=retention_ms,
         retention_records=retention_records,
+        primary_key=list(primary_key),
+        merge_engine=pb.MergeEngine(**engine) if engine is not None else None,
     )
 
 

@@ -109,13 +109,22 @@ class Client(SyncCalls):
         exist_ok: bool = False,
         retention_ms: int | None = None,
         retention_records: int | None = None,
+        primary_key: Sequence[str] = (),
+        merge_engine: str | Mapping[str, str] | None = None,
     ) -> TableInfo:
         """Create a table; ``schema`` is ``{column: arrow type name}`` or a list of fields.
 
         With ``exist_ok``, a table of that name that exists already is described instead
         (its schema is not compared)."""
         request = create_table_request(
-            table, schema, partitions, key_columns, retention_ms, retention_records
+            table,
+            schema,
+            partitions,
+            key_columns,
+            retention_ms,
+            retention_records,
+            primary_key,
+            merge_engine,
         )
         try:
             return TableInfo.from_pb(self._call("CreateTable", request))

@@ -193,6 +193,10 @@ class TableInfo:
     retention_records: int | None = None
     #: Files, snapshots, leases and maintenance runs (describe only, with a cold tier).
     maintenance: Maintenance | None = None
+    #: A primary-key table's key columns (empty: append-only) and merge engine
+    #: (``{"type": ..., "column": ...}``; None: append-only).
+    primary_key: tuple[str, ...] = ()
+    merge_engine: dict[str, str] | None = None
 
     @property
     def table(self) -> TableRef:
@@ -236,6 +240,12 @@ class TableInfo:
             ),
             maintenance=(
                 Maintenance.from_pb(info.maintenance) if info.HasField("maintenance") else None
+            ),
+            primary_key=tuple(info.primary_key),
+            merge_engine=(
+                {"type": info.merge_engine.type, "column": info.merge_engine.column}
+                if info.HasField("merge_engine")
+                else None
             ),
             fields=fields,
             partition_info=tuple(

@@ -93,9 +93,18 @@ class AsyncClient(AsyncCalls):
         exist_ok: bool = False,
         retention_ms: int | None = None,
         retention_records: int | None = None,
+        primary_key: Sequence[str] = (),
+        merge_engine: str | Mapping[str, str] | None = None,
     ) -> TableInfo:
         request = create_table_request(
-            table, schema, partitions, key_columns, retention_ms, retention_records
+            table,
+            schema,
+            partitions,
+            key_columns,
+            retention_ms,
+            retention_records,
+            primary_key,
+            merge_engine,
         )
         try:
             return TableInfo.from_pb(await self._call("CreateTable", request))

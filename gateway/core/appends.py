@@ -129,6 +129,14 @@ class AppendOps(CoreBase):
             InvalidIdempotentAppend, OutOfOrderSequence, Unavailable.
         """
         table = await self.table(tenant, namespace, name)
+        if table.definition.primary_key is not None:
+            # Stored as appends, a key's versions would all stay live: refused until the
+            # write path that resolves them into a changelog lands (issue 42).
+            raise InvalidRequest(
+                f"table {namespace}.{name} has a primary key; this gateway does not take "
+                "writes to primary-key tables yet (only their declaration), so nothing "
+                "was written"
+            )
         self._start_recording_marks()
         producer = _producer(producer_id, sequence)
         request = _Request(

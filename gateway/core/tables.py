@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import pyarrow as pa
@@ -15,6 +15,13 @@ from gateway.core.paging import Page, check_search, decode_token, encode_token, 
 from gateway.core.views import MaintenanceView, PartitionView, TableView
 from gateway.hot import PartitionId
 from gateway.meta import StorageMark, TableDef, TableLimits
+from gateway.wire.changes import (
+    LastRow,
+    PrimaryKey,
+    Versioned,
+    check_primary_key,
+    engine_from_json,
+)
 from gateway.wire.errors import (
     InvalidRequest,
     InvalidSchema,
@@ -32,6 +39,36 @@ __all__ = ["TableOps"]
 log = logging.getLogger(__name__)
 
 
+def declared_key(columns: Sequence[str], merge_engine: Any) -> PrimaryKey | None:
+    """The primary key a create declares (None: an append-only table).
+
+    Raises:
+        InvalidSchema: a merge engine without a key, or not one of the engines.
+    """
+    if isinstance(columns, str) or not all(isinstance(c, str) for c in columns):
+        raise InvalidSchema("primary_key is a list of column names")
+    if not columns:
+        if merge_engine not in (None, ""):
+            raise InvalidSchema(
+                "a merge engine is declared with a primary key; give primary_key too"
+            )
+        return None
+    return PrimaryKey(tuple(columns), engine_from_json(merge_engine or LastRow.name))
+
+
+def never_null(pk: PrimaryKey | None) -> dict[str, str]:
+    """The columns of a primary-key table that a schema change may not make optional,
+    and why: the key's and a versioned engine's version column."""
+    if pk is None:
+        return {}
+    why = dict.fromkeys(pk.columns, "it is a primary key column, and a key is never null")
+    if isinstance(pk.engine, Versioned):
+        why[pk.engine.column] = (
+            "it is the versioned merge engine's version column, and every write has a version"
+        )
+    return why
+
+
 class TableOps(CoreBase):
     async def create_table(
         self,
@@ -44,6 +81,8 @@ class TableOps(CoreBase):
         retention_ms: int | None = None,
         retention_records: int | None = None,
         limits: TableLimits | None = None,
+        primary_key: Sequence[str] = (),
+        merge_engine: Any = None,
     ) -> TableView:
         """Create a table, with a retention by age (``retention_ms``) and/or by count
         (``retention_records``) when given (None or 0: no limit); the tenant too when it
@@ -77,8 +116,12 @@ class TableOps(CoreBase):
         # the I/O pool, so that the event loop serves other tenants meanwhile, in the same
         # hop as the one metadata transaction (tenant, quota counts, table, partitions).
 
+        pk = declared_key(primary_key, merge_engine)
+        if pk is not None and not keys:
+            keys = list(pk.columns)  # every version of a key meets in one partition
+
         def insert() -> TableDef:
-            _, stored = self._checked_schema(fields, keys)
+            _, stored = self._checked_schema(fields, keys, pk)
             return self.meta.create_table(
                 tenant,
                 namespace,
@@ -91,6 +134,7 @@ class TableOps(CoreBase):
                 records,
                 create_tenant=True,
                 limits=limits,
+                primary_key=pk,
             )
 
         d = await self._run(insert)
@@ -117,12 +161,15 @@ class TableOps(CoreBase):
         )
 
     def _checked_schema(
-        self, fields: Any, keys: Sequence[str]
+        self, fields: Any, keys: Sequence[str], pk: PrimaryKey | None = None
     ) -> tuple[pa.Schema, list[dict[str, Any]]]:
         """The schema of a new table from its JSON form, checked (bounds, key columns,
-        storable in the cold tier) before any metadata is written, so that an unstorable
-        schema leaves nothing behind; with the JSON form the metadata store keeps."""
+        the primary key, storable in the cold tier) before any metadata is written, so
+        that an unstorable schema leaves nothing behind; with the JSON form the metadata
+        store keeps (a primary key's columns made non-null)."""
         schema = parse_fields(fields)
+        if pk is not None:
+            schema = check_primary_key(schema, pk, keys)
         for k in keys:
             if k not in schema.names:
                 raise InvalidSchema(f"key column {k!r} is not a column of the schema")
@@ -133,11 +180,15 @@ class TableOps(CoreBase):
         return schema, fields_to_json(schema, fields if isinstance(fields, list) else ())
 
     def _evolved_schema(
-        self, fields: list[dict[str, Any]], changes: Any, keys: Sequence[str]
+        self,
+        fields: list[dict[str, Any]],
+        changes: Any,
+        keys: Sequence[str],
+        not_null: Mapping[str, str] | None = None,
     ) -> tuple[list[dict[str, Any]], pa.Schema | None]:
         """The stored fields after ``changes`` and their schema (None when nothing
         changes), checked against the whole-schema bounds and the cold tier."""
-        changed = apply_changes(fields, changes, keys)
+        changed = apply_changes(fields, changes, keys, not_null)
         if changed == [dict(f) for f in fields]:
             return changed, None
         try:
@@ -165,7 +216,11 @@ class TableOps(CoreBase):
         table = await self.table(tenant, namespace, name, fresh=True)
         d = table.definition
         fields, schema = await self._run(
-            self._evolved_schema, [dict(f) for f in d.fields], changes, d.key_columns
+            self._evolved_schema,
+            [dict(f) for f in d.fields],
+            changes,
+            d.key_columns,
+            never_null(d.primary_key),
         )
         if schema is None:
             # Every change asked for is already so (a type it has, an optional column

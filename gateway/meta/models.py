@@ -148,6 +148,9 @@ class TableRecord(Base):
     #: When a retention was last set (or cleared); NULL: the table never had one, so no
     #: partition has an earliest offset and stream reads need not look it up.
     retention_set_at: Mapped[datetime | None] = mapped_column(nullable=True)
+    #: A primary-key table's key and merge engine as JSON (``{"columns": [...],
+    #: "merge_engine": {...}}``); NULL: an append-only table. Immutable.
+    primary_key_json: Mapped[str | None] = mapped_column(Text, nullable=True)
 
 
 class PartitionRecord(Base):

@@ -14,6 +14,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from gateway.wire.changes import PrimaryKey
+
 __all__ = [
     "TABLE_VIEW_TTL_S",
     "GroupMember",
@@ -58,6 +60,8 @@ class TableDef:
     #: When a retention was last set or cleared (None: never; no partition of the table
     #: then has an earliest offset).
     retention_set_at: datetime | None = None
+    #: A primary-key table's key and merge engine (None: append-only), immutable.
+    primary_key: PrimaryKey | None = None
 
     @property
     def qualified_name(self) -> str:

@@ -26,6 +26,7 @@ from gateway.meta.models import (
 )
 from gateway.meta.placement import choose_shards, shard_loads
 from gateway.meta.records import TableDef, TableLimits
+from gateway.wire.changes import PrimaryKey, engine_from_json, engine_to_json
 from gateway.wire.errors import (
     CommitConflict,
     InvalidRequest,
@@ -56,7 +57,21 @@ def _table_def(record: TableRecord) -> TableDef:
         retention_ms=record.retention_ms,
         retention_records=record.retention_records,
         retention_set_at=record.retention_set_at,
+        primary_key=primary_key_from_json(record.primary_key_json),
     )
+
+
+def primary_key_to_json(key: PrimaryKey | None) -> str | None:
+    if key is None:
+        return None
+    return json.dumps({"columns": list(key.columns), "merge_engine": engine_to_json(key.engine)})
+
+
+def primary_key_from_json(value: str | None) -> PrimaryKey | None:
+    if value is None:
+        return None
+    raw = json.loads(value)
+    return PrimaryKey(tuple(raw["columns"]), engine_from_json(raw["merge_engine"]))
 
 
 def _check_limits(session: Session, tenant: str, partitions: int, limits: TableLimits) -> None:
@@ -114,6 +129,7 @@ class TableOps(MetaBase):
         *,
         create_tenant: bool = False,
         limits: TableLimits | None = None,
+        primary_key: PrimaryKey | None = None,
     ) -> TableDef:
         """Create a table and its partition rows ``0..partitions-1``, each placed on one of
         ``shards`` by :func:`choose_shards` (the hot tier's configured shard names), in one
@@ -144,6 +160,7 @@ class TableOps(MetaBase):
                 retention_ms=retention_ms,
                 retention_records=retention_records,
                 retention_set_at=utcnow() if retention_ms or retention_records else None,
+                primary_key_json=primary_key_to_json(primary_key),
             )
             try:
                 with self._session(write=True) as session:

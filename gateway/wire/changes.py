@@ -128,6 +128,8 @@ def engine_from_json(value: object) -> MergeEngine:
     """
     if isinstance(value, str):
         value = {"type": value}
+    if isinstance(value, Mapping) and value.get("column") == "":
+        value = {k: v for k, v in value.items() if k != "column"}  # protobuf's unset
     if not isinstance(value, Mapping):
         raise InvalidSchema(f"a merge engine is a name or an object; {_ENGINE_NAMES} is accepted")
     name = value.get("type")

@@ -83,11 +83,15 @@ def _refuse(what: str, column: Any, why: str) -> SchemaChangeRefused:
 
 
 def apply_changes(
-    fields: Sequence[Mapping[str, Any]], changes: Any, key_columns: Sequence[str] = ()
+    fields: Sequence[Mapping[str, Any]],
+    changes: Any,
+    key_columns: Sequence[str] = (),
+    not_null: Mapping[str, str] | None = None,
 ) -> list[dict[str, Any]]:
     """The stored JSON fields after ``changes``, in order (a later change sees the
     earlier ones). ``fields`` is the metadata store's form (with ``doc`` and ``added``);
-    ``key_columns`` route rows to partitions.
+    ``key_columns`` route rows to partitions; ``not_null``'s columns (name -> why) stay
+    non-null.
 
     Raises:
         SchemaChangeRefused: a malformed change or one that is not admitted, naming the
@@ -143,6 +147,8 @@ def apply_changes(
                 )
             _update_type(current, change)
         elif op == "make_optional":
+            if not_null and column in not_null:
+                raise _refuse("make optional", column, not_null[column])
             # Already optional: nothing to do, as pyiceberg's make_column_optional.
             current["nullable"] = True
         else:

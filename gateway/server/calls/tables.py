@@ -25,6 +25,8 @@ class TableCalls(CallsBase):
         *,
         retention_ms: int | None = None,
         retention_records: int | None = None,
+        primary_key: Sequence[str] = (),
+        merge_engine: Any = None,
     ) -> TableView:
         return await self.service.create_table(
             tenant,
@@ -36,4 +38,6 @@ class TableCalls(CallsBase):
             retention_ms=retention_ms,
             retention_records=retention_records,
             limits=await self.gate.table_limits(tenant),
+            primary_key=primary_key,
+            merge_engine=merge_engine,
         )

@@ -22,6 +22,7 @@ from gateway.server.http.models import (
     HEADER_TIERED_WATERMARK,
     AppendRequest,
 )
+from gateway.wire.changes import engine_to_json
 from gateway.wire.codec import encode_stream
 from gateway.wire.errors import (
     InvalidRequest,
@@ -71,6 +72,8 @@ def describe(view: TableView, *, with_partitions: bool) -> dict[str, Any]:
         "schema_version": view.schema_version,
         "partitions": d.partitions,
         "key_columns": list(d.key_columns),
+        "primary_key": list(d.primary_key.columns) if d.primary_key else [],
+        "merge_engine": engine_to_json(d.primary_key.engine) if d.primary_key else None,
         "created_at": iso(d.created_at),
         "retention_ms": d.retention_ms,
         "retention_records": d.retention_records,

@@ -87,6 +87,17 @@ class CreateTableRequest(_Request):
         description="Keep at most this many records per partition, the newest (removing "
         "those further below the high watermark); null or 0: no limit by count.",
     )
+    primary_key: list[str] = Field(
+        default_factory=list,
+        description="Columns of the primary key (immutable; made non-null): appends are "
+        "upserts and the table's scans answer the latest live row per key. Empty: an "
+        "append-only table. key_columns, when given, must be a part of it.",
+    )
+    merge_engine: str | dict[str, str] | None = Field(
+        None,
+        description="How writes of one key merge: last_row (default), first_row, "
+        'partial_update, or {"type": "versioned", "column": c}. Only with primary_key.',
+    )
 
 
 class AlterTableRequest(_Request):
@@ -214,6 +225,12 @@ class TableDescription(BaseModel):
     schema_: list[dict[str, Any]] = Field(alias="schema", description="The user schema.")
     partitions: int
     key_columns: list[str]
+    primary_key: list[str] = Field(
+        default_factory=list, description="The primary key's columns; empty: append-only."
+    )
+    merge_engine: dict[str, str] | None = Field(
+        None, description="The merge engine of a primary-key table; null: append-only."
+    )
     created_at: str = Field(description="ISO-8601, UTC.")
     retention_ms: int | None = Field(None, description="Retention by age; null: none.")
     retention_records: int | None = Field(None, description="Retention by count; null: none.")

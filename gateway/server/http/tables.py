@@ -65,6 +65,8 @@ def _table_list_routes(router: APIRouter, calls: DataCalls) -> None:
             body.key_columns,
             retention_ms=body.retention_ms,
             retention_records=body.retention_records,
+            primary_key=body.primary_key,
+            merge_engine=body.merge_engine,
         )
         return JSONResponse(describe(view, with_partitions=True), status_code=201)
 

@@ -9,6 +9,7 @@ from gateway.core import MaintenanceView, TableView
 from gateway.server.grpc.calls import current_call
 from gateway.server.grpc.service.base import ServicerBase, optional
 from gateway.wire._proto.tidegate.v1 import tidegate_pb2 as pb
+from gateway.wire.changes import engine_to_json
 
 __all__ = ["TableMethods", "table_info"]
 
@@ -50,6 +51,10 @@ def table_info(view: TableView) -> pb.TableInfo:
         retention_ms=d.retention_ms,
         retention_records=d.retention_records,
         maintenance=_maintenance(view.maintenance),
+        primary_key=list(d.primary_key.columns) if d.primary_key else [],
+        merge_engine=pb.MergeEngine(**engine_to_json(d.primary_key.engine))
+        if d.primary_key
+        else None,
     )
 
 
@@ -99,6 +104,12 @@ class TableMethods(ServicerBase):
             list(request.key_columns),
             retention_ms=optional(request, "retention_ms"),
             retention_records=optional(request, "retention_records"),
+            primary_key=list(request.primary_key),
+            merge_engine=(
+                {"type": request.merge_engine.type, "column": request.merge_engine.column}
+                if request.HasField("merge_engine")
+                else None
+            ),
         )
         return table_info(view)
 

@@ -29,20 +29,32 @@ class TableRef(_message.Message):
     def __init__(self, namespace: _Optional[str] = ..., name: _Optional[str] = ...) -> None: ...
 
 class CreateTableRequest(_message.Message):
-    __slots__ = ("table", "fields", "partitions", "key_columns", "retention_ms", "retention_records")
+    __slots__ = ("table", "fields", "partitions", "key_columns", "retention_ms", "retention_records", "primary_key", "merge_engine")
     TABLE_FIELD_NUMBER: _ClassVar[int]
     FIELDS_FIELD_NUMBER: _ClassVar[int]
     PARTITIONS_FIELD_NUMBER: _ClassVar[int]
     KEY_COLUMNS_FIELD_NUMBER: _ClassVar[int]
     RETENTION_MS_FIELD_NUMBER: _ClassVar[int]
     RETENTION_RECORDS_FIELD_NUMBER: _ClassVar[int]
+    PRIMARY_KEY_FIELD_NUMBER: _ClassVar[int]
+    MERGE_ENGINE_FIELD_NUMBER: _ClassVar[int]
     table: TableRef
     fields: _containers.RepeatedCompositeFieldContainer[Field]
     partitions: int
     key_columns: _containers.RepeatedScalarFieldContainer[str]
     retention_ms: int
     retention_records: int
-    def __init__(self, table: _Optional[_Union[TableRef, _Mapping]] = ..., fields: _Optional[_Iterable[_Union[Field, _Mapping]]] = ..., partitions: _Optional[int] = ..., key_columns: _Optional[_Iterable[str]] = ..., retention_ms: _Optional[int] = ..., retention_records: _Optional[int] = ...) -> None: ...
+    primary_key: _containers.RepeatedScalarFieldContainer[str]
+    merge_engine: MergeEngine
+    def __init__(self, table: _Optional[_Union[TableRef, _Mapping]] = ..., fields: _Optional[_Iterable[_Union[Field, _Mapping]]] = ..., partitions: _Optional[int] = ..., key_columns: _Optional[_Iterable[str]] = ..., retention_ms: _Optional[int] = ..., retention_records: _Optional[int] = ..., primary_key: _Optional[_Iterable[str]] = ..., merge_engine: _Optional[_Union[MergeEngine, _Mapping]] = ...) -> None: ...
+
+class MergeEngine(_message.Message):
+    __slots__ = ("type", "column")
+    TYPE_FIELD_NUMBER: _ClassVar[int]
+    COLUMN_FIELD_NUMBER: _ClassVar[int]
+    type: str
+    column: str
+    def __init__(self, type: _Optional[str] = ..., column: _Optional[str] = ...) -> None: ...
 
 class AlterTableRequest(_message.Message):
     __slots__ = ("table", "retention_ms", "retention_records")
@@ -73,7 +85,7 @@ class PartitionInfo(_message.Message):
     def __init__(self, partition: _Optional[int] = ..., earliest_offset: _Optional[int] = ..., high_watermark: _Optional[int] = ..., tiered_watermark: _Optional[int] = ..., hot_bytes: _Optional[int] = ..., lag_records: _Optional[int] = ..., lag_bytes: _Optional[int] = ...) -> None: ...
 
 class TableInfo(_message.Message):
-    __slots__ = ("table", "table_id", "fields", "partitions", "key_columns", "partition_info", "created_at_ms", "iceberg_table", "iceberg_metadata", "schema_version", "iceberg_schema_id", "retention_ms", "retention_records", "maintenance")
+    __slots__ = ("table", "table_id", "fields", "partitions", "key_columns", "partition_info", "created_at_ms", "iceberg_table", "iceberg_metadata", "schema_version", "iceberg_schema_id", "retention_ms", "retention_records", "maintenance", "primary_key", "merge_engine")
     TABLE_FIELD_NUMBER: _ClassVar[int]
     TABLE_ID_FIELD_NUMBER: _ClassVar[int]
     FIELDS_FIELD_NUMBER: _ClassVar[int]
@@ -88,6 +100,8 @@ class TableInfo(_message.Message):
     RETENTION_MS_FIELD_NUMBER: _ClassVar[int]
     RETENTION_RECORDS_FIELD_NUMBER: _ClassVar[int]
     MAINTENANCE_FIELD_NUMBER: _ClassVar[int]
+    PRIMARY_KEY_FIELD_NUMBER: _ClassVar[int]
+    MERGE_ENGINE_FIELD_NUMBER: _ClassVar[int]
     table: TableRef
     table_id: str
     fields: _containers.RepeatedCompositeFieldContainer[Field]
@@ -102,7 +116,9 @@ class TableInfo(_message.Message):
     retention_ms: int
     retention_records: int
     maintenance: TableMaintenance
-    def __init__(self, table: _Optional[_Union[TableRef, _Mapping]] = ..., table_id: _Optional[str] = ..., fields: _Optional[_Iterable[_Union[Field, _Mapping]]] = ..., partitions: _Optional[int] = ..., key_columns: _Optional[_Iterable[str]] = ..., partition_info: _Optional[_Iterable[_Union[PartitionInfo, _Mapping]]] = ..., created_at_ms: _Optional[int] = ..., iceberg_table: _Optional[str] = ..., iceberg_metadata: _Optional[str] = ..., schema_version: _Optional[int] = ..., iceberg_schema_id: _Optional[int] = ..., retention_ms: _Optional[int] = ..., retention_records: _Optional[int] = ..., maintenance: _Optional[_Union[TableMaintenance, _Mapping]] = ...) -> None: ...
+    primary_key: _containers.RepeatedScalarFieldContainer[str]
+    merge_engine: MergeEngine
+    def __init__(self, table: _Optional[_Union[TableRef, _Mapping]] = ..., table_id: _Optional[str] = ..., fields: _Optional[_Iterable[_Union[Field, _Mapping]]] = ..., partitions: _Optional[int] = ..., key_columns: _Optional[_Iterable[str]] = ..., partition_info: _Optional[_Iterable[_Union[PartitionInfo, _Mapping]]] = ..., created_at_ms: _Optional[int] = ..., iceberg_table: _Optional[str] = ..., iceberg_metadata: _Optional[str] = ..., schema_version: _Optional[int] = ..., iceberg_schema_id: _Optional[int] = ..., retention_ms: _Optional[int] = ..., retention_records: _Optional[int] = ..., maintenance: _Optional[_Union[TableMaintenance, _Mapping]] = ..., primary_key: _Optional[_Iterable[str]] = ..., merge_engine: _Optional[_Union[MergeEngine, _Mapping]] = ...) -> None: ...
 
 class SnapshotLease(_message.Message):
     __slots__ = ("snapshot_id", "kind", "expires_at_ms")
