@@ -63,7 +63,8 @@ end
 APPEND_LUA = """
 -- KEYS: log, meta
 -- ARGV: payload, count, timestamp_us, has_producer ('1'/'0'), producer_id, sequence, window,
---       floor
+--       floor, counts_records ('1': a batch's sequence is the previous one's plus its record
+--       count, modulo 2^31, Kafka's; '0': plus one)
 -- With `floor` >= 0, refuses with {6, hw} when the segment has no state (never opened, or
 -- lost with an emptied Redis) or its high watermark is below `floor` (rolled back):
 -- offsets are never assigned from a state that may have forgotten some. With `floor` -1
@@ -95,17 +96,22 @@ if ARGV[4] == '1' then
   end
   if #state > 0 then
     local last = tonumber(state[#state][1])
-    if seq > last + 1 then
-      return {2, state[#state][1], state[1][1]}
+    local expected = last + 1
+    if ARGV[9] == '1' then
+      expected = (last + tonumber(state[#state][3])) % 2147483648
     end
-    if seq <= last then
-      for _, e in ipairs(state) do
+    if seq ~= expected then
+      for i = #state, 1, -1 do
+        local e = state[i]
         if tonumber(e[1]) == seq then
           if tonumber(e[3]) ~= count then
             return {4, e[2], e[3]}
           end
           return {1, e[2], e[3]}
         end
+      end
+      if seq > expected then
+        return {2, state[#state][1], state[#state][3]}
       end
       return {3, state[#state][1], state[1][1]}
     end

@@ -8,6 +8,7 @@ from typing import Any
 
 from gateway.server.calls import OFFLOAD_BYTES, AppendBody, wire_error
 from gateway.server.kafka.base import ApisBase, message, split_topic
+from gateway.server.kafka.producers import ProducerEpochs, idempotence
 from gateway.server.kafka.protocol import ErrorCode, Request, build, error_code, response_class
 from gateway.server.kafka.records import decode_produce, is_raw, raw_rows, rows_from_values
 from gateway.wire.errors import InvalidRequest
@@ -16,6 +17,8 @@ from gateway.wire.types import AppendRange
 
 class ProduceApis(ApisBase):
     """Produce."""
+
+    producers: ProducerEpochs
 
     async def produce(self, request: Request) -> Any | None:
         body = request.body
@@ -52,17 +55,18 @@ class ProduceApis(ApisBase):
                     f"{topic}: transactional produce is not supported by Tidegate's Kafka "
                     "listener yet; produce without transactional.id"
                 )
+            producer = idempotence(produced, self.producers, self.tenant, topic)
             table = await self.service.table(self.tenant, namespace, name)
             if is_raw(table.schema):
                 raw = await self.calls.offload(big, raw_rows, produced, table.schema)
-                return AppendBody([raw], partition)
+                return AppendBody([raw], partition, **producer)
             batch, bad = await self.calls.offload(
                 big, rows_from_values, produced.values, table.schema, table.added_columns
             )
             if batch is None:
                 refused.extend(bad)
                 raise _Refused()
-            return AppendBody([batch], partition)
+            return AppendBody([batch], partition, **producer)
 
         async def attempt() -> list[AppendRange]:
             # Refused without decoding while the tenant's appends are refused after a
