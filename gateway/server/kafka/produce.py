@@ -55,8 +55,9 @@ class ProduceApis(ApisBase):
                     f"{topic}: transactional produce is not supported by Tidegate's Kafka "
                     "listener yet; produce without transactional.id"
                 )
-            producer = idempotence(produced, self.producers, self.tenant, topic)
             table = await self.service.table(self.tenant, namespace, name)
+            # After the table: a topic not the tenant's is unknown whatever its batch says.
+            producer = idempotence(produced, self.producers, self.tenant, topic)
             if is_raw(table.schema):
                 raw = await self.calls.offload(big, raw_rows, produced, table.schema)
                 return AppendBody([raw], partition, **producer)
