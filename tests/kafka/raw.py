@@ -21,6 +21,21 @@ from kio.serial import entity_reader, entity_writer
 from tests.kafka.conftest import KafkaTarget
 
 
+def encode_request(request: Any, correlation: int, client_id: str = "raw-test") -> bytes:
+    """A request as kio writes it (its header and body), without the length prefix."""
+    header_cls = request.__header_schema__
+    fields = {
+        "request_api_key": request.__api_key__,
+        "request_api_version": request.__version__,
+        "correlation_id": correlation,
+        "client_id": client_id,
+    }
+    out = io.BytesIO()
+    entity_writer(header_cls)(out, header_cls(**fields))
+    entity_writer(type(request))(out, request)
+    return out.getvalue()
+
+
 class RawKafka:
     def __init__(self, target: KafkaTarget, timeout: float = 30.0) -> None:
         host, port = target.bootstrap.rsplit(":", 1)
@@ -41,17 +56,7 @@ class RawKafka:
 
     def send(self, request: Any) -> int:
         self.correlation += 1
-        header_cls = request.__header_schema__
-        fields = {
-            "request_api_key": request.__api_key__,
-            "request_api_version": request.__version__,
-            "correlation_id": self.correlation,
-            "client_id": "raw-test",
-        }
-        out = io.BytesIO()
-        entity_writer(header_cls)(out, header_cls(**fields))
-        entity_writer(type(request))(out, request)
-        body = out.getvalue()
+        body = encode_request(request, self.correlation)
         self.sock.sendall(struct.pack(">i", len(body)) + body)
         return self.correlation
 

@@ -144,9 +144,35 @@ def parse_request(frame: bytes) -> Request:
         raise Unanswerable(
             f"a request of API key {api_key} v{api_version} that cannot be read: {exc}"
         ) from None
+    null = _null_field(body)
+    if null is not None:
+        # kio reads a null array or string where Kafka's definition allows none; Kafka's
+        # broker cannot read such a request either and closes the connection.
+        raise Unanswerable(
+            f"a request of API key {api_key} v{api_version} with {null} null, which it cannot be"
+        )
     # Bytes after the request's end are ignored, as Kafka's brokers ignore them:
     # librdkafka's admin client sends Metadata v12 with three of them.
     return Request(api_key, api_version, correlation_id, header.client_id, body)
+
+
+def _null_field(entity: Any) -> str | None:
+    """The path of the first field of ``entity`` (a kio message) that is null where its
+    definition does not allow it, or None."""
+    hints = _hints(type(entity))
+    for f in dataclasses.fields(entity):
+        value = getattr(entity, f.name)
+        if value is None:
+            if type(None) not in typing.get_args(hints[f.name]):
+                return f.name
+            continue
+        items = value if isinstance(value, tuple) else (value,)
+        for item in items:
+            if dataclasses.is_dataclass(item) and not isinstance(item, type):
+                inner = _null_field(item)
+                if inner is not None:
+                    return f"{f.name}.{inner}"
+    return None
 
 
 def api_versions_fallback(frame: bytes) -> bytes | None:
