@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from confluent_kafka import Producer
+from confluent_kafka import KafkaError, KafkaException, Producer
 from kio.schema.errors import ErrorCode
 from kio.schema.init_producer_id.v4 import request as init_producer_id
 
@@ -143,6 +143,18 @@ def test_each_sequence_case_gets_kafkas_answer(kafka: KafkaTarget, topic: str) -
     with kafka.gateway.client() as c:
         ids = c.read(topic, partition=0, offset=0).column("id").to_pylist()
     assert ids == [0, 1, 2, 3, 4, 5, 6]
+
+
+def test_a_transactional_producer_is_told_at_once_that_transactions_are_not_served(
+    kafka: KafkaTarget,
+) -> None:
+    producer = Producer({**librdkafka_settings(kafka), "transactional.id": "tx-docs"})
+    with pytest.raises(KafkaException) as refused:
+        producer.init_transactions(DEADLINE_S)
+    err = refused.value.args[0]
+    # A fatal error naming why, not a timeout after retries.
+    assert err.code() == KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED and err.fatal()
+    assert "transactions are not served" in err.str()
 
 
 # Through kill -9s --------------------------------------------------------------------------
