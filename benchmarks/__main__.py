@@ -21,7 +21,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from benchmarks import cold, groups, maintenance, neighbours, sdk, shards, spark_read
+from benchmarks import cold, groups, kafka, maintenance, neighbours, sdk, shards, spark_read
 from benchmarks.harness import Bench, compare
 from benchmarks.loadgen import Result, Workload
 from benchmarks.passthrough import PassThroughProcess
@@ -86,6 +86,7 @@ SCENARIOS: dict[str, Scenario] = {
     "compaction": maintenance.run_compaction,
     "shards": shards.run,
     "groups": groups.run,
+    "kafka": kafka.run,
 }
 
 

@@ -100,9 +100,16 @@ async def via_sdk(b: Bench, w: Workload, hot: str) -> Result:
     return result
 
 
-def _sync_send_loop(w: Workload, result: Result, send: Callable[[dict[str, Any]], Any]) -> None:
-    """:func:`_send_loop` for the sync producer (its futures are concurrent ones)."""
-    make = _records(w)
+def sync_send_loop(
+    w: Workload,
+    result: Result,
+    send: Callable[[dict[str, Any]], Any],
+    make: Callable[[int], dict[str, Any]] | None = None,
+) -> None:
+    """:func:`_send_loop` for a producer whose futures are concurrent ones (the sync
+    SDK's, the Kafka benchmark's), sending ``make(i)`` (default: ids, send times and
+    bytes)."""
+    make = make or _records(w)
     start = time.monotonic()
     measure_from = start + w.warmup_s
     stop_at = measure_from + w.duration_s
@@ -148,7 +155,7 @@ async def via_sync_sdk(b: Bench, w: Workload, hot: str, transport: str) -> Resul
                 buffer_records=w.batch_records * w.inflight * w.partitions,
                 transport=transport,
             ) as producer:
-                _sync_send_loop(w, result, producer.send)
+                sync_send_loop(w, result, producer.send)
                 result.extra["retries"] = producer.retries
             client.drop_table(table)
 

@@ -66,7 +66,9 @@ class _Request:
     compression: Compression
 
 
-def _producer(producer_id: str | None, sequence: int | None) -> ProducerSequence | None:
+def _producer(
+    producer_id: str | None, sequence: int | None, counts_records: bool = False
+) -> ProducerSequence | None:
     """The idempotent producer of an append, checked.
 
     Raises:
@@ -86,7 +88,7 @@ def _producer(producer_id: str | None, sequence: int | None) -> ProducerSequence
             f"sequence must be an integer from 0 to {INT64_MAX} and producer_id 1 to 128 characters"
         )
     check_text("producer_id", producer_id, 128)
-    return ProducerSequence(producer_id, sequence)
+    return ProducerSequence(producer_id, sequence, counts_records)
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,6 +113,7 @@ class AppendOps(CoreBase):
         producer_id: str | None = None,
         sequence: int | None = None,
         stream: ClientStream | None = None,
+        sequence_counts_records: bool = False,
     ) -> list[AppendRange]:
         """Validate, route and store rows; one contiguous offset range per partition.
 
@@ -123,6 +126,9 @@ class AppendOps(CoreBase):
         table's (columns, order, types, nullability, no metadata), its rows go to one
         partition and its compression is the one ``compression`` asks (any, for
         ``producer``); its values are checked all the same.
+
+        ``sequence_counts_records``: the producer's sequences count records, Kafka's way
+        (see :class:`~gateway.hot.ProducerSequence`), rather than batches.
 
         Raises:
             TableNotFound, SchemaMismatch, InvalidPartition, InvalidRequest,
@@ -138,7 +144,7 @@ class AppendOps(CoreBase):
                 "was written"
             )
         self._start_recording_marks()
-        producer = _producer(producer_id, sequence)
+        producer = _producer(producer_id, sequence, sequence_counts_records)
         request = _Request(
             batches, stream, partition, producer, time.time_ns() // 1000, self._encoding()
         )

@@ -27,6 +27,10 @@ if TYPE_CHECKING:
     from gateway.hot.placement import Chain, PlacementStore
 
 
+#: How many sequences a producer counting records has (Kafka's are 32-bit and wrap to 0).
+RECORD_SEQUENCES = 1 << 31
+
+
 @dataclass(frozen=True, slots=True)
 class PartitionId:
     """Where one partition's log lives. ``table_id`` is unique for the table's lifetime
@@ -47,13 +51,24 @@ class ProducerSequence:
     """Idempotent-producer identity of one batch for one partition.
 
     For a given ``(producer_id, partition)`` sequences must grow by exactly one per batch
-    from 0. A producer the partition holds no state of may only start at sequence 0: any
-    other is refused with :class:`UnknownProducer` (its earlier batches were never seen,
-    or their state was lost with the hot tier's, so a retry could not be recognised).
+    from 0, or, with ``counts_records`` (Kafka's idempotent producer), by the previous
+    batch's record count, wrapping from ``2**31 - 1`` to 0 as Kafka's 32-bit sequences do.
+    A producer the partition holds no state of may only start at sequence 0: any other is
+    refused with :class:`UnknownProducer` (its earlier batches were never seen, or their
+    state was lost with the hot tier's, so a retry could not be recognised).
     """
 
     producer_id: str
     sequence: int
+    #: The sequence counts records, not batches (a batch's ``sequence`` is its first
+    #: record's). Nothing is stored of it: a producer id always comes with the same.
+    counts_records: bool = False
+
+    def expected(self, last: int, last_count: int) -> int:
+        """The sequence that follows a batch of ``last_count`` records at ``last``."""
+        if self.counts_records:
+            return (last + last_count) % RECORD_SEQUENCES
+        return last + 1
 
     def unknown(self, where: str) -> UnknownProducer:
         """The refusal of this batch by partition ``where``, which holds no state of its

@@ -22,7 +22,7 @@ from gateway.client import AdminClient
 from gateway.wire._proto.tidegate.v1 import tidegate_pb2 as pb
 from gateway.wire._proto.tidegate.v1 import tidegate_pb2_grpc as pb_grpc
 from gateway.wire.codec import encode_stream
-from tests.services import GatewayProcess
+from tests.services import GatewayProcess, free_port
 
 ARROW = "application/vnd.apache.arrow.stream"
 
@@ -62,6 +62,8 @@ def hostile_gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Gatewa
         "TIDEGATE_TIERING__HOT_RETENTION_S": "0",
         "TIDEGATE_SERVER__MAX_REQUEST_BYTES": str(64 * 1024 * 1024),
         "TIDEGATE_QUOTA__MAX_FOLLOWS": "256",
+        # The Kafka listener too: the fuzz suite mutates its frames.
+        "TIDEGATE_KAFKA__PORT": str(free_port()),
     }
     gw = GatewayProcess(tmp_path_factory.mktemp("hostile"), env).start()
     try:

@@ -7,7 +7,10 @@ bounded budget. Nothing a tenant sends may answer 5xx / INTERNAL or crash the pr
 - Arrow bodies: valid streams of random tables, then mutated (bytes flipped, cut,
   repeated, spliced) and sent to both edges;
 - filter strings: random mixes of the filter language's tokens, on both edges;
-- gRPC: request messages of every data-plane RPC with random fields.
+- gRPC: request messages of every data-plane RPC with random fields;
+- Kafka: valid frames of the APIs the listener serves, mutated (bytes flipped, cut,
+  spliced, zeroed) and sent over an authenticated connection: each is answered without
+  UNKNOWN_SERVER_ERROR or its connection closed, and the listener serves on.
 
 The budget is ``TIDEGATE_FUZZ_EXAMPLES`` examples per part (60 by default, what CI runs).
 The long mode is ``make fuzz`` (10,000 per part); the counts are printed at the end.
@@ -15,8 +18,10 @@ The long mode is ``make fuzz`` (10,000 per part); the counts are printed at the 
 
 from __future__ import annotations
 
+import json
 import os
 import random
+import struct
 from collections import Counter
 from collections.abc import Iterator
 from typing import Any
@@ -27,11 +32,17 @@ import pyarrow as pa
 import pytest
 from hypothesis import HealthCheck, given, seed, settings
 from hypothesis import strategies as st
+from kio.index import load_request_schema, load_response_schema
+from kio.serial import entity_reader
 
+from gateway.server.kafka.protocol import build, first_error
 from gateway.wire._proto.tidegate.v1 import tidegate_pb2 as pb
 from gateway.wire._proto.tidegate.v1 import tidegate_pb2_grpc as pb_grpc
 from gateway.wire.codec import encode_stream
 from tests.hostile.conftest import ARROW, Tenant, new_tenant
+from tests.kafka.conftest import KafkaTarget
+from tests.kafka.raw import RawKafka, encode_request, produce_records, record_batch
+from tests.kafka.test_edges import fetch_request, list_offsets_request, metadata_request
 from tests.services import GatewayProcess
 
 EXAMPLES = int(os.environ.get("TIDEGATE_FUZZ_EXAMPLES", "60"))
@@ -468,4 +479,102 @@ def test_iceberg_odd_names_in_paths(fuzz_tenant: Tenant) -> None:
         check_iceberg(r, f"{method} {path[:200]}")
 
     run()
+    alive(t)
+
+
+# The Kafka listener (issue 41) -------------------------------------------------------------
+def kafka_frames(topic: str) -> list[bytes]:
+    """Valid requests (without their length prefix) of the APIs the listener serves, on
+    ``topic``: a fuzzed one may be any of them at any version, or none."""
+    row = json.dumps({"id": 1, "name": "n", "price": "1.50", "at": "2024-01-01T00:00:00Z"})
+    batch = record_batch([row.encode()] * 3)
+    idempotent = record_batch([row.encode()], producer_id=7, epoch=0, sequence=0)
+    requests: list[Any] = [
+        produce_records(topic, 0, batch),
+        produce_records(topic, 1, idempotent),
+        fetch_request(topic, 0, 0),
+        metadata_request([topic]),
+        list_offsets_request(topic, -2),
+        build(load_request_schema(22, 4), {"transactional_id": None, "producer_id": -1,
+                                           "producer_epoch": -1}),
+        build(load_request_schema(10, 4), {"key_type": 0, "coordinator_keys": ["fz"]}),
+        build(load_request_schema(16, 4), {}),
+        build(load_request_schema(11, 5), {"group_id": "fz", "session_timeout": 6000,
+                                           "rebalance_timeout": 6000, "member_id": "",
+                                           "protocol_type": "consumer",
+                                           "protocols": [{"name": "range", "metadata": b"m"}]}),
+    ]  # fmt: skip
+    return [encode_request(r, i + 1) for i, r in enumerate(requests)]
+
+
+@st.composite
+def mutated_frames(draw: st.DrawFn, frames: list[bytes]) -> bytes:
+    frame = bytearray(draw(st.sampled_from(frames)))
+    for _ in range(draw(st.integers(1, 4))):
+        kind = draw(st.sampled_from(["flip", "cut", "splice", "zero"]))
+        at = draw(st.integers(0, max(0, len(frame) - 1)))
+        if kind == "flip" and frame:
+            frame[at] ^= 1 << draw(st.integers(0, 7))
+        elif kind == "cut":
+            del frame[max(8, at) :]
+        elif kind == "splice":
+            frame[at:at] = draw(st.binary(min_size=1, max_size=32))
+        else:
+            end = min(len(frame), at + draw(st.integers(1, 16)))
+            frame[at:end] = bytes(end - at)
+    return bytes(frame)
+
+
+def test_mutated_kafka_frames_on_the_listener(fuzz_tenant: Tenant) -> None:
+    t = fuzz_tenant
+    gw = t.gw
+    target = KafkaTarget(gw, f"127.0.0.1:{gw.kafka_port}", t.name, t.key)
+    conn: list[RawKafka] = []
+    logged = gw.log_path.stat().st_size
+
+    def connection() -> RawKafka:
+        if not conn:
+            raw = RawKafka(target, timeout=5)
+            assert raw.authenticate(t.name, t.key).error_code == 0
+            conn.append(raw)
+        return conn[0]
+
+    def drop() -> None:
+        conn.pop().close()
+
+    @seed(41)
+    @FUZZ
+    @given(frame=mutated_frames(kafka_frames("app.ev")))
+    def run(frame: bytes) -> None:
+        COUNTS["kafka"] += 1
+        raw = connection()
+        api_key, version = struct.unpack_from(">hh", frame) if len(frame) >= 4 else (-1, -1)
+        try:
+            raw.send_bytes(struct.pack(">i", len(frame)) + frame)
+            answer = raw.read_frame()
+        except (TimeoutError, ConnectionError, OSError):
+            # Closed as Kafka closes it (a frame it cannot answer), or not answered (a
+            # Produce whose acks became 0, a long poll): a new connection goes on.
+            drop()
+            return
+        COUNTS["kafka answered"] += 1
+        # An ApiVersions of a version not served is answered in v0 (Kafka's way).
+        cls = load_response_schema(api_key, 0 if api_key == 18 and version > 3 else version)
+        _, at = entity_reader(cls.__header_schema__)(answer, 0)
+        body, _ = entity_reader(cls)(answer, at)
+        assert first_error(body) != "unknown_server_error", (frame, body)
+
+    try:
+        run()
+    finally:
+        for raw in conn:
+            raw.close()
+    assert COUNTS["kafka answered"] > 0  # some reached the APIs, not only the framing
+    # Nothing failed inside the gateway (an error it did not expect is logged so).
+    with gw.log_path.open("rb") as log:
+        log.seek(logged)
+        assert b"unexpected error in a Kafka" not in log.read()
+    with RawKafka(target) as raw:  # the listener serves on
+        assert raw.authenticate(t.name, t.key).error_code == 0
+        assert raw.call(metadata_request(["app.ev"])).topics[0].error_code == 0
     alive(t)

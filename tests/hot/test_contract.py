@@ -378,6 +378,41 @@ def test_sequences_older_than_the_window_are_rejected(hot_log: HotLog, part: Par
     assert hot_log.offsets(part).high == 21
 
 
+def kafka_seq(producer: str, sequence: int) -> ProducerSequence:
+    return ProducerSequence(producer_id=producer, sequence=sequence, counts_records=True)
+
+
+def test_sequences_that_count_records(hot_log: HotLog, part: PartitionId) -> None:
+    """Kafka's idempotent producer: a batch's sequence is its first record's, so the next
+    batch's is this one's plus its record count; a retry is found by its first."""
+    assert hot_log.append(part, b"a", 3, 0, kafka_seq("k", 0)) == AppendResult(0, 3)
+    assert hot_log.append(part, b"b", 2, 0, kafka_seq("k", 3)) == AppendResult(3, 2)
+    for first, stored in ((0, AppendResult(0, 3, True)), (3, AppendResult(3, 2, True))):
+        assert hot_log.append(part, b"again", stored.count, 0, kafka_seq("k", first)) == stored
+    # Past the last batch's records is a gap.
+    with pytest.raises(OutOfOrderSequence) as gap:
+        hot_log.append(part, b"c", 1, 0, kafka_seq("k", 6))
+    assert gap.value.details["expected_sequence"] == 5
+    # A sequence inside a stored batch starts no batch: not a retry the tier knows.
+    for inside in (1, 4):
+        with pytest.raises(InvalidIdempotentAppend):
+            hot_log.append(part, b"c", 1, 0, kafka_seq("k", inside))
+    assert hot_log.append(part, b"c", 1, 0, kafka_seq("k", 5)) == AppendResult(5, 1)
+    assert hot_log.offsets(part).high == 6
+    assert [b.payload for b in read_all(hot_log, part)] == [b"a", b"b", b"c"]
+
+
+def test_record_sequences_wrap_to_zero(hot_log: HotLog, part: PartitionId) -> None:
+    """Kafka's sequences are 32-bit: after 2**31 - 1 comes 0, which is then no retry of
+    the producer's first batch but the next one."""
+    big = (1 << 31) - 2
+    assert hot_log.append(part, b"a", big, 0, kafka_seq("k", 0)) == AppendResult(0, big)
+    assert hot_log.append(part, b"b", 2, 0, kafka_seq("k", big)) == AppendResult(big, 2)
+    assert hot_log.append(part, b"c", 1, 0, kafka_seq("k", 0)) == AppendResult(big + 2, 1)
+    assert hot_log.append(part, b"c", 1, 0, kafka_seq("k", 0)).duplicate
+    assert hot_log.append(part, b"d", 1, 0, kafka_seq("k", 1)) == AppendResult(big + 3, 1)
+
+
 def test_producers_are_independent(hot_log: HotLog) -> None:
     a, b = new_partition(0), new_partition(1)
     assert hot_log.append(a, b"1", 1, 0, seq("p", 0)) == AppendResult(0, 1)

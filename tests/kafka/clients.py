@@ -134,11 +134,8 @@ class KafkaPython:
     ) -> list[int]:
         from kafka import KafkaProducer
 
-        # kafka-python 3 turns the idempotent producer on by default; the listener does
-        # not serve InitProducerId yet (docs/kafka.md).
-        producer = KafkaProducer(
-            **_python_config(target), compression_type="gzip", enable_idempotence=False
-        )
+        # kafka-python 3's idempotent producer is on by default, as a user gets it.
+        producer = KafkaProducer(**_python_config(target), compression_type="gzip")
         try:
             futures = [producer.send(topic, value, partition=p) for p, value in values]
             producer.flush(DEADLINE_S)
@@ -179,7 +176,9 @@ class AioKafka:
         from aiokafka import AIOKafkaProducer
 
         async def run() -> list[int]:
-            producer = AIOKafkaProducer(**_python_config(target), compression_type="zstd")
+            producer = AIOKafkaProducer(
+                **_python_config(target), compression_type="zstd", enable_idempotence=True
+            )
             await producer.start()
             try:
                 sent = [await producer.send(topic, value, partition=p) for p, value in values]

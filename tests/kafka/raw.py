@@ -4,6 +4,7 @@ batches aiokafka's. Only the 4-byte length prefix is framed here."""
 
 from __future__ import annotations
 
+import datetime as dt
 import io
 import socket
 import struct
@@ -12,11 +13,27 @@ from typing import Any
 from aiokafka.record.default_records import DefaultRecordBatchBuilder
 from kio.index import load_response_schema
 from kio.schema.api_versions.v3.request import ApiVersionsRequest
+from kio.schema.produce.v9 import request as produce
 from kio.schema.sasl_authenticate.v2.request import SaslAuthenticateRequest
 from kio.schema.sasl_handshake.v1.request import SaslHandshakeRequest
 from kio.serial import entity_reader, entity_writer
 
 from tests.kafka.conftest import KafkaTarget
+
+
+def encode_request(request: Any, correlation: int, client_id: str = "raw-test") -> bytes:
+    """A request as kio writes it (its header and body), without the length prefix."""
+    header_cls = request.__header_schema__
+    fields = {
+        "request_api_key": request.__api_key__,
+        "request_api_version": request.__version__,
+        "correlation_id": correlation,
+        "client_id": client_id,
+    }
+    out = io.BytesIO()
+    entity_writer(header_cls)(out, header_cls(**fields))
+    entity_writer(type(request))(out, request)
+    return out.getvalue()
 
 
 class RawKafka:
@@ -39,17 +56,7 @@ class RawKafka:
 
     def send(self, request: Any) -> int:
         self.correlation += 1
-        header_cls = request.__header_schema__
-        fields = {
-            "request_api_key": request.__api_key__,
-            "request_api_version": request.__version__,
-            "correlation_id": self.correlation,
-            "client_id": "raw-test",
-        }
-        out = io.BytesIO()
-        entity_writer(header_cls)(out, header_cls(**fields))
-        entity_writer(type(request))(out, request)
-        body = out.getvalue()
+        body = encode_request(request, self.correlation)
         self.sock.sendall(struct.pack(">i", len(body)) + body)
         return self.correlation
 
@@ -90,18 +97,41 @@ class RawKafka:
         return self.call(SaslAuthenticateRequest(auth_bytes=token))
 
 
-def record_batch(values: list[bytes], codec: int = 0) -> bytes:
+def record_batch(
+    values: list[bytes],
+    codec: int = 0,
+    *,
+    producer_id: int = -1,
+    epoch: int = -1,
+    sequence: int = -1,
+) -> bytes:
     """A record batch of ``values`` (compressed with Kafka's ``codec``: 0 none, 1 gzip,
-    2 snappy, 3 lz4, 4 zstd), as aiokafka's producer builds it."""
+    2 snappy, 3 lz4, 4 zstd), as aiokafka's producer builds it; an idempotent producer's
+    with ``producer_id``, ``epoch`` and its first record's ``sequence``."""
     builder = DefaultRecordBatchBuilder(
         magic=2,
         compression_type=codec,
         is_transactional=0,
-        producer_id=-1,
-        producer_epoch=-1,
-        base_sequence=-1,
+        producer_id=producer_id,
+        producer_epoch=epoch,
+        base_sequence=sequence,
         batch_size=1 << 30,
     )
     for i, value in enumerate(values):
         builder.append(i, 0, None, value, [])
     return bytes(builder.build())
+
+
+def produce_records(topic: str, partition: int, records: bytes) -> produce.ProduceRequest:
+    """A Produce (v9, acks=all) of one partition's record set."""
+    return produce.ProduceRequest(
+        transactional_id=None,
+        acks=-1,
+        timeout=dt.timedelta(seconds=10),
+        topic_data=(
+            produce.TopicProduceData(
+                name=topic,
+                partition_data=(produce.PartitionProduceData(index=partition, records=records),),
+            ),
+        ),
+    )

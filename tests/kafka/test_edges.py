@@ -25,7 +25,7 @@ from kio.schema.sasl_handshake.v0 import request as handshake
 
 from tests.kafka.clients import CLIENTS, Kcat, librdkafka_settings
 from tests.kafka.conftest import KafkaTarget
-from tests.kafka.raw import RawKafka, record_batch
+from tests.kafka.raw import RawKafka, produce_records, record_batch
 from tests.services import GatewayProcess, free_port
 
 pytestmark = pytest.mark.integration
@@ -36,21 +36,7 @@ ROW = {"id": 1, "name": "a", "price": 1.0, "ok": True}
 def produce_request(
     topic: str, partition: int, values: list[bytes], codec: int = 0
 ) -> produce.ProduceRequest:
-    return produce.ProduceRequest(
-        transactional_id=None,
-        acks=-1,
-        timeout=dt.timedelta(seconds=10),
-        topic_data=(
-            produce.TopicProduceData(
-                name=topic,
-                partition_data=(
-                    produce.PartitionProduceData(
-                        index=partition, records=record_batch(values, codec)
-                    ),
-                ),
-            ),
-        ),
-    )
+    return produce_records(topic, partition, record_batch(values, codec))
 
 
 def fetch_request(topic: str, partition: int, offset: int, wait_ms: int = 0) -> fetch.FetchRequest:

@@ -5,13 +5,13 @@ every served version read back with kio."""
 from __future__ import annotations
 
 import contextlib
-import io
 import struct
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from kio.index import load_response_schema
-from kio.serial import entity_reader, entity_writer
+from kio.index import load_request_schema, load_response_schema
+from kio.serial import entity_reader
 
 from gateway.server.kafka.protocol import (
     API_VERSIONS,
@@ -22,21 +22,12 @@ from gateway.server.kafka.protocol import (
     parse_request,
     supported_apis,
 )
+from tests.kafka.raw import encode_request
 from tests.kafka.test_edges import fetch_request, metadata_request, produce_request
 
 
 def _frame(request: object) -> bytes:
-    header_cls = request.__header_schema__  # type: ignore[attr-defined]
-    out = io.BytesIO()
-    header = header_cls(
-        request_api_key=request.__api_key__,  # type: ignore[attr-defined]
-        request_api_version=request.__version__,  # type: ignore[attr-defined]
-        correlation_id=9,
-        client_id="t",
-    )
-    entity_writer(header_cls)(out, header)
-    entity_writer(type(request))(out, request)
-    return out.getvalue()
+    return encode_request(request, 9, "t")
 
 
 VALID = [
@@ -98,3 +89,14 @@ def test_only_an_unknown_api_versions_version_gets_the_fallback() -> None:
     assert [(k.api_key, k.min_version, k.max_version) for k in body.api_keys] == [
         (a["api_key"], a["min_version"], a["max_version"]) for a in supported_apis()
     ]
+
+
+def test_a_null_where_kafka_allows_none_is_unanswerable() -> None:
+    """kio reads a null array where Kafka's definition has none (FindCoordinator v4's
+    keys, found by the live fuzz): Kafka cannot read such a request and closes the
+    connection, and so does the listener, instead of failing inside a handler."""
+    frame = bytearray(encode_request(build(load_request_schema(10, 4), {"key_type": 0}), 1))
+    assert parse_request(bytes(frame)).body.coordinator_keys == ()
+    frame[-2] = 0  # the keys' compact array length: 0 is null
+    with pytest.raises(Unanswerable, match="coordinator_keys null"):
+        parse_request(bytes(frame))

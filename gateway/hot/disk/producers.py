@@ -86,18 +86,11 @@ class ProducerWindows(dict[str, Window]):
                 raise producer.unknown(where)
             return None
         pid, seq = producer.producer_id, producer.sequence
-        last = window[-1][0]
-        if seq == last + 1:
+        last, _, last_count = window[-1]
+        expected = producer.expected(last, last_count)
+        if seq == expected:
             return None
-        if seq > last + 1:
-            raise OutOfOrderSequence(
-                f"producer {pid!r} sent sequence {seq} to {where!r}, "
-                f"expected {last + 1}: resend the missing batches first",
-                producer_id=pid,
-                sequence=seq,
-                expected_sequence=last + 1,
-            )
-        for s, base, stored_count in window:
+        for s, base, stored_count in reversed(window):  # the latest of a wrapped sequence
             if s == seq:
                 if stored_count != count:
                     raise InvalidIdempotentAppend(
@@ -107,6 +100,14 @@ class ProducerWindows(dict[str, Window]):
                         sequence=seq,
                     )
                 return AppendResult(base_offset=base, count=stored_count, duplicate=True)
+        if seq > expected:
+            raise OutOfOrderSequence(
+                f"producer {pid!r} sent sequence {seq} to {where!r}, "
+                f"expected {expected}: resend the missing batches first",
+                producer_id=pid,
+                sequence=seq,
+                expected_sequence=expected,
+            )
         raise InvalidIdempotentAppend(
             f"producer {pid!r} sent sequence {seq}, older than its de-duplication window "
             f"[{window[0][0]}, {last}]",

@@ -168,6 +168,7 @@ class RedisHotLog(RedisKeyIndex):
         seen = self._seen.get(part)
         args.append(-1 if floor is None and seen is None else max(floor or 0, seen or 0))
         args.append(-1 if expect_high is None else expect_high)
+        args.append("1" if producer is not None and producer.counts_records else "0")
         if keyed is not None:
             # With expect_high the base offset is known: the script sets the offsets as
             # they are (no arithmetic per key in Lua, a third of a keyed append's cost).
@@ -266,13 +267,13 @@ class RedisHotLog(RedisKeyIndex):
         assert producer is not None
         pid, seq = producer.producer_id, producer.sequence
         if status == OUT_OF_ORDER:
-            last = to_int(reply[1])
+            expected = producer.expected(to_int(reply[1]), to_int(reply[2]))
             raise OutOfOrderSequence(
                 f"producer {pid!r} sent sequence {seq} to partition {part.path}, "
-                f"expected {last + 1}: resend the missing batches first",
+                f"expected {expected}: resend the missing batches first",
                 producer_id=pid,
                 sequence=seq,
-                expected_sequence=last + 1,
+                expected_sequence=expected,
             )
         if status == UNKNOWN_PRODUCER:
             raise producer.unknown(part.path)

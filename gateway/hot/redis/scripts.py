@@ -67,7 +67,9 @@ end
 APPEND_LUA = """
 -- KEYS: log, meta, keys
 -- ARGV: payload, count, timestamp_us, has_producer ('1'/'0'), producer_id, sequence, window,
---       floor, expect_high, then (key, position in the batch) pairs: each key's last change
+--       floor, expect_high, counts_records ('1': a batch's sequence is the previous one's
+--       plus its record count, modulo 2^31, Kafka's; '0': plus one), then (key, position in
+--       the batch) pairs: each key's last change
 -- With `expect_high` >= 0, refuses with {8, hw} when the high watermark is another (after
 -- the producer's checks: a duplicate is answered as one). Each key of the pairs gets the
 -- offset hw + position in the `keys` hash, with the batch: the index never differs from it.
@@ -103,17 +105,22 @@ if ARGV[4] == '1' then
   end
   if #state > 0 then
     local last = tonumber(state[#state][1])
-    if seq > last + 1 then
-      return {2, state[#state][1], state[1][1]}
+    local expected = last + 1
+    if ARGV[10] == '1' then
+      expected = (last + tonumber(state[#state][3])) % 2147483648
     end
-    if seq <= last then
-      for _, e in ipairs(state) do
+    if seq ~= expected then
+      for i = #state, 1, -1 do
+        local e = state[i]
         if tonumber(e[1]) == seq then
           if tonumber(e[3]) ~= count then
             return {4, e[2], e[3]}
           end
           return {1, e[2], e[3]}
         end
+      end
+      if seq > expected then
+        return {2, state[#state][1], state[#state][3]}
       end
       return {3, state[#state][1], state[1][1]}
     end
@@ -125,17 +132,17 @@ local expect = tonumber(ARGV[9] or '-1')
 if expect >= 0 and tonumber(hw) ~= expect then return {8, hw, '0'} end
 redis.call('XADD', log, hw .. '-1', 'payload', ARGV[1], 'count', ARGV[2],
            'timestamp_us', ARGV[3])
-if #ARGV > 9 and expect >= 0 then
+if #ARGV > 10 and expect >= 0 then
   -- The base is known: the pairs carry the offsets themselves.
-  for i = 10, #ARGV, 1000 do
+  for i = 11, #ARGV, 1000 do
     local j = i + 999
     if j > #ARGV then j = #ARGV end
     redis.call('HSET', KEYS[3], unpack(ARGV, i, j))
   end
-elseif #ARGV > 9 then
+elseif #ARGV > 10 then
   local base = tonumber(hw)
   local fields = {}
-  for i = 10, #ARGV, 2 do
+  for i = 11, #ARGV, 2 do
     fields[#fields + 1] = ARGV[i]
     fields[#fields + 1] = string.format('%.0f', base + tonumber(ARGV[i + 1]))
     if #fields >= 1000 then

@@ -31,6 +31,8 @@ class AppendBody:
     producer_id: str | None = None
     sequence: int | None = None
     stream: ClientStream | None = None
+    #: The producer's sequences count records (Kafka's idempotent producer), not batches.
+    sequence_counts_records: bool = False
 
 
 def append_response(ranges: Sequence[AppendRange]) -> pb.AppendResponse:
@@ -77,6 +79,7 @@ class AppendCalls(CallsBase):
                 producer_id=body.producer_id,
                 sequence=body.sequence,
                 stream=body.stream,
+                sequence_counts_records=body.sequence_counts_records,
             )
         records = sum(r.count for r in ranges)
         metrics.record_append(records, nbytes)

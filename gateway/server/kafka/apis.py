@@ -19,6 +19,7 @@ from gateway.server.kafka.fetch import FetchApis, fetch_waits
 from gateway.server.kafka.groups import GroupApis
 from gateway.server.kafka.offsets import OffsetApis
 from gateway.server.kafka.produce import ProduceApis
+from gateway.server.kafka.producers import ProducerApis, ProducerEpochs
 from gateway.server.kafka.protocol import (
     CREATE_TOPICS,
     DELETE_TOPICS,
@@ -26,6 +27,7 @@ from gateway.server.kafka.protocol import (
     FETCH,
     FIND_COORDINATOR,
     HEARTBEAT,
+    INIT_PRODUCER_ID,
     JOIN_GROUP,
     LEAVE_GROUP,
     LIST_GROUPS,
@@ -42,13 +44,15 @@ from gateway.server.kafka.topics import TopicApis
 __all__ = ["LONGEST_MUTE_S", "Broker", "KafkaApis", "held_while_throttled"]
 
 
-class KafkaApis(TopicApis, ProduceApis, FetchApis, OffsetApis, GroupApis):
+class KafkaApis(TopicApis, ProduceApis, ProducerApis, FetchApis, OffsetApis, GroupApis):
     """The requests of one connection once it authenticated as ``tenant``."""
 
-    def __init__(self, *args: Any, groups: ClassicGroups) -> None:
+    def __init__(self, *args: Any, groups: ClassicGroups, producers: ProducerEpochs) -> None:
         super().__init__(*args)
         #: The listener's classic groups, shared by its connections.
         self.groups = groups
+        #: The newest epoch of each idempotent producer, shared likewise.
+        self.producers = producers
 
     async def handle(self, request: Request) -> Any | None:
         """The answer to ``request`` (None: a Produce with acks=0, answered with nothing).
@@ -77,6 +81,7 @@ class KafkaApis(TopicApis, ProduceApis, FetchApis, OffsetApis, GroupApis):
     _handlers: dict[int, Callable[[KafkaApis, Request], Awaitable[Any]]] = {
         METADATA: TopicApis.metadata,
         PRODUCE: ProduceApis.produce,
+        INIT_PRODUCER_ID: ProducerApis.init_producer_id,
         FETCH: FetchApis.fetch,
         LIST_OFFSETS: FetchApis.list_offsets,
         FIND_COORDINATOR: OffsetApis.find_coordinator,

@@ -29,10 +29,15 @@ class OffsetApis(ApisBase):
                 "node_id": NODE_ID if group else -1,
                 "host": self.broker.host if group else "",
                 "port": self.broker.port if group else -1,
-                "error_code": ErrorCode.none if group else ErrorCode.coordinator_not_available,
+                # Transactions: an error clients stop on, with why (not one they retry
+                # until their timeout, as COORDINATOR_NOT_AVAILABLE would be).
+                "error_code": ErrorCode.none
+                if group
+                else ErrorCode.transactional_id_authorization_failed,
                 "error_message": None
                 if group
-                else "transactions are not served by Tidegate's Kafka listener yet",
+                else "transactions are not served by Tidegate's Kafka listener yet; produce "
+                "without transactional.id (enable.idempotence=true is served)",
             }
             for key in keys
         ]

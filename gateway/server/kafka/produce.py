@@ -8,6 +8,7 @@ from typing import Any
 
 from gateway.server.calls import OFFLOAD_BYTES, AppendBody, wire_error
 from gateway.server.kafka.base import ApisBase, message, split_topic
+from gateway.server.kafka.producers import ProducerEpochs, idempotence
 from gateway.server.kafka.protocol import ErrorCode, Request, build, error_code, response_class
 from gateway.server.kafka.records import decode_produce, is_raw, raw_rows, rows_from_values
 from gateway.wire.errors import InvalidRequest
@@ -16,6 +17,8 @@ from gateway.wire.types import AppendRange
 
 class ProduceApis(ApisBase):
     """Produce."""
+
+    producers: ProducerEpochs
 
     async def produce(self, request: Request) -> Any | None:
         body = request.body
@@ -53,16 +56,18 @@ class ProduceApis(ApisBase):
                     "listener yet; produce without transactional.id"
                 )
             table = await self.service.table(self.tenant, namespace, name)
+            # After the table: a topic not the tenant's is unknown whatever its batch says.
+            producer = idempotence(produced, self.producers, self.tenant, topic)
             if is_raw(table.schema):
                 raw = await self.calls.offload(big, raw_rows, produced, table.schema)
-                return AppendBody([raw], partition)
+                return AppendBody([raw], partition, **producer)
             batch, bad = await self.calls.offload(
                 big, rows_from_values, produced.values, table.schema, table.added_columns
             )
             if batch is None:
                 refused.extend(bad)
                 raise _Refused()
-            return AppendBody([batch], partition)
+            return AppendBody([batch], partition, **producer)
 
         async def attempt() -> list[AppendRange]:
             # Refused without decoding while the tenant's appends are refused after a

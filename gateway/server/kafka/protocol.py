@@ -25,6 +25,7 @@ from kio.serial import entity_reader, entity_writer
 from gateway.wire.errors import (
     GroupNotEmpty,
     IllegalGeneration,
+    InvalidIdempotentAppend,
     InvalidPartition,
     InvalidRequest,
     MalformedPayload,
@@ -39,11 +40,13 @@ from gateway.wire.errors import (
     TidegateError,
     Unauthenticated,
     Unavailable,
+    UnknownProducer,
 )
 
 __all__ = [
     "API_VERSIONS",
     "ErrorCode",
+    "ProducerFenced",
     "Request",
     "Unanswerable",
     "api_versions_fallback",
@@ -59,6 +62,7 @@ OFFSET_COMMIT, OFFSET_FETCH, FIND_COORDINATOR = 8, 9, 10
 CREATE_TOPICS, DELETE_TOPICS = 19, 20
 JOIN_GROUP, HEARTBEAT, LEAVE_GROUP, SYNC_GROUP = 11, 12, 13, 14
 DESCRIBE_GROUPS, LIST_GROUPS = 15, 16
+INIT_PRODUCER_ID = 22
 SASL_HANDSHAKE, API_VERSIONS_KEY, SASL_AUTHENTICATE = 17, 18, 36
 
 #: API key -> (min, max) version served. Bounded by what kio generates (Kafka 4's
@@ -82,6 +86,8 @@ API_VERSIONS: dict[int, tuple[int, int]] = {
     DESCRIBE_GROUPS: (0, 5),
     LIST_GROUPS: (0, 5),
     CREATE_TOPICS: (2, 7),
+    # The idempotent producer (v3: KIP-360's epoch bump); v6 adds two-phase commit.
+    INIT_PRODUCER_ID: (0, 5),
     # v6 names topics by id too.
     DELETE_TOPICS: (1, 5),
     SASL_HANDSHAKE: (0, 1),
@@ -138,9 +144,35 @@ def parse_request(frame: bytes) -> Request:
         raise Unanswerable(
             f"a request of API key {api_key} v{api_version} that cannot be read: {exc}"
         ) from None
+    null = _null_field(body)
+    if null is not None:
+        # kio reads a null array or string where Kafka's definition allows none; Kafka's
+        # broker cannot read such a request either and closes the connection.
+        raise Unanswerable(
+            f"a request of API key {api_key} v{api_version} with {null} null, which it cannot be"
+        )
     # Bytes after the request's end are ignored, as Kafka's brokers ignore them:
     # librdkafka's admin client sends Metadata v12 with three of them.
     return Request(api_key, api_version, correlation_id, header.client_id, body)
+
+
+def _null_field(entity: Any) -> str | None:
+    """The path of the first field of ``entity`` (a kio message) that is null where its
+    definition does not allow it, or None."""
+    hints = _hints(type(entity))
+    for f in dataclasses.fields(entity):
+        value = getattr(entity, f.name)
+        if value is None:
+            if type(None) not in typing.get_args(hints[f.name]):
+                return f.name
+            continue
+        items = value if isinstance(value, tuple) else (value,)
+        for item in items:
+            if dataclasses.is_dataclass(item) and not isinstance(item, type):
+                inner = _null_field(item)
+                if inner is not None:
+                    return f"{f.name}.{inner}"
+    return None
 
 
 def api_versions_fallback(frame: bytes) -> bytes | None:
@@ -281,8 +313,25 @@ def api_name(request: Request) -> str:
 # --------------------------------------------------------------------------------------
 # Errors
 # --------------------------------------------------------------------------------------
+class ProducerFenced(InvalidIdempotentAppend):
+    """A Produce of an idempotent producer's epoch older than one it was given since
+    (Kafka's INVALID_PRODUCER_EPOCH)."""
+
+    reason = "INVALID_PRODUCER_EPOCH"
+
+
 def error_code(err: TidegateError) -> ErrorCode:
     """The Kafka error code a client acts on as Kafka's own for ``err``."""
+    if isinstance(err, UnknownProducer):
+        # No state of the producer where its sequence is above 0 (the hot tier lost it):
+        # librdkafka and the Java client bump the epoch and go on from sequence 0.
+        return ErrorCode.unknown_producer_id
+    if isinstance(err, ProducerFenced):
+        return ErrorCode.invalid_producer_epoch
+    if isinstance(err, InvalidIdempotentAppend | OutOfOrderSequence):
+        # A gap, a sequence older than the de-duplication window or inside a stored
+        # batch, a retry of another record count: Kafka answers all of them so.
+        return ErrorCode.out_of_order_sequence_number
     if isinstance(err, TableNotFound | InvalidPartition):
         return ErrorCode.unknown_topic_or_partition
     if isinstance(err, OffsetOutOfRange):
@@ -310,8 +359,6 @@ def error_code(err: TidegateError) -> ErrorCode:
         return ErrorCode.topic_authorization_failed
     if isinstance(err, Throttled):
         return ErrorCode.throttling_quota_exceeded
-    if isinstance(err, OutOfOrderSequence):
-        return ErrorCode.out_of_order_sequence_number
     if isinstance(err, Unavailable):
         # Retriable for every client: the storage behind the partition is not reachable.
         return ErrorCode.kafka_storage_error

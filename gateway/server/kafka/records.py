@@ -78,6 +78,8 @@ class ProducedBatch:
     producer_epoch: int = -1
     base_sequence: int = -1
     transactional: bool = False
+    #: Record batches in the partition's record set.
+    batches: int = 0
 
 
 #: Bytes of a record batch's header (magic 2) before its records.
@@ -169,6 +171,7 @@ def decode_produce(data: bytes | None, limit: int) -> ProducedBatch:
         else:
             limit -= end - at
         at = end
+        out.batches += 1
         if first:
             out.producer_id = batch.producer_id
             out.producer_epoch = batch.producer_epoch

@@ -28,6 +28,7 @@ from gateway.config import Settings
 from gateway.server.calls import DataCalls, wire_error
 from gateway.server.kafka.apis import LONGEST_MUTE_S, Broker, KafkaApis, held_while_throttled
 from gateway.server.kafka.classic import ClassicGroups
+from gateway.server.kafka.producers import ProducerEpochs
 from gateway.server.kafka.protocol import (
     API_VERSIONS_KEY,
     BEFORE_AUTH,
@@ -85,6 +86,8 @@ class KafkaEdge:
         self.port = settings.kafka.port
         #: The classic consumer groups of this listener's connections.
         self.groups = ClassicGroups()
+        #: The newest epoch of each idempotent producer of its connections.
+        self.producers = ProducerEpochs()
 
     @property
     def broker(self) -> Broker:
@@ -350,5 +353,10 @@ class _Connection:
             )
         self.edge.tenants[tenant] = held + 1
         self.apis = KafkaApis(
-            self.edge.calls, self.edge.broker, tenant, authorization, groups=self.edge.groups
+            self.edge.calls,
+            self.edge.broker,
+            tenant,
+            authorization,
+            groups=self.edge.groups,
+            producers=self.edge.producers,
         )
