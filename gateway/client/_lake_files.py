@@ -24,6 +24,7 @@ import pyarrow as pa
 import pyarrow.fs as pafs
 
 __all__ = [
+    "HttpPool",
     "LakeFile",
     "PlanFiles",
     "in_warehouse",
@@ -91,63 +92,76 @@ def locate(
 
 
 # HTTP range reads --------------------------------------------------------------------
-_CONNECTIONS = threading.local()
+class HttpPool:
+    """Kept-alive connections to the hosts of one scan's links, closed with the scan:
+    a request takes an idle connection (or opens one) and gives it back when answered."""
 
+    def __init__(self) -> None:
+        self._idle: dict[tuple[str, str], list[http.client.HTTPConnection]] = {}
+        self._lock = threading.Lock()
+        self._closed = False
 
-def _connection(scheme: str, netloc: str, timeout: float) -> http.client.HTTPConnection:
-    """This thread's kept-alive connection to ``scheme://netloc``."""
-    pool: dict[tuple[str, str], http.client.HTTPConnection] = getattr(_CONNECTIONS, "pool", {})
-    _CONNECTIONS.pool = pool
-    conn = pool.get((scheme, netloc))
-    if conn is None:
+    def _take(self, scheme: str, netloc: str, timeout: float) -> http.client.HTTPConnection:
+        with self._lock:
+            idle = self._idle.get((scheme, netloc))
+            if idle:
+                return idle.pop()
         cls = http.client.HTTPSConnection if scheme == "https" else http.client.HTTPConnection
-        conn = pool[(scheme, netloc)] = cls(netloc, timeout=timeout)
-    return conn
+        return cls(netloc, timeout=timeout)
 
-
-def _drop_connection(scheme: str, netloc: str) -> None:
-    pool: dict[tuple[str, str], http.client.HTTPConnection] = getattr(_CONNECTIONS, "pool", {})
-    conn = pool.pop((scheme, netloc), None)
-    if conn is not None:
+    def _give(self, scheme: str, netloc: str, conn: http.client.HTTPConnection) -> None:
+        with self._lock:
+            if not self._closed:
+                self._idle.setdefault((scheme, netloc), []).append(conn)
+                return
+        # A read Arrow started before the scan ended (a limit reached) came back late.
         conn.close()
 
+    def close(self) -> None:
+        with self._lock:
+            self._closed = True
+            idle, self._idle = self._idle, {}
+        for conns in idle.values():
+            for conn in conns:
+                conn.close()
 
-def range_get(url: str, start: int, end: int, timeout: float = HTTP_TIMEOUT_S) -> bytes:
-    """Bytes ``[start, end)`` of ``url`` (one request on this thread's kept-alive
-    connection; a connection the server closed meanwhile is opened again once).
+    def range_get(self, url: str, start: int, end: int, timeout: float = HTTP_TIMEOUT_S) -> bytes:
+        """Bytes ``[start, end)`` of ``url``, on a kept-alive connection (one the server
+        closed meanwhile is opened again, once).
 
-    Raises:
-        OSError: the host did not answer, or answered with neither 200 nor 206.
-    """
-    parts = urllib.parse.urlsplit(url)
-    target = parts.path + (f"?{parts.query}" if parts.query else "")
-    headers = {"Range": f"bytes={start}-{end - 1}"}
-    for attempt in (1, 2):
-        conn = _connection(parts.scheme, parts.netloc, timeout)
-        try:
-            conn.request("GET", target, headers=headers)
-            response = conn.getresponse()
-            body = response.read()
-        except (http.client.HTTPException, OSError):
-            _drop_connection(parts.scheme, parts.netloc)
-            if attempt == 2:
-                raise
-            continue
-        if response.status == 206:
-            return body
-        if response.status == 200:  # no range support: the whole object came
-            return body[start:end]
-        _drop_connection(parts.scheme, parts.netloc)
-        raise OSError(f"HTTP {response.status} {body[:200].decode('utf-8', 'replace').strip()}")
-    raise AssertionError("unreachable")
+        Raises:
+            OSError: the host did not answer, or answered with neither 200 nor 206.
+        """
+        parts = urllib.parse.urlsplit(url)
+        target = parts.path + (f"?{parts.query}" if parts.query else "")
+        headers = {"Range": f"bytes={start}-{end - 1}"}
+        for attempt in (1, 2):
+            conn = self._take(parts.scheme, parts.netloc, timeout)
+            try:
+                conn.request("GET", target, headers=headers)
+                response = conn.getresponse()
+                body = response.read()
+            except (http.client.HTTPException, OSError):
+                conn.close()
+                if attempt == 2:
+                    raise
+                continue
+            if response.status in (200, 206):
+                self._give(parts.scheme, parts.netloc, conn)
+                # 200: no range support, the whole object came.
+                return body if response.status == 206 else body[start:end]
+            conn.close()
+            text = body[:200].decode("utf-8", "replace").strip()
+            raise OSError(f"HTTP {response.status} {text}")
+        raise AssertionError("unreachable")
 
 
 class _HttpRangeFile(io.RawIOBase):
     """A read-only file over range requests of an URL whose size the plan gives, so a
     Parquet reader fetches the footer and the column chunks it needs, not the object."""
 
-    def __init__(self, url: str, size: int) -> None:
-        self.url, self.size, self.pos = url, size, 0
+    def __init__(self, pool: HttpPool, url: str, size: int) -> None:
+        self.pool, self.url, self.size, self.pos = pool, url, size, 0
 
     def readable(self) -> bool:
         return True
@@ -167,7 +181,7 @@ class _HttpRangeFile(io.RawIOBase):
         end = self.size if n is None or n < 0 else min(self.size, self.pos + n)
         if end <= self.pos:
             return b""
-        data = range_get(self.url, self.pos, end)
+        data = self.pool.range_get(self.url, self.pos, end)
         self.pos += len(data)
         return data
 
@@ -182,6 +196,14 @@ def probe(files: Iterable[LakeFile]) -> str | None:
     when it can: local files were found at plan time, and one 1-byte range request per
     host of the links answers."""
     seen: set[str] = set()
+    pool = HttpPool()
+    try:
+        return _probe(files, seen, pool)
+    finally:
+        pool.close()
+
+
+def _probe(files: Iterable[LakeFile], seen: set[str], pool: HttpPool) -> str | None:
     for f in files:
         if f.kind == "unreachable":
             return f"data file {f.where} is not on this host and the plan gives no link to it"
@@ -193,7 +215,7 @@ def probe(files: Iterable[LakeFile]) -> str | None:
             continue
         seen.add(origin)
         try:
-            range_get(f.where, 0, 1, timeout=PROBE_TIMEOUT_S)
+            pool.range_get(f.where, 0, 1, timeout=PROBE_TIMEOUT_S)
         except OSError as exc:
             return f"the link {origin}/... of data file {f.key} did not answer ({exc})"
     return None
@@ -205,8 +227,9 @@ class PlanFiles(pafs.FileSystemHandler):  # type: ignore[misc]
     :attr:`LakeFile.key`: local ones opened natively (read by C++ with no Python), HTTP
     ones through range requests."""
 
-    def __init__(self, files: Mapping[str, LakeFile]) -> None:
+    def __init__(self, files: Mapping[str, LakeFile], pool: HttpPool) -> None:
         self.files = dict(files)
+        self.pool = pool
 
     def __eq__(self, other: object) -> bool:
         return self is other
@@ -239,7 +262,7 @@ class PlanFiles(pafs.FileSystemHandler):  # type: ignore[misc]
             raise FileNotFoundError(path)
         if f.kind == "local":
             return pa.OSFile(f.where)
-        return pa.PythonFile(_HttpRangeFile(f.where, f.size), mode="r")
+        return pa.PythonFile(_HttpRangeFile(self.pool, f.where, f.size), mode="r")
 
     def open_input_stream(self, path: str) -> pa.NativeFile:
         return self.open_input_file(path)

@@ -21,6 +21,7 @@ module when every file can be reached, else the gateway's scan). See docs/client
 from __future__ import annotations
 
 import asyncio
+import os
 from collections.abc import AsyncIterator, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -31,7 +32,7 @@ import pyarrow.compute as pc
 import pyarrow.dataset as ds
 import pyarrow.fs as pafs
 
-from gateway.client._lake_files import LakeFile, PlanFiles, locate, probe
+from gateway.client._lake_files import HttpPool, LakeFile, PlanFiles, locate, probe
 from gateway.client._types import TableRef
 from gateway.wire._proto.tidegate.v1 import tidegate_pb2 as pb
 from gateway.wire.errors import InvalidRequest, TidegateError, Unavailable
@@ -50,6 +51,11 @@ __all__ = [
     "lake_scan",
     "lake_scan_async",
 ]
+
+# The hot ranges' batches come from Arrow Flight's or gRPC's buffers, which Arrow does not
+# align; filtering them (Acero) would print a warning per batch to stderr. Acero reads
+# this once, at its first use: copy such buffers, silently (a user's setting is kept).
+os.environ.setdefault("ACERO_ALIGNMENT_HANDLING", "reallocate")
 
 ScanMode = Literal["auto", "client", "server"]
 SCAN_MODES: tuple[str, ...] = ("auto", "client", "server")
@@ -177,8 +183,8 @@ class LakeScan:
             "scan with mode='server' to read them through the gateway"
         )
 
-    def _scanner(self) -> ds.Scanner:
-        fs = pafs.PyFileSystem(PlanFiles({f.key: f for f in self.files}))
+    def _scanner(self, pool: HttpPool) -> ds.Scanner:
+        fs = pafs.PyFileSystem(PlanFiles({f.key: f for f in self.files}, pool))
         dataset = ds.dataset(
             [f.key for f in self.files], schema=self.stored, format=_FORMAT, filesystem=fs
         )
@@ -194,19 +200,27 @@ class LakeScan:
         threads, in the files' order."""
         if not self.files or self.limit == 0:
             return self.output.empty_table()
-        scanner = self._scanner()
-        rows = scanner.head(self.limit) if self.limit is not None else scanner.to_table()
+        pool = HttpPool()
+        try:
+            scanner = self._scanner(pool)
+            rows = scanner.head(self.limit) if self.limit is not None else scanner.to_table()
+        finally:
+            pool.close()
         return _conform(rows, self.output)
 
     def cold_batches(self) -> Iterator[pa.RecordBatch]:
+        """The rows the plan's files keep, batch by batch (the links' connections are
+        closed when the iterator ends or is closed)."""
         if not self.files:
-            return iter(())
+            return
         out = self.output
-        return (
-            _conform(pa.Table.from_batches([b]), out).to_batches()[0]
-            for b in self._scanner().to_batches()
-            if b.num_rows
-        )
+        pool = HttpPool()
+        try:
+            for b in self._scanner(pool).to_batches():
+                if b.num_rows:
+                    yield _conform(pa.Table.from_batches([b]), out).to_batches()[0]
+        finally:
+            pool.close()
 
     def hot_rows(self, batches: list[pa.RecordBatch]) -> pa.Table | None:
         """The rows of a hot range's chunk the filter keeps, in the scan's columns."""
@@ -366,8 +380,8 @@ def lake_batches(
 
     def batches() -> Iterator[pa.RecordBatch]:
         left = limit
+        cold = scan.cold_batches()
         try:
-            cold = scan.cold_batches()
             for b in cold:
                 if left is not None:
                     b = b.slice(0, left)
@@ -378,6 +392,8 @@ def lake_batches(
                     return
         except _UNREACHED as exc:
             raise scan.unreached(exc) from None
+        finally:
+            cold.close()
         for p, start, end in scan.hot:
             for chunk in host.read_range(scan.table, partition=p, start=start, end=end):
                 rows = scan.hot_rows(chunk)
@@ -475,20 +491,23 @@ async def lake_batches_async(
     async def batches() -> AsyncIterator[pa.RecordBatch]:
         left = limit
         cold = scan.cold_batches()
-        while True:
-            try:
-                b = await asyncio.to_thread(next, cold, None)
-            except _UNREACHED as exc:
-                raise scan.unreached(exc) from None
-            if b is None:
-                break
-            if left is not None:
-                b = b.slice(0, left)
-                left -= b.num_rows
-            if b.num_rows:
-                yield b
-            if left == 0:
-                return
+        try:
+            while True:
+                try:
+                    b = await asyncio.to_thread(next, cold, None)
+                except _UNREACHED as exc:
+                    raise scan.unreached(exc) from None
+                if b is None:
+                    break
+                if left is not None:
+                    b = b.slice(0, left)
+                    left -= b.num_rows
+                if b.num_rows:
+                    yield b
+                if left == 0:
+                    return
+        finally:
+            cold.close()
         for p, start, end in scan.hot:
             async for chunk in host.read_range(scan.table, partition=p, start=start, end=end):
                 rows = scan.hot_rows(chunk)
