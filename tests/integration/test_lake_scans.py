@@ -18,6 +18,7 @@ tests append and scan. What is checked:
 
 from __future__ import annotations
 
+import json
 import re
 import threading
 import time
@@ -35,6 +36,7 @@ from gateway.client import Client
 from gateway.wire.errors import InvalidRequest, Unavailable
 from tests.integration.conftest import gateway_env
 from tests.integration.flavours import LoopThread, synced_client
+from tests.integration.test_cli import tidegate
 from tests.services import GatewayProcess, MotoServer, RedisServer, free_port
 
 pytestmark = pytest.mark.integration
@@ -303,6 +305,25 @@ def test_a_client_that_cannot_reach_the_files_scans_on_the_gateway(
         served = _delta(seen, _metrics(unlinked))
         assert served == {"read_records": 0.0, "grpc_scans": 0.0, "flight_scans": 0.0}
         assert _by_offset(mine) == _by_offset(auto)
+
+    # The command line's scan is the SDK's: the same three ways.
+    def cli_rows(*args: str) -> list[tuple[int, int, int]]:
+        out = tidegate(
+            unlinked, "scan", table, "-c", "v", "-c", "_partition", "-c", "_offset", *args
+        )
+        rows = [json.loads(line) for line in out.stdout.splitlines()]
+        return sorted((r["_partition"], r["_offset"], r["v"]) for r in rows)
+
+    expected = sorted((r["_partition"], r["_offset"], r["v"]) for r in auto.to_pylist())
+    seen = _metrics(unlinked)
+    assert cli_rows() == expected  # auto: the links are out of reach, the gateway scans
+    assert _delta(seen, _metrics(unlinked))["read_records"] == 200
+    seen = _metrics(unlinked)
+    folder = str(unlinked.data_dir / "warehouse")
+    assert cli_rows("--mode", "client", "--warehouse", folder) == expected
+    assert _delta(seen, _metrics(unlinked))["read_records"] == 0
+    refused = tidegate(unlinked, "scan", table, "--mode", "client", ok=False)
+    assert refused.returncode != 0 and "mode='server'" in refused.stderr, refused.stderr
 
 
 def _wait_tiered(c: Client, table: str, records: int) -> None:
