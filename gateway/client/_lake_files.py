@@ -25,6 +25,7 @@ import pyarrow.fs as pafs
 
 __all__ = [
     "HttpPool",
+    "HttpRangeFile",
     "LakeFile",
     "PlanFiles",
     "in_warehouse",
@@ -156,11 +157,12 @@ class HttpPool:
         raise AssertionError("unreachable")
 
 
-class _HttpRangeFile(io.RawIOBase):
+class HttpRangeFile(io.RawIOBase):
     """A read-only file over range requests of an URL whose size the plan gives, so a
-    Parquet reader fetches the footer and the column chunks it needs, not the object."""
+    Parquet reader fetches the footer and the column chunks it needs, not the object.
+    Its requests use ``pool``'s connections; without one, each opens and closes its own."""
 
-    def __init__(self, pool: HttpPool, url: str, size: int) -> None:
+    def __init__(self, url: str, size: int, pool: HttpPool | None = None) -> None:
         self.pool, self.url, self.size, self.pos = pool, url, size, 0
 
     def readable(self) -> bool:
@@ -181,7 +183,14 @@ class _HttpRangeFile(io.RawIOBase):
         end = self.size if n is None or n < 0 else min(self.size, self.pos + n)
         if end <= self.pos:
             return b""
-        data = self.pool.range_get(self.url, self.pos, end)
+        if self.pool is not None:
+            data = self.pool.range_get(self.url, self.pos, end)
+        else:
+            once = HttpPool()
+            try:
+                data = once.range_get(self.url, self.pos, end)
+            finally:
+                once.close()
         self.pos += len(data)
         return data
 
@@ -262,7 +271,7 @@ class PlanFiles(pafs.FileSystemHandler):  # type: ignore[misc]
             raise FileNotFoundError(path)
         if f.kind == "local":
             return pa.OSFile(f.where)
-        return pa.PythonFile(_HttpRangeFile(self.pool, f.where, f.size), mode="r")
+        return pa.PythonFile(HttpRangeFile(f.where, f.size, self.pool), mode="r")
 
     def open_input_stream(self, path: str) -> pa.NativeFile:
         return self.open_input_file(path)

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import os
-from collections.abc import AsyncIterator, Iterator, Sequence
+from collections.abc import AsyncIterator, Generator, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Literal, Protocol
@@ -152,6 +152,27 @@ def _conform(rows: pa.Table, out: pa.Schema) -> pa.Table:
     return pa.Table.from_arrays(arrays, schema=out)
 
 
+class _Cut:
+    """A scan's limit over the batches it hands out (None: no limit)."""
+
+    def __init__(self, limit: int | None) -> None:
+        self.left = limit
+
+    @property
+    def done(self) -> bool:
+        return self.left == 0
+
+    def __call__(self, *batches: pa.RecordBatch) -> list[pa.RecordBatch]:
+        out = []
+        for b in batches:
+            if self.left is not None:
+                b = b.slice(0, self.left)
+                self.left -= b.num_rows
+            if b.num_rows:
+                out.append(b)
+        return out
+
+
 @dataclass(frozen=True)
 class LakeScan:
     """One client-side scan: the plan's files as this client reaches them, its hot
@@ -208,7 +229,7 @@ class LakeScan:
             pool.close()
         return _conform(rows, self.output)
 
-    def cold_batches(self) -> Iterator[pa.RecordBatch]:
+    def cold_batches(self) -> Generator[pa.RecordBatch, None, None]:
         """The rows the plan's files keep, batch by batch (the links' connections are
         closed when the iterator ends or is closed)."""
         if not self.files:
@@ -233,6 +254,10 @@ class LakeScan:
         if not rows.num_rows:
             return None
         return _conform(rows.select(list(self.names)), self.output)
+
+    def hot_batches(self, batches: list[pa.RecordBatch]) -> list[pa.RecordBatch]:
+        rows = self.hot_rows(batches)
+        return rows.to_batches() if rows is not None else []
 
     def assemble(self, cold: pa.Table, hot: list[pa.Table]) -> pa.Table:
         """Cold rows then hot rows (partition by partition), cut at the limit."""
@@ -379,32 +404,20 @@ def lake_batches(
         return None
 
     def batches() -> Iterator[pa.RecordBatch]:
-        left = limit
+        cut = _Cut(limit)
         cold = scan.cold_batches()
         try:
-            for b in cold:
-                if left is not None:
-                    b = b.slice(0, left)
-                    left -= b.num_rows
-                if b.num_rows:
-                    yield b
-                if left == 0:
-                    return
+            while not cut.done and (b := next(cold, None)) is not None:
+                yield from cut(b)
         except _UNREACHED as exc:
             raise scan.unreached(exc) from None
         finally:
             cold.close()
         for p, start, end in scan.hot:
             for chunk in host.read_range(scan.table, partition=p, start=start, end=end):
-                rows = scan.hot_rows(chunk)
-                for b in rows.to_batches() if rows is not None else ():
-                    if left is not None:
-                        b = b.slice(0, left)
-                        left -= b.num_rows
-                    if b.num_rows:
-                        yield b
-                    if left == 0:
-                        return
+                if cut.done:
+                    return
+                yield from cut(*scan.hot_batches(chunk))
 
     return batches()
 
@@ -489,35 +502,25 @@ async def lake_batches_async(
         return None
 
     async def batches() -> AsyncIterator[pa.RecordBatch]:
-        left = limit
+        cut = _Cut(limit)
         cold = scan.cold_batches()
         try:
-            while True:
+            while not cut.done:
                 try:
                     b = await asyncio.to_thread(next, cold, None)
                 except _UNREACHED as exc:
                     raise scan.unreached(exc) from None
                 if b is None:
                     break
-                if left is not None:
-                    b = b.slice(0, left)
-                    left -= b.num_rows
-                if b.num_rows:
-                    yield b
-                if left == 0:
-                    return
+                for piece in cut(b):
+                    yield piece
         finally:
             cold.close()
         for p, start, end in scan.hot:
             async for chunk in host.read_range(scan.table, partition=p, start=start, end=end):
-                rows = scan.hot_rows(chunk)
-                for b in rows.to_batches() if rows is not None else ():
-                    if left is not None:
-                        b = b.slice(0, left)
-                        left -= b.num_rows
-                    if b.num_rows:
-                        yield b
-                    if left == 0:
-                        return
+                if cut.done:
+                    return
+                for piece in cut(*scan.hot_batches(chunk)):
+                    yield piece
 
     return batches()
