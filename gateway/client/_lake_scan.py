@@ -432,8 +432,11 @@ async def _planned_async(host: AsyncLakeHost, table: str | TableRef, columns: Se
         if mode == "auto" and _no_plans(err):
             return None
         raise
-    scan = plan_scan(response, table, columns, filter, limit, host.warehouse)
-    # The probe asks the links' hosts: off the event loop.
+    # Locating the files (they are looked for on disk) and the probe (it asks the links'
+    # hosts) run off the event loop.
+    scan = await asyncio.to_thread(
+        plan_scan, response, table, columns, filter, limit, host.warehouse
+    )
     return scan if await asyncio.to_thread(_reachable, scan, mode) else None
 
 
