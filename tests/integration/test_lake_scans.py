@@ -256,6 +256,35 @@ def test_scan_modes_check_their_input(lake: Lake) -> None:
                 c.scan(table, mode=mode, limit=-1)  # type: ignore[arg-type]
 
 
+def test_files_written_before_a_schema_change_read_as_the_gateway_reads_them(lake: Lake) -> None:
+    """A column added after files were tiered reads as nulls from them, and a widened
+    column in its new type, whole files and filtered ones alike."""
+    table = f"ns{uuid.uuid4().hex[:8]}.t"
+    with lake.gateway.client(warehouse=lake.warehouse) as c:
+        c.create_table(table, {"v": "int64", "w": "int32"}, partitions=1)
+        c.append(table, [{"v": v, "w": v} for v in range(50)])
+        _wait_tiered(c, table, 50)
+        c.alter_schema(
+            table,
+            [
+                {"op": "add_column", "column": "note", "type": "string"},
+                {"op": "update_type", "column": "w", "type": "int64"},
+            ],
+        )
+        c.append(table, [{"v": v, "w": v, "note": f"n{v}"} for v in range(50, 60)])
+        for case in ({}, {"filter": "note is null or v > 55"}, {"columns": ["note", "w"]}):
+            mine = c.scan(table, mode="client", **case)
+            theirs = c.scan(table, mode="server", **case)
+            assert mine.schema == theirs.schema, case
+            key = mine.schema.names
+            assert sorted(mine.to_pylist(), key=lambda r: [str(r[k]) for k in key]) == sorted(
+                theirs.to_pylist(), key=lambda r: [str(r[k]) for k in key]
+            ), case
+        whole = c.scan(table, mode="client")
+        assert whole.schema.field("w").type == pa.int64()
+        assert sum(n is None for n in whole.column("note").to_pylist()) == 50
+
+
 # The fallback ------------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def unlinked(tmp_path_factory: pytest.TempPathFactory) -> Iterator[GatewayProcess]:
