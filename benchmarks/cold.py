@@ -242,6 +242,7 @@ async def run_reads(b: Bench, w: Workload) -> list[dict[str, Any]]:
             await closed_loop(scan_w, scan, gateway_scanner(stub, ref, md))
             flight_scan = Result(scan_name, "tidegate Flight scan (all cold)")
             await closed_loop(scan_w, flight_scan, flight.scan)
+            sdk_rows = await _sdk_scans(b, gw, ref, scan_w, scan_name)
             bases = [arrow.summary(), iceberg.summary(), duck.summary()]
             grpc_scan_edge = compare(through_scan.summary(), bases)
             flight_scan_edge = compare(through_flight_scan.summary(), bases)
@@ -251,6 +252,7 @@ async def run_reads(b: Bench, w: Workload) -> list[dict[str, Any]]:
                 flight_scan_edge,
                 compare(scan.summary(), [*bases, grpc_scan_edge]),
                 compare(flight_scan.summary(), [*bases, flight_scan_edge]),
+                *(compare(r, bases) for r in sdk_rows),
             ]
 
             # Stream reads across the cold/hot boundary -------------------------------------
@@ -266,6 +268,28 @@ async def run_reads(b: Bench, w: Workload) -> list[dict[str, Any]]:
             flight.close()
         finally:
             await drop_table(stub, ref, md)
+    return rows
+
+
+async def _sdk_scans(b: Bench, gw: Any, ref: Any, w: Workload, name: str) -> list[dict[str, Any]]:
+    """The SDK's client-side scans (issue 43): ``Client.scan(mode="client")`` plans once
+    and reads the Parquet files itself, from the warehouse folder (as a client on the
+    gateway's host, or with the warehouse mounted, reads them) and through the gateway's
+    file links (as any other client does)."""
+    from gateway.client import Client
+
+    table = f"{ref.namespace}.{ref.name}"
+    folder = b.settings().cold_warehouse
+    rows = []
+    for system, warehouse in (
+        ("tidegate SDK client-side scan, warehouse folder (all cold)", folder),
+        ("tidegate SDK client-side scan, file links (all cold)", None),
+    ):
+        with Client(gw.grpc_target, api_key=gw.api_key, warehouse=warehouse) as sdk:
+            sdk.scan(table, mode="client")  # connects, finds the Flight edge
+            res = Result(name, system)
+            await closed_loop(w, res, _blocking(lambda r, c: sdk.scan(table, mode="client")))
+        rows.append(res.summary())
     return rows
 
 

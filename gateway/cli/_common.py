@@ -211,11 +211,18 @@ def connect_budget(now: float | None = None) -> float:
     return max(min(MIN_CONNECT_S, Globals.connect_timeout), Globals.connect_timeout - spent)
 
 
-def client_for() -> Any:
+def client_for(warehouse: str | None = None) -> Any:
+    """The tenant's client; ``warehouse``: the gateway's local warehouse folder as this
+    host sees it, where client-side scans read the data files."""
     from gateway.client import Client
 
     Globals.speaks_as = "tenant"
-    return Client(Globals.target, api_key=Globals.api_key, connect_timeout=connect_budget())
+    return Client(
+        Globals.target,
+        api_key=Globals.api_key,
+        connect_timeout=connect_budget(),
+        warehouse=warehouse,
+    )
 
 
 def admin_for() -> Any:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import enum
 import json
 import sys
 from collections.abc import Iterator
@@ -353,6 +354,14 @@ def read(
         typer.echo(f"wrote {plural(total, 'record')} to {output}")
 
 
+class ScanModeArg(enum.StrEnum):
+    """``--mode`` of ``tidegate scan`` (see ``Client.scan``)."""
+
+    auto = "auto"
+    client = "client"
+    server = "server"
+
+
 @app.command()
 def scan(
     table: TableArg,
@@ -365,14 +374,34 @@ def scan(
         typer.Option(help="Read this Iceberg snapshot (its id, or an ISO-8601 time) only."),
     ] = None,
     limit: Annotated[int | None, typer.Option(help="Rows at most.")] = None,
+    mode: Annotated[
+        ScanModeArg,
+        typer.Option(
+            help="Where the scan runs: auto (this host reads the tiered files itself when it "
+            "can reach them, else the gateway scans), client (always this host), server "
+            "(the gateway reads and sends every row)."
+        ),
+    ] = ScanModeArg.auto,
+    warehouse: Annotated[
+        str | None,
+        typer.Option(
+            help="The gateway's local warehouse folder as this host sees it: the tiered "
+            "files are read there instead of through the gateway's links."
+        ),
+    ] = None,
 ) -> None:
     """The whole table, hot and tiered rows alike, as JSON lines (one consistent view)."""
     from gateway.wire.jsonrows import batch_to_rows
 
     when: int | str | None = int(as_of) if as_of is not None and as_of.isdigit() else as_of
-    with client_for() as c:
+    with client_for(warehouse) as c:
         for batch in c.scan_batches(
-            table, columns=columns or (), filter=filter, as_of=when, limit=limit
+            table,
+            columns=columns or (),
+            filter=filter,
+            as_of=when,
+            limit=limit,
+            mode=mode.value,
         ):
             for row in batch_to_rows([batch]):
                 sys.stdout.write(json.dumps(row) + "\n")

@@ -52,8 +52,13 @@ class _Channel:
         connect_timeout: float = DEFAULT_CONNECT_TIMEOUT,
         options: Sequence[tuple[str, Any]] = (),
         flight: bool | str = True,
+        warehouse: str | None = None,
     ) -> None:
         target, scheme_tls = normalise_target(endpoint)
+        #: The gateway's local warehouse folder as this host sees it (the folder, or a
+        #: mount of it): client-side scans read the plan's files there instead of
+        #: through the gateway's links (see :mod:`gateway.client._lake_scan`).
+        self.warehouse = warehouse
         self.timeout = timeout
         self.retry = retry
         self.reach = Reach(target, connect_timeout)

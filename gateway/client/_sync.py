@@ -18,6 +18,7 @@ import pyarrow as pa
 from gateway.client._arrow import dict_rows, ipc, rows_ipc
 from gateway.client._calls import SyncCalls
 from gateway.client._flight import flight_read, flight_scan, range_ended_early
+from gateway.client._lake_scan import ScanMode, check_mode, lake_batches, lake_scan
 from gateway.client._reading import (
     label_tier,
     read_response_batches,
@@ -79,6 +80,9 @@ class Client(SyncCalls):
         flight: scans go over the gateway's Arrow Flight edge when it offers one (True,
             the default: asked once with ``GetGatewayInfo``), never (False), or over the
             Flight edge at this location (``grpc+tcp://host:port``, ``grpc+tls://...``).
+        warehouse: the gateway's local warehouse folder as this host sees it (the folder,
+            or a mount of it): client-side scans (``scan(mode=...)``) read the plan's
+            data files there, at disk speed, instead of through the gateway's links.
 
     Example::
 
@@ -431,13 +435,21 @@ class Client(SyncCalls):
         filter: str = "",
         as_of: int | str | None = None,
         limit: int | None = None,
+        mode: ScanMode = "auto",
     ) -> Iterator[pa.RecordBatch]:
         """Batches of the whole table (cold snapshot plus hot tail, one consistent view)
         with a projection, a filter (``"v > 5 and tag is not null"``, see
         :mod:`gateway.wire.filters`) and a limit. With ``as_of`` (a snapshot id or an
         ISO-8601 time) only that Iceberg snapshot is read.
 
-        Over the gateway's Arrow Flight edge when it offers one (see ``flight``)."""
+        ``mode`` says where the scan runs (see :meth:`scan`); a server-side scan goes over
+        the gateway's Arrow Flight edge when it offers one (see ``flight``)."""
+        check_mode(mode)
+        if mode != "server":
+            lake = lake_batches(self, table, columns, filter, as_of, limit, mode)
+            if lake is not None:
+                yield from lake
+                return
         request = scan_request(table, columns, filter, as_of, limit)
         flight = self._flight()
         if flight is not None:  # its errors name the Flight edge, not the gRPC address
@@ -457,8 +469,23 @@ class Client(SyncCalls):
         filter: str = "",
         as_of: int | str | None = None,
         limit: int | None = None,
+        mode: ScanMode = "auto",
     ) -> pa.Table:
-        """:meth:`scan_batches` as one ``pyarrow.Table`` (``.to_pandas()`` for pandas)."""
+        """:meth:`scan_batches` as one ``pyarrow.Table`` (``.to_pandas()`` for pandas).
+
+        ``mode`` says where the scan runs. ``"auto"`` (the default): this client asks the
+        gateway for a read plan and reads its Parquet files itself (in ``warehouse`` when
+        given and holding them, else through the plan's links: the gateway's file links
+        on a local warehouse, presigned URLs on object storage), fetching only the hot
+        ranges from the gateway; where it cannot reach the files, the gateway scans.
+        ``"client"``: always itself, :class:`~gateway.wire.errors.Unavailable` when it
+        cannot reach them. ``"server"``: the gateway reads and sends every row. All three
+        answer the same rows of one pinned view (docs/client.md)."""
+        check_mode(mode)
+        if mode != "server":
+            rows = lake_scan(self, table, columns, filter, as_of, limit, mode)
+            if rows is not None:
+                return rows
         request = scan_request(table, columns, filter, as_of, limit)
         flight = self._flight()
         if flight is not None:

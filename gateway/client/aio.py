@@ -30,6 +30,7 @@ from gateway.client._aio_producer import AsyncProducer
 from gateway.client._arrow import dict_rows, ipc, rows_ipc
 from gateway.client._calls import AsyncCalls
 from gateway.client._flight import flight_read, flight_scan, range_ended_early
+from gateway.client._lake_scan import ScanMode, check_mode, lake_batches_async, lake_scan_async
 from gateway.client._reading import (
     label_tier,
     read_response_batches,
@@ -369,8 +370,16 @@ class AsyncClient(AsyncCalls):
         filter: str = "",
         as_of: int | str | None = None,
         limit: int | None = None,
+        mode: ScanMode = "auto",
     ) -> AsyncIterator[pa.RecordBatch]:
         """Batches of the whole table; see :meth:`gateway.client.Client.scan_batches`."""
+        check_mode(mode)
+        if mode != "server":
+            lake = await lake_batches_async(self, table, columns, filter, as_of, limit, mode)
+            if lake is not None:
+                async for batch in lake:
+                    yield batch
+                return
         request = scan_request(table, columns, filter, as_of, limit)
         flight = await self._flight()
         if flight is not None:
@@ -397,8 +406,14 @@ class AsyncClient(AsyncCalls):
         filter: str = "",
         as_of: int | str | None = None,
         limit: int | None = None,
+        mode: ScanMode = "auto",
     ) -> pa.Table:
         """The whole table as one ``pyarrow.Table``; see :meth:`Client.scan`."""
+        check_mode(mode)
+        if mode != "server":
+            rows = await lake_scan_async(self, table, columns, filter, as_of, limit, mode)
+            if rows is not None:
+                return rows
         request = scan_request(table, columns, filter, as_of, limit)
         flight = await self._flight()
         if flight is not None:

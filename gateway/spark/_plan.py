@@ -3,12 +3,12 @@ the hot range per partition) turned into input partitions."""
 
 from __future__ import annotations
 
-import os
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
 import pyarrow as pa
 
+from gateway.client._lake_files import in_warehouse
 from gateway.spark._options import Connection, described
 from gateway.spark._pushdown import OffsetBounds
 from gateway.spark._splits import FileSlice, HotSplit
@@ -60,17 +60,6 @@ class PinnedPlan:
         return files, hot
 
 
-def _in_warehouse(folder: str | None, inside: str) -> str | None:
-    """The path of a plan's file (``inside``: its path in the warehouse) in ``folder``, the
-    warehouse folder the reader was given; None without either. A path that would lead
-    out of the folder is ignored."""
-    if not folder or not inside:
-        return None
-    root = os.path.abspath(folder.removeprefix("file://"))
-    path = os.path.abspath(os.path.join(root, inside))
-    return path if path.startswith(root + os.sep) else None
-
-
 def fetch_plan(
     connection: Connection, row_filter: Expr | None, as_of: str | None, *, unretried: bool = False
 ) -> PinnedPlan:
@@ -95,7 +84,7 @@ def fetch_plan(
             f.min_offset,
             f.max_offset,
             earliest[f.partition] if f.min_offset < earliest.get(f.partition, 0) else None,
-            local=_in_warehouse(connection.warehouse, f.warehouse_path),
+            local=in_warehouse(connection.warehouse, f.warehouse_path),
         )
         for f in response.files
     )

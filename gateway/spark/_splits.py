@@ -4,13 +4,10 @@ gateway with the tenant's key."""
 
 from __future__ import annotations
 
-import io
 import os
 import time
-import urllib.request
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -21,6 +18,7 @@ from pyspark.sql.types import StructType
 
 from gateway.client import TableInfo
 from gateway.client._consuming import Outage
+from gateway.client._lake_files import HttpRangeFile
 from gateway.spark._options import Connection, Options, SparkOptionError
 from gateway.wire.errors import TidegateError
 from gateway.wire.filters import Expr, In, bind, to_arrow
@@ -154,44 +152,6 @@ def read_spec(
     return ReadSpec(connection, stored, tuple(columns), row_filter), info.partitions
 
 
-class _HttpRangeFile(io.RawIOBase):
-    """A read-only file over HTTP range requests of a presigned URL whose size is known
-    from the plan, so a Parquet reader fetches the footer and the column chunks it needs,
-    not the whole object."""
-
-    def __init__(self, url: str, size: int) -> None:
-        self.url, self.size, self.pos = url, size, 0
-
-    def readable(self) -> bool:
-        return True
-
-    def seekable(self) -> bool:
-        return True
-
-    def tell(self) -> int:
-        return self.pos
-
-    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
-        base = {io.SEEK_SET: 0, io.SEEK_CUR: self.pos, io.SEEK_END: self.size}[whence]
-        self.pos = base + offset
-        return self.pos
-
-    def read(self, n: int = -1) -> bytes:
-        end = self.size if n is None or n < 0 else min(self.size, self.pos + n)
-        if end <= self.pos:
-            return b""
-        request = urllib.request.Request(self.url, headers={"Range": f"bytes={self.pos}-{end - 1}"})
-        with urllib.request.urlopen(request, timeout=60) as response:
-            data: bytes = response.read()
-        self.pos += len(data)
-        return data
-
-    def readinto(self, buffer: Any) -> int:
-        data = self.read(len(buffer))
-        buffer[: len(data)] = data
-        return len(data)
-
-
 def _local(f: FileSlice) -> str | None:
     """``f``'s file in the given warehouse folder, when this host has it (at the plan's
     size); else None, and the plan's URL is read."""
@@ -204,7 +164,7 @@ def _local(f: FileSlice) -> str | None:
 def _fragment(url: str, size: int) -> ds.Fragment:
     fmt = ds.ParquetFileFormat()
     if url.startswith(("http://", "https://")):
-        return fmt.make_fragment(pa.PythonFile(_HttpRangeFile(url, size), mode="r"))
+        return fmt.make_fragment(pa.PythonFile(HttpRangeFile(url, size), mode="r"))
     return fmt.make_fragment(url.removeprefix("file://"), filesystem=pafs.LocalFileSystem())
 
 
