@@ -191,6 +191,24 @@ def test_a_checkpoint_moves_between_the_implementations(
     assert _sink(tg_spark, out) == _expected(120)
 
 
+#: Spark's own failure to start a Python worker within its fixed connect-back time (a
+#: loaded 2-core machine): not the source's answer, so the query is run again.
+SPARK_WORKER_STARTUP = "Python worker failed to connect back"
+
+
+def _refusal(spark: Any, fmt: str, options: dict[str, str], folder: Path) -> str:
+    """The message a stream query that must be refused fails with."""
+    for attempt in range(3):
+        try:
+            _drain(spark, fmt, options, folder / f"out{attempt}", folder / f"cp{attempt}")
+        except Exception as exc:
+            if SPARK_WORKER_STARTUP in str(exc) and attempt < 2:
+                continue
+            return str(exc)
+        raise AssertionError(f"the query with {options} was not refused")
+    raise AssertionError("unreachable")
+
+
 def test_stream_options_start_where_told_or_are_refused_in_one_sentence(
     lake: LakeGateway, stream_source: tuple[Any, str], table_name: str, tmp_path: Path
 ) -> None:
@@ -224,9 +242,8 @@ def test_stream_options_start_where_told_or_are_refused_in_one_sentence(
         ),
     }
     for name, (text, sentence) in refused.items():
-        with pytest.raises(Exception, match=re.escape(sentence)):
-            options = lake.options(table_name, startingOffsets=text)
-            _drain(spark, fmt, options, tmp_path / name, tmp_path / f"{name}-checkpoint")
+        options = lake.options(table_name, startingOffsets=text)
+        assert sentence in _refusal(spark, fmt, options, tmp_path / name)
     with pytest.raises(
         Exception, match=re.escape("option 'maxRecordsPerTrigger' is '-1'; give an integer >= 0")
     ):
