@@ -20,10 +20,9 @@ from typing import Any, cast
 
 from gateway.hot.base import PartitionId
 from gateway.hot.placement import Chain, Segment
-from gateway.hot.redis.reads import ShardReads
+from gateway.hot.redis.reads import ShardReads, _Stale
 from gateway.hot.redis.scripts import segment_keys
 from gateway.hot.redis.shard import to_int
-from gateway.wire.errors import Unavailable
 
 __all__ = ["PRUNE_CHUNK", "RedisKeyIndex"]
 
@@ -34,10 +33,6 @@ PRUNE_CHUNK = 1024
 _OPEN, _SEALED, _DROPPED = 0, 1, 2
 
 
-class _Stale(Exception):
-    """The cached chain no longer matches what the shards hold: reload it."""
-
-
 class RedisKeyIndex(ShardReads):
     """Lookups and counts of the key index, over the chains and shards of
     :class:`~gateway.hot.redis.reads.ShardReads`."""
@@ -46,17 +41,9 @@ class RedisKeyIndex(ShardReads):
         wanted = [bytes(k) for k in keys]
         if not wanted:
             return []
-        for attempt in range(4):
-            chain = self.chain(part, refresh=attempt > 0)
-            try:
-                return self._lookup(part, chain, wanted, final=attempt == 3)
-            except _Stale:
-                if attempt == 2:
-                    self._settle(part, chain)
-            except Unavailable:
-                if attempt > 0 or self._placements is None:
-                    raise
-        raise Unavailable(f"the placement of {part.path} keeps changing", backend="redis")
+        return self._on_chain(
+            part, lambda chain, attempt: self._lookup(part, chain, wanted, final=attempt == 3)
+        )
 
     def _lookup(
         self, part: PartitionId, chain: Chain, keys: list[bytes], *, final: bool

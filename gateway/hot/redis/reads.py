@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import functools
 import itertools
-from collections.abc import Sequence
-from typing import Any, cast
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar, cast
 
 from gateway.hot.base import LogOffsets, PartitionId, StoredBatch
 from gateway.hot.placement import Chain
@@ -26,6 +26,9 @@ from gateway.wire.errors import OffsetOutOfRange, TidegateError, Unavailable
 __all__ = ["ShardReads"]
 
 
+T = TypeVar("T")
+
+
 class _Stale(Exception):
     """The cached chain no longer matches what the shards hold: reload it."""
 
@@ -37,12 +40,21 @@ class ShardReads(ShardMoves):
     def read(
         self, part: PartitionId, from_offset: int, max_records: int, max_bytes: int
     ) -> list[StoredBatch]:
+        return self._on_chain(
+            part,
+            lambda chain, attempt: self._read_chain(
+                part, chain, from_offset, max(max_records, 1), max(max_bytes, 1), attempt
+            ),
+        )
+
+    def _on_chain(self, part: PartitionId, run: Callable[[Chain, int], T]) -> T:
+        """``run(chain, attempt)`` over the partition's chain, reloaded and run again while
+        the shards say the cached chain is stale (:class:`_Stale`), settled on the third
+        try."""
         for attempt in range(4):
             chain = self.chain(part, refresh=attempt > 0)
             try:
-                return self._read_chain(
-                    part, chain, from_offset, max(max_records, 1), max(max_bytes, 1), attempt
-                )
+                return run(chain, attempt)
             except _Stale:
                 if attempt == 2:
                     self._settle(part, chain)
