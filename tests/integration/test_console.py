@@ -760,24 +760,30 @@ def test_many_tenants_and_tables_are_paged_and_found_by_search(
                 for t in page.locator(f"{selector} tbody td:first-child").all_text_contents()
             ]
 
+        def follow(selector: str) -> None:
+            # Each of these clicks loads a new page: the listing is read once it has loaded,
+            # never from the page being left or one still arriving.
+            with page.expect_navigation():
+                page.click(selector)
+
         assert listed("#tenants") == everyone[:50]
-        page.click("#next-tenants")
+        follow("#next-tenants")
         assert listed("#tenants") == everyone[50:100]
-        page.click("#next-tenants")
+        follow("#next-tenants")
         assert listed("#tenants") == everyone[100:]
         assert page.locator("#next-tenants").count() == 0
         page.fill("#search-tenants", "M07")
-        page.click("#search-tenants-go")
+        follow("#search-tenants-go")
         assert listed("#tenants") == [f"m07{i}" for i in range(10)]
-        page.click("text=m077")
+        follow("text=m077")
         assert page.url == f"{origin}/console/tenants/m077"
         assert listed("#tables") == [f"web.{t}" for t in tables[:50]]
-        page.click("#next-tables")
+        follow("#next-tables")
         assert listed("#tables") == [f"web.{t}" for t in tables[50:]]
         page.fill("#search-tables", "p42")
-        page.click("#search-tables-go")
+        follow("#search-tables-go")
         assert listed("#tables") == ["web.p42"]
         page.fill("#search-tables", "nothing-like-it")
-        page.click("#search-tables-go")
+        follow("#search-tables-go")
         assert "No table's name holds" in page.text_content("#tables")
         context.close()
