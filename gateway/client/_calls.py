@@ -150,7 +150,7 @@ class SyncCalls(_Channel):
                 delay = (
                     self.reach.next_delay(retry or self.retry, err, failures, started)
                     if idempotent
-                    else None
+                    else self.reach.unsent_delay(err, failures, started)
                 )
                 if delay is None:
                     raise self.reach.explain(err) from None
@@ -207,7 +207,7 @@ class AsyncCalls(_Channel):
                 delay = (
                     self.reach.next_delay(retry or self.retry, err, failures, started)
                     if idempotent
-                    else None
+                    else self.reach.unsent_delay(err, failures, started)
                 )
                 if delay is None:
                     raise self.reach.explain(err) from None

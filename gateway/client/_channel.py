@@ -70,6 +70,11 @@ def normalise_target(endpoint: str) -> tuple[str, bool | None]:
 DEFAULT_CONNECT_TIMEOUT = 5.0
 
 
+#: gRPC's sentence for a call that found no connection to send itself on (refused,
+#: unreachable, timed out while connecting): the call never reached any server.
+_NEVER_CONNECTED = "failed to connect to all addresses"
+
+
 class Reach:
     """Whether a channel has ever reached its gateway.
 
@@ -98,6 +103,20 @@ class Reach:
             target=self.target,
             cause=cause,
         )
+
+    def unsent_delay(self, err: TidegateError, failures: int, started: float) -> float | None:
+        """The wait before sending again a call that must not run twice (create a table or a
+        tenant), or None to raise ``err``. Such a call is tried again only while its gateway
+        has never been reached and gRPC says it never connected anywhere, so the call never
+        left: a gateway that is still starting (its port not yet open, or its first
+        connections not yet accepted) is waited for within the connect deadline, as the
+        calls that may run twice wait for it."""
+        if self.reached or not err.details.get("transport"):
+            return None
+        if _NEVER_CONNECTED not in err.message.lower():
+            return None
+        left = started + self.connect_timeout - time.monotonic()
+        return None if left <= 0 else min(0.05 * 2 ** min(failures, 5), 1.0, left)
 
     def next_delay(
         self, retry: Retry, err: TidegateError, failures: int, started: float

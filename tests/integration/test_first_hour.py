@@ -19,7 +19,7 @@ import pytest
 
 from gateway.client import AdminClient, Client, TableInfo, Unavailable
 from gateway.client.aio import AsyncClient
-from tests.services import FIRST_CONTACT_S, GatewayProcess, free_port
+from tests.services import FIRST_CONTACT_S, GatewayProcess, free_port, running
 
 pytestmark = pytest.mark.integration
 
@@ -289,6 +289,39 @@ def test_sdk_against_a_closed_port_fails_fast_naming_it() -> None:
         assert time.monotonic() - started < deadline + 1.0  # the deadline, plus one backoff
         assert address in str(exc.value) and "connection refused" in str(exc.value)
     assert Client(address).reach.connect_timeout <= 5.0  # the default
+
+
+def test_a_call_that_may_not_run_twice_waits_for_a_gateway_still_starting(
+    tmp_path: Path,
+) -> None:
+    """Creating a table must not be sent twice, but a call that never left (no gateway
+    listens yet: gRPC never connected) is sent again within the connect deadline, so a
+    client started beside its gateway does not fail on its first call; and it runs once.
+    Both SDK flavours, each client new (never reached its gateway), while the gateway is
+    down and then starts again on the same ports."""
+    import concurrent.futures
+
+    proc = GatewayProcess(tmp_path / "gw", {"TIDEGATE_HOT__TYPE": "disk"})
+    proc.start()
+    proc.stop()
+
+    async def aio_create() -> None:
+        async with proc.async_client() as c:
+            await c.create_table("late.aio", {"a": "int64"})
+
+    client = proc.client()
+    with concurrent.futures.ThreadPoolExecutor(2) as pool:
+        # Both calls are made while no gateway listens: their first tries connect nowhere.
+        made = pool.submit(client.create_table, "late.sync", {"a": "int64"})
+        made_aio = pool.submit(asyncio.run, aio_create())
+        time.sleep(0.2)
+        assert not made.done() and not made_aio.done()  # still trying, not failed
+        with running(proc.start()):
+            made.result(timeout=FIRST_CONTACT_S)
+            made_aio.result(timeout=FIRST_CONTACT_S)
+            names = [str(t.ref) for t in client.list_tables()]
+            assert names.count("late.sync") == 1 and names.count("late.aio") == 1
+    client.close()
 
 
 async def _aio_describe(address: str, deadline: float) -> None:
