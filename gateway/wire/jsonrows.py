@@ -21,6 +21,7 @@ from collections.abc import Collection, Iterable, Mapping, Sequence
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from gateway.wire.errors import MalformedPayload, SchemaMismatch
 from gateway.wire.schema import columns_mismatch
@@ -160,6 +161,17 @@ def rows_to_batch(
     """
     if not isinstance(rows, list) or not rows:
         raise MalformedPayload("'rows' must be a non-empty array of objects")
+    simple = _simple_batch(rows, schema)
+    if simple is not None:
+        return simple
+    return _converted_batch(rows, schema, first, unit, omittable)
+
+
+def _converted_batch(
+    rows: list[Any], schema: pa.Schema, first: int, unit: str, omittable: Collection[str]
+) -> pa.RecordBatch:
+    """:func:`rows_to_batch` one value at a time: every form of every type, and the
+    sentence that names a refused row and column."""
     names = schema.names
     name_set = set(names)
     columns: dict[str, list[Any]] = {n: [] for n in names}
@@ -173,6 +185,50 @@ def rows_to_batch(
         for f in schema:
             columns[f.name].append(_from_json(row.get(f.name), f.type, f"{unit} {i}.{f.name}"))
     return _columns_to_batch(columns, schema, first, unit)
+
+
+#: The Python types of JSON values that Arrow builds each simple column kind from exactly
+#: as :func:`_from_json` converts them (a bool is no integer; an integer is a float).
+_SIMPLE_KINDS: tuple[tuple[Any, frozenset[type]], ...] = (
+    (pa.types.is_boolean, frozenset({bool, type(None)})),
+    (pa.types.is_integer, frozenset({int, type(None)})),
+    (pa.types.is_floating, frozenset({int, float, type(None)})),
+    (pa.types.is_string, frozenset({str, type(None)})),
+)
+
+
+def _simple_kind(t: pa.DataType) -> frozenset[type] | None:
+    for test, kinds in _SIMPLE_KINDS:
+        if test(t):
+            return kinds
+    return None
+
+
+def _simple_batch(rows: list[Any], schema: pa.Schema) -> pa.RecordBatch | None:
+    """The batch of rows whose every object has exactly the table's columns, each a bool,
+    integer, float or string column given values of its own JSON kind, built a column at a
+    time (the rows of an append or a Kafka batch are mostly such); None when any row or
+    value is otherwise, for :func:`_converted_batch` to convert or name what it refuses."""
+    kinds = [_simple_kind(f.type) for f in schema]
+    if any(k is None for k in kinds):
+        return None
+    names = set(schema.names)
+    try:
+        if not all(row.keys() == names for row in rows):
+            return None
+    except AttributeError:  # a row that is no object
+        return None
+    arrays = []
+    for f, allowed in zip(schema, kinds, strict=True):
+        values = [row[f.name] for row in rows]
+        found = set(map(type, values))
+        if not found <= allowed or (not f.nullable and type(None) in found):
+            return None
+        try:
+            arrays.append(pa.array(values, type=f.type))
+        except (pa.ArrowException, OverflowError, TypeError, ValueError, UnicodeError):
+            return None  # out of range, a lone surrogate: named by the converting path
+    return pa.RecordBatch.from_arrays(arrays, schema=schema)
 
 
 def _columns_to_batch(
@@ -292,9 +348,24 @@ def batch_to_rows(batches: Iterable[pa.RecordBatch]) -> list[dict[str, Any]]:
     as base64."""
     out: list[dict[str, Any]] = []
     for b in batches:
+        if _json_as_is(b):
+            out.extend(b.to_pylist())
+            continue
         for row in b.to_pylist():
             out.append({k: _to_json(v) for k, v in row.items()})
     return out
+
+
+def _json_as_is(b: pa.RecordBatch) -> bool:
+    """Whether every value of ``b`` is its own JSON (bool, integer and string columns, and
+    float columns without NaN or infinities), so its rows need no conversion."""
+    for f, column in zip(b.schema, b.columns, strict=True):
+        if pa.types.is_floating(f.type):
+            if column.null_count < len(column) and not pc.all(pc.is_finite(column)).as_py():
+                return False
+        elif _simple_kind(f.type) is None:
+            return False
+    return True
 
 
 def parse_json(body: bytes) -> Any:

@@ -12,12 +12,14 @@ from __future__ import annotations
 
 import json
 import mmap
+import re
 import struct
 from collections.abc import Collection, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import cramjam
+import orjson
 import pyarrow as pa
 from aiokafka.record.default_records import DefaultRecordBatch, DefaultRecordBatchBuilder
 from aiokafka.record.memory_records import MemoryRecords
@@ -191,6 +193,25 @@ def decode_produce(data: bytes | None, limit: int) -> ProducedBatch:
     return out
 
 
+def _loads(value: bytes) -> Any:
+    """A record's JSON value, parsed by orjson (some 10x faster than the standard library,
+    whose per-record cost was half a busy listener's time); what orjson refuses (NaN, a
+    lone surrogate, UTF-16 text) or would read otherwise (an integer past 64 bits, which it
+    makes a float) is parsed by the standard library, so a value is taken or refused
+    exactly as the HTTP edge's JSON is."""
+    if _LONG_DIGITS.search(value) is None:
+        try:
+            return orjson.loads(value)
+        except orjson.JSONDecodeError:
+            pass
+    return json.loads(value)
+
+
+#: A run of digits that may be an integer orjson reads as a float (past 64 bits): such a
+#: value is read by the standard library, which keeps every integer whole.
+_LONG_DIGITS = re.compile(rb"\d{19}")
+
+
 def _refusal(err: TidegateError) -> str:
     return err.message[:_MESSAGE_CHARS]
 
@@ -207,7 +228,7 @@ def rows_from_values(
             refused.append((i, f"record {i} has no value; send a JSON object of the columns"))
             continue
         try:
-            row = json.loads(value)
+            row = _loads(value)
         except (UnicodeDecodeError, ValueError, RecursionError):
             refused.append((i, f"record {i}'s value is not JSON; send a JSON object"))
             continue
@@ -260,13 +281,11 @@ def _json_records(
 ) -> Iterator[tuple[bytes | None, bytes | None, list[Any], int]]:
     stamps = b.column(TIMESTAMP_COLUMN).cast(pa.int64()).to_pylist()
     user = b.select([n for n in b.schema.names if n not in SYSTEM_COLUMNS])
+    # orjson writes the JSON the standard library's compact dumps would (UTF-8 text where
+    # that escapes non-ASCII), in a tenth of its time: the rows are JSON-ready already.
     for stamp, row in zip(stamps, batch_to_rows([user]), strict=True):
-        key = (
-            json.dumps({k: row[k] for k in key_columns}, separators=(",", ":")).encode()
-            if key_columns
-            else None
-        )
-        yield key, json.dumps(row, separators=(",", ":")).encode(), [], stamp // 1000
+        key = orjson.dumps({k: row[k] for k in key_columns}) if key_columns else None
+        yield key, orjson.dumps(row), [], stamp // 1000
 
 
 def encode_fetch(
