@@ -209,8 +209,8 @@ def _simple_batch(rows: list[Any], schema: pa.Schema) -> pa.RecordBatch | None:
     integer, float or string column given values of its own JSON kind, built a column at a
     time (the rows of an append or a Kafka batch are mostly such); None when any row or
     value is otherwise, for :func:`_converted_batch` to convert or name what it refuses."""
-    kinds = [_simple_kind(f.type) for f in schema]
-    if any(k is None for k in kinds):
+    kinds = [k for k in (_simple_kind(f.type) for f in schema) if k is not None]
+    if len(kinds) < len(schema):
         return None
     names = set(schema.names)
     try:
