@@ -32,7 +32,7 @@ from benchmarks.scenarios import (
     read_via_gateway,
     read_via_redis,
 )
-from tests.services import GatewayProcess, RedisServer
+from tests.services import GatewayProcess, RedisServer, free_port
 
 HERE = Path(__file__).resolve().parent
 
@@ -142,10 +142,17 @@ async def run_suite(
     # No embedded compaction or expiry: a scenario's table must not change under it (the
     # compaction scenario compacts its table itself).
     quiet = {"TIDEGATE_COMPACTION__ENABLED": "false", "TIDEGATE_EXPIRY__ENABLED": "false"}
+    # The Kafka listener is on, as in `tidegate serve` (the test helper turns it off
+    # unless given a port): the kafka-clients workload drives it.
     gateways = {
         "disk": GatewayProcess(
             workdir / "gw-disk",
-            {"TIDEGATE_HOT__TYPE": "disk", "TIDEGATE_HOT__FSYNC": "batch", **quiet},
+            {
+                "TIDEGATE_HOT__TYPE": "disk",
+                "TIDEGATE_HOT__FSYNC": "batch",
+                "TIDEGATE_KAFKA__PORT": str(free_port()),
+                **quiet,
+            },
         ),
         "redis": GatewayProcess(
             workdir / "gw-redis",
@@ -153,6 +160,7 @@ async def run_suite(
                 "TIDEGATE_HOT__TYPE": "redis",
                 "TIDEGATE_HOT__URL": redis.url,
                 "TIDEGATE_TIERING__ENABLED": "false",
+                "TIDEGATE_KAFKA__PORT": str(free_port()),
                 **quiet,
             },
         ),
