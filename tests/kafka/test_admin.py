@@ -98,6 +98,13 @@ def test_topic_configs_are_the_tables_settings(
         "tidegate.retention.records": "500",
     }
     assert described["topic"][topic]["retention.ms"]["config_source"] == "DYNAMIC_TOPIC_CONFIG"
+    # kafka-python alters them too (through IncrementalAlterConfigs, which it prefers).
+    altered = py_admin.alter_configs(
+        [PyConfigResource(ConfigResourceType.TOPIC, topic, {"retention.ms": "5000"})]
+    )
+    assert altered == {"topic": {topic: "OK"}}
+    with kafka.gateway.client() as c:
+        assert c.describe_table(topic).retention_ms == 5000
 
     # DELETE and -1 remove the limits, as Kafka's default (no limit) is.
     _alter(
