@@ -380,3 +380,19 @@ def _raw_offset_delete(kafka: KafkaTarget, group: str, topic: str, partitions: l
 def _partition_codes(answer: Any) -> list[int]:
     assert answer.error_code == ErrorCode.none
     return [p.error_code.value for t in answer.topics for p in t.partitions]
+
+
+def test_a_classic_members_subscription_is_read_or_taken_as_every_topic() -> None:
+    import struct
+
+    from gateway.server.kafka.admin import subscribed_topics
+
+    def text(s: str) -> bytes:
+        return struct.pack(">h", len(s)) + s.encode()
+
+    # Version 3 (owned partitions, generation, rack after the topics), read by version 0's
+    # reader: the topics come first in every version.
+    v3 = struct.pack(">hi", 3, 2) + text("a.b") + text("c.d") + struct.pack(">iiih", -1, 0, 5, -1)
+    assert subscribed_topics(v3) == {"a.b", "c.d"}
+    for garbage in (b"", b"\x00", b"\xff\xff", struct.pack(">hi", 0, 9) + text("a.b")):
+        assert subscribed_topics(garbage) is None

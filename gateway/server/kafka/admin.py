@@ -18,7 +18,7 @@ from gateway.core import TableView
 from gateway.core.names import check_group
 from gateway.server.calls import wire_error
 from gateway.server.kafka.base import NODE_ID, ApisBase, message, split_topic
-from gateway.server.kafka.classic import ClassicGroups
+from gateway.server.kafka.classic import ClassicGroup, ClassicGroups
 from gateway.server.kafka.protocol import ErrorCode, Request, build, error_code, response_class
 from gateway.server.kafka.records import is_raw
 from gateway.wire.errors import GroupNotEmpty, InvalidRequest, TidegateError
@@ -143,19 +143,31 @@ def _alterable(topic: str, name: str) -> str:
     )
 
 
-def subscribed_topics(metadata: bytes) -> frozenset[str]:
+def subscribed_topics(metadata: bytes) -> frozenset[str] | None:
     """The topics a classic consumer's subscription (its JoinGroup protocol metadata)
-    names; empty for bytes that are not one. Every version starts with the same topics
-    array, so version 0's reader reads any."""
+    names; None for bytes that are not one (then, as Kafka's coordinator does, the member
+    is taken to read every topic). Every version starts with the same topics array, so
+    version 0's reader reads any."""
     if len(metadata) < 2 or struct.unpack_from(">h", metadata)[0] < 0:
-        return frozenset()
+        return None
     try:
         subscription, _ = entity_reader(ConsumerProtocolSubscription)(metadata, 2)
     except (KeyboardInterrupt, SystemExit):
         raise
     except BaseException:  # kio raises several kinds for bytes it cannot read
-        return frozenset()
+        return None
     return frozenset(t for t in subscription.topics if t)
+
+
+def _classic_reads(group: ClassicGroup, topic: str) -> bool:
+    """Whether a member of the classic ``group`` may be reading ``topic``: it names it in
+    the subscription of the protocol chosen, or no protocol is chosen yet, or its
+    subscription cannot be read (Kafka's coordinator answers alike)."""
+    for member in group.members.values():
+        topics = subscribed_topics(member.protocols.get(group.protocol, b""))
+        if not group.protocol or topics is None or topic in topics:
+            return True
+    return False
 
 
 class AdminApis(ApisBase):
@@ -344,22 +356,18 @@ class AdminApis(ApisBase):
         except InvalidRequest:
             return build(cls, {"error_code": ErrorCode.invalid_group_id})
         classic = self.groups.find(self.tenant, group)
-        reading: frozenset[str] = frozenset()
         if classic is not None and classic.members:
             if classic.protocol_type != "consumer":
                 return build(cls, {"error_code": ErrorCode.non_empty_group})
-            reading = frozenset().union(
-                *(
-                    subscribed_topics(m.protocols.get(classic.protocol, b""))
-                    for m in classic.members.values()
-                )
-            )
         elif not any(g == group for g, _, _ in await self.service.list_groups(self.tenant)):
             return build(cls, {"error_code": ErrorCode.group_id_not_found})
         topics = []
         for t in body.topics:
             wanted = [p.partition_index for p in t.partitions]
-            codes = await self._delete_offsets(group, t.name, wanted, t.name in reading)
+            reading = (
+                classic is not None and bool(classic.members) and _classic_reads(classic, t.name)
+            )
+            codes = await self._delete_offsets(group, t.name, wanted, reading)
             topics.append(
                 {
                     "name": t.name,
