@@ -193,7 +193,7 @@ class AdminApis(ApisBase):
                 answer["error_code"] = ErrorCode.invalid_request
                 answer["error_message"] = _not_a_topic(r.resource_type, r.resource_name)
             else:
-                table = await self._table(r.resource_name)
+                table = await self._table(r.resource_name, fresh=True)
                 if table is None:
                     answer["error_code"] = ErrorCode.unknown_topic_or_partition
                     answer["error_message"] = f"{r.resource_name}: no such topic"
