@@ -173,6 +173,29 @@ def test_another_tenants_topic_has_no_configs(
     assert _topic_configs(theirs_admin, theirs)["retention.ms"].value == "1000"
 
 
+def test_configs_of_what_is_not_a_topic_are_refused_in_one_sentence(kafka: KafkaTarget) -> None:
+    from kio.schema.describe_configs.v4 import request as dc
+
+    with RawKafka(kafka) as raw:
+        raw.authenticate(kafka.tenant, kafka.key)
+        answer = raw.call(
+            dc.DescribeConfigsRequest(
+                resources=(
+                    # A group's configs (Kafka 4's type 32), then this broker's (none).
+                    dc.DescribeConfigsResource(resource_type=32, resource_name="g"),
+                    dc.DescribeConfigsResource(resource_type=4, resource_name="0"),
+                )
+            )
+        )
+    group, broker = answer.results
+    assert group.error_code == ErrorCode.invalid_request
+    assert group.error_message == (
+        "resource 'g' of type 32 has no configs here: this listener answers topics (type 2); "
+        "the gateway's own settings are in its configuration, not changed over Kafka"
+    )
+    assert (broker.error_code, broker.configs) == (ErrorCode.none, ())
+
+
 # --------------------------------------------------------------------------------------
 # CreatePartitions
 # --------------------------------------------------------------------------------------
