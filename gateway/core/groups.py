@@ -169,7 +169,9 @@ class GroupOps(CoreBase):
         """
         check_group(group)
         table = await self.table(tenant, namespace, name)
-        wanted = self._partitions(table, partitions)
+        for p in partitions:
+            self._part(table, p)
+        wanted = sorted(set(partitions))  # none named: none deleted (not "all")
         d = table.definition
         now = _now_ms()
         changes = Changes()
