@@ -16,7 +16,7 @@ from gateway.core.names import INT64_MAX, check_group, check_text
 from gateway.core.views import GroupMemberView, GroupPartitionView, GroupView, TableView
 from gateway.hot import PartitionId
 from gateway.meta import GroupState
-from gateway.wire.errors import InvalidRequest, OffsetOutOfRange, TidegateError
+from gateway.wire.errors import GroupNotEmpty, InvalidRequest, OffsetOutOfRange, TidegateError
 
 __all__ = ["GroupOps"]
 
@@ -148,6 +148,58 @@ class GroupOps(CoreBase):
         wanted = set(self._partitions(table, partitions))
         got = await self._run(self.meta.fetch_offsets, tenant, group, table.definition.table_id)
         return {p: o for p, o in sorted(got.items()) if p in wanted}
+
+    async def delete_offsets(
+        self,
+        tenant: str,
+        group: str,
+        namespace: str,
+        name: str,
+        partitions: Sequence[int],
+    ) -> None:
+        """Forget a group's committed offsets of ``partitions`` of the table (Kafka's
+        OffsetDelete): the group then starts those partitions where a new group would.
+        Partitions never committed are skipped. Refused while the group has a live member
+        on the table, which reads from those offsets (members whose session timed out
+        are removed first).
+
+        Raises:
+            TableNotFound, InvalidPartition, InvalidRequest: a bad group name.
+            GroupNotEmpty: the group has live members on the table; nothing is deleted.
+        """
+        check_group(group)
+        table = await self.table(tenant, namespace, name)
+        for p in partitions:
+            self._part(table, p)
+        wanted = sorted(set(partitions))  # none named: none deleted (not "all")
+        d = table.definition
+        now = _now_ms()
+        changes = Changes()
+
+        def check(state: GroupState) -> TidegateError | None:
+            _, seen = check_commit(
+                state, "", 0, (), d.partitions, now, group=group, table=_where(table)
+            )
+            changes.rebalances[:] = seen.rebalances
+            changes.settled_after_ms = seen.settled_after_ms
+            if not state.members:
+                return None
+            n = len(state.members)
+            return GroupNotEmpty(
+                f"consumer group {group!r} has {n} live member{'s' if n > 1 else ''} on "
+                f"{_where(table)}; its committed offsets there may be deleted only while it "
+                "has none (stop its consumers first)",
+                group=group,
+                members=n,
+                generation=state.generation,
+            )
+
+        refused = await self._run(
+            self.meta.delete_offsets, tenant, group, d.table_id, wanted, check
+        )
+        _record(changes)
+        if refused is not None:
+            raise refused
 
     async def list_groups(
         self, tenant: str, namespace: str | None = None, name: str | None = None

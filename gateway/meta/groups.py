@@ -11,10 +11,10 @@ transaction (:meth:`GroupOps.update_group`, and :meth:`GroupOps.commit_offsets` 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from typing import TypeVar
 
-from sqlalchemy import select
+from sqlalchemy import delete, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
@@ -99,6 +99,35 @@ class GroupOps(MetaBase):
             else:
                 row.offset = off
                 row.committed_at = now
+
+    def delete_offsets(
+        self,
+        tenant: str,
+        group: str,
+        table_id: str,
+        partitions: Collection[int],
+        check: Callable[[GroupState], E | None],
+    ) -> E | None:
+        """Forget ``group``'s committed offsets of ``partitions`` (those never committed
+        are skipped), with the group's membership locked and ``check`` deciding first in
+        the same transaction, as :meth:`commit_offsets` does: None to delete, or the
+        refusal, returned with nothing deleted."""
+
+        def run(session: Session) -> E | None:
+            refused = self._change_group(session, tenant, group, table_id, check)
+            if refused is not None or not partitions:
+                return refused
+            session.execute(
+                delete(GroupOffset).where(
+                    GroupOffset.tenant_id == tenant,
+                    GroupOffset.group_id == group,
+                    GroupOffset.table_id == table_id,
+                    GroupOffset.partition.in_(sorted(partitions)),
+                )
+            )
+            return None
+
+        return self._retried(run)
 
     def fetch_offsets(self, tenant: str, group: str, table_id: str) -> dict[int, int]:
         """``group``'s committed offsets for the table; partitions never committed are absent."""

@@ -503,6 +503,19 @@ def kafka_frames(topic: str) -> list[bytes]:
                                            "rebalance_timeout": 6000, "member_id": "",
                                            "protocol_type": "consumer",
                                            "protocols": [{"name": "range", "metadata": b"m"}]}),
+        # The admin APIs: configs, partitions, the cluster, committed offsets.
+        build(load_request_schema(32, 4), {"resources": [{"resource_type": 2,
+                                                          "resource_name": topic,
+                                                          "configuration_keys": None}]}),
+        build(load_request_schema(44, 1), {"resources": [{
+            "resource_type": 2, "resource_name": topic,
+            "configs": [{"name": "retention.ms", "config_operation": 0,
+                         "value": "86400000"}]}]}),
+        build(load_request_schema(37, 3), {"topics": [{"name": topic, "count": 3,
+                                                       "assignments": None}]}),
+        build(load_request_schema(60, 2), {"include_cluster_authorized_operations": True}),
+        build(load_request_schema(47, 0), {"group_id": "fz", "topics": [
+            {"name": topic, "partitions": [{"partition_index": 0}]}]}),
     ]  # fmt: skip
     return [encode_request(r, i + 1) for i, r in enumerate(requests)]
 

@@ -27,6 +27,7 @@ def test_the_kafka_page_runs(kafka_gateway: GatewayProcess, tmp_path: Path) -> N
         "kafka-python",
         "aiokafka",
         "kcat",
+        "Admin clients",
     ]
     env = {
         **os.environ,
@@ -54,6 +55,9 @@ def test_the_kafka_page_runs(kafka_gateway: GatewayProcess, tmp_path: Path) -> N
     assert "kafka-python read True" in printed
     assert "aiokafka stored in partition True" in printed
     assert "aiokafka read True" in printed
+    assert "retention.ms is 604800000" in printed
+    assert "key columns are id" in printed
+    assert "cluster tidegate brokers 1" in printed
     # kcat listed the topic, produced one record and read back the six of the page.
     assert any('topic "shop.orders" with 2 partitions' in line for line in printed)
     read = [line for line in printed if line[:2] in ("0 ", "1 ")]

@@ -7,6 +7,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import secrets
+import signal
 import threading
 import time
 from pathlib import Path
@@ -272,3 +273,100 @@ def test_an_idempotent_producer_through_two_kill_9s_stores_each_record_once(
     # Every record sent was acknowledged (none given up on), and each is there once.
     assert verdict.acknowledged == sent and verdict.unknown == 0
     assert len(stream) == sent
+
+
+# librdkafka's own epoch bump (KIP-360) ---------------------------------------------------
+def test_librdkafka_bumps_its_epoch_after_a_timeout_and_each_record_is_stored_once(
+    killable: GatewayProcess,
+) -> None:
+    """An idempotent confluent-kafka producer whose batches time out in flight (the
+    gateway is stopped with SIGSTOP) bumps its epoch itself, as KIP-360 lets an idempotent
+    producer, and goes on at sequence 0 of the new epoch once the gateway runs again: the same
+    producer id at epoch 1, every acknowledged record stored once where it was
+    acknowledged, a timed-out one at most once, and the old epoch's batch fenced when it
+    reaches the gateway after the new epoch's first."""
+    gw = killable
+    assert gw.api_key is not None and gw.proc is not None
+    target = KafkaTarget(gw, f"127.0.0.1:{gw.kafka_port}", gw.tenant, gw.api_key)
+    table = f"k{secrets.token_hex(4)}.bump"
+    with gw.client() as c:
+        c.create_table(table, {"rid": "string"}, partitions=1)
+    eos: list[dict[str, Any]] = []
+    producer = idempotent_producer(
+        target,
+        **{
+            "message.timeout.ms": 3_000,
+            "request.timeout.ms": 2_000,
+            "socket.timeout.ms": 2_000,
+            "reconnect.backoff.max.ms": 200,
+            "statistics.interval.ms": 100,
+            "stats_cb": lambda stats: eos.append(json.loads(stats)["eos"]),
+        },
+    )
+    acked: dict[str, int] = {}
+    failed: dict[str, str] = {}
+
+    def report(err: Any, msg: Any) -> None:
+        rid = json.loads(msg.value())["rid"]
+        if err is None:
+            acked[rid] = msg.offset()
+        else:
+            failed[rid] = err.name()
+
+    def send(rids: range) -> None:
+        for i in rids:
+            producer.produce(
+                table, json.dumps({"rid": f"r{i}"}).encode(), partition=0, on_delivery=report
+            )
+        producer.poll(0)
+
+    def until(what: str, done: Any, limit: float = DEADLINE_S) -> None:
+        deadline = time.monotonic() + limit
+        while not done():
+            assert time.monotonic() < deadline, f"timed out waiting for {what}"
+            producer.poll(0.1)
+
+    send(range(100))
+    assert producer.flush(DEADLINE_S) == 0 and len(acked) == 100
+    until("the producer's id in its statistics", lambda: eos and eos[-1]["producer_id"] > 0)
+    first = (eos[-1]["producer_id"], eos[-1]["producer_epoch"])
+    assert first[1] == 0
+
+    gw.proc.send_signal(signal.SIGSTOP)
+    try:
+        send(range(100, 150))
+        until("the stopped gateway's batches to time out", lambda: len(failed) == 50, 30)
+    finally:
+        gw.proc.send_signal(signal.SIGCONT)
+    assert set(failed.values()) <= {"_MSG_TIMED_OUT", "_TIMED_OUT", "_TIMED_OUT_QUEUE"}
+
+    send(range(150, 250))
+    assert producer.flush(DEADLINE_S) == 0
+    assert len(acked) == 200, failed
+    # The same producer, one epoch on: librdkafka bumped it, the gateway answered
+    # (statistics taken after the flush).
+    seen = len(eos)
+    until("fresh statistics", lambda: len(eos) >= seen + 2)
+    assert (eos[-1]["producer_id"], eos[-1]["producer_epoch"]) == (first[0], 1)
+    assert eos[-1]["epoch_cnt"] >= 1
+
+    with gw.client() as c:
+        t = c.read(table, partition=0, offset=0, max_records=10_000)
+    stored = list(zip(t.column("rid").to_pylist(), t.column("_offset").to_pylist(), strict=True))
+    rids = [rid for rid, _ in stored]
+    assert len(set(rids)) == len(rids), "a record stored twice"
+    assert {rid: offset for rid, offset in stored if rid in acked} == acked
+    assert set(rids) - set(acked) <= set(failed)
+    # The timed-out batch reached the gateway late: stored whole if before the first
+    # batch of the new epoch, fenced (INVALID_PRODUCER_EPOCH) if after it.
+    late = set(rids) & set(failed)
+    with gw.http_client() as h:
+        metrics = h.get("/metrics").text
+    fenced = 'tidegate_kafka_requests_total{api="Produce",error="invalid_producer_epoch"}'
+    if fenced in metrics:
+        assert not late
+    else:
+        assert late == set(failed)
+    # librdkafka bumps the epoch of an idempotent producer itself (KIP-360 lets it): one
+    # InitProducerId, and the new epoch's first batch starts the hot tier's producer anew.
+    assert 'tidegate_kafka_requests_total{api="InitProducerId",error="none"} 1.0' in metrics

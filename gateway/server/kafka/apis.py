@@ -1,7 +1,7 @@
 """What each Kafka request does, for one authenticated connection, through the same
 :class:`~gateway.server.calls.DataCalls` and :class:`~gateway.tenancy.Gate` as every
 other edge: :class:`KafkaApis` is made of one part per family of APIs (``topics``,
-``produce``, ``fetch``, ``offsets``, ``groups``) over ``base``. Topics are tables named
+``produce``, ``fetch``, ``offsets``, ``groups``, ``admin``) over ``base``. Topics are tables named
 ``namespace.name``; partitions and offsets are the table's own.
 """
 
@@ -13,6 +13,7 @@ import datetime as dt
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from gateway.server.kafka.admin import AdminApis
 from gateway.server.kafka.base import LONGEST_MUTE_S, Broker, held_while_throttled
 from gateway.server.kafka.classic import ClassicGroups
 from gateway.server.kafka.fetch import FetchApis, fetch_waits
@@ -21,12 +22,16 @@ from gateway.server.kafka.offsets import OffsetApis
 from gateway.server.kafka.produce import ProduceApis
 from gateway.server.kafka.producers import ProducerApis, ProducerEpochs
 from gateway.server.kafka.protocol import (
+    CREATE_PARTITIONS,
     CREATE_TOPICS,
     DELETE_TOPICS,
+    DESCRIBE_CLUSTER,
+    DESCRIBE_CONFIGS,
     DESCRIBE_GROUPS,
     FETCH,
     FIND_COORDINATOR,
     HEARTBEAT,
+    INCREMENTAL_ALTER_CONFIGS,
     INIT_PRODUCER_ID,
     JOIN_GROUP,
     LEAVE_GROUP,
@@ -34,6 +39,7 @@ from gateway.server.kafka.protocol import (
     LIST_OFFSETS,
     METADATA,
     OFFSET_COMMIT,
+    OFFSET_DELETE,
     OFFSET_FETCH,
     PRODUCE,
     SYNC_GROUP,
@@ -44,7 +50,7 @@ from gateway.server.kafka.topics import TopicApis
 __all__ = ["LONGEST_MUTE_S", "Broker", "KafkaApis", "held_while_throttled"]
 
 
-class KafkaApis(TopicApis, ProduceApis, ProducerApis, FetchApis, OffsetApis, GroupApis):
+class KafkaApis(TopicApis, ProduceApis, ProducerApis, FetchApis, OffsetApis, GroupApis, AdminApis):
     """The requests of one connection once it authenticated as ``tenant``."""
 
     def __init__(self, *args: Any, groups: ClassicGroups, producers: ProducerEpochs) -> None:
@@ -95,4 +101,9 @@ class KafkaApis(TopicApis, ProduceApis, ProducerApis, FetchApis, OffsetApis, Gro
         LEAVE_GROUP: GroupApis.leave_group,
         DESCRIBE_GROUPS: GroupApis.describe_groups,
         LIST_GROUPS: GroupApis.list_groups,
+        DESCRIBE_CONFIGS: AdminApis.describe_configs,
+        INCREMENTAL_ALTER_CONFIGS: AdminApis.incremental_alter_configs,
+        CREATE_PARTITIONS: AdminApis.create_partitions,
+        DESCRIBE_CLUSTER: AdminApis.describe_cluster,
+        OFFSET_DELETE: AdminApis.offset_delete,
     }

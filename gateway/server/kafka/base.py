@@ -84,12 +84,15 @@ class ApisBase:
         self.muted_ms += held_ms
         return result
 
-    async def _table(self, topic: str) -> TableView | None:
+    async def _table(self, topic: str, *, fresh: bool = False) -> TableView | None:
+        """The tenant's table named ``topic``, or None (no such table, or not a table
+        name); ``fresh`` reads its settings from the metadata store rather than the
+        moment's cache (another replica may have changed them)."""
         parts = split_topic(topic)
         if parts is None:
             return None
         try:
-            return await self.service.table(self.tenant, *parts)
+            return await self.service.table(self.tenant, *parts, fresh=fresh)
         except (TableNotFound, InvalidRequest):
             return None
 

@@ -63,6 +63,8 @@ CREATE_TOPICS, DELETE_TOPICS = 19, 20
 JOIN_GROUP, HEARTBEAT, LEAVE_GROUP, SYNC_GROUP = 11, 12, 13, 14
 DESCRIBE_GROUPS, LIST_GROUPS = 15, 16
 INIT_PRODUCER_ID = 22
+DESCRIBE_CONFIGS, CREATE_PARTITIONS, INCREMENTAL_ALTER_CONFIGS = 32, 37, 44
+OFFSET_DELETE, DESCRIBE_CLUSTER = 47, 60
 SASL_HANDSHAKE, API_VERSIONS_KEY, SASL_AUTHENTICATE = 17, 18, 36
 
 #: API key -> (min, max) version served. Bounded by what kio generates (Kafka 4's
@@ -90,6 +92,12 @@ API_VERSIONS: dict[int, tuple[int, int]] = {
     INIT_PRODUCER_ID: (0, 5),
     # v6 names topics by id too.
     DELETE_TOPICS: (1, 5),
+    # The admin APIs (gateway/server/kafka/admin.py): kio has DescribeConfigs from v1.
+    DESCRIBE_CONFIGS: (1, 4),
+    INCREMENTAL_ALTER_CONFIGS: (0, 1),
+    CREATE_PARTITIONS: (0, 3),
+    OFFSET_DELETE: (0, 0),
+    DESCRIBE_CLUSTER: (0, 2),
     SASL_HANDSHAKE: (0, 1),
     API_VERSIONS_KEY: (0, 3),
     SASL_AUTHENTICATE: (0, 2),
