@@ -251,3 +251,120 @@ def test_a_submitted_plan_whose_tail_tiering_trimmed_first_failed(pair: Pair) ->
     with pair.second.http_client(api_key=t.key) as h:
         fresh = plan(h, "app.moved")  # a new plan reads it all from the lake
     assert rows_of(fresh).sort_by(ORDER).to_pylist() == own_scan(pair.second, t, "app.moved")
+
+
+# --------------------------------------------------------------------------------------
+# The per-table switch: cold.rest_catalog.client_planning_tables
+# --------------------------------------------------------------------------------------
+def test_a_table_planned_on_the_client_names_its_committed_files_only(pair: Pair) -> None:
+    gw = pair.first
+    t = Tenant(gw.tenant, gw.api_key or "", "")
+    for name in ("app.off", "app.on"):
+        make_table(gw, t, name, hot=0)
+    for name in ("app.off", "app.on"):
+        fill(gw, t, name, 10, 6)  # a hot tail of each, after both tierings
+    with gw.http_client() as h:
+        off = plan(h, "app.off")
+        on = plan(h, "app.on")
+        # A local warehouse's table config stays empty (DuckDB reads any config for S3
+        # credentials); the catalog's defaults still say server for every other table.
+        assert h.get(f"{CATALOG}/namespaces/app/tables/off").json()["config"] == {}
+        assert h.get(f"{CATALOG}/config").json()["defaults"] == {"scan-planning-mode": "server"}
+        text = h.get("/metrics").text
+    assert off["status"] == "completed" and not hot_paths(off)
+    assert len(hot_paths(on)) == 2
+    assert 'tidegate_iceberg_catalog_plans_total{outcome="committed_only"}' in text
+    # pyiceberg asks the server (it reads the mode from the catalog's defaults only):
+    # the table off reads what client-side planning reads, the other every row.
+    catalog = pyiceberg_catalog(gw, token=gw.api_key)
+    committed = catalog.load_table("app.off").scan().to_arrow()
+    assert sorted(committed["id"].to_pylist()) == list(range(10))
+    live = catalog.load_table("app.on").scan().to_arrow()
+    assert live.select(COLUMNS).sort_by(ORDER).to_pylist() == own_scan(gw, t, "app.on")
+    # Another tenant's table of the same name is not switched off.
+    other = new_tenant(gw, "n")
+    make_table(gw, other, "app.off", hot=6)
+    with gw.http_client(api_key=other.key) as h:
+        assert len(hot_paths(plan(h, "app.off"))) == 2
+
+
+# --------------------------------------------------------------------------------------
+# use-snapshot-schema and min-rows-requested
+# --------------------------------------------------------------------------------------
+def snapshot_id(gw: GatewayProcess, t: Tenant, table: str) -> int:
+    snap = pyiceberg_catalog(gw, token=t.key).load_table(table).current_snapshot()
+    assert snap is not None
+    return int(snap.snapshot_id)
+
+
+def test_use_snapshot_schema_resolves_names_in_the_snapshots_schema(pair: Pair) -> None:
+    gw = pair.second
+    t = new_tenant(gw, "u")
+    make_table(gw, t, "app.evolved", hot=0)
+    old = snapshot_id(gw, t, "app.evolved")
+    with gw.client(api_key=t.key) as c:
+        c.alter_schema("app.evolved", [{"op": "add_column", "column": "note", "type": "string"}])
+        c.append("app.evolved", [{"id": 10, "name": "n10", "note": "new"}])
+    tier(gw)
+    new = snapshot_id(gw, t, "app.evolved")
+    note = {"type": "not-null", "term": "note"}
+    with gw.http_client(api_key=t.key) as h:
+        for body in (
+            {"snapshot-id": old, "select": ["note"]},
+            {"snapshot-id": old, "filter": note},
+            {"snapshot-id": old, "stats-fields": ["note"]},
+        ):
+            # The table's schema (the default): the column added since reads as null.
+            assert h.post(plan_path("app.evolved"), json=body).status_code == 200, body
+            r = h.post(plan_path("app.evolved"), json={**body, "use-snapshot-schema": True})
+            assert r.status_code == 400, (body, r.text)
+            message = r.json()["error"]["message"]
+            assert "unknown column 'note'" in message, message
+            assert f"use-snapshot-schema: the columns of snapshot {old}" in message
+            # A snapshot written with the column knows it.
+            newer = {**body, "snapshot-id": new, "use-snapshot-schema": True}
+            assert h.post(plan_path("app.evolved"), json=newer).status_code == 200, body
+        # Without snapshot-id the plan is of the live table, in the table's schema.
+        live = {"select": ["note"], "use-snapshot-schema": True}
+        assert h.post(plan_path("app.evolved"), json=live).status_code == 200
+
+
+def test_min_rows_requested_names_files_enough_for_that_many_rows(pair: Pair) -> None:
+    gw = pair.second
+    t = new_tenant(gw, "m")
+    with gw.client(api_key=t.key) as c:
+        c.create_table("app.few", SCHEMA, partitions=2)
+    for n in range(3):  # three tierings of two partitions: six files of 5 rows
+        fill(gw, t, "app.few", 10 * n, 10)
+        tier(gw)
+    fill(gw, t, "app.few", 30, 8)  # and a hot tail of 4 records per partition
+    with gw.http_client(api_key=t.key) as h:
+        every = plan(h, "app.few")
+        one = plan(h, "app.few", {"min-rows-requested": 1})
+        twelve = plan(h, "app.few", {"min-rows-requested": 12})
+        tail = plan(h, "app.few", {"min-rows-requested": 33})
+        filtered = plan(
+            h,
+            "app.few",
+            {"min-rows-requested": 1, "filter": {"type": "gt", "term": "id", "value": 0}},
+        )
+        none = plan(h, "app.few", {"min-rows-requested": 0})
+        negative = h.post(plan_path("app.few"), json={"min-rows-requested": -1})
+
+    def counts(answer: dict[str, Any]) -> list[int]:
+        return [int(t["data-file"]["record-count"]) for t in answer["file-scan-tasks"]]
+
+    assert sum(counts(every)) == 38 and len(hot_paths(every)) == 2
+    # The committed files first: one file (5 rows) holds 1 row; three hold 12.
+    assert counts(one) == [5] and not hot_paths(one)
+    assert counts(twelve) == [5, 5, 5] and not hot_paths(twelve)
+    # 30 committed rows, then the first 3 records of partition 0's tail as one file.
+    assert sorted(counts(tail)) == [3, 5, 5, 5, 5, 5, 5]
+    (cut,) = hot_paths(tail)
+    assert "/_partition=0/" in cut and cut.rsplit("/", 1)[1].startswith(f"{15:020d}-{18:020d}-")
+    assert rows_of(tail).num_rows == 33
+    # With a filter a record count is no count of matching rows: every file is named.
+    assert sum(counts(filtered)) == 38
+    assert sum(counts(none)) == 38  # 0: no hint
+    assert negative.status_code == 400
+    assert "min-rows-requested is -1" in negative.json()["error"]["message"]
