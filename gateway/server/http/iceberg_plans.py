@@ -6,7 +6,11 @@
 A plan is the pinned view of the gateway's own scan (``gateway/core/catalog_plans.py``):
 the snapshot's data files plus the hot tail as Parquet files, so an engine that plans on
 the server reads every acknowledged row. Plans complete within the request (status
-``completed``); the answer names the hot files and the first
+``completed``) unless they have more hot records to write than
+``cold.rest_catalog.plan_submit_records`` (off by default): those answer ``submitted`` and
+this replica writes their files in the background; ``fetchPlanningResult`` answers
+``completed`` once files cover every pinned range, on any replica (docs/decisions/
+rest-catalog.md, "Submitted plans"). A completed answer names the hot files and the first
 ``cold.rest_catalog.plan_page_files`` data files, and the rest come as plan tasks (pages
 of as many) for ``fetchScanTasks``.
 
@@ -450,7 +454,8 @@ def add_plan_routes(
 
     @router.get(
         "/namespaces/{namespace}/tables/{table}/plan/{plan_id}",
-        summary="The result of a scan plan (plans complete at once: 'completed').",
+        summary="The result of a scan plan: 'completed' with its files, 'submitted' while "
+        "its hot-tail files are being written, 'cancelled' or 'failed'.",
     )
     async def fetch_planning_result(
         namespace: str, table: str, plan_id: str, tenant: Tenant
