@@ -148,7 +148,8 @@ def hot_paths(answer: dict[str, Any]) -> list[str]:
 
 def own_scan(gw: GatewayProcess, t: Tenant, table: str) -> list[dict[str, Any]]:
     with gw.client(api_key=t.key) as c:
-        return c.scan(table, columns=COLUMNS).sort_by(ORDER).to_pylist()
+        rows: list[dict[str, Any]] = c.scan(table, columns=COLUMNS).sort_by(ORDER).to_pylist()
+    return rows
 
 
 def test_a_plan_over_the_bound_is_submitted_then_completed_with_the_gateways_scan(
@@ -245,6 +246,7 @@ def test_a_submitted_plan_whose_tail_tiering_trimmed_first_failed(pair: Pair) ->
     finally:
         proc.send_signal(signal.SIGCONT)
     assert answer["status"] == "failed", answer
+    conforms(answer, "FetchPlanningResult")
     assert (
         "plan again: tiering committed part of this plan's hot tail" in (answer["error"]["message"])
     )
@@ -276,7 +278,7 @@ def test_a_table_planned_on_the_client_names_its_committed_files_only(pair: Pair
     assert 'tidegate_iceberg_catalog_plans_total{outcome="committed_only"}' in text
     # pyiceberg asks the server (it reads the mode from the catalog's defaults only):
     # the table off reads what client-side planning reads, the other every row.
-    catalog = pyiceberg_catalog(gw, token=gw.api_key)
+    catalog = pyiceberg_catalog(gw, token=t.key)
     committed = catalog.load_table("app.off").scan().to_arrow()
     assert sorted(committed["id"].to_pylist()) == list(range(10))
     live = catalog.load_table("app.on").scan().to_arrow()
@@ -368,3 +370,51 @@ def test_min_rows_requested_names_files_enough_for_that_many_rows(pair: Pair) ->
     assert sum(counts(none)) == 38  # 0: no hint
     assert negative.status_code == 400
     assert "min-rows-requested is -1" in negative.json()["error"]["message"]
+
+
+# --------------------------------------------------------------------------------------
+# The answers as the official specification describes them
+# --------------------------------------------------------------------------------------
+def conforms(answer: dict[str, Any], result: str) -> None:
+    """``answer`` validates against the spec's schema that ``result``'s discriminator maps
+    its status to (``PlanTableScanResult`` or ``FetchPlanningResult``): a ``oneOf`` whose
+    members overlap (a submitted answer also fits ``EmptyPlanningResult``), which the
+    discriminator decides, as the spec means it. ``FailedPlanningResult`` is ``allOf``
+    ``IcebergErrorResponse`` (``additionalProperties: false``) and ``{status}``, which no
+    object satisfies under JSON Schema (``status`` is additional to the first): it is
+    checked without that ``additionalProperties``."""
+    import jsonschema
+    import yaml
+    from referencing import Registry, Resource
+
+    from tests.hostile.test_iceberg_spec import SPEC
+
+    doc = yaml.safe_load(SPEC.read_text())
+    primitive = doc["components"]["schemas"]["PrimitiveTypeValue"]
+    primitive["anyOf"] = primitive.pop("oneOf")  # as tests/hostile/test_iceberg_spec.py
+    doc["components"]["schemas"]["IcebergErrorResponse"].pop("additionalProperties")
+    mapping = doc["components"]["schemas"][result]["discriminator"]["mapping"]
+    ref = mapping[answer["status"]]
+    registry: Registry[Any] = Registry().with_resource("spec", Resource.opaque(doc))
+    schema = {"$ref": f"spec{ref}"}
+    jsonschema.Draft202012Validator(schema, registry=registry).validate(answer)
+
+
+def test_submitted_cancelled_and_failed_answers_conform_to_the_specification(
+    pair: Pair,
+) -> None:
+    t = new_tenant(pair.first, "v")
+    make_table(pair.first, t, "app.spec", hot=6_000)
+    make_table(pair.first, t, "app.undone", hot=6_000)
+    with pair.first.http_client(api_key=t.key) as h:
+        submitted = plan(h, "app.spec")
+        conforms(submitted, "PlanTableScanResult")
+        conforms(fetch(h, "app.spec", submitted["plan-id"]), "FetchPlanningResult")
+        done = until_done(h, "app.spec", submitted["plan-id"])
+        conforms(done, "FetchPlanningResult")
+        undone = plan(h, "app.undone")
+        h.delete(f"{plan_path('app.undone')}/{undone['plan-id']}")
+        cancelled = fetch(h, "app.undone", undone["plan-id"])
+        conforms(cancelled, "FetchPlanningResult")
+    assert done["status"] == "completed" and cancelled["status"] == "cancelled"
+    # A failed answer: test_a_submitted_plan_whose_tail_tiering_trimmed_first_failed.

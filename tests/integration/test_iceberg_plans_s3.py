@@ -163,7 +163,7 @@ def test_pyiceberg_reads_the_gateways_scan_while_appends_and_tiering_run(
     for th in threads:
         th.start()
     catalog = pyiceberg_catalog(gw, token=t.key)  # the catalog's default: server
-    snapshots = set()
+    snapshots: set[int | None] = set()
     try:
         deadline = time.monotonic() + 10
         plans = 0
