@@ -13,7 +13,10 @@ appends between them added.
 
 A plan lives ``cold.presign_expiry_s`` (one hour by default, as a read plan): its snapshot
 is leased from expiry that long, and its hot-tail files are rewritten before being named
-again when the orphan clean-up could remove them within a plan's life.
+again when the orphan clean-up could remove them within a plan's life. A plan with more
+hot records to write than ``cold.rest_catalog.plan_submit_records`` is submitted: its
+files are written afterwards, and found completed once files cover every pinned range,
+whichever replica wrote them (:mod:`gateway.core.catalog_submits`).
 """
 
 from __future__ import annotations
@@ -30,7 +33,6 @@ from gateway.core.catalog import _missing, _valid
 from gateway.core.catalog_filters import from_iceberg_json, resolve_name
 from gateway.core.scans import ScanOps, _retained
 from gateway.core.views import HotRange, TableView
-from gateway.hot import PartitionId
 from gateway.wire.errors import InvalidRequest, NotFound, Unavailable
 from gateway.wire.filters import ALWAYS_TRUE, Expr, bind
 
@@ -477,77 +479,6 @@ class CatalogPlanOps(ScanOps):
             return True
         leases = await self._run(self.meta.leases, state.table_id)
         return any(lease.lease_id == state.lease_id for lease in leases)
-
-    async def catalog_plan_write(
-        self, tenant: str, namespace: str, name: str, state: PlanState
-    ) -> CatalogPlan | None:
-        """Write the hot-tail files of submitted plan ``state`` that are not there yet,
-        one pinned range after another, looking for the plan's lease before each: None
-        when the plan was cancelled meanwhile (what is written stays for the clean-up).
-
-        Raises:
-            TableNotFound: the table is not the plan's any more.
-            Unavailable: the hot tier trimmed a pinned range before its file was written.
-        """
-        table = await self._plan_table(tenant, namespace, name)
-        if state.tenant != tenant or state.table_id != table.definition.table_id:
-            raise _missing(namespace, name)
-        files = self._cold_table(table).plan_files()
-        reuse = self._reuse_age_s()
-        hot: list[HotFile] = []
-        for p, lo, hi in state.ranges:
-            if not await self._lease_held(state):
-                return None
-            rows = self._range_rows(table, p)
-            hot.extend(await self._run(files.hot_files, p, lo, hi, rows, (), reuse, None))
-        written = sum(h.written_bytes for h in hot)
-        return CatalogPlan(state, [], hot, _NO_ACCESS, written_bytes=written)
-
-    async def catalog_plan_result(
-        self, tenant: str, namespace: str, name: str, state: PlanState
-    ) -> CatalogPlan | None:
-        """``fetchPlanningResult``: None when the plan was cancelled; a plan that
-        completed within its request, its files again (:meth:`catalog_plan_again`). A
-        submitted plan is completed when files cover every pinned range (written by any
-        replica); while they do not, it is still submitted for
-        ``cold.rest_catalog.plan_submit_grace_s`` after its submission, and past that
-        the missing ranges are written here (the replica that took the plan died or was
-        restarted). It failed when the hot tier trimmed a range not written yet.
-
-        Raises:
-            TableNotFound: the table is not the plan's.
-        """
-        if state.submitted_at is None:
-            return await self.catalog_plan_again(tenant, namespace, name, state)
-        table = await self._plan_table(tenant, namespace, name)
-        if state.tenant != tenant or state.table_id != table.definition.table_id:
-            raise _missing(namespace, name)
-        if not await self._lease_held(state):
-            return None
-        reuse = self._reuse_age_s()
-        missing = await self._run(self._plan_missing, table, state.ranges, reuse)
-        trimmed = (
-            "plan again: tiering committed part of this plan's hot tail before it was "
-            "written as files"
-        )
-        if missing:
-            if await self._run(self._trimmed, table, missing):
-                return CatalogPlan(state, [], [], _NO_ACCESS, failed=trimmed)
-            grace_ms = self.settings.cold.rest_catalog.plan_submit_grace_s * 1000
-            if time.time() * 1000 < state.submitted_at + grace_ms:
-                return CatalogPlan(state, [], [], _NO_ACCESS, submitted=True)
-        try:
-            return await self.catalog_plan_again(tenant, namespace, name, state, reuse)
-        except Unavailable:
-            return CatalogPlan(state, [], [], _NO_ACCESS, failed=trimmed)
-
-    def _trimmed(self, table: TableView, missing: Sequence[tuple[int, int, int]]) -> bool:
-        """Whether the hot tier no longer holds the start of a range still to write."""
-        d = table.definition
-        for p, lo, _ in missing:
-            if self.hot.offsets(PartitionId(d.tenant, d.table_id, p)).low > lo:
-                return True
-        return False
 
     async def catalog_plan_cancel(
         self, tenant: str, namespace: str, name: str, state: PlanState
