@@ -160,6 +160,52 @@ def hot_cost(gw: GatewayProcess, steps: list[int]) -> list[dict[str, Any]]:
     return out
 
 
+def submitted(folder: Path, tails: list[int], bound: int = 10_000) -> list[dict[str, Any]]:
+    """A plan of a fresh hot tail of ``tails`` records (two partitions, tiering off),
+    completed within its request (``plan_submit_records`` 0) against submitted
+    (``plan_submit_records`` ``bound``): how long the planTableScan answer takes, and
+    until fetchPlanningResult (polled every 20 ms) answers ``completed``."""
+    out: dict[int, dict[str, Any]] = {tail: {"tail_records": tail} for tail in tails}
+    for mode, records in (("in_request", 0), ("submitted", bound)):
+        env = {
+            "TIDEGATE_HOT__TYPE": "disk",
+            "TIDEGATE_TIERING__ENABLED": "false",
+            "TIDEGATE_COLD__REST_CATALOG__PLAN_SUBMIT_RECORDS": str(records),
+        }
+        gw = GatewayProcess(folder / mode, env).start()
+        try:
+            with httpx.Client(
+                base_url=gw.http_url, headers={"authorization": f"Bearer {gw.api_key}"},
+                timeout=600,
+            ) as h:  # fmt: skip
+                with gw.client() as c:  # a first plan loads what every plan needs
+                    c.create_table("bench.warm", SCHEMA, partitions=2)
+                _append(gw, "bench.warm", 0, 10)
+                h.post("/iceberg/v1/namespaces/bench/tables/warm/plan", json={})
+                for tail in tails:
+                    name = f"sub{tail}"
+                    with gw.client() as c:
+                        c.create_table(f"bench.{name}", SCHEMA, partitions=2)
+                    _append(gw, f"bench.{name}", 0, tail)
+                    path = f"/iceberg/v1/namespaces/bench/tables/{name}/plan"
+                    start = time.perf_counter()
+                    answer = h.post(path, json={}).raise_for_status().json()
+                    answered = time.perf_counter() - start
+                    plan_id = answer["plan-id"]
+                    while answer["status"] == "submitted":
+                        time.sleep(0.02)
+                        answer = h.get(f"{path}/{plan_id}").raise_for_status().json()
+                    completed = time.perf_counter() - start
+                    assert answer["status"] == "completed", answer
+                    out[tail][mode] = {
+                        "answer_s": round(answered, 3),
+                        "completed_s": round(completed, 3),
+                    }
+        finally:
+            gw.stop()
+    return list(out.values())
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.catalog_plans")
     parser.add_argument("--out", type=Path, default=None, help="results folder")
@@ -168,7 +214,7 @@ def main() -> int:
     parser.add_argument(
         "--parts",
         default="hot_cost,freshness,throughput",
-        help="comma-separated: hot_cost, freshness, throughput",
+        help="comma-separated: hot_cost, freshness, throughput, submitted",
     )
     args = parser.parse_args()
     parts = set(args.parts.split(","))
@@ -190,6 +236,8 @@ def main() -> int:
                 result["throughput"] = throughput(gw, args.rows, 3)
         finally:
             gw.stop()
+        if "submitted" in parts:
+            result["submitted"] = submitted(Path(folder), [50_000, 200_000, 800_000])
     text = json.dumps(result, indent=2)
     print(text)
     if args.out is not None:

@@ -273,8 +273,10 @@ def record_catalog_access(vended: bool) -> None:
 CATALOG_PLANS = Counter(
     "tidegate_iceberg_catalog_plans_total",
     "Scan plans of the Iceberg REST catalog (POST .../plan), by outcome: 'completed', "
-    "'committed_only' (a hot tail over cold.rest_catalog.plan_max_hot_records left out) "
-    "or 'failed' (refused for it).",
+    "'committed_only' (a hot tail over cold.rest_catalog.plan_max_hot_records, or of a "
+    "table of client_planning_tables, left out), 'failed' (refused for it, or a submitted "
+    "plan whose tail was trimmed first) or 'submitted' (its files written in the "
+    "background; counted 'completed' again once written).",
     ["outcome"],
 )
 CATALOG_PLAN_HOT_BYTES = Counter(

@@ -77,3 +77,17 @@ def test_cold_defaults_are_embedded_and_env_configures_s3(
     assert env.cold.catalog.credential == "id:secret"
     with pytest.raises(ValidationError):
         Settings.explicit(cold={"catalog": {"type": "sql", "url": "typo"}})
+
+
+def test_client_planning_tables_name_tables_or_a_tenant() -> None:
+    from gateway.config import ServedCatalogConfig
+
+    rc = ServedCatalogConfig(client_planning_tables=["acme/shop.orders", "globex/*"])
+    assert not rc.server_planning("acme", "shop", "orders")
+    assert rc.server_planning("acme", "shop", "visits")
+    assert not rc.server_planning("globex", "any", "table")
+    assert rc.server_planning("initech", "shop", "orders")
+    assert not ServedCatalogConfig(scan_planning=False).server_planning("a", "b", "c")
+    for bad in ("shop.orders", "acme/orders", "/shop.orders", "acme/"):
+        with pytest.raises(ValidationError, match=r"is not 'tenant/namespace\.name'"):
+            ServedCatalogConfig(client_planning_tables=[bad])

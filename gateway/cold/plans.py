@@ -71,6 +71,22 @@ class PlanFiles(ABC):
         """
 
     @abstractmethod
+    def snapshot_columns(self, snapshot_id: int) -> list[str]:
+        """The top-level column names of the schema snapshot ``snapshot_id`` was written
+        with (the spec's ``use-snapshot-schema``).
+
+        Raises:
+            SnapshotNotFound: the table has no such snapshot.
+        """
+
+    @abstractmethod
+    def covered(self, partition: int, start: int, end: int, reuse_age_s: float) -> int:
+        """How far files written earlier, younger than ``reuse_age_s``, cover offsets
+        ``[start, end)`` of ``partition`` from ``start`` on, as :meth:`hot_files` would
+        name them: ``end`` when nothing is left to write, ``start`` when nothing is
+        there. (What a submitted plan still has to write is ``[covered, end)``.)"""
+
+    @abstractmethod
     def hot_files(
         self,
         partition: int,

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import Field
+from pydantic import Field, field_validator
 
 from gateway.config._section import Section, backend
 
@@ -110,12 +110,57 @@ class ServedCatalogConfig(Section):
         "bucket of quota.burst_s seconds, shared by the replicas as the quotas are); once "
         "spent, plans with a hot tail are handled per plan_hot_overflow. 0: no budget.",
     )
+    plan_submit_records: int = Field(
+        0,
+        ge=0,
+        description="Hot-tail records a scan plan writes within its request at most: a plan "
+        "with more to write answers 'submitted' at once and writes them in the background, "
+        "and fetchPlanningResult answers 'completed' once its files are there. 0 (the "
+        "default): every plan completes within its request (pyiceberg 0.12 cannot poll a "
+        "submitted plan; Iceberg Java can).",
+    )
+    plan_submit_grace_s: float = Field(
+        10.0,
+        gt=0,
+        le=3600,
+        description="How long a submitted plan's files are left to the replica that "
+        "submitted it; past it, the replica asked for the result writes what is missing "
+        "itself (the first one died or was restarted).",
+    )
+    client_planning_tables: list[str] = Field(
+        default_factory=list,
+        description="Tables whose scans engines plan on the client, each "
+        "'tenant/namespace.name' or 'tenant/*' (all of a tenant's): their loadTable config "
+        "says scan-planning-mode=client (where it has a config) and a plan asked for anyway "
+        "names their committed files only, writing no hot-tail file.",
+    )
     plan_page_files: int = Field(
         1000,
         ge=1,
         description="Data files a scan plan's answer names at most; the rest come as plan "
         "tasks, pages of as many, that an engine fetches with fetchScanTasks.",
     )
+
+    @field_validator("client_planning_tables")
+    @classmethod
+    def _tables(cls, value: list[str]) -> list[str]:
+        for entry in value:
+            tenant, slash, table = entry.partition("/")
+            namespace, dot, name = table.partition(".")
+            if not (tenant and slash and (table == "*" or (namespace and dot and name))):
+                raise ValueError(
+                    f"client_planning_tables entry {entry!r} is not 'tenant/namespace.name' "
+                    "nor 'tenant/*'"
+                )
+        return value
+
+    def server_planning(self, tenant: str, namespace: str, name: str) -> bool:
+        """Whether scans of the tenant's table ``namespace.name`` are planned on the
+        server (scan_planning on, and the table not in client_planning_tables)."""
+        if not self.scan_planning:
+            return False
+        listed = set(self.client_planning_tables)
+        return f"{tenant}/*" not in listed and f"{tenant}/{namespace}.{name}" not in listed
 
 
 class ColdConfig(Section):

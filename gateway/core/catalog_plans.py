@@ -13,7 +13,10 @@ appends between them added.
 
 A plan lives ``cold.presign_expiry_s`` (one hour by default, as a read plan): its snapshot
 is leased from expiry that long, and its hot-tail files are rewritten before being named
-again when the orphan clean-up could remove them within a plan's life.
+again when the orphan clean-up could remove them within a plan's life. A plan with more
+hot records to write than ``cold.rest_catalog.plan_submit_records`` is submitted: its
+files are written afterwards, and found completed once files cover every pinned range,
+whichever replica wrote them (:mod:`gateway.core.catalog_submits`).
 """
 
 from __future__ import annotations
@@ -55,6 +58,8 @@ class PlanRequest:
     stats_fields: tuple[str, ...] = ()
     start_snapshot_id: int | None = None
     end_snapshot_id: int | None = None
+    #: The spec's hint: a plan may name only files enough for this many rows.
+    min_rows_requested: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,6 +75,9 @@ class PlanState:
     #: An incremental plan's start (exclusive; ``snapshot_id`` is its end): the files the
     #: appends between them added, no hot tail.
     start_snapshot_id: int | None = None
+    #: When a submitted plan was submitted (Unix ms): its hot-tail files are written in
+    #: the background; None for a plan that completed within its request.
+    submitted_at: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,6 +98,8 @@ class CatalogPlan:
     earliest: tuple[tuple[int, int], ...] = ()
     #: The table's columns (as a plan's names resolve against).
     column_names: tuple[str, ...] = ()
+    #: Submitted, not completed: its hot-tail files are being written (no files named).
+    submitted: bool = False
 
 
 class CatalogPlanOps(ScanOps):
@@ -101,13 +111,44 @@ class CatalogPlanOps(ScanOps):
         except NotFound:
             raise _missing(namespace, name) from None
 
-    def _plan_filter(self, table: TableView, request: PlanRequest) -> Expr | None:
+    def _plan_filter(
+        self,
+        table: TableView,
+        request: PlanRequest,
+        names: Sequence[str] | None = None,
+        where: str = "",
+    ) -> Expr | None:
+        """The plan's filter bound to the table; its names resolved against ``names``
+        (the table's columns by default; the snapshot's with use-snapshot-schema)."""
         if request.filter is None:
             return None
-        names = table.stored_schema.names
-        tree = from_iceberg_json(request.filter, names, request.case_sensitive, self._filter_limits)
+        if names is None:
+            names = table.stored_schema.names
+        try:
+            tree = from_iceberg_json(
+                request.filter, names, request.case_sensitive, self._filter_limits
+            )
+        except InvalidRequest as exc:
+            if not where:
+                raise
+            raise InvalidRequest(f"filter{where}: {exc}") from None
         bound = bind(tree, table.stored_schema)
         return None if bound == ALWAYS_TRUE else bound
+
+    async def _plan_names(self, table: TableView, request: PlanRequest) -> tuple[list[str], str]:
+        """The columns a plan's ``select``, ``filter`` and ``stats-fields`` name, and how
+        an error says where they come from: with ``use-snapshot-schema`` and
+        ``snapshot-id`` (time travel), the columns of the schema that snapshot was
+        written with; else the table's (the hot tail is in the table's schema)."""
+        names = list(table.stored_schema.names)
+        sid = request.snapshot_id
+        if not request.use_snapshot_schema or sid is None:
+            return names, ""
+        snapshot_names = await self._run(self._cold_table(table).plan_files().snapshot_columns, sid)
+        # The system columns are in every schema (the stored schema holds them last).
+        known = set(snapshot_names)
+        kept = [n for n in names if n in known]
+        return kept, f" (use-snapshot-schema: the columns of snapshot {sid})"
 
     def _reuse_age_s(self) -> float:
         """How old a hot-tail file may be and still be named again: young enough that
@@ -150,14 +191,18 @@ class CatalogPlanOps(ScanOps):
                 "snapshot-id (a point-in-time scan) cannot be given with start-snapshot-id "
                 "and end-snapshot-id (an incremental scan): give one or the other"
             )
-        names = table.stored_schema.names
+        if request.min_rows_requested is not None and request.min_rows_requested < 0:
+            raise InvalidRequest(
+                f"min-rows-requested is {request.min_rows_requested}: it must be 0 or more"
+            )
+        names, where = await self._plan_names(table, request)
         for column in request.select or ():
-            resolve_name(column, names, request.case_sensitive, "select")
+            resolve_name(column, names, request.case_sensitive, f"select{where}")
         stats = [
-            resolve_name(c, names, request.case_sensitive, "stats-fields")
+            resolve_name(c, names, request.case_sensitive, f"stats-fields{where}")
             for c in request.stats_fields
         ]
-        expr = await self._run(self._plan_filter, table, request)
+        expr = await self._run(self._plan_filter, table, request, names, where)
         if incremental:
             plan = await self._plan_incremental(tenant, table, request, expr, stats)
             return await self._with_access(tenant, table, plan)
@@ -171,7 +216,7 @@ class CatalogPlanOps(ScanOps):
                 if attempt + 1 == _PIN_ATTEMPTS:
                     raise
                 continue
-            if plan.failed is not None:
+            if plan.failed is not None or plan.submitted:
                 return plan
             return await self._with_access(tenant, table, plan)
         raise AssertionError("unreachable")  # pragma: no cover
@@ -200,6 +245,10 @@ class CatalogPlanOps(ScanOps):
         rc = self.settings.cold.rest_catalog
         skipped = 0
         tail = sum(r.to_offset - r.from_offset for r in ranges)
+        d = table.definition
+        if tail and not rc.server_planning(tenant, d.namespace, d.name):
+            # Planning is the client's for this table: what client planning reads.
+            skipped, ranges, tail = tail, [], 0
         if tail > rc.plan_max_hot_records or (tail and hot_refused is not None):
             if rc.plan_hot_overflow == "refuse":
                 d = table.definition
@@ -215,38 +264,67 @@ class CatalogPlanOps(ScanOps):
             skipped, ranges = tail, []
         lease = await self._run(self._lease, table, snap, "plan", when is not None)
         try:
-            data, hot = await self._run(
-                self._plan_files,
+            plan = await self._plan_leased(
+                tenant,
                 table,
+                request,
                 snap,
-                _retained(expr, earliest, table.definition.partitions),
                 tuple((r.partition, r.from_offset, r.to_offset) for r in ranges),
+                _retained(expr, earliest, d.partitions),
                 stats,
-                self._reuse_age_s(),
+                lease,
             )
         except BaseException:
             if lease is not None:
                 await self._run(self.meta.release_lease, lease)
             raise
-        expires = int(time.time()) + int(self.settings.cold.presign_expiry_s)
-        state = PlanState(
-            tenant,
-            table.definition.table_id,
-            snap.snapshot_id if snap is not None else None,
-            lease,
-            tuple((r.partition, r.from_offset, r.to_offset) for r in ranges),
-            expires,
-        )
-        return CatalogPlan(
-            state,
-            data,
-            hot,
-            _NO_ACCESS,  # filled in by catalog_plan, once the files are settled
+        return replace(
+            plan,
             skipped_hot_records=skipped,
-            written_bytes=sum(h.written_bytes for h in hot),
             earliest=tuple(sorted(earliest.items())),
             column_names=tuple(table.stored_schema.names),
         )
+
+    async def _plan_leased(
+        self,
+        tenant: str,
+        table: TableView,
+        request: PlanRequest,
+        snap: ColdSnapshot | None,
+        pinned: tuple[tuple[int, int, int], ...],
+        cold_expr: Expr | None,
+        stats: list[str],
+        lease: str | None,
+    ) -> CatalogPlan:
+        """The files of a pinned plan whose snapshot is leased: the data files, cut at
+        ``min-rows-requested`` where record counts are exact, then the hot tail written
+        now, or a submitted plan when more of it is missing than
+        ``plan_submit_records``."""
+        rc = self.settings.cold.rest_catalog
+        reuse = self._reuse_age_s()
+        sid = snap.snapshot_id if snap is not None else None
+        data: list[dict[str, Any]] = []
+        if snap is not None:
+            files = self._cold_table(table).plan_files()
+            data = await self._run(files.data_files, snap, cold_expr, stats)
+        wanted = request.min_rows_requested
+        if wanted and cold_expr is None:
+            # No filter nor retention marks: a file's record count is its rows in the
+            # scan, so the files that reach the rows asked for are enough (the spec's hint).
+            data, pinned = _cut(data, pinned, wanted)
+        expires = int(time.time()) + int(self.settings.cold.presign_expiry_s)
+        d = table.definition
+        if rc.plan_submit_records and pinned:
+            missing = await self._run(self._plan_missing, table, pinned, reuse)
+            if sum(hi - lo for _, lo, hi in missing) > rc.plan_submit_records:
+                now_ms = int(time.time() * 1000)
+                state = PlanState(tenant, d.table_id, sid, lease, pinned, expires, None, now_ms)
+                return CatalogPlan(state, [], [], _NO_ACCESS, submitted=True)
+        _, hot = await self._run(self._plan_files, table, None, cold_expr, pinned, stats, reuse)
+        state = PlanState(tenant, d.table_id, sid, lease, pinned, expires)
+        written = sum(h.written_bytes for h in hot)
+        # Access is filled in by catalog_plan, once the files are settled.
+        return CatalogPlan(state, data, hot, _NO_ACCESS, written_bytes=written)
 
     async def _plan_incremental(
         self,
@@ -287,18 +365,33 @@ class CatalogPlanOps(ScanOps):
     ) -> tuple[list[dict[str, Any]], list[HotFile]]:
         files = self._cold_table(table).plan_files()
         data = files.data_files(snap, cold_expr, stats) if snap is not None else []
-        names = table.stored_schema.names
-
-        def rows(p: int) -> Any:
-            def read(lo: int, hi: int) -> Iterator[pa.RecordBatch]:
-                return self._hot_rows(table, HotRange(p, lo, hi), None, names)
-
-            return read
-
         hot: list[HotFile] = []
         for p, lo, hi in ranges:
-            hot.extend(files.hot_files(p, lo, hi, rows(p), stats, reuse_age_s, cold_expr))
+            rows = self._range_rows(table, p)
+            hot.extend(files.hot_files(p, lo, hi, rows, stats, reuse_age_s, cold_expr))
         return data, hot
+
+    def _range_rows(self, table: TableView, p: int) -> Any:
+        """Reads offsets ``[lo, hi)`` of partition ``p`` from the hot tier, as stored."""
+        names = table.stored_schema.names
+
+        def read(lo: int, hi: int) -> Iterator[pa.RecordBatch]:
+            return self._hot_rows(table, HotRange(p, lo, hi), None, names)
+
+        return read
+
+    def _plan_missing(
+        self, table: TableView, ranges: Sequence[tuple[int, int, int]], reuse_age_s: float
+    ) -> list[tuple[int, int, int]]:
+        """The parts of pinned ``ranges`` no file written earlier covers (what a plan
+        still has to write), as (partition, from, to)."""
+        files = self._cold_table(table).plan_files()
+        out = []
+        for p, lo, hi in ranges:
+            at = files.covered(p, lo, hi, reuse_age_s)
+            if at < hi:
+                out.append((p, at, hi))
+        return out
 
     async def _plan_access(self, tenant: str, table: TableView) -> DataAccess:
         assert self.cold is not None
@@ -347,7 +440,12 @@ class CatalogPlanOps(ScanOps):
         return files[start : start + count]
 
     async def catalog_plan_again(
-        self, tenant: str, namespace: str, name: str, state: PlanState
+        self,
+        tenant: str,
+        namespace: str,
+        name: str,
+        state: PlanState,
+        reuse_age_s: float = float("inf"),
     ) -> CatalogPlan | None:
         """The files of a plan made earlier (``fetchPlanningResult``): the same pinned view,
         its filter left to the engine. None when the plan was cancelled.
@@ -359,10 +457,8 @@ class CatalogPlanOps(ScanOps):
         table = await self._plan_table(tenant, namespace, name)
         if state.tenant != tenant or state.table_id != table.definition.table_id:
             raise _missing(namespace, name)
-        if state.lease_id is not None:
-            leases = await self._run(self.meta.leases, state.table_id)
-            if all(lease.lease_id != state.lease_id for lease in leases):
-                return None
+        if not await self._lease_held(state):
+            return None
         access = await self._plan_access(tenant, table)
         if state.start_snapshot_id is not None and state.snapshot_id is not None:
             added = self._cold_table(table).plan_files().added_files
@@ -372,9 +468,17 @@ class CatalogPlanOps(ScanOps):
         if state.snapshot_id is not None:
             snap = await self._run(self._cold_table(table).snapshot, state.snapshot_id)
         data, hot = await self._run(
-            self._plan_files, table, snap, None, state.ranges, (), float("inf")
+            self._plan_files, table, snap, None, state.ranges, (), reuse_age_s
         )
-        return CatalogPlan(state, data, hot, access)
+        written = sum(h.written_bytes for h in hot)
+        return CatalogPlan(state, data, hot, access, written_bytes=written)
+
+    async def _lease_held(self, state: PlanState) -> bool:
+        """Whether the plan's snapshot lease is still held (not cancelled, not expired)."""
+        if state.lease_id is None:
+            return True
+        leases = await self._run(self.meta.leases, state.table_id)
+        return any(lease.lease_id == state.lease_id for lease in leases)
 
     async def catalog_plan_cancel(
         self, tenant: str, namespace: str, name: str, state: PlanState
@@ -401,3 +505,25 @@ class CatalogPlanOps(ScanOps):
 
 
 _NO_ACCESS = DataAccess()
+
+
+def _cut(
+    data: list[dict[str, Any]], ranges: tuple[tuple[int, int, int], ...], wanted: int
+) -> tuple[list[dict[str, Any]], tuple[tuple[int, int, int], ...]]:
+    """The first data files, then the first hot ranges (the last one shortened), that
+    hold ``wanted`` rows when each file's rows are all in the scan."""
+    rows = 0
+    for i, f in enumerate(data):
+        if rows >= wanted:
+            return data[:i], ()
+        rows += int(f["record-count"])
+    if rows >= wanted:
+        return data, ()
+    out = []
+    for p, lo, hi in ranges:
+        if rows >= wanted:
+            break
+        take = min(hi - lo, wanted - rows)
+        out.append((p, lo, lo + take))
+        rows += take
+    return data, tuple(out)

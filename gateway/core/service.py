@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from gateway.core.appends import AppendOps
 from gateway.core.catalog import CatalogOps
-from gateway.core.catalog_plans import CatalogPlanOps
+from gateway.core.catalog_submits import SubmittedPlanOps
 from gateway.core.groups import GroupOps
 from gateway.core.reads import ReadOps
 from gateway.core.scans import ScanOps
@@ -23,6 +23,6 @@ from gateway.core.tables import TableOps
 __all__ = ["StreamTables"]
 
 
-class StreamTables(TableOps, AppendOps, ReadOps, CatalogPlanOps, ScanOps, GroupOps, CatalogOps):
+class StreamTables(TableOps, AppendOps, ReadOps, SubmittedPlanOps, ScanOps, GroupOps, CatalogOps):
     """Create, describe, list, drop, append to, read, scan and plan stream-tables, and
     show a tenant's tables as an Iceberg catalog does."""

@@ -34,3 +34,13 @@ def test_many_partitions_fit() -> None:
     wide = PlanState("acme", "t-1", 1, None, tuple((p, 10**9, 10**9 + 500) for p in range(256)), 5)
     sealed = ids.seal(wide)
     assert ids.open(sealed) == wide and len(sealed) < 8_000
+
+
+def test_a_submitted_plans_id_carries_when_it_was_submitted() -> None:
+    ids = PlanIds(b"k" * 32, clock=lambda: 0.0)
+    submitted = PlanState("acme", "t-1", 42, "lease-1", ((0, 10, 20),), 1_000, None, 123_456)
+    opened = ids.open(ids.seal(submitted))
+    assert opened == submitted and opened.submitted_at == 123_456
+    assert ids.open(ids.seal(STATE)).submitted_at is None  # type: ignore[union-attr]
+    # A plan task of a submitted plan opens to the same state and its task.
+    assert ids.open_task(ids.seal(submitted, {"start": 3})) == (submitted, {"start": 3})

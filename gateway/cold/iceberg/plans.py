@@ -244,6 +244,20 @@ class IcebergPlanFiles(PlanFiles):
         found.sort(key=lambda f: (int(f.partition[0]), str(f.file_path)))
         return [self._content_file(metadata, schema, f, keep) for f in found]
 
+    def snapshot_columns(self, snapshot_id: int) -> list[str]:
+        metadata = self._table._load().metadata
+        snap = metadata.snapshot_by_id(snapshot_id)
+        if snap is None:
+            raise SnapshotNotFound(
+                f"snapshot-id {snapshot_id} names no snapshot of this table",
+                as_of=str(snapshot_id),
+            )
+        schema_id = snap.schema_id if snap.schema_id is not None else metadata.current_schema_id
+        for schema in metadata.schemas:
+            if schema.schema_id == schema_id:
+                return [f.name for f in schema.fields]
+        return [f.name for f in metadata.schema().fields]
+
     @staticmethod
     def _content_file(metadata: Any, schema: Schema, f: Any, keep: set[int]) -> dict[str, Any]:
         """The spec's ``DataFile`` JSON of a pyiceberg data file of the table."""
@@ -293,6 +307,31 @@ class IcebergPlanFiles(PlanFiles):
                 out[(lo, hi)] = (path, int(info.size or 0), written_ms / 1000)
         return out
 
+    @staticmethod
+    def _next_file(
+        existing: dict[tuple[int, int], tuple[str, int, float]], at: int, end: int, young: float
+    ) -> int | None:
+        """The end of the longest file written earlier that starts at ``at``, ends
+        within ``end`` and is younger than ``young`` (a Unix time); None when none."""
+        ends = [
+            hi for (lo, hi), (_, _, mtime) in existing.items()
+            if lo == at and at < hi <= end and mtime > young
+        ]  # fmt: skip
+        return max(ends) if ends else None
+
+    def covered(self, partition: int, start: int, end: int, reuse_age_s: float) -> int:
+        if end <= start:
+            return end
+        existing = self._existing(self._store.filesystem(), self._folder(partition))
+        young = time.time() - reuse_age_s
+        at = start
+        while at < end:
+            hi = self._next_file(existing, at, end, young)
+            if hi is None:
+                return at
+            at = hi
+        return at
+
     def hot_files(
         self,
         partition: int,
@@ -316,12 +355,9 @@ class IcebergPlanFiles(PlanFiles):
         out: list[HotFile] = []
         at = start
         while at < end:
-            ends = [
-                hi for (lo, hi), (_, _, mtime) in existing.items()
-                if lo == at and at < hi <= end and mtime > young
-            ]  # fmt: skip
-            if ends:
-                hi = max(ends)
+            found = self._next_file(existing, at, end, young)
+            if found is not None:
+                hi = found
                 path, size, _ = existing[(at, hi)]
                 footer = self._footer(fs, path, size)
                 written = 0

@@ -328,7 +328,11 @@ def _table_routes(router: APIRouter, cat: Catalog) -> None:
         entry = await cat.own_table(tenant, namespace, table)
         access = await cat.service.catalog_access(tenant, entry)
         result = _load_result(entry, access)
-        planning = iceberg_plans.planning_config(cat.calls) if result["config"] else {}
+        planning = (
+            iceberg_plans.planning_config(cat.calls, (tenant, namespace, table))
+            if result["config"]
+            else {}
+        )
         result["config"].update(planning)  # see iceberg_plans.planning_config
         etag = _etag(entry, access, planning)
         if _matches(if_none_match, etag):

@@ -6,7 +6,11 @@
 A plan is the pinned view of the gateway's own scan (``gateway/core/catalog_plans.py``):
 the snapshot's data files plus the hot tail as Parquet files, so an engine that plans on
 the server reads every acknowledged row. Plans complete within the request (status
-``completed``); the answer names the hot files and the first
+``completed``) unless they have more hot records to write than
+``cold.rest_catalog.plan_submit_records`` (off by default): those answer ``submitted`` and
+this replica writes their files in the background; ``fetchPlanningResult`` answers
+``completed`` once files cover every pinned range, on any replica (docs/decisions/
+rest-catalog.md, "Submitted plans"). A completed answer names the hot files and the first
 ``cold.rest_catalog.plan_page_files`` data files, and the rest come as plan tasks (pages
 of as many) for ``fetchScanTasks``.
 
@@ -21,8 +25,10 @@ one answers 404 ``NoSuchPlanTaskException``.
 """
 
 # No ``from __future__ import annotations``: FastAPI reads the routes' parameter types.
+import asyncio
 import base64
 import json
+import logging
 import os
 import time
 import zlib
@@ -42,7 +48,7 @@ from gateway.server.calls import DataCalls
 from gateway.server.http.bodies import body_model
 from gateway.server.http.iceberg_errors import SEPARATOR, iceberg_error
 from gateway.tenancy import Tenancy
-from gateway.wire.errors import TableNotFound
+from gateway.wire.errors import TableNotFound, Unavailable
 
 __all__ = ["PLAN_ENDPOINTS", "SCAN_PLANNING_MODE", "PlanIds", "add_plan_routes"]
 
@@ -52,6 +58,8 @@ PLAN_ENDPOINTS = [
     "DELETE /v1/{prefix}/namespaces/{namespace}/tables/{table}/plan/{plan-id}",
     "POST /v1/{prefix}/namespaces/{namespace}/tables/{table}/tasks",
 ]
+_log = logging.getLogger(__name__)
+
 #: The table config key telling an engine to plan its scans on the server.
 SCAN_PLANNING_MODE = "scan-planning-mode"
 #: Largest plan request body: a filter of up to server.max_filter_chars, as JSON.
@@ -105,7 +113,10 @@ class PlanIds:
             else [state.start_snapshot_id, state.snapshot_id],
             state.lease_id,
             [x for r in state.ranges for x in r],
-            state.expires_at,
+            # A submitted plan: [expiry, submitted at (Unix ms)].
+            state.expires_at
+            if state.submitted_at is None
+            else [state.expires_at, state.submitted_at],
         ]
         purpose = b"plan v1" if task is None else b"plan task v1"
         if task is not None:
@@ -136,25 +147,34 @@ class PlanIds:
             )
         except (ValueError, InvalidTag, zlib.error, TypeError):
             return None
+        submitted = None
+        if isinstance(expires, list):
+            expires, submitted = expires
         if expires <= self._clock():
             return None
         ranges = tuple(tuple(flat[i : i + 3]) for i in range(0, len(flat), 3))
         start = None
         if isinstance(snap, list):
             start, snap = snap
-        state = PlanState(tenant, table_id, snap, lease, ranges, int(expires), start)
+        state = PlanState(tenant, table_id, snap, lease, ranges, int(expires), start, submitted)
         return state, (task[0] if task else None)
 
 
-def planning_config(calls: DataCalls) -> dict[str, str]:
+def planning_config(calls: DataCalls, table: tuple[str, str, str] | None = None) -> dict[str, str]:
     """What the catalog's ``defaults`` (``GET /v1/config``) say of scan planning, and a
-    table's ``config`` when it has one: ``scan-planning-mode: server``. pyiceberg 0.12
-    reads the mode from its catalog properties only (the defaults, which a client's own
-    ``scan-planning-mode`` overrides); Iceberg Java from either. A table's config is left
-    without it when it is otherwise empty (a local warehouse): DuckDB's extension (1.4)
-    takes a non-empty table config for S3 credentials and fails without a region."""
-    on = calls.service.settings.cold.rest_catalog.scan_planning
-    return {SCAN_PLANNING_MODE: "server"} if on else {}
+    table's ``config`` when it has one (``table``: tenant, namespace, name):
+    ``scan-planning-mode: server``, or ``client`` for a table of
+    ``cold.rest_catalog.client_planning_tables``. pyiceberg 0.12 reads the mode from its
+    catalog properties only (the defaults, which a client's own ``scan-planning-mode``
+    overrides); Iceberg Java from either. A table's config is left without it when it is
+    otherwise empty (a local warehouse): DuckDB's extension (1.4) takes a non-empty table
+    config for S3 credentials and fails without a region."""
+    rc = calls.service.settings.cold.rest_catalog
+    if not rc.scan_planning:
+        return {}
+    if table is not None and not rc.server_planning(*table):
+        return {SCAN_PLANNING_MODE: "client"}
+    return {SCAN_PLANNING_MODE: "server"}
 
 
 def plan_endpoints(calls: DataCalls) -> list[str]:
@@ -176,6 +196,13 @@ def _no_task() -> JSONResponse:
         "no such plan-task for this table (it is unknown, expired, or another table's)",
         "NoSuchPlanTaskException",
     )
+
+
+def _failed(message: str) -> JSONResponse:
+    """The spec's ``FailedPlanningResult``: a 200 answer that carries the error."""
+    metrics.record_catalog_plan("failed", 0)
+    error = {"message": message, "type": "ServiceUnavailableException", "code": 503}
+    return JSONResponse({"status": "failed", "error": error})
 
 
 def _completed(
@@ -207,6 +234,9 @@ class Planner:
         self.tenancy = tenancy
         self.service = calls.service
         self.ids = PlanIds(tenancy.auth.derive_secret("iceberg-scan-plan"))
+        #: Submitted plans whose files this replica is writing (held so that they are
+        #: not collected; nothing answers from them: the files are the state).
+        self.writing: set[asyncio.Task[None]] = set()
 
     @staticmethod
     def one_part(namespace: str, table: str) -> str:
@@ -263,13 +293,19 @@ class Planner:
                 stats_fields=tuple(body.stats_fields or ()),
                 start_snapshot_id=body.start_snapshot_id,
                 end_snapshot_id=body.end_snapshot_id,
+                min_rows_requested=body.min_rows_requested,
             ),
             await self.hot_refused(tenant),
         )
         if plan.failed is not None:
-            metrics.record_catalog_plan("failed", 0)
-            error = {"message": plan.failed, "type": "ServiceUnavailableException", "code": 503}
-            return JSONResponse({"status": "failed", "error": error})
+            return _failed(plan.failed)
+        if plan.submitted:
+            metrics.record_catalog_plan("submitted", 0)
+            plan_id = self.ids.seal(plan.state)
+            task = asyncio.create_task(self.write_submitted(tenant, ns, table, plan.state))
+            self.writing.add(task)
+            task.add_done_callback(self.writing.discard)
+            return JSONResponse({"status": "submitted", "plan-id": plan_id})
         outcome = "committed_only" if plan.skipped_hot_records else "completed"
         metrics.record_catalog_plan(outcome, plan.written_bytes)
         await self.charge(tenant, plan)
@@ -285,6 +321,23 @@ class Planner:
             "earliest": [x for pe in plan.earliest for x in pe],
         }
         return JSONResponse(self.paged(plan, asked, self.ids.seal(plan.state)))
+
+    async def write_submitted(self, tenant: str, ns: str, table: str, state: PlanState) -> None:
+        """Write the hot-tail files of a submitted plan (a background task of the
+        replica that took it); charged to the tenant as a plan's files are."""
+        try:
+            plan = await self.service.catalog_plan_write(tenant, ns, table, state)
+        except (TableNotFound, Unavailable) as exc:
+            # Dropped, or trimmed before it was written: fetchPlanningResult says so.
+            _log.info("submitted scan plan of %s.%s not written: %s", ns, table, exc)
+            return
+        except Exception:
+            _log.exception("submitted scan plan of %s.%s not written", ns, table)
+            return
+        if plan is None:
+            return  # cancelled meanwhile
+        metrics.record_catalog_plan("completed", plan.written_bytes)
+        await self.charge(tenant, plan)
 
     def paged(
         self, plan: CatalogPlan, asked: dict[str, Any], plan_id: str | None
@@ -304,11 +357,19 @@ class Planner:
         if state is None:
             return _no_plan()
         try:
-            plan = await self.service.catalog_plan_again(tenant, ns, table, state)
+            plan = await self.service.catalog_plan_result(tenant, ns, table, state)
         except TableNotFound:
             return _no_plan()
         if plan is None:
             return JSONResponse({"status": "cancelled"})
+        if plan.submitted:
+            return JSONResponse({"status": "submitted"})
+        if plan.failed is not None:
+            return _failed(plan.failed)
+        if plan.written_bytes:
+            # A submitted plan whose files this replica wrote (taken over past the grace).
+            metrics.record_catalog_plan("completed", plan.written_bytes)
+            await self.charge(tenant, plan)
         # Listed again without the filter (the engine applies it) nor retention marks.
         asked: dict[str, Any] = {
             "filter": None,
@@ -393,7 +454,8 @@ def add_plan_routes(
 
     @router.get(
         "/namespaces/{namespace}/tables/{table}/plan/{plan_id}",
-        summary="The result of a scan plan (plans complete at once: 'completed').",
+        summary="The result of a scan plan: 'completed' with its files, 'submitted' while "
+        "its hot-tail files are being written, 'cancelled' or 'failed'.",
     )
     async def fetch_planning_result(
         namespace: str, table: str, plan_id: str, tenant: Tenant

@@ -218,6 +218,9 @@ Checks values.schema.json cannot express: what several gateway replicas must sha
 {{- $_ = set $s "TIDEGATE_COLD__REST_CATALOG__PLAN_HOT_OVERFLOW" $rc.planHotOverflow -}}
 {{- $_ = set $s "TIDEGATE_COLD__REST_CATALOG__PLAN_PAGE_FILES" (toString (int64 $rc.planPageFiles)) -}}
 {{- $_ = set $s "TIDEGATE_COLD__REST_CATALOG__PLAN_HOT_BYTES_PER_S" (toString (int64 $rc.planHotBytesPerS)) -}}
+{{- $_ = set $s "TIDEGATE_COLD__REST_CATALOG__PLAN_SUBMIT_RECORDS" (toString (int64 $rc.planSubmitRecords)) -}}
+{{- $_ = set $s "TIDEGATE_COLD__REST_CATALOG__PLAN_SUBMIT_GRACE_S" (toString $rc.planSubmitGraceS) -}}
+{{- $_ = set $s "TIDEGATE_COLD__REST_CATALOG__CLIENT_PLANNING_TABLES" (toJson (default (list) $rc.clientPlanningTables)) -}}
 {{- if $rc.roleArn -}}
 {{- $_ = set $s "TIDEGATE_COLD__REST_CATALOG__ROLE_ARN" $rc.roleArn -}}
 {{- end -}}
