@@ -1,18 +1,33 @@
 """Plan calls: a read plan whose local data files are given as sealed links through this
-gateway, and the file such a link names."""
+gateway, and the file such a link names, served as the tenant's read (metered and charged
+to its read bucket; docs/decisions/client.md, "Reads through file links are metered")."""
 
 from __future__ import annotations
 
 import datetime as dt
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+import pyarrow.parquet as pq
+
+from gateway import metrics
 from gateway.core import ReadPlan
 from gateway.server.calls.base import CallsBase
 from gateway.tenancy import Tenancy
 
-__all__ = ["PlanCalls"]
+__all__ = ["LinkedFile", "PlanCalls"]
+
+
+@dataclass(frozen=True)
+class LinkedFile:
+    """The warehouse file a plan's link names, and whose read it is."""
+
+    tenant: str
+    path: Path
+    #: The file's rows, metered when its footer (its last byte) is served; None: a link
+    #: sealed without them (by an older gateway), read from the footer when served.
+    records: int | None
 
 
 class PlanCalls(CallsBase):
@@ -46,7 +61,7 @@ class PlanCalls(CallsBase):
                 files.append(f)
                 continue
             inside = str(path.relative_to(root))
-            token, expires = tokens.issue(tenant, inside)
+            token, expires = tokens.issue(tenant, inside, f.file.record_count)
             when = dt.datetime.fromtimestamp(expires, dt.UTC)
             link = f"{files_url.rstrip('/')}/v1/files/{token}"
             files.append(replace(f, url=link, expires_at=when, warehouse_path=inside))
@@ -59,17 +74,43 @@ class PlanCalls(CallsBase):
             return None
         return Path(warehouse.removeprefix("file://")).resolve()
 
-    def warehouse_file(self, token: str) -> tuple[str, Path] | None:
-        """(tenant, file) of a link made by :meth:`plan`; None when the link is not one
-        of ours, was altered, has expired, or names no file of the warehouse."""
+    async def linked_file(self, token: str) -> LinkedFile | None:
+        """The file a link made by :meth:`plan` names; None when the link is not one of
+        ours, was altered, has expired, or names no file of the warehouse.
+
+        Raises:
+            Throttled: the tenant's read bucket is in debt.
+        """
         root = self._warehouse_folder()
         if root is None or not isinstance(self.gate, Tenancy):
             return None
         opened = self.gate.file_tokens.open(token)
         if opened is None:
             return None
-        tenant, relative = opened
+        tenant, relative, records = opened
         path = (root / relative).resolve()
         if not path.is_relative_to(root) or not path.is_file():
             return None
-        return tenant, path
+        await self.gate.check_read(tenant)
+        return LinkedFile(tenant, path, records)
+
+    async def file_read(self, linked: LinkedFile, *, footer: bool, nbytes: int) -> None:
+        """Meter ``nbytes`` of ``linked`` served as its tenant's read, charged to its read
+        bucket, with the file's rows when the range served held its footer: every Parquet
+        reader reads a file's footer (its last bytes) once per opening, so the rows count
+        once per reading of the file, as a server-side read of them would."""
+        records = 0
+        if footer:
+            if linked.records is not None:
+                records = linked.records
+            else:
+                records = await self.service.offload(_footer_rows, linked.path)
+        metrics.record_file_read(records, nbytes)
+        await self.gate.record_read(linked.tenant, records, nbytes)
+
+
+def _footer_rows(path: Path) -> int:
+    try:
+        return int(pq.read_metadata(path).num_rows)
+    except (OSError, ValueError):
+        return 0

@@ -7,14 +7,21 @@ no path of the server and an executor needs no access to its folders. The token 
 credential, as a presigned URL's signature is: sealed for one tenant's file until it
 expires. Range requests are served (a Parquet reader fetches the footer and the column
 chunks it needs).
+
+What a link serves is its tenant's read: the read bucket is checked before (429 with
+``Retry-After`` while it is in debt), and the bytes sent are metered and charged after,
+with the file's rows when the footer (the file's last byte) was among them
+(:meth:`DataCalls.file_read`; docs/decisions/client.md).
 """
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from typing import Annotated
 
-from fastapi import APIRouter, Path
+from fastapi import APIRouter, Path, Request
 from fastapi.responses import FileResponse
+from starlette.types import Message, Receive, Scope, Send
 
 from gateway.server.calls import DataCalls
 from gateway.server.http.models import ERRORS
@@ -37,6 +44,59 @@ class DataFileResponse(FileResponse):
     chunk_size = 4 * 1024 * 1024
 
 
+class MeteredFileResponse(DataFileResponse):
+    """A :class:`DataFileResponse` that reports, once sent, the bytes of body it sent and
+    whether they held the file's last byte (``sent(footer, nbytes)``)."""
+
+    def __init__(
+        self,
+        path: str,
+        size: int,
+        range_header: str | None,
+        sent: Callable[[bool, int], Awaitable[None]],
+    ) -> None:
+        super().__init__(path, media_type="application/octet-stream")
+        self._size, self._range, self._sent = size, range_header, sent
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        status, nbytes = 0, 0
+
+        async def counted(message: Message) -> None:
+            nonlocal status, nbytes
+            if message["type"] == "http.response.start":
+                status = message["status"]
+            elif message["type"] == "http.response.body":
+                nbytes += len(message.get("body", b""))
+            await send(message)
+
+        try:
+            await super().__call__(scope, receive, counted)
+        finally:
+            if status in (200, 206) and nbytes:
+                footer = status == 200 or holds_last_byte(self._range, self._size)
+                await self._sent(footer, nbytes)
+
+
+def holds_last_byte(range_header: str | None, size: int) -> bool:
+    """Whether a ``Range`` header asks for the last byte of a file of ``size`` bytes (no
+    header: the whole file)."""
+    if not range_header:
+        return True
+    unit, _, specs = range_header.partition("=")
+    if unit.strip().lower() != "bytes":
+        return True  # not a range Starlette serves: the whole file goes
+    for spec in specs.split(","):
+        first, dash, last = spec.strip().partition("-")
+        if not dash:
+            continue
+        if not first.strip():  # a suffix: the last N bytes
+            if last.strip().isdigit() and int(last) > 0:
+                return True
+        elif not last.strip() or (last.strip().isdigit() and int(last) >= size - 1):
+            return True
+    return False
+
+
 def files_router(calls: DataCalls) -> APIRouter:
     router = APIRouter(prefix="/v1/files", tags=["scans"])
 
@@ -51,16 +111,23 @@ def files_router(calls: DataCalls) -> APIRouter:
         summary="A data file of a read plan on a local warehouse (the plan's link).",
     )
     async def data_file(
+        request: Request,
         token: Annotated[str, Path(max_length=4096, description="The link's sealed token.")],
     ) -> FileResponse:
-        """The file's bytes (a ``Range`` header is honoured). 404 when the link is not one
-        of this deployment's, was altered or has expired (a plan's links last
-        ``cold.presign_expiry_s``)."""
-        found = calls.warehouse_file(token)
+        """The file's bytes (a ``Range`` header is honoured), metered as the tenant's
+        read. 404 when the link is not one of this deployment's, was altered or has
+        expired (a plan's links last ``cold.presign_expiry_s``); 429 while the tenant's
+        read quota is in debt."""
+        found = await calls.linked_file(token)
         if found is None:
             raise NotFound(
                 "no such file link, or it has expired: plan the read again for fresh links"
             )
-        return DataFileResponse(found[1], media_type="application/octet-stream")
+
+        async def sent(footer: bool, nbytes: int) -> None:
+            await calls.file_read(found, footer=footer, nbytes=nbytes)
+
+        size = found.path.stat().st_size
+        return MeteredFileResponse(str(found.path), size, request.headers.get("range"), sent)
 
     return router
