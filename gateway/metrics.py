@@ -116,8 +116,8 @@ FILE_LINK_BYTES = Counter(
 )
 FILE_LINK_RECORDS = Counter(
     "tidegate_file_link_records_total",
-    "Rows of data files whose footer was served through read plans' links (/v1/files): "
-    "the rows a client read itself, metered as their tenants' reads. Not in "
+    "Rows of the row groups served through read plans' links (/v1/files), each once per "
+    "link: the rows clients read themselves, metered as their tenants' reads. Not in "
     "tidegate_read_records_total, which counts the rows the gateway decoded and sent.",
 )
 

@@ -104,32 +104,20 @@ class FileTokens:
         self.ttl_s = ttl_s
         self._clock = clock
 
-    def issue(self, tenant: str, path: str, records: int | None = None) -> tuple[str, int]:
+    def issue(self, tenant: str, path: str) -> tuple[str, int]:
         """A token for the file at ``path`` (inside the warehouse) of ``tenant``'s table,
-        holding ``records`` (the file's row count, which serving its footer meters), and
-        the Unix time it expires."""
+        and the Unix time it expires."""
         expires = int(self._clock()) + self.ttl_s
-        doc: list[object] = [tenant, path] if records is None else [tenant, path, records]
-        return self._sealed.seal(json.dumps(doc), expires), expires
+        return self._sealed.seal(json.dumps([tenant, path]), expires), expires
 
-    def open(self, token: str) -> tuple[str, str, int | None] | None:
-        """(tenant, path, records) of ``token`` (records None in a link sealed without
-        them); None when it is not one of ours, was altered or has expired."""
+    def open(self, token: str) -> tuple[str, str] | None:
+        """(tenant, path) of ``token``; None when it is not one of ours, was altered or
+        has expired."""
         inner = self._sealed.open(token, self._clock())
         if inner is None:
             return None
         try:
-            doc = json.loads(inner)
+            tenant, path = json.loads(inner)
         except ValueError:
             return None
-        if not isinstance(doc, list) or len(doc) not in (2, 3):
-            return None
-        tenant, path = doc[0], doc[1]
-        records = doc[2] if len(doc) == 3 else None
-        if not isinstance(tenant, str) or not isinstance(path, str):
-            return None
-        if records is not None and (
-            isinstance(records, bool) or not isinstance(records, int) or records < 0
-        ):
-            return None
-        return tenant, path, records
+        return (tenant, path) if isinstance(tenant, str) and isinstance(path, str) else None

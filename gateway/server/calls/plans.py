@@ -5,15 +5,15 @@ to its read bucket; docs/decisions/client.md, "Reads through file links are mete
 from __future__ import annotations
 
 import datetime as dt
+import time
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-import pyarrow.parquet as pq
-
 from gateway import metrics
 from gateway.core import ReadPlan
 from gateway.server.calls.base import CallsBase
+from gateway.server.calls.links import LinkRows, served_ranges
 from gateway.tenancy import Tenancy
 
 __all__ = ["LinkedFile", "PlanCalls"]
@@ -25,13 +25,15 @@ class LinkedFile:
 
     tenant: str
     path: Path
-    #: The file's rows, metered when its footer (its last byte) is served; None: a link
-    #: sealed without them (by an older gateway), read from the footer when served.
-    records: int | None
+    #: The link's token (what counts a row group once per link).
+    token: str
 
 
 class PlanCalls(CallsBase):
     """Read plans and the warehouse files their links name."""
+
+    #: The row groups each link has served (see :mod:`.links`).
+    link_rows: LinkRows | None = None
 
     async def plan(
         self,
@@ -61,7 +63,7 @@ class PlanCalls(CallsBase):
                 files.append(f)
                 continue
             inside = str(path.relative_to(root))
-            token, expires = tokens.issue(tenant, inside, f.file.record_count)
+            token, expires = tokens.issue(tenant, inside)
             when = dt.datetime.fromtimestamp(expires, dt.UTC)
             link = f"{files_url.rstrip('/')}/v1/files/{token}"
             files.append(replace(f, url=link, expires_at=when, warehouse_path=inside))
@@ -87,30 +89,35 @@ class PlanCalls(CallsBase):
         opened = self.gate.file_tokens.open(token)
         if opened is None:
             return None
-        tenant, relative, records = opened
+        tenant, relative = opened
         path = (root / relative).resolve()
         if not path.is_relative_to(root) or not path.is_file():
             return None
         await self.gate.check_read(tenant)
-        return LinkedFile(tenant, path, records)
+        return LinkedFile(tenant, path, token)
 
-    async def file_read(self, linked: LinkedFile, *, footer: bool, nbytes: int) -> None:
-        """Meter ``nbytes`` of ``linked`` served as its tenant's read, charged to its read
-        bucket, with the file's rows when the range served held its footer: every Parquet
-        reader reads a file's footer (its last bytes) once per opening, so the rows count
-        once per reading of the file, as a server-side read of them would."""
-        records = 0
-        if footer:
-            if linked.records is not None:
-                records = linked.records
-            else:
-                records = await self.service.offload(_footer_rows, linked.path)
+    async def file_read(
+        self, linked: LinkedFile, *, status: int, range_header: str | None, nbytes: int
+    ) -> None:
+        """Meter ``nbytes`` of ``linked`` sent (an answer of ``status`` to
+        ``range_header``) as its tenant's read, charged to its read bucket, with the rows
+        of the row groups whose column chunks they held, each once per link (a footer
+        read or a probe holds none; see :mod:`.links`)."""
+        if self.link_rows is None:
+            self.link_rows = LinkRows()
+        counter = self.link_rows
+
+        def rows() -> int:
+            spans = counter.spans(linked.path)
+            size = linked.path.stat().st_size
+            ranges = served_ranges(status, range_header, size)
+            assert isinstance(self.gate, Tenancy)
+            expires = time.time() + self.gate.file_tokens.ttl_s
+            return counter.count(linked.token, expires, spans, ranges)
+
+        try:
+            records = await self.service.offload(rows)
+        except (OSError, ValueError):  # not a Parquet file: its bytes are still charged
+            records = 0
         metrics.record_file_read(records, nbytes)
         await self.gate.record_read(linked.tenant, records, nbytes)
-
-
-def _footer_rows(path: Path) -> int:
-    try:
-        return int(pq.read_metadata(path).num_rows)
-    except (OSError, ValueError):
-        return 0

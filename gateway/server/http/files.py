@@ -10,8 +10,8 @@ chunks it needs).
 
 What a link serves is its tenant's read: the read bucket is checked before (429 with
 ``Retry-After`` while it is in debt), and the bytes sent are metered and charged after,
-with the file's rows when the footer (the file's last byte) was among them
-(:meth:`DataCalls.file_read`; docs/decisions/client.md).
+with the rows of the row groups they held, each once per link
+(:meth:`DataCalls.file_read`, :mod:`gateway.server.calls.links`; docs/decisions/client.md).
 """
 
 from __future__ import annotations
@@ -45,18 +45,12 @@ class DataFileResponse(FileResponse):
 
 
 class MeteredFileResponse(DataFileResponse):
-    """A :class:`DataFileResponse` that reports, once sent, the bytes of body it sent and
-    whether they held the file's last byte (``sent(footer, nbytes)``)."""
+    """A :class:`DataFileResponse` that reports, once sent, its status and the bytes of
+    body it sent (``sent(status, nbytes)``)."""
 
-    def __init__(
-        self,
-        path: str,
-        size: int,
-        range_header: str | None,
-        sent: Callable[[bool, int], Awaitable[None]],
-    ) -> None:
+    def __init__(self, path: str, sent: Callable[[int, int], Awaitable[None]]) -> None:
         super().__init__(path, media_type="application/octet-stream")
-        self._size, self._range, self._sent = size, range_header, sent
+        self._sent = sent
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         status, nbytes = 0, 0
@@ -73,28 +67,7 @@ class MeteredFileResponse(DataFileResponse):
             await super().__call__(scope, receive, counted)
         finally:
             if status in (200, 206) and nbytes:
-                footer = status == 200 or holds_last_byte(self._range, self._size)
-                await self._sent(footer, nbytes)
-
-
-def holds_last_byte(range_header: str | None, size: int) -> bool:
-    """Whether a ``Range`` header asks for the last byte of a file of ``size`` bytes (no
-    header: the whole file)."""
-    if not range_header:
-        return True
-    unit, _, specs = range_header.partition("=")
-    if unit.strip().lower() != "bytes":
-        return True  # not a range Starlette serves: the whole file goes
-    for spec in specs.split(","):
-        first, dash, last = spec.strip().partition("-")
-        if not dash:
-            continue
-        if not first.strip():  # a suffix: the last N bytes
-            if last.strip().isdigit() and int(last) > 0:
-                return True
-        elif not last.strip() or (last.strip().isdigit() and int(last) >= size - 1):
-            return True
-    return False
+                await self._sent(status, nbytes)
 
 
 def files_router(calls: DataCalls) -> APIRouter:
@@ -124,10 +97,11 @@ def files_router(calls: DataCalls) -> APIRouter:
                 "no such file link, or it has expired: plan the read again for fresh links"
             )
 
-        async def sent(footer: bool, nbytes: int) -> None:
-            await calls.file_read(found, footer=footer, nbytes=nbytes)
+        range_header = request.headers.get("range")
 
-        size = found.path.stat().st_size
-        return MeteredFileResponse(str(found.path), size, request.headers.get("range"), sent)
+        async def sent(status: int, nbytes: int) -> None:
+            await calls.file_read(found, status=status, range_header=range_header, nbytes=nbytes)
+
+        return MeteredFileResponse(str(found.path), sent)
 
     return router
