@@ -47,6 +47,7 @@ __all__ = [
     "ScanMode",
     "SyncLakeHost",
     "check_mode",
+    "conform",
     "lake_batches",
     "lake_batches_async",
     "lake_scan",
@@ -142,7 +143,7 @@ def _retained(keep: pc.Expression | None, earliest: dict[int, int]) -> pc.Expres
     return keep
 
 
-def _conform(rows: pa.Table, out: pa.Schema) -> pa.Table:
+def conform(rows: pa.Table, out: pa.Schema) -> pa.Table:
     """``rows`` with exactly the types of ``out`` (files store int8 and int16 as int32;
     a hot batch may come in a schema widened since the plan)."""
     if rows.schema.equals(out):
@@ -232,7 +233,7 @@ class LakeScan:
             rows = scanner.head(self.limit) if self.limit is not None else scanner.to_table()
         finally:
             pool.close()
-        return _conform(rows, self.output)
+        return conform(rows, self.output)
 
     def _read_whole(self, pool: HttpPool) -> pa.Table:
         """Every row of every file (no filter, no limit): each file read whole by
@@ -258,7 +259,7 @@ class LakeScan:
             rows.column(n) if n in held else pa.nulls(count, self.stored.field(n).type)
             for n in self.names
         ]
-        return _conform(pa.Table.from_arrays(arrays, names=list(self.names)), self.output)
+        return conform(pa.Table.from_arrays(arrays, names=list(self.names)), self.output)
 
     def cold_batches(self) -> Generator[pa.RecordBatch, None, None]:
         """The rows the plan's files keep, batch by batch (the links' connections are
@@ -270,7 +271,7 @@ class LakeScan:
         try:
             for b in self._scanner(pool).to_batches():
                 if b.num_rows:
-                    yield _conform(pa.Table.from_batches([b]), out).to_batches()[0]
+                    yield conform(pa.Table.from_batches([b]), out).to_batches()[0]
         finally:
             pool.close()
 
@@ -284,7 +285,7 @@ class LakeScan:
             rows = rows.filter(self.keep)
         if not rows.num_rows:
             return None
-        return _conform(rows.select(list(self.names)), self.output)
+        return conform(rows.select(list(self.names)), self.output)
 
     def hot_batches(self, batches: list[pa.RecordBatch]) -> list[pa.RecordBatch]:
         rows = self.hot_rows(batches)
