@@ -40,7 +40,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from gateway.client._lake_files import HttpPool, LakeFile, PlanFiles, locate, probe
-from gateway.client._lake_scan import check_mode, conform
+from gateway.client._lake_scan import check_mode, conform, no_plans
 from gateway.client._reading import TIER_COLUMN
 from gateway.client._types import TableRef
 from gateway.wire._proto.tidegate.v1 import tidegate_pb2 as pb
@@ -409,7 +409,7 @@ def _plan(
     try:
         return host.plan_read(table, filter=f"_partition = {partition}")
     except TidegateError as err:
-        if mode == "auto" and err.details.get("grpc_code") == "UNIMPLEMENTED":
+        if mode == "auto" and no_plans(err):
             return None  # a gateway older than PlanRead: it reads
         raise
 
@@ -453,7 +453,7 @@ async def lake_read_async(
         try:
             response = await host.plan_read(table, filter=f"_partition = {partition}")
         except TidegateError as err:
-            if not (mode == "auto" and err.details.get("grpc_code") == "UNIMPLEMENTED"):
+            if not (mode == "auto" and no_plans(err)):
                 raise
         else:
             found = await asyncio.to_thread(view_of, response, key[0], partition, host.warehouse)
