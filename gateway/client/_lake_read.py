@@ -6,7 +6,8 @@ of the partition (``PlanRead`` with ``_partition = p``, the route client-side sc
 keeps it as a :class:`ColdView` (its files by offset range, the offset ``end`` below which
 they hold every record, retention's earliest offset) and reads the records
 ``[offset, min(end, offset + max_records))`` from the files itself: only the files and row
-groups whose ``_offset`` statistics overlap them, a file's footer read once per view. What
+groups whose ``_offset`` statistics overlap them, a file's footer read once per view (reads
+on several threads at once each open their own reader over it). What
 the limits leave (``[end, ...)``: the hot tail, or records tiered since the plan) comes
 from the gateway's stitched read, as one answer. A view serves later reads of its range
 without asking the gateway again, for :data:`VIEW_TTL_S` at most (its files are leased
@@ -130,7 +131,7 @@ class ColdView:
     unreached: str | None
     expires: float
     pool: HttpPool = field(default_factory=HttpPool)
-    _open: dict[str, pq.ParquetFile] = field(default_factory=dict)
+    _footers: dict[str, pq.FileMetaData] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
     def close(self) -> None:
@@ -151,10 +152,9 @@ class ColdView:
             OSError, pyarrow.ArrowException: a file could not be read.
         """
         parts: list[pa.Table] = []
-        with self._lock:
-            for first, last, f in self.files:
-                if last >= lo and first < hi:
-                    parts.extend(self._rows(f, lo, hi))
+        for first, last, f in self.files:
+            if last >= lo and first < hi:
+                parts.extend(self._rows(f, lo, hi))
         rows = pa.concat_tables(parts) if parts else self.stored.empty_table()
         offsets = rows.column(OFFSET_COLUMN).combine_chunks()
         n = rows.num_rows
@@ -166,40 +166,55 @@ class ColdView:
             rows = rows.slice(0, max(1, max_bytes * n // rows.nbytes))
         return rows
 
-    def _file(self, f: LakeFile) -> pq.ParquetFile:
-        """The file opened (its footer read) once per view."""
-        found = self._open.get(f.key)
-        if found is None:
-            source = PlanFiles({f.key: f}, self.pool).open_input_file(f.key)
-            found = self._open[f.key] = pq.ParquetFile(source)
-        return found
+    def _file(self, f: LakeFile) -> tuple[pa.NativeFile, pq.ParquetFile]:
+        """The file opened for one read; its footer is read once per view and kept, so
+        that reads on several threads at once each have their own reader and no footer
+        to fetch again."""
+        source = PlanFiles({f.key: f}, self.pool).open_input_file(f.key)
+        with self._lock:
+            meta = self._footers.get(f.key)
+        parquet = pq.ParquetFile(source, metadata=meta)
+        if meta is None:
+            with self._lock:
+                self._footers[f.key] = parquet.metadata
+        return source, parquet
+
+    def _stored(self, rows: pa.Table, held: set[str]) -> pa.Table:
+        """``rows`` in the stored schema (columns a file lacks as nulls)."""
+        arrays = [
+            rows.column(n) if n in held else pa.nulls(rows.num_rows, self.stored.field(n).type)
+            for n in self.stored.names
+        ]
+        return conform(pa.Table.from_arrays(arrays, names=self.stored.names), self.stored)
 
     def _rows(self, f: LakeFile, lo: int, hi: int) -> Iterator[pa.Table]:
         """The file's records ``[lo, hi)``, row group by row group (those whose offset
         statistics miss the range are not read), in the stored schema."""
-        parquet = self._file(f)
-        held = set(parquet.schema_arrow.names)
-        present = [n for n in self.stored.names if n in held]
-        meta = parquet.metadata
-        index = parquet.schema_arrow.get_field_index(OFFSET_COLUMN)
-        for rg in range(meta.num_row_groups):
-            group = meta.row_group(rg)
-            stats = group.column(index).statistics
-            known = stats is not None and stats.has_min_max
-            if known and (stats.max < lo or stats.min >= hi):
-                continue
-            rows = parquet.read_row_group(rg, columns=present, use_threads=False)
-            if known and stats.max - stats.min + 1 == group.num_rows:  # dense: slice
-                start = max(0, lo - stats.min)
-                rows = rows.slice(start, max(0, min(hi, stats.max + 1) - stats.min - start))
-            else:
-                column = rows.column(OFFSET_COLUMN)
-                rows = rows.filter(pc.and_(pc.greater_equal(column, lo), pc.less(column, hi)))
-            arrays = [
-                rows.column(n) if n in held else pa.nulls(rows.num_rows, self.stored.field(n).type)
-                for n in self.stored.names
-            ]
-            yield conform(pa.Table.from_arrays(arrays, names=self.stored.names), self.stored)
+        source, parquet = self._file(f)
+        try:
+            held = set(parquet.schema_arrow.names)
+            present = [n for n in self.stored.names if n in held]
+            meta = parquet.metadata
+            # The leaf column's index (nested columns have several leaves each).
+            index = next(
+                j for j in range(meta.num_columns) if meta.schema.column(j).path == OFFSET_COLUMN
+            )
+            for rg in range(meta.num_row_groups):
+                group = meta.row_group(rg)
+                stats = group.column(index).statistics
+                known = stats is not None and stats.has_min_max
+                if known and (stats.max < lo or stats.min >= hi):
+                    continue
+                rows = parquet.read_row_group(rg, columns=present)
+                if known and stats.max - stats.min + 1 == group.num_rows:  # dense: slice
+                    start = max(0, lo - stats.min)
+                    rows = rows.slice(start, max(0, min(hi, stats.max + 1) - stats.min - start))
+                else:
+                    column = rows.column(OFFSET_COLUMN)
+                    rows = rows.filter(pc.and_(pc.greater_equal(column, lo), pc.less(column, hi)))
+                yield self._stored(rows, held)
+        finally:
+            source.close()
 
 
 def view_of(
