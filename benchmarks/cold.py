@@ -214,12 +214,14 @@ async def run_reads(b: Bench, w: Workload) -> list[dict[str, Any]]:
             edge_flight.close()
             grpc_edge = compare(through.summary(), [base.summary()])
             flight_edge = compare(through_flight.summary(), [base.summary()])
+            sdk_reads = await _sdk_reads(b, gw, ref, w, cold_w, seq)
             rows += [
                 base.summary(),
                 grpc_edge,
                 flight_edge,
                 compare(res.summary(), [base.summary(), grpc_edge]),
                 compare(by_flight.summary(), [base.summary(), flight_edge]),
+                *(compare(r, [base.summary()]) for r in sdk_reads),
             ]
 
             # Table scans ------------------------------------------------------------------
@@ -268,6 +270,38 @@ async def run_reads(b: Bench, w: Workload) -> list[dict[str, Any]]:
             flight.close()
         finally:
             await drop_table(stub, ref, md)
+    return rows
+
+
+async def _sdk_reads(
+    b: Bench, gw: Any, ref: Any, w: Workload, name: str, seq: Any
+) -> list[dict[str, Any]]:
+    """The SDK's client-side stream reads (issue 43): ``Client.read(mode="client")`` of the
+    same chunks as the other cold reads, the records read from the Parquet files by the
+    client (one plan of the partition, kept; a footer per file, kept), from the warehouse
+    folder and through the gateway's file links. One client per row, shared by the
+    workload's concurrent readers, as an application would share it."""
+    from gateway.client import Client
+
+    table = f"{ref.namespace}.{ref.name}"
+    folder = b.settings().cold_warehouse
+    chunk = w.read_chunk
+    rows = []
+    for system, warehouse in (
+        ("tidegate SDK client-side read, warehouse folder (cold)", folder),
+        ("tidegate SDK client-side read, file links (cold)", None),
+    ):
+        with Client(gw.grpc_target, api_key=gw.api_key, warehouse=warehouse) as sdk:
+
+            def op(r: int, c: int, sdk: Any = sdk) -> pa.Table:
+                return sdk.read(
+                    table, partition=0, offset=seq(r, c), max_records=chunk, mode="client"
+                )
+
+            op(0, 0)  # connects and plans, as the other rows' first call connects
+            res = Result(name, system)
+            await closed_loop(w, res, _blocking(op))
+        rows.append(res.summary())
     return rows
 
 

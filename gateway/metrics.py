@@ -26,6 +26,8 @@ __all__ = [
     "APPEND_BYTES",
     "APPEND_RECORDS",
     "EDGE_CONNECTIONS_CLOSED",
+    "FILE_LINK_BYTES",
+    "FILE_LINK_RECORDS",
     "GRPC_DURATION",
     "GRPC_REQUESTS",
     "HTTP_DURATION",
@@ -44,6 +46,7 @@ __all__ = [
     "record_catalog_token",
     "record_connection_closed",
     "record_fenced",
+    "record_file_read",
     "record_flight_sent",
     "record_group_changes",
     "record_lake_job",
@@ -104,6 +107,25 @@ def record_append(records: int, nbytes: int) -> None:
 def record_read(records: int) -> None:
     """Count ``records`` records returned by a read."""
     READ_RECORDS.inc(records)
+
+
+FILE_LINK_BYTES = Counter(
+    "tidegate_file_link_bytes_total",
+    "Bytes of data files served through read plans' links (/v1/files), metered as their "
+    "tenants' reads.",
+)
+FILE_LINK_RECORDS = Counter(
+    "tidegate_file_link_records_total",
+    "Rows of the row groups served through read plans' links (/v1/files), each once per "
+    "link: the rows clients read themselves, metered as their tenants' reads. Not in "
+    "tidegate_read_records_total, which counts the rows the gateway decoded and sent.",
+)
+
+
+def record_file_read(records: int, nbytes: int) -> None:
+    """Count a range of a data file served through a plan's link."""
+    FILE_LINK_BYTES.inc(nbytes)
+    FILE_LINK_RECORDS.inc(records)
 
 
 FLIGHT_SENT = Counter(

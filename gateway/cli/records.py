@@ -259,6 +259,20 @@ def _partitions(info: Any, table: str, asked: list[int] | None) -> list[int]:
     return sorted(set(asked)) if asked else list(range(info.partitions))
 
 
+class ScanModeArg(enum.StrEnum):
+    """``--mode`` of ``tidegate scan`` and ``read`` (see ``Client.scan``, ``Client.read``)."""
+
+    auto = "auto"
+    client = "client"
+    server = "server"
+
+
+_WAREHOUSE_HELP = (
+    "The gateway's local warehouse folder as this host sees it: the tiered files are read "
+    "there instead of through the gateway's links."
+)
+
+
 @app.command()
 def read(
     table: TableArg,
@@ -299,8 +313,20 @@ def read(
     ] = None,
     show_tier: Annotated[
         bool,
-        typer.Option(help="Add _tier to each record: 'iceberg' or 'hot', the tier that served it."),
+        typer.Option(
+            help="Add _tier to each record: 'iceberg' or 'hot', the tier that served it "
+            "(the gateway then reads every record)."
+        ),
     ] = False,
+    mode: Annotated[
+        ScanModeArg,
+        typer.Option(
+            help="Who reads the records below the tiered watermark: auto (this host reads "
+            "the tiered files itself when it can reach them, else the gateway), client "
+            "(always this host), server (the gateway)."
+        ),
+    ] = ScanModeArg.auto,
+    warehouse: Annotated[str | None, typer.Option(help=_WAREHOUSE_HELP)] = None,
 ) -> None:
     """Read records as JSON lines (or into Parquet): every partition unless told one, from
     --from to the end (or --max-records); with --follow, keep waiting for new ones."""
@@ -310,7 +336,7 @@ def read(
     total = 0
     begin = _start_at(str(offset) if offset is not None else start)
     say_outages()
-    with client_for() as c:
+    with client_for(warehouse) as c:
         parts = _partitions(c.describe_table(table), table, partition)
         with c.consumer(
             table,
@@ -320,6 +346,7 @@ def read(
             follow=follow,
             auto_commit_interval=None,
             with_tier=show_tier,
+            mode=mode.value,
             reconnect_timeout=reconnect_timeout,
         ) as consumer:
             for batch in consumer.batches():
@@ -354,14 +381,6 @@ def read(
         typer.echo(f"wrote {plural(total, 'record')} to {output}")
 
 
-class ScanModeArg(enum.StrEnum):
-    """``--mode`` of ``tidegate scan`` (see ``Client.scan``)."""
-
-    auto = "auto"
-    client = "client"
-    server = "server"
-
-
 @app.command()
 def scan(
     table: TableArg,
@@ -382,13 +401,7 @@ def scan(
             "(the gateway reads and sends every row)."
         ),
     ] = ScanModeArg.auto,
-    warehouse: Annotated[
-        str | None,
-        typer.Option(
-            help="The gateway's local warehouse folder as this host sees it: the tiered "
-            "files are read there instead of through the gateway's links."
-        ),
-    ] = None,
+    warehouse: Annotated[str | None, typer.Option(help=_WAREHOUSE_HELP)] = None,
 ) -> None:
     """The whole table, hot and tiered rows alike, as JSON lines (one consistent view)."""
     from gateway.wire.jsonrows import batch_to_rows

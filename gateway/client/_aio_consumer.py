@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 
 from gateway.client._consuming import NO_RETRY, Callback, ConsumerBase
+from gateway.client._lake_scan import ScanMode
 from gateway.client._reading import skip_removed
 from gateway.client._requests import offsets_of
 from gateway.client._types import StartAt, TableRef
@@ -55,6 +56,7 @@ class AsyncConsumer(ConsumerBase):
         max_records: int = 10_000,
         poll_interval: float = 0.1,
         with_tier: bool = False,
+        mode: ScanMode = "server",
         on_assign: Callback | None = None,
         on_revoke: Callback | None = None,
         on_lost: Callback | None = None,
@@ -75,6 +77,7 @@ class AsyncConsumer(ConsumerBase):
             max_records=max_records,
             poll_interval=poll_interval,
             with_tier=with_tier,
+            mode=mode,
             on_assign=on_assign,
             on_revoke=on_revoke,
             on_lost=on_lost,
@@ -276,6 +279,7 @@ class AsyncConsumer(ConsumerBase):
                         self.max_records,
                         self.with_tier,
                         retry=NO_RETRY,
+                        mode=self.mode,
                     )
                     self.outage.ok()
                     break

@@ -20,6 +20,7 @@ from gateway.client._channel import (
     normalise_target,
 )
 from gateway.client._flight import FlightReads, flight_location
+from gateway.client._lake_read import ColdViews
 from gateway.client._types import TableInfo
 from gateway.wire._proto.tidegate.v1 import tidegate_pb2 as pb
 from gateway.wire._proto.tidegate.v1 import tidegate_pb2_grpc as pb_grpc
@@ -59,6 +60,9 @@ class _Channel:
         #: mount of it): client-side scans read the plan's files there instead of
         #: through the gateway's links (see :mod:`gateway.client._lake_scan`).
         self.warehouse = warehouse
+        #: Partitions' files as read plans gave them, for client-side reads
+        #: (:mod:`gateway.client._lake_read`).
+        self.lake_views = ColdViews()
         self.timeout = timeout
         self.retry = retry
         self.reach = Reach(target, connect_timeout)
@@ -104,7 +108,8 @@ class _Channel:
         self._flight_known = True
         return self._flight_reads
 
-    def _close_flight(self) -> None:
+    def _close_readers(self) -> None:
+        self.lake_views.close()
         if self._flight_reads is not None:
             self._flight_reads.close()
             self._flight_reads = None

@@ -25,6 +25,7 @@ from typing import Any
 
 import pyarrow as pa
 
+from gateway.client._lake_scan import check_mode
 from gateway.client._reading import mark_consumed, start_positions
 from gateway.client._requests import (
     commit_offsets_request,
@@ -350,6 +351,7 @@ class ConsumerBase:
         max_records: int,
         poll_interval: float,
         with_tier: bool,
+        mode: str,
         on_assign: Callback | None,
         on_revoke: Callback | None,
         on_lost: Callback | None,
@@ -366,6 +368,9 @@ class ConsumerBase:
         self.max_records = max_records
         self.poll_interval = poll_interval
         self.with_tier = with_tier
+        check_mode(mode)
+        #: Who reads records below the tiered watermark (``Client.read``'s ``mode``).
+        self.mode = mode
         self.on_assign, self.on_revoke = on_assign, on_revoke
         self.on_lost = on_lost or on_revoke
         self.max_poll_interval = max_poll_interval

@@ -15,6 +15,7 @@ import http.client
 import io
 import os
 import threading
+import time
 import urllib.parse
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -128,7 +129,9 @@ class HttpPool:
 
     def range_get(self, url: str, start: int, end: int, timeout: float = HTTP_TIMEOUT_S) -> bytes:
         """Bytes ``[start, end)`` of ``url``, on a kept-alive connection (one the server
-        closed meanwhile is opened again, once).
+        closed meanwhile is opened again, once). A 429 (the tenant's read quota: the
+        gateway meters what its links serve) is waited out as its ``Retry-After`` says,
+        for up to ``timeout`` seconds in all.
 
         Raises:
             OSError: the host did not answer, or answered with neither 200 nor 206.
@@ -136,7 +139,9 @@ class HttpPool:
         parts = urllib.parse.urlsplit(url)
         target = parts.path + (f"?{parts.query}" if parts.query else "")
         headers = {"Range": f"bytes={start}-{end - 1}"}
-        for attempt in (1, 2):
+        deadline = time.monotonic() + timeout
+        broken = 0
+        while True:
             conn = self._take(parts.scheme, parts.netloc, timeout)
             try:
                 conn.request("GET", target, headers=headers)
@@ -144,17 +149,31 @@ class HttpPool:
                 body = response.read()
             except (http.client.HTTPException, OSError):
                 conn.close()
-                if attempt == 2:
+                broken += 1
+                if broken == 2:
                     raise
                 continue
             if response.status in (200, 206):
                 self._give(parts.scheme, parts.netloc, conn)
                 # 200: no range support, the whole object came.
                 return body if response.status == 206 else body[start:end]
+            wait = _retry_after(response) if response.status == 429 else None
+            if wait is not None and time.monotonic() + wait < deadline:
+                self._give(parts.scheme, parts.netloc, conn)
+                time.sleep(wait)
+                continue
             conn.close()
             text = body[:200].decode("utf-8", "replace").strip()
             raise OSError(f"HTTP {response.status} {text}")
-        raise AssertionError("unreachable")
+
+
+def _retry_after(response: http.client.HTTPResponse) -> float | None:
+    """The wait a 429 asks for (at least 50 ms), or None without a readable one."""
+    value = response.getheader("Retry-After")
+    try:
+        return max(0.05, float(value)) if value is not None else None
+    except ValueError:
+        return None
 
 
 class HttpRangeFile(io.RawIOBase):

@@ -36,8 +36,9 @@ import pyarrow.parquet as pq
 from gateway.client._lake_files import HttpPool, LakeFile, PlanFiles, locate, probe
 from gateway.client._types import TableRef
 from gateway.wire._proto.tidegate.v1 import tidegate_pb2 as pb
-from gateway.wire.errors import InvalidRequest, TidegateError, Unavailable
+from gateway.wire.errors import TidegateError, Unavailable
 from gateway.wire.filters import compile_filter, to_arrow
+from gateway.wire.scans import check_limit, projection
 from gateway.wire.schema import OFFSET_COLUMN, PARTITION_COLUMN
 
 __all__ = [
@@ -47,10 +48,12 @@ __all__ = [
     "ScanMode",
     "SyncLakeHost",
     "check_mode",
+    "conform",
     "lake_batches",
     "lake_batches_async",
     "lake_scan",
     "lake_scan_async",
+    "no_plans",
 ]
 
 # The hot ranges' batches come from Arrow Flight's or gRPC's buffers, which Arrow does not
@@ -61,7 +64,6 @@ os.environ.setdefault("ACERO_ALIGNMENT_HANDLING", "reallocate")
 ScanMode = Literal["auto", "client", "server"]
 SCAN_MODES: tuple[str, ...] = ("auto", "client", "server")
 
-_INT64_MAX = 2**63 - 1
 #: Rows per batch of the files' reader (Arrow's default is 128 Ki).
 _BATCH_ROWS = 128 * 1024
 #: The Parquet reading: pre-buffered column chunks (coalesced ranges: a few large
@@ -108,29 +110,6 @@ def check_mode(mode: str) -> None:
         raise ValueError(f"mode must be 'auto', 'client' or 'server', not {mode!r}")
 
 
-def _projection(table: str | TableRef, stored: pa.Schema, columns: Sequence[str]) -> list[str]:
-    """The columns asked, checked as the gateway's scan checks them (same messages)."""
-    if not columns:
-        return list(stored.names)
-    if isinstance(columns, str) or not all(isinstance(c, str) for c in columns):
-        raise InvalidRequest("columns must be a list of column names")
-    unknown = [c for c in columns if c not in stored.names]
-    if unknown:
-        raise InvalidRequest(
-            f"unknown column(s) {unknown}; the table has {stored.names}", unknown=",".join(unknown)
-        )
-    if len(set(columns)) != len(columns):
-        raise InvalidRequest("a column is named twice in columns")
-    return list(columns)
-
-
-def _check_limit(limit: int | None) -> None:
-    if limit is not None and (
-        isinstance(limit, bool) or not isinstance(limit, int) or not 0 <= limit <= _INT64_MAX
-    ):
-        raise InvalidRequest(f"limit must be an integer from 0 to {_INT64_MAX}")
-
-
 def _retained(keep: pc.Expression | None, earliest: dict[int, int]) -> pc.Expression | None:
     """``keep`` and, in each partition with an earliest offset, ``_offset >= earliest``:
     rows retention recorded as gone, still in a file until its next commit."""
@@ -142,7 +121,7 @@ def _retained(keep: pc.Expression | None, earliest: dict[int, int]) -> pc.Expres
     return keep
 
 
-def _conform(rows: pa.Table, out: pa.Schema) -> pa.Table:
+def conform(rows: pa.Table, out: pa.Schema) -> pa.Table:
     """``rows`` with exactly the types of ``out`` (files store int8 and int16 as int32;
     a hot batch may come in a schema widened since the plan)."""
     if rows.schema.equals(out):
@@ -232,7 +211,7 @@ class LakeScan:
             rows = scanner.head(self.limit) if self.limit is not None else scanner.to_table()
         finally:
             pool.close()
-        return _conform(rows, self.output)
+        return conform(rows, self.output)
 
     def _read_whole(self, pool: HttpPool) -> pa.Table:
         """Every row of every file (no filter, no limit): each file read whole by
@@ -258,7 +237,7 @@ class LakeScan:
             rows.column(n) if n in held else pa.nulls(count, self.stored.field(n).type)
             for n in self.names
         ]
-        return _conform(pa.Table.from_arrays(arrays, names=list(self.names)), self.output)
+        return conform(pa.Table.from_arrays(arrays, names=list(self.names)), self.output)
 
     def cold_batches(self) -> Generator[pa.RecordBatch, None, None]:
         """The rows the plan's files keep, batch by batch (the links' connections are
@@ -270,7 +249,7 @@ class LakeScan:
         try:
             for b in self._scanner(pool).to_batches():
                 if b.num_rows:
-                    yield _conform(pa.Table.from_batches([b]), out).to_batches()[0]
+                    yield conform(pa.Table.from_batches([b]), out).to_batches()[0]
         finally:
             pool.close()
 
@@ -284,7 +263,7 @@ class LakeScan:
             rows = rows.filter(self.keep)
         if not rows.num_rows:
             return None
-        return _conform(rows.select(list(self.names)), self.output)
+        return conform(rows.select(list(self.names)), self.output)
 
     def hot_batches(self, batches: list[pa.RecordBatch]) -> list[pa.RecordBatch]:
         rows = self.hot_rows(batches)
@@ -313,8 +292,8 @@ def plan_scan(
         InvalidRequest: bad columns or limit (the filter was checked by the plan).
     """
     stored = pa.ipc.open_stream(pa.py_buffer(response.arrow_schema)).schema
-    names = _projection(table, stored, columns)
-    _check_limit(limit)
+    names = projection(stored, columns)
+    check_limit(limit)
     expr = compile_filter(filter or None, stored)
     keep = to_arrow(expr, stored) if expr is not None else None
     earliest = {e.partition: e.offset for e in response.earliest_offsets}
@@ -340,7 +319,7 @@ def plan_scan(
     )
 
 
-def _no_plans(err: TidegateError) -> bool:
+def no_plans(err: TidegateError) -> bool:
     """Whether ``err`` says the gateway predates ``PlanRead`` (it scans, never plans)."""
     return err.details.get("grpc_code") == "UNIMPLEMENTED"
 
@@ -361,26 +340,46 @@ def _planned(host: SyncLakeHost, table: str | TableRef, columns: Sequence[str], 
     try:
         response = host.plan_read(table, filter=filter, as_of=as_of)
     except TidegateError as err:
-        if mode == "auto" and _no_plans(err):
+        if mode == "auto" and no_plans(err):
             return None
         raise
     scan = plan_scan(response, table, columns, filter, limit, host.warehouse)
     return scan if _reachable(scan, mode) else None
 
 
+class _HotRows:
+    """The hot ranges' kept rows of a scan as their chunks come, up to about ``room``
+    (None: all): what both clients' loops over ``read_range`` share."""
+
+    def __init__(self, scan: LakeScan, room: int | None) -> None:
+        self.scan, self.room = scan, room
+        self.tables: list[pa.Table] = []
+        self.got = 0
+
+    def add(self, chunk: list[pa.RecordBatch]) -> bool:
+        """Keep ``chunk``'s rows; True once ``room`` is filled."""
+        rows = self.scan.hot_rows(chunk)
+        if rows is not None:
+            self.tables.append(rows)
+            self.got += rows.num_rows
+        return self.room is not None and self.got >= self.room
+
+
+def _fallen_back(scan: LakeScan, mode: str, exc: BaseException) -> None:
+    """A file could not be read before any row was handed out: in ``auto`` mode the
+    caller scans on the gateway (this returns); in ``client`` mode, an error."""
+    if mode != "auto":
+        raise scan.unreached(exc) from None
+
+
 def _hot_tables(host: SyncLakeHost, scan: LakeScan, room: int | None) -> list[pa.Table]:
     """The hot ranges' kept rows, read through the gateway; at most about ``room``."""
-    out: list[pa.Table] = []
-    got = 0
+    hot = _HotRows(scan, room)
     for p, start, end in scan.hot:
         for chunk in host.read_range(scan.table, partition=p, start=start, end=end):
-            rows = scan.hot_rows(chunk)
-            if rows is not None:
-                out.append(rows)
-                got += rows.num_rows
-            if room is not None and got >= room:
-                return out
-    return out
+            if hot.add(chunk):
+                return hot.tables
+    return hot.tables
 
 
 def lake_scan(
@@ -401,9 +400,8 @@ def lake_scan(
         try:
             cold = scan.read_cold()
         except _UNREACHED as exc:
-            if mode == "auto":
-                return None
-            raise scan.unreached(exc) from None
+            _fallen_back(scan, mode, exc)
+            return None
         room = limit - cold.num_rows
         return scan.assemble(cold, _hot_tables(host, scan, room) if room > 0 else [])
     with ThreadPoolExecutor(1, thread_name_prefix="tidegate-lake") as pool:
@@ -412,9 +410,8 @@ def lake_scan(
         try:
             cold = reading.result()
         except _UNREACHED as exc:
-            if mode == "auto":
-                return None
-            raise scan.unreached(exc) from None
+            _fallen_back(scan, mode, exc)
+            return None
     return scan.assemble(cold, hot)
 
 
@@ -460,7 +457,7 @@ async def _planned_async(host: AsyncLakeHost, table: str | TableRef, columns: Se
     try:
         response = await host.plan_read(table, filter=filter, as_of=as_of)
     except TidegateError as err:
-        if mode == "auto" and _no_plans(err):
+        if mode == "auto" and no_plans(err):
             return None
         raise
     # Locating the files (they are looked for on disk) and the probe (it asks the links'
@@ -474,17 +471,12 @@ async def _planned_async(host: AsyncLakeHost, table: str | TableRef, columns: Se
 async def _hot_tables_async(
     host: AsyncLakeHost, scan: LakeScan, room: int | None
 ) -> list[pa.Table]:
-    out: list[pa.Table] = []
-    got = 0
+    hot = _HotRows(scan, room)
     for p, start, end in scan.hot:
         async for chunk in host.read_range(scan.table, partition=p, start=start, end=end):
-            rows = scan.hot_rows(chunk)
-            if rows is not None:
-                out.append(rows)
-                got += rows.num_rows
-            if room is not None and got >= room:
-                return out
-    return out
+            if hot.add(chunk):
+                return hot.tables
+    return hot.tables
 
 
 async def lake_scan_async(
@@ -511,9 +503,8 @@ async def lake_scan_async(
             hot = await _hot_tables_async(host, scan, None)
             cold = await reading
     except _UNREACHED as exc:
-        if mode == "auto":
-            return None
-        raise scan.unreached(exc) from None
+        _fallen_back(scan, mode, exc)
+        return None
     finally:
         if not reading.done():
             reading.cancel()

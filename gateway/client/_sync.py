@@ -18,6 +18,7 @@ import pyarrow as pa
 from gateway.client._arrow import dict_rows, ipc, rows_ipc
 from gateway.client._calls import SyncCalls
 from gateway.client._flight import flight_read, flight_scan, range_ended_early
+from gateway.client._lake_read import lake_read
 from gateway.client._lake_scan import ScanMode, check_mode, lake_batches, lake_scan
 from gateway.client._reading import (
     label_tier,
@@ -99,7 +100,7 @@ class Client(SyncCalls):
         self.close()
 
     def close(self) -> None:
-        self._close_flight()
+        self._close_readers()
         self._channel.close()
 
     # Tables ----------------------------------------------------------------------------
@@ -375,16 +376,17 @@ class Client(SyncCalls):
         offset: int,
         max_records: int = 0,
         max_bytes: int = 0,
+        mode: ScanMode = "auto",
     ) -> pa.Table:
-        """Records of one partition from ``offset`` (user columns plus system columns)."""
-        batches: list[pa.RecordBatch] = []
-        for chunk, _, _ in self.read_batches(
-            table, partition=partition, offset=offset, max_records=max_records, max_bytes=max_bytes
-        ):
-            batches.extend(chunk)
-        if not batches:
-            return pa.table({})
-        return pa.Table.from_batches(batches)
+        """Records of one partition from ``offset`` (user columns plus system columns).
+
+        ``mode`` says who reads the records below the tiered watermark, as for
+        :meth:`scan`: ``"auto"`` (this client reads them from the Iceberg files when it
+        can reach them, the gateway the rest, stitched into one answer), ``"client"``
+        (always this client for those) or ``"server"`` (the gateway reads everything);
+        the same records either way (docs/client.md)."""
+        batches, _ = lake_read(self, table, partition, offset, max_records, max_bytes, mode)
+        return pa.Table.from_batches(batches) if batches else pa.table({})
 
     def fetch(
         self,
@@ -394,25 +396,27 @@ class Client(SyncCalls):
         max_records: int,
         with_tier: bool = False,
         retry: Retry | None = None,
+        mode: ScanMode = "server",
     ) -> tuple[list[pa.RecordBatch], int]:
         """One bounded read of a partition, as a consumer's poll makes it: at most
         ``max_records`` from ``offset``, retried on retryable errors within ``retry`` (else
-        the client's policy); ``(non-empty batches, next offset)``."""
+        the client's policy); ``(non-empty batches, next offset)``. ``mode`` as for
+        :meth:`read` (``with_tier`` reads are the gateway's)."""
         started = time.monotonic()
         failures = 0
         while True:
             try:
-                out: list[pa.RecordBatch] = []
-                nxt = offset
-                for chunk, next_offset, _ in self.read_batches(
-                    ref,
-                    partition=partition,
-                    offset=offset,
-                    max_records=max_records,
-                    with_tier=with_tier,
-                ):
-                    out.extend(b for b in chunk if b.num_rows)
-                    nxt = max(nxt, next_offset)
+                if with_tier:
+                    out: list[pa.RecordBatch] = []
+                    nxt = offset
+                    for chunk, next_offset, _ in self.read_batches(
+                        ref, partition=partition, offset=offset, max_records=max_records,
+                        with_tier=True,
+                    ):  # fmt: skip
+                        out.extend(b for b in chunk if b.num_rows)
+                        nxt = max(nxt, next_offset)
+                else:
+                    out, nxt = lake_read(self, ref, partition, offset, max_records, 0, mode)
                 self.reach.ok()
                 return out, nxt
             except TidegateError as err:

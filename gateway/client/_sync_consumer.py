@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 
 from gateway.client._consuming import NO_RETRY, Callback, ConsumerBase
+from gateway.client._lake_scan import ScanMode
 from gateway.client._reading import skip_removed
 from gateway.client._requests import offsets_of
 from gateway.client._types import StartAt, TableRef
@@ -63,6 +64,9 @@ class Consumer(ConsumerBase):
         max_records: records per fetch and partition.
         poll_interval: wait between polls while every partition is caught up.
         with_tier: add a ``_tier`` column ("iceberg" or "hot": the tier that served it).
+        mode: who reads records below the tiered watermark, as for ``Client.read``
+            (default ``"server"``: the gateway; ``"auto"``/``"client"``: this client reads
+            the Iceberg files itself, which a catch-up through history gains from).
         on_assign, on_revoke, on_lost: rebalance callbacks (``on_lost`` defaults to
             ``on_revoke``), called with the sorted partitions in the consuming thread.
         session_timeout: a member without a heartbeat for this long is removed and its
@@ -89,6 +93,7 @@ class Consumer(ConsumerBase):
         max_records: int = 10_000,
         poll_interval: float = 0.1,
         with_tier: bool = False,
+        mode: ScanMode = "server",
         on_assign: Callback | None = None,
         on_revoke: Callback | None = None,
         on_lost: Callback | None = None,
@@ -109,6 +114,7 @@ class Consumer(ConsumerBase):
             max_records=max_records,
             poll_interval=poll_interval,
             with_tier=with_tier,
+            mode=mode,
             on_assign=on_assign,
             on_revoke=on_revoke,
             on_lost=on_lost,
@@ -316,6 +322,7 @@ class Consumer(ConsumerBase):
                         self.max_records,
                         self.with_tier,
                         retry=NO_RETRY,
+                        mode=self.mode,
                     )
                     self.outage.ok()
                     break

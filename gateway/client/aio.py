@@ -30,6 +30,7 @@ from gateway.client._aio_producer import AsyncProducer
 from gateway.client._arrow import dict_rows, ipc, rows_ipc
 from gateway.client._calls import AsyncCalls
 from gateway.client._flight import flight_read, flight_scan, range_ended_early
+from gateway.client._lake_read import lake_read_async
 from gateway.client._lake_scan import ScanMode, check_mode, lake_batches_async, lake_scan_async
 from gateway.client._reading import (
     label_tier,
@@ -80,7 +81,7 @@ class AsyncClient(AsyncCalls):
         await self.close()
 
     async def close(self) -> None:
-        self._close_flight()
+        self._close_readers()
         await self._channel.close()
 
     # Tables ----------------------------------------------------------------------------
@@ -310,15 +311,14 @@ class AsyncClient(AsyncCalls):
         offset: int,
         max_records: int = 0,
         max_bytes: int = 0,
+        mode: ScanMode = "auto",
     ) -> pa.Table:
-        batches: list[pa.RecordBatch] = []
-        async for chunk, _, _ in self.read_batches(
-            table, partition=partition, offset=offset, max_records=max_records, max_bytes=max_bytes
-        ):
-            batches.extend(chunk)
-        if not batches:
-            return pa.table({})
-        return pa.Table.from_batches(batches)
+        """Records of one partition from ``offset``; ``mode`` as for
+        :meth:`gateway.client.Client.read`."""
+        batches, _ = await lake_read_async(
+            self, table, partition, offset, max_records, max_bytes, mode
+        )
+        return pa.Table.from_batches(batches) if batches else pa.table({})
 
     async def fetch(
         self,
@@ -328,25 +328,29 @@ class AsyncClient(AsyncCalls):
         max_records: int,
         with_tier: bool = False,
         retry: Retry | None = None,
+        mode: ScanMode = "server",
     ) -> tuple[list[pa.RecordBatch], int]:
         """One bounded read of a partition, as a consumer's poll makes it: at most
         ``max_records`` from ``offset``, retried on retryable errors within ``retry`` (else
-        the client's policy); ``(non-empty batches, next offset)``."""
+        the client's policy); ``(non-empty batches, next offset)``. ``mode`` as for
+        :meth:`read` (``with_tier`` reads are the gateway's)."""
         started = time.monotonic()
         failures = 0
         while True:
             try:
-                out: list[pa.RecordBatch] = []
-                nxt = offset
-                async for chunk, next_offset, _ in self.read_batches(
-                    ref,
-                    partition=partition,
-                    offset=offset,
-                    max_records=max_records,
-                    with_tier=with_tier,
-                ):
-                    out.extend(b for b in chunk if b.num_rows)
-                    nxt = max(nxt, next_offset)
+                if with_tier:
+                    out: list[pa.RecordBatch] = []
+                    nxt = offset
+                    async for chunk, next_offset, _ in self.read_batches(
+                        ref, partition=partition, offset=offset, max_records=max_records,
+                        with_tier=True,
+                    ):  # fmt: skip
+                        out.extend(b for b in chunk if b.num_rows)
+                        nxt = max(nxt, next_offset)
+                else:
+                    out, nxt = await lake_read_async(
+                        self, ref, partition, offset, max_records, 0, mode
+                    )
                 self.reach.ok()
                 return out, nxt
             except TidegateError as err:

@@ -7,6 +7,7 @@ import re
 from typing import Any
 
 from gateway.wire.errors import InvalidRequest
+from gateway.wire.scans import INT64_MAX
 
 __all__ = [
     "INT64_MAX",
@@ -16,8 +17,6 @@ __all__ = [
     "check_text",
     "parse_as_of",
 ]
-
-INT64_MAX = 2**63 - 1
 
 # Names are matched in full (``fullmatch``: "$" would let a final newline through), so two
 # distinct names never map to one storage path, Iceberg namespace or Redis key.

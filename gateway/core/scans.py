@@ -10,13 +10,14 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 
 from gateway.core.base import CoreBase
-from gateway.core.names import INT64_MAX, parse_as_of
+from gateway.core.names import parse_as_of
 from gateway.core.views import HotRange, ReadPlan, ScanPart, ScanResult, TableView
 from gateway.hot import PartitionId
 from gateway.wire.codec import decode_batch
 from gateway.wire.errors import InvalidRequest, OffsetOutOfRange, SnapshotNotFound, Unavailable
 from gateway.wire.evolution import read_as
 from gateway.wire.filters import And, Compare, Expr, In, Or, compile_filter, to_arrow
+from gateway.wire.scans import check_limit, projection
 from gateway.wire.schema import OFFSET_COLUMN, PARTITION_COLUMN, with_system_columns
 
 if TYPE_CHECKING:
@@ -41,22 +42,6 @@ class ScanOps(CoreBase):
         if not text or not text.strip():
             return None
         return await self._run(compile_filter, text, stored, self._filter_limits)
-
-    def _projection(self, table: TableView, columns: Sequence[str] | None) -> list[str]:
-        stored = table.stored_schema
-        if columns is None or len(columns) == 0:
-            return list(stored.names)
-        if isinstance(columns, str) or not all(isinstance(c, str) for c in columns):
-            raise InvalidRequest("columns must be a list of column names")
-        unknown = [c for c in columns if c not in stored.names]
-        if unknown:
-            raise InvalidRequest(
-                f"unknown column(s) {unknown}; the table has {stored.names}",
-                unknown=",".join(unknown),
-            )
-        if len(set(columns)) != len(columns):
-            raise InvalidRequest("a column is named twice in columns")
-        return list(columns)
 
     def _pin(
         self, table: TableView, when: int | dt.datetime | None
@@ -182,7 +167,9 @@ class ScanOps(CoreBase):
             TableNotFound, InvalidRequest (bad columns).
         """
         table = await self.table(tenant, namespace, name, fresh=True)
-        return pa.schema([table.stored_schema.field(n) for n in self._projection(table, columns)])
+        return pa.schema(
+            [table.stored_schema.field(n) for n in projection(table.stored_schema, columns)]
+        )
 
     async def scan(
         self,
@@ -208,11 +195,8 @@ class ScanOps(CoreBase):
             SnapshotNotFound.
         """
         table = await self.table(tenant, namespace, name, fresh=True)
-        if limit is not None and (
-            isinstance(limit, bool) or not isinstance(limit, int) or not 0 <= limit <= INT64_MAX
-        ):
-            raise InvalidRequest(f"limit must be an integer from 0 to {INT64_MAX}")
-        names = self._projection(table, columns)
+        check_limit(limit)
+        names = projection(table.stored_schema, columns)
         when = parse_as_of(as_of)
         expr = await self._filter(row_filter, table.stored_schema)
         arrow_filter = to_arrow(expr, table.stored_schema) if expr is not None else None

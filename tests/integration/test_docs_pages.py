@@ -64,6 +64,7 @@ def test_the_client_guide_runs(gateway: GatewayProcess, tmp_path: Path) -> None:
     assert "refused: SCHEMA_CHANGE_REFUSED" in lines
     assert "over Flight: True" in lines  # the test gateways have a Flight edge
     assert "the same rows either way: True" in lines  # the SDK's client-side scan
+    assert "the same records either way: True" in lines  # the SDK's client-side read
 
 
 def test_the_pyiceberg_and_duckdb_examples_run(tmp_path: Path) -> None:

@@ -140,7 +140,11 @@ def file_batches(
             yield from table.sort_by(OFFSET_COLUMN).to_batches()
             return
         meta = parquet.metadata
-        index = parquet.schema_arrow.get_field_index(OFFSET_COLUMN)
+        # The Parquet leaf column's index: a nested column before it has several leaves
+        # (the Arrow field's index would name another column's statistics).
+        index = next(
+            j for j in range(meta.num_columns) if meta.schema.column(j).path == OFFSET_COLUMN
+        )
         for rg in range(meta.num_row_groups):
             group = meta.row_group(rg)
             stats = group.column(index).statistics

@@ -1,22 +1,39 @@
 """Plan calls: a read plan whose local data files are given as sealed links through this
-gateway, and the file such a link names."""
+gateway, and the file such a link names, served as the tenant's read (metered and charged
+to its read bucket; docs/decisions/client.md, "Reads through file links are metered")."""
 
 from __future__ import annotations
 
 import datetime as dt
-from dataclasses import replace
+import time
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from gateway import metrics
 from gateway.core import ReadPlan
 from gateway.server.calls.base import CallsBase
+from gateway.server.calls.links import LinkRows, served_ranges
 from gateway.tenancy import Tenancy
 
-__all__ = ["PlanCalls"]
+__all__ = ["LinkedFile", "PlanCalls"]
+
+
+@dataclass(frozen=True)
+class LinkedFile:
+    """The warehouse file a plan's link names, and whose read it is."""
+
+    tenant: str
+    path: Path
+    #: The link's token (what counts a row group once per link).
+    token: str
 
 
 class PlanCalls(CallsBase):
     """Read plans and the warehouse files their links name."""
+
+    #: The row groups each link has served (see :mod:`.links`).
+    link_rows: LinkRows | None = None
 
     async def plan(
         self,
@@ -59,9 +76,13 @@ class PlanCalls(CallsBase):
             return None
         return Path(warehouse.removeprefix("file://")).resolve()
 
-    def warehouse_file(self, token: str) -> tuple[str, Path] | None:
-        """(tenant, file) of a link made by :meth:`plan`; None when the link is not one
-        of ours, was altered, has expired, or names no file of the warehouse."""
+    async def linked_file(self, token: str) -> LinkedFile | None:
+        """The file a link made by :meth:`plan` names; None when the link is not one of
+        ours, was altered, has expired, or names no file of the warehouse.
+
+        Raises:
+            Throttled: the tenant's read bucket is in debt.
+        """
         root = self._warehouse_folder()
         if root is None or not isinstance(self.gate, Tenancy):
             return None
@@ -72,4 +93,31 @@ class PlanCalls(CallsBase):
         path = (root / relative).resolve()
         if not path.is_relative_to(root) or not path.is_file():
             return None
-        return tenant, path
+        await self.gate.check_read(tenant)
+        return LinkedFile(tenant, path, token)
+
+    async def file_read(
+        self, linked: LinkedFile, *, status: int, range_header: str | None, nbytes: int
+    ) -> None:
+        """Meter ``nbytes`` of ``linked`` sent (an answer of ``status`` to
+        ``range_header``) as its tenant's read, charged to its read bucket, with the rows
+        of the row groups whose column chunks they held, each once per link (a footer
+        read or a probe holds none; see :mod:`.links`)."""
+        if self.link_rows is None:
+            self.link_rows = LinkRows()
+        counter = self.link_rows
+
+        def rows() -> int:
+            spans = counter.spans(linked.path)
+            size = linked.path.stat().st_size
+            ranges = served_ranges(status, range_header, size)
+            assert isinstance(self.gate, Tenancy)
+            expires = time.time() + self.gate.file_tokens.ttl_s
+            return counter.count(linked.token, expires, spans, ranges)
+
+        try:
+            records = await self.service.offload(rows)
+        except (OSError, ValueError):  # not a Parquet file: its bytes are still charged
+            records = 0
+        metrics.record_file_read(records, nbytes)
+        await self.gate.record_read(linked.tenant, records, nbytes)

@@ -7,20 +7,30 @@ no path of the server and an executor needs no access to its folders. The token 
 credential, as a presigned URL's signature is: sealed for one tenant's file until it
 expires. Range requests are served (a Parquet reader fetches the footer and the column
 chunks it needs).
+
+What a link serves is its tenant's read: the read bucket is checked before (429 with
+``Retry-After`` while it is in debt), and the bytes sent are metered and charged after,
+with the rows of the row groups they held, each once per link
+(:meth:`DataCalls.file_read`, :mod:`gateway.server.calls.links`; docs/decisions/client.md).
 """
 
 from __future__ import annotations
 
+import logging
+from collections.abc import Awaitable, Callable
 from typing import Annotated
 
-from fastapi import APIRouter, Path
+from fastapi import APIRouter, Path, Request
 from fastapi.responses import FileResponse
+from starlette.types import Message, Receive, Scope, Send
 
 from gateway.server.calls import DataCalls
 from gateway.server.http.models import ERRORS
 from gateway.wire.errors import NotFound
 
 __all__ = ["files_router"]
+
+log = logging.getLogger(__name__)
 
 
 class DataFileResponse(FileResponse):
@@ -37,6 +47,35 @@ class DataFileResponse(FileResponse):
     chunk_size = 4 * 1024 * 1024
 
 
+class MeteredFileResponse(DataFileResponse):
+    """A :class:`DataFileResponse` that reports, once sent, its status and the bytes of
+    body it sent (``sent(status, nbytes)``)."""
+
+    def __init__(self, path: str, sent: Callable[[int, int], Awaitable[None]]) -> None:
+        super().__init__(path, media_type="application/octet-stream")
+        self._sent = sent
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        status, nbytes = 0, 0
+
+        async def counted(message: Message) -> None:
+            nonlocal status, nbytes
+            if message["type"] == "http.response.start":
+                status = message["status"]
+            elif message["type"] == "http.response.body":
+                nbytes += len(message.get("body", b""))
+            await send(message)
+
+        try:
+            await super().__call__(scope, receive, counted)
+        finally:
+            if status in (200, 206) and nbytes:
+                try:
+                    await self._sent(status, nbytes)
+                except Exception:  # the bytes went out: the answer stands, the log says
+                    log.exception("metering a file link's read failed")
+
+
 def files_router(calls: DataCalls) -> APIRouter:
     router = APIRouter(prefix="/v1/files", tags=["scans"])
 
@@ -51,16 +90,24 @@ def files_router(calls: DataCalls) -> APIRouter:
         summary="A data file of a read plan on a local warehouse (the plan's link).",
     )
     async def data_file(
+        request: Request,
         token: Annotated[str, Path(max_length=4096, description="The link's sealed token.")],
     ) -> FileResponse:
-        """The file's bytes (a ``Range`` header is honoured). 404 when the link is not one
-        of this deployment's, was altered or has expired (a plan's links last
-        ``cold.presign_expiry_s``)."""
-        found = calls.warehouse_file(token)
+        """The file's bytes (a ``Range`` header is honoured), metered as the tenant's
+        read. 404 when the link is not one of this deployment's, was altered or has
+        expired (a plan's links last ``cold.presign_expiry_s``); 429 while the tenant's
+        read quota is in debt."""
+        found = await calls.linked_file(token)
         if found is None:
             raise NotFound(
                 "no such file link, or it has expired: plan the read again for fresh links"
             )
-        return DataFileResponse(found[1], media_type="application/octet-stream")
+
+        range_header = request.headers.get("range")
+
+        async def sent(status: int, nbytes: int) -> None:
+            await calls.file_read(found, status=status, range_header=range_header, nbytes=nbytes)
+
+        return MeteredFileResponse(str(found.path), sent)
 
     return router
