@@ -150,7 +150,7 @@ class ScanOps(CoreBase):
                 rows = with_system_columns(
                     # The scan's schema is sent already: a batch of a schema newer than
                     # its view (changed after the scan read the table) is cast to it.
-                    read_as(decode_batch(sb.payload), table.schema, strict=False),
+                    read_as(decode_batch(sb.payload), table.log_schema, strict=False),
                     part.partition,
                     sb.base_offset,
                     sb.timestamp_us,

@@ -12,6 +12,7 @@ import pyarrow as pa
 
 from gateway.hot import StoredBatch
 from gateway.meta import TableDef
+from gateway.wire.changes import CHANGE_COLUMN, CHANGE_TYPE
 from gateway.wire.schema import OFFSET_COLUMN, added_columns, fields_to_json, system_schema
 from gateway.wire.stored import HotPiece, piece_rows
 
@@ -77,8 +78,30 @@ class TableView:
     maintenance: MaintenanceView | None = None
 
     @property
+    def log_schema(self) -> pa.Schema:
+        """What the table's hot payloads hold: the user columns, and a primary-key
+        table's change kind ``_change`` after them (its log is its changelog)."""
+        if self.definition.primary_key is None:
+            return self.schema
+        return self.schema.append(pa.field(CHANGE_COLUMN, CHANGE_TYPE, nullable=False))
+
+    @property
+    def write_schema(self) -> pa.Schema:
+        """What an append's rows are conformed to: the user schema, and for a primary-key
+        table every column outside the key nullable (a delete names its key only; an
+        upsert's values are checked once its kind is known) and ``_change`` (omittable:
+        an upsert without it)."""
+        pk = self.definition.primary_key
+        if pk is None:
+            return self.schema
+        fields = [f if f.name in pk.columns else f.with_nullable(True) for f in self.schema]
+        return pa.schema(
+            [*fields, pa.field(CHANGE_COLUMN, CHANGE_TYPE)], metadata=self.schema.metadata
+        )
+
+    @property
     def stored_schema(self) -> pa.Schema:
-        return system_schema(self.schema)
+        return system_schema(self.log_schema)
 
     @property
     def schema_version(self) -> int:

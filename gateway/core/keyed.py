@@ -1,0 +1,184 @@
+"""Primary-key tables in the core: a write's rows checked, and resolved against the hot
+tier into the changes they make (docs/decisions/primary-keys.md).
+
+An append to a key table goes through :func:`check_writes` once (before any partition is
+written), then, per partition, :func:`resolve`: the hot key index gives the offset of each
+written key's last change, those records are read back from the hot tier (a ``-D`` there
+means the key is not live), and :func:`~gateway.wire.changes.changelog` turns the writes
+into ``+I``, ``-U``/``+U`` and ``-D`` under the table's merge engine. The caller appends
+the changes with the keys and ``expect_high`` set to the high watermark the resolution
+saw, and resolves again when another append landed meanwhile.
+
+Resolving from the hot tier alone is exact while a key table's records never leave it:
+tiering and hot retention skip key tables until the Iceberg state table exists (the
+decision record's "Key tables stay hot until their state table exists").
+
+Nothing here knows a backend: it talks to :class:`~gateway.hot.HotLog`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from gateway.hot import HotLog, PartitionId
+from gateway.hot.base import high_moved
+from gateway.wire.changes import (
+    CHANGE_COLUMN,
+    Change,
+    PrimaryKey,
+    Versioned,
+    changelog,
+)
+from gateway.wire.codec import decode_batch
+from gateway.wire.errors import OffsetOutOfRange, SchemaMismatch
+from gateway.wire.evolution import read_as
+from gateway.wire.routing import key_bytes
+
+__all__ = ["Resolved", "check_writes", "resolve", "row_keys"]
+
+_WRITE_CODES = "0 or 2 (upsert) and 3 (delete)"
+
+
+@dataclass(frozen=True, slots=True)
+class Resolved:
+    """The changes a partition's writes make, the key of each change (its routing bytes,
+    for the hot key index) and the high watermark the resolution saw."""
+
+    changes: pa.Table
+    keys: list[bytes]
+    high: int
+
+
+def row_keys(rows: pa.Table | pa.RecordBatch, key: PrimaryKey) -> list[bytes]:
+    """Each row's key as the hot key index holds it."""
+    return key_bytes([rows.column(c) for c in key.columns])
+
+
+def check_writes(rows: pa.Table, schema: pa.Schema, key: PrimaryKey) -> None:
+    """Refuse, before anything is written, a write a key table cannot take: a ``_change``
+    that is not 0, 2 or 3, a null in an upsert's non-nullable column (``schema``, the
+    table's user schema; a delete needs its key only) or in its version column.
+
+    Raises:
+        SchemaMismatch: one sentence naming the column, the row and what is accepted.
+    """
+    kinds = write_kinds(rows)
+    upsert = kinds != Change.DELETE
+    must = [f.name for f in schema if not f.nullable and f.name not in key.columns]
+    if isinstance(key.engine, Versioned):
+        must.append(key.engine.column)
+    for name in must:
+        column = rows.column(name)
+        if not column.null_count:
+            continue
+        nulls = np.asarray(pc.is_null(column).to_numpy(zero_copy_only=False), bool) & upsert
+        if nulls.any():
+            row = int(np.flatnonzero(nulls)[0])
+            why = (
+                "every upsert of a versioned table carries its version"
+                if isinstance(key.engine, Versioned) and name == key.engine.column
+                else "the column is not nullable (only a delete, _change 3, may leave it null)"
+            )
+            raise SchemaMismatch(f"row {row}.{name} is null in an upsert; {why}", column=name)
+
+
+def write_kinds(rows: pa.Table) -> np.ndarray:
+    """The change code of each write: 0 (an upsert) where ``_change`` is absent or null.
+
+    Raises:
+        SchemaMismatch: a code other than 0, 2 or 3 (1, update-before, is what the
+            gateway writes, never a writer).
+    """
+    if CHANGE_COLUMN not in rows.column_names:
+        return np.zeros(rows.num_rows, np.int8)
+    column = rows.column(CHANGE_COLUMN)
+    codes = np.asarray(pc.fill_null(column, 0).to_numpy(zero_copy_only=False), np.int64)
+    bad = (codes != Change.INSERT) & (codes != Change.UPDATE_AFTER) & (codes != Change.DELETE)
+    if bad.any():
+        row = int(np.flatnonzero(bad)[0])
+        raise SchemaMismatch(
+            f"row {row}.{CHANGE_COLUMN} is {int(codes[row])}; a write's {CHANGE_COLUMN} is "
+            f"{_WRITE_CODES}, since update-before rows (1) are made by the gateway",
+            column=CHANGE_COLUMN,
+        )
+    return codes.astype(np.int8)
+
+
+def resolve(
+    hot: HotLog,
+    part: PartitionId,
+    writes: pa.Table,
+    key: PrimaryKey,
+    log_schema: pa.Schema,
+) -> Resolved:
+    """The changes ``writes`` (checked by :func:`check_writes`, in the table's write
+    schema) make to the partition as its hot tier holds it now.
+
+    Raises:
+        HighWatermarkMoved: an append landed while the previous rows were looked up
+            (resolve again).
+        Unavailable: the hot tier cannot be reached.
+    """
+    if CHANGE_COLUMN in writes.column_names and writes.column(CHANGE_COLUMN).null_count:
+        at = writes.column_names.index(CHANGE_COLUMN)
+        kinds = pc.fill_null(writes.column(CHANGE_COLUMN), pa.scalar(0, pa.int8()))
+        writes = writes.set_column(at, CHANGE_COLUMN, kinds)  # null: an upsert
+    keys = row_keys(writes, key)
+    asked = list(dict.fromkeys(keys))
+    high = hot.offsets(part).high
+    found = hot.latest_offsets(part, asked)
+    offsets = sorted({o for o in found if o is not None})
+    if offsets and offsets[-1] >= high:
+        raise high_moved(part, high, offsets[-1] + 1)
+    user = [n for n in writes.column_names if n != CHANGE_COLUMN]
+    try:
+        previous = _rows_at(hot, part, offsets, log_schema, user)
+    except OffsetOutOfRange:
+        # Trimmed meanwhile (key tables are not trimmed: a partition started over): again.
+        raise high_moved(part, high, -1) from None
+    changes = changelog(writes, previous, key)
+    return Resolved(changes, row_keys(changes, key) if changes.num_rows else [], high)
+
+
+def _rows_at(
+    hot: HotLog,
+    part: PartitionId,
+    offsets: Sequence[int],
+    log_schema: pa.Schema,
+    columns: Sequence[str],
+) -> pa.Table:
+    """The live rows the changes at ``offsets`` (each a key's last change) left: the
+    record at each offset unless it is a delete, in ``columns``. One read per stored
+    batch that holds an offset."""
+    pieces: list[pa.RecordBatch] = []
+    batch: pa.RecordBatch | None = None
+    base = end = 0
+    wanted: list[int] = []
+
+    def flush() -> None:
+        if batch is not None and wanted:
+            pieces.append(batch.take(pa.array(np.asarray(wanted, np.int64) - base)))
+
+    for off in offsets:
+        if batch is None or not base <= off < end:
+            flush()
+            wanted = []
+            stored = hot.read(part, off, 1, 1)
+            if not stored or not stored[0].base_offset <= off < stored[0].next_offset:
+                raise high_moved(part, off, -1)
+            sb = stored[0]
+            batch = read_as(decode_batch(sb.payload), log_schema, strict=False)
+            base, end = sb.base_offset, sb.next_offset
+        wanted.append(off)
+    flush()
+    schema = pa.schema([log_schema.field(c).with_nullable(True) for c in columns])
+    if not pieces:
+        return schema.empty_table()
+    rows = pa.Table.from_batches(pieces)
+    live = pc.not_equal(rows.column(CHANGE_COLUMN), pa.scalar(int(Change.DELETE), pa.int8()))
+    return rows.filter(live).select(list(columns)).cast(schema)
