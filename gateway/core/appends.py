@@ -20,7 +20,6 @@ from gateway.core.keyed import check_writes, resolve
 from gateway.core.names import INT64_MAX, check_text
 from gateway.core.views import TableView
 from gateway.hot import AppendResult, PartitionId, ProducerSequence
-from gateway.wire.changes import CHANGE_COLUMN
 from gateway.wire.codec import PAYLOAD_CHUNK_BYTES, Compression, StreamInfo, encode_batch
 from gateway.wire.errors import (
     CommitConflict,
@@ -180,7 +179,7 @@ class AppendOps(CoreBase):
         pk = table.definition.primary_key
         if pk is not None:
             schema = table.write_schema
-            omittable = table.added_columns | {CHANGE_COLUMN}
+            omittable = table.write_omittable
             rows = [conform_batch(b, schema, omittable) for b in r.batches if b.num_rows]
             if rows:
                 check_writes(pa.Table.from_batches(rows, schema), table.schema, pk)

@@ -13,6 +13,7 @@ import pyarrow as pa
 from gateway.hot import StoredBatch
 from gateway.meta import TableDef
 from gateway.wire.changes import CHANGE_COLUMN, CHANGE_TYPE
+from gateway.wire.keywrites import write_omittable, write_schema
 from gateway.wire.schema import OFFSET_COLUMN, added_columns, fields_to_json, system_schema
 from gateway.wire.stored import HotPiece, piece_rows
 
@@ -87,17 +88,18 @@ class TableView:
 
     @property
     def write_schema(self) -> pa.Schema:
-        """What an append's rows are conformed to: the user schema, and for a primary-key
-        table every column outside the key nullable (a delete names its key only; an
-        upsert's values are checked once its kind is known) and ``_change`` (omittable:
-        an upsert without it)."""
+        """What an append's rows are conformed to (:func:`~gateway.wire.keywrites.write_schema`):
+        the user schema, and for a primary-key table every column outside the key
+        nullable and ``_change`` (omittable: an upsert without it)."""
         pk = self.definition.primary_key
-        if pk is None:
-            return self.schema
-        fields = [f if f.name in pk.columns else f.with_nullable(True) for f in self.schema]
-        return pa.schema(
-            [*fields, pa.field(CHANGE_COLUMN, CHANGE_TYPE)], metadata=self.schema.metadata
-        )
+        return self.schema if pk is None else write_schema(self.schema, pk.columns)
+
+    @property
+    def write_omittable(self) -> frozenset[str]:
+        """Columns an append's rows may leave out: those added by a schema change, and a
+        key table's ``_change``."""
+        pk = self.definition.primary_key
+        return write_omittable(self.added_columns, pk.columns if pk is not None else ())
 
     @property
     def stored_schema(self) -> pa.Schema:
