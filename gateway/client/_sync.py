@@ -33,6 +33,8 @@ from gateway.client._requests import (
     fetch_offsets_request,
     groups_of,
     list_groups_request,
+    lookup_request,
+    lookup_table,
     offsets_for_times_request,
     offsets_of,
     plan_request,
@@ -301,14 +303,17 @@ class Client(SyncCalls):
     ) -> list[AppendRange]:
         """Delete rows of a primary-key table by key (a dict of the key's columns, or a
         list of them): an append of deletes (``_change`` 3), answered with the ``-D``
-        changes made (count 0 where no key was live).
-
-        Raises:
-            SchemaMismatch: no primary key, or a key not naming exactly its columns.
-        """
+        changes made (count 0 where no key was live). Raises SchemaMismatch for a key
+        that does not name exactly the key's columns."""
         info = self.table_info(table)
         data = delete_ipc(keys, info.schema, info.primary_key, str(info.ref))
         return self.append_ipc(table, data, producer_id=producer_id, sequence=sequence)
+
+    def get(self, table: str | TableRef, keys: Any) -> pa.Table:
+        """Point lookups of a primary-key table: the live row of each key (a dict of the
+        key's columns, or a list of them); keys not live are left out."""
+        request = lookup_request(table, keys, self.table_info(table))
+        return lookup_table(self._call("Lookup", request, idempotent=True))
 
     def producer(self, table: str | TableRef, **config: Any) -> Producer:
         """A :class:`Producer` for ``table``; keyword arguments as for :class:`Producer`."""

@@ -25,6 +25,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from gateway.core.base import CoreBase
 from gateway.hot import HotLog, PartitionId
 from gateway.hot.base import high_moved
 from gateway.wire.changes import (
@@ -37,9 +38,10 @@ from gateway.wire.changes import (
 from gateway.wire.codec import decode_batch
 from gateway.wire.errors import OffsetOutOfRange, SchemaMismatch
 from gateway.wire.evolution import read_as
-from gateway.wire.routing import key_bytes
+from gateway.wire.routing import key_bytes, route_by_key
+from gateway.wire.schema import conform_batch, system_schema, with_system_columns
 
-__all__ = ["Resolved", "check_writes", "resolve", "row_keys"]
+__all__ = ["LookupOps", "Resolved", "check_writes", "lookup", "resolve", "row_keys"]
 
 _WRITE_CODES = "0 or 2 (upsert) and 3 (delete)"
 
@@ -153,8 +155,8 @@ def _rows_at(
     columns: Sequence[str],
 ) -> pa.Table:
     """The live rows the changes at ``offsets`` (each a key's last change) left: the
-    record at each offset unless it is a delete, in ``columns``. One read per stored
-    batch that holds an offset."""
+    record at each offset unless it is a delete, in ``columns`` (user or system columns).
+    One read per stored batch that holds an offset."""
     pieces: list[pa.RecordBatch] = []
     batch: pa.RecordBatch | None = None
     base = end = 0
@@ -172,13 +174,73 @@ def _rows_at(
             if not stored or not stored[0].base_offset <= off < stored[0].next_offset:
                 raise high_moved(part, off, -1)
             sb = stored[0]
-            batch = read_as(decode_batch(sb.payload), log_schema, strict=False)
+            rows = read_as(decode_batch(sb.payload), log_schema, strict=False)
+            batch = with_system_columns(rows, part.partition, sb.base_offset, sb.timestamp_us)
             base, end = sb.base_offset, sb.next_offset
         wanted.append(off)
     flush()
-    schema = pa.schema([log_schema.field(c).with_nullable(True) for c in columns])
+    full = system_schema(log_schema)
+    schema = pa.schema([full.field(c).with_nullable(True) for c in columns])
     if not pieces:
         return schema.empty_table()
     rows = pa.Table.from_batches(pieces)
     live = pc.not_equal(rows.column(CHANGE_COLUMN), pa.scalar(int(Change.DELETE), pa.int8()))
     return rows.filter(live).select(list(columns)).cast(schema)
+
+
+def lookup(
+    hot: HotLog, part: PartitionId, keys: pa.Table, key: PrimaryKey, log_schema: pa.Schema
+) -> pa.Table:
+    """The live rows of ``keys`` (a table of the key's columns, all routed to ``part``)
+    that the partition's hot tier holds, with the system columns of the change that made
+    each, in offset order; keys not live are left out. Exact while key tables stay hot."""
+    asked = list(dict.fromkeys(row_keys(keys, key)))
+    offsets = sorted({o for o in hot.latest_offsets(part, asked) if o is not None})
+    names = [n for n in system_schema(log_schema).names if n != CHANGE_COLUMN]
+    return _rows_at(hot, part, offsets, log_schema, names)
+
+
+class LookupOps(CoreBase):
+    async def get(self, tenant: str, namespace: str, name: str, keys: pa.Table) -> pa.Table:
+        """Point lookups of a primary-key table: the live row of each of ``keys`` (a
+        table of the key's columns, in the key's types or ones that widen to them), with
+        the system columns of the change that made it; keys not live are left out. From
+        the hot tier's key index, one lookup per partition the keys route to (the rows
+        come partition by partition, each in offset order).
+
+        Raises:
+            TableNotFound, SchemaMismatch: the table has no primary key, or ``keys``
+                does not hold exactly the key's columns.
+        """
+        table = await self.table(tenant, namespace, name)
+        d = table.definition
+        pk = d.primary_key
+        if pk is None:
+            raise SchemaMismatch(
+                f"table {namespace}.{name} has no primary key; only a key table answers get"
+            )
+        if sorted(keys.column_names) != sorted(pk.columns):
+            raise SchemaMismatch(
+                f"the keys name {sorted(keys.column_names)}; a key of {namespace}.{name} "
+                f"names exactly its primary key columns {list(pk.columns)}"
+            )
+        key_schema = pa.schema([table.schema.field(c) for c in pk.columns])
+        typed = pa.Table.from_batches(
+            [conform_batch(b, key_schema) for b in keys.to_batches() if b.num_rows], key_schema
+        )
+        out_schema = pa.schema(
+            [f for f in table.stored_schema if f.name != CHANGE_COLUMN],
+        )
+
+        def run() -> pa.Table:
+            found: list[pa.Table] = []
+            if typed.num_rows:
+                batch = typed.combine_chunks().to_batches()[0]
+                routes = route_by_key(batch, d.key_columns, d.partitions)
+                for p, idx in sorted(routes.items()):
+                    part = PartitionId(d.tenant, d.table_id, p)
+                    rows = lookup(self.hot, part, typed.take(idx), pk, table.log_schema)
+                    found.append(rows.cast(out_schema))
+            return pa.concat_tables(found) if found else out_schema.empty_table()
+
+        return await self._run(run)

@@ -106,6 +106,15 @@ class TableView:
         return system_schema(self.log_schema)
 
     @property
+    def scan_schema(self) -> pa.Schema:
+        """What a scan answers: the stored schema, but a primary-key table's current
+        state has no ``_change`` (every row is live); its system columns are those of
+        the change that made the row."""
+        if self.definition.primary_key is None:
+            return self.stored_schema
+        return system_schema(self.schema)
+
+    @property
     def schema_version(self) -> int:
         return self.definition.schema_version
 

@@ -14,7 +14,7 @@ from gateway.wire.changes import CHANGE_COLUMN, CHANGE_TYPE, Change
 from gateway.wire.errors import SchemaMismatch
 from gateway.wire.jsonrows import python_rows_to_batch
 
-__all__ = ["blank_deletes", "delete_batch", "write_omittable", "write_schema"]
+__all__ = ["blank_deletes", "delete_batch", "key_batch", "write_omittable", "write_schema"]
 
 
 def write_schema(schema: pa.Schema, primary_key: Sequence[str]) -> pa.Schema:
@@ -45,33 +45,47 @@ def blank_deletes(rows: list[Any], schema: pa.Schema) -> list[Any]:
     return out
 
 
-def delete_batch(
+def key_batch(
     keys: Sequence[Mapping[str, Any]], schema: pa.Schema, primary_key: Sequence[str], table: str
 ) -> pa.RecordBatch:
-    """The write that deletes ``keys`` (dict rows of the key's columns, as the table's
-    types take them) from ``table`` of user ``schema``: each key, nulls elsewhere and
-    ``_change`` 3, in the table's write schema.
+    """``keys`` (dict rows of the key's columns, as the table's types take them: JSON
+    forms too) as a batch of the key's columns of ``table`` of user ``schema``.
 
     Raises:
         SchemaMismatch: a table without a primary key, no key, or a key that does not name
             exactly the key's columns or whose value does not fit (one sentence each).
     """
     if not primary_key:
-        raise SchemaMismatch(f"table {table} has no primary key; only a key table takes deletes")
+        raise SchemaMismatch(f"table {table} has no primary key; only a key table is keyed")
     if not keys:
-        raise SchemaMismatch(f"a delete from {table} names at least one key")
+        raise SchemaMismatch(f"a call to {table} by key names at least one key")
     want = set(primary_key)
     for i, key in enumerate(keys):
         if not isinstance(key, Mapping) or set(key) != want:
             got = sorted(map(str, key)) if isinstance(key, Mapping) else type(key).__name__
             raise SchemaMismatch(
-                f"key {i} of the delete names {got}; a key of {table} names exactly its "
-                f"primary key columns {list(primary_key)}"
+                f"key {i} names {got}; a key of {table} names exactly its primary key "
+                f"columns {list(primary_key)}"
             )
     key_schema = pa.schema([schema.field(c) for c in primary_key])
-    typed = python_rows_to_batch(list(keys), key_schema, first=0, unit="key")
+    return python_rows_to_batch(list(keys), key_schema, first=0, unit="key")
+
+
+def delete_batch(
+    keys: Sequence[Mapping[str, Any]], schema: pa.Schema, primary_key: Sequence[str], table: str
+) -> pa.RecordBatch:
+    """The write that deletes ``keys`` (as :func:`key_batch` takes them) from ``table`` of
+    user ``schema``: each key, nulls elsewhere and ``_change`` 3, in the table's write
+    schema.
+
+    Raises:
+        SchemaMismatch: as :func:`key_batch`.
+    """
+    typed = key_batch(keys, schema, primary_key, table)
     n = typed.num_rows
     target = write_schema(schema, primary_key)
-    columns = [typed.column(f.name) if f.name in want else pa.nulls(n, f.type) for f in target]
+    columns = [
+        typed.column(f.name) if f.name in primary_key else pa.nulls(n, f.type) for f in target
+    ]
     columns[-1] = pa.array([int(Change.DELETE)] * n, CHANGE_TYPE)
     return pa.RecordBatch.from_arrays(columns, schema=target)

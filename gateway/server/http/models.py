@@ -169,6 +169,14 @@ class DeleteRequest(_Request):
     )
 
 
+class LookupRequest(_Request):
+    """The JSON body of ``POST /v1/tables/{namespace}/{name}/lookup``."""
+
+    keys: list[dict[str, Any]] = Field(
+        description="The keys to look up, each an object of the primary key's columns."
+    )
+
+
 class ScanRequest(_Request):
     """The JSON body of ``POST /v1/tables/{namespace}/{name}/scan``."""
 

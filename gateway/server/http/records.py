@@ -11,7 +11,6 @@ from fastapi.responses import JSONResponse, Response
 from gateway.core import ReadResult
 from gateway.server.calls import OFFLOAD_BYTES, AppendBody, DataCalls
 from gateway.server.http.bodies import (
-    body_from,
     json_rows,
     media_type,
     pick,
@@ -30,12 +29,10 @@ from gateway.server.http.models import (
     WATERMARK_HEADERS,
     AppendRequest,
     AppendResponse,
-    DeleteRequest,
     ErrorResponse,
     ReadResponse,
 )
 from gateway.wire.errors import SchemaMismatch, UnsupportedMediaType
-from gateway.wire.keywrites import delete_batch
 
 __all__ = ["records_router"]
 
@@ -45,7 +42,6 @@ def records_router(calls: DataCalls) -> APIRouter:
         prefix="/v1/tables/{namespace}/{name}", tags=["records"], route_class=CallerRoute
     )
     _append_route(router, calls)
-    _delete_route(router, calls)
     _read_route(router, calls)
     return router
 
@@ -144,49 +140,6 @@ def _append_route(router: APIRouter, calls: DataCalls) -> None:
             )
 
         appended = await calls.append(caller.tenant, namespace, name, len(body), decode)
-        return JSONResponse(ranges(appended))
-
-
-def _delete_route(router: APIRouter, calls: DataCalls) -> None:
-    service = calls.service
-    server = service.settings.server
-
-    @router.post(
-        "/deletes",
-        response_model=AppendResponse,
-        responses={**ERRORS, 429: {"model": ErrorResponse, "description": "Throttled"}},
-        summary="Delete rows of a primary-key table by key.",
-        openapi_extra={
-            "requestBody": {
-                "required": True,
-                "content": {JSON: {"schema": DeleteRequest.model_json_schema()}},
-            }
-        },
-    )
-    async def delete(
-        request: Request, namespace: Namespace, name: Name, caller: Caller
-    ) -> JSONResponse:
-        """Delete keys from a primary-key table: ``{"keys": [{<key columns>}, ...],
-        "producer_id"?, "sequence"?}``. Stored as the ``-D`` changes the deletes make
-        (a key that is not live changes nothing: its range has count 0), exactly as an
-        append of rows with ``_change`` 3. A key that does not name exactly the key's
-        columns, or a table without a primary key, is refused and nothing is deleted.
-        """
-        calls.refuse_append_early(caller.tenant)  # before a byte of the body is read
-        allow_body(request, server.max_request_bytes)
-        raw = await read_body(request, server.max_request_bytes)
-        body = await calls.offload(len(raw) >= OFFLOAD_BYTES, body_from, raw, DeleteRequest)
-        size = len(raw)
-
-        async def decode() -> AppendBody:
-            table = await service.table(caller.tenant, namespace, name)
-            pk = table.definition.primary_key
-            batch = delete_batch(
-                body.keys, table.schema, pk.columns if pk else (), f"{namespace}.{name}"
-            )
-            return AppendBody([batch], None, body.producer_id, body.sequence)
-
-        appended = await calls.append(caller.tenant, namespace, name, size, decode)
         return JSONResponse(ranges(appended))
 
 
