@@ -101,8 +101,8 @@ def _lookup_route(router: APIRouter, calls: DataCalls) -> None:
         tier's key index: JSON ``{"rows": [...]}`` (the table's columns and the system
         columns of the change that made each row; keys not live are left out), or an
         Arrow IPC stream with ``Accept: application/vnd.apache.arrow.stream``."""
-        allow_body(request, server.max_request_bytes)
-        raw = await read_body(request, server.max_request_bytes)
+        allow_body(request, server.max_body_bytes)
+        raw = await read_body(request, server.max_body_bytes)
         body = await calls.offload(len(raw) >= OFFLOAD_BYTES, body_from, raw, LookupRequest)
         table = await service.table(caller.tenant, namespace, name)
         pk = table.definition.primary_key
