@@ -88,9 +88,8 @@ async def run(svc: StreamTables, label: str, args: argparse.Namespace) -> None:
     started = time.perf_counter()
     result = await svc.scan("bench", "ns", keyed)
     rows = sum([b.num_rows async for b in result.batches])
-    print(
-        f"{label} scan of current state: {rows:,} live keys in {time.perf_counter() - started:.3f} s"
-    )
+    took = time.perf_counter() - started
+    print(f"{label} scan of current state: {rows:,} live keys in {took:.3f} s")
 
 
 def main() -> None:
