@@ -290,19 +290,17 @@ class AppendOps(CoreBase):
         writes = pa.Table.from_batches([rows])
         for attempt in range(RESOLVE_TRIES):
             try:
-                got = resolve(self.hot, part, writes, pk, table.log_schema)
+                got = resolve(self.hot, part, writes, pk, table.log_schema, self._recent)
                 count = got.changes.num_rows
                 if count == 0 and r.producer is None:
                     return AppendResult(got.high, 0)
-                payload = (
-                    encode_batch(
-                        got.changes.cast(table.log_schema).combine_chunks().to_batches()[0],
-                        r.compression,
-                    )
+                changes = (
+                    got.changes.cast(table.log_schema).combine_chunks().to_batches()[0]
                     if count
-                    else b""
+                    else None
                 )
-                return self._hot_append(
+                payload = encode_batch(changes, r.compression) if changes is not None else b""
+                res = self._hot_append(
                     table,
                     part,
                     payload,
@@ -312,6 +310,9 @@ class AppendOps(CoreBase):
                     keys=got.keys if count else None,
                     expect_high=got.high,
                 )
+                if changes is not None and not res.duplicate:
+                    self._recent.add(part, res.base_offset, changes, r.timestamp_us)
+                return res
             except HighWatermarkMoved:
                 time.sleep(min(0.0005 * (1 << min(attempt, 7)), 0.05))
         raise Unavailable(
@@ -411,6 +412,7 @@ class AppendOps(CoreBase):
             if state.partition == part.partition:
                 floor = max(floor, state.high_watermark, state.tiered_watermark)
         hw = self.hot.open_partition(part, floor)
+        self._recent.forget(part)
         metrics.record_hot_reseed()
         log.warning(
             "%s; re-seeded partition %d of %s.%s (tenant %s) at offset %d, the highest known "

@@ -26,6 +26,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from gateway.core.base import CoreBase
+from gateway.core.recent import RecentBatches
 from gateway.hot import HotLog, PartitionId
 from gateway.hot.base import high_moved
 from gateway.wire.changes import (
@@ -117,6 +118,7 @@ def resolve(
     writes: pa.Table,
     key: PrimaryKey,
     log_schema: pa.Schema,
+    recent: RecentBatches | None = None,
 ) -> Resolved:
     """The changes ``writes`` (checked by :func:`check_writes`, in the table's write
     schema) make to the partition as its hot tier holds it now.
@@ -139,7 +141,7 @@ def resolve(
         raise high_moved(part, high, offsets[-1] + 1)
     user = [n for n in writes.column_names if n != CHANGE_COLUMN]
     try:
-        previous = _rows_at(hot, part, offsets, log_schema, user)
+        previous = _rows_at(hot, part, offsets, log_schema, user, recent)
     except OffsetOutOfRange:
         # Trimmed meanwhile (key tables are not trimmed: a partition started over): again.
         raise high_moved(part, high, -1) from None
@@ -153,10 +155,11 @@ def _rows_at(
     offsets: Sequence[int],
     log_schema: pa.Schema,
     columns: Sequence[str],
+    recent: RecentBatches | None = None,
 ) -> pa.Table:
     """The live rows the changes at ``offsets`` (each a key's last change) left: the
     record at each offset unless it is a delete, in ``columns`` (user or system columns).
-    One read per stored batch that holds an offset."""
+    One read per stored batch that holds an offset and ``recent`` does not."""
     pieces: list[pa.RecordBatch] = []
     batch: pa.RecordBatch | None = None
     base = end = 0
@@ -170,13 +173,19 @@ def _rows_at(
         if batch is None or not base <= off < end:
             flush()
             wanted = []
-            stored = hot.read(part, off, 1, 1)
-            if not stored or not stored[0].base_offset <= off < stored[0].next_offset:
-                raise high_moved(part, off, -1)
-            sb = stored[0]
-            rows = read_as(decode_batch(sb.payload), log_schema, strict=False)
-            batch = with_system_columns(rows, part.partition, sb.base_offset, sb.timestamp_us)
-            base, end = sb.base_offset, sb.next_offset
+            held = recent.find(part, off) if recent is not None else None
+            if held is None:
+                stored = hot.read(part, off, 1, 1)
+                if not stored or not stored[0].base_offset <= off < stored[0].next_offset:
+                    raise high_moved(part, off, -1)
+                sb = stored[0]
+                held = sb.base_offset, decode_batch(sb.payload), sb.timestamp_us
+                if recent is not None:
+                    recent.add(part, *held)
+            base, raw, ts = held
+            rows = read_as(raw, log_schema, strict=False)
+            batch = with_system_columns(rows, part.partition, base, ts)
+            end = base + batch.num_rows
         wanted.append(off)
     flush()
     full = system_schema(log_schema)
@@ -189,7 +198,12 @@ def _rows_at(
 
 
 def lookup(
-    hot: HotLog, part: PartitionId, keys: pa.Table, key: PrimaryKey, log_schema: pa.Schema
+    hot: HotLog,
+    part: PartitionId,
+    keys: pa.Table,
+    key: PrimaryKey,
+    log_schema: pa.Schema,
+    recent: RecentBatches | None = None,
 ) -> pa.Table:
     """The live rows of ``keys`` (a table of the key's columns, all routed to ``part``)
     that the partition's hot tier holds, with the system columns of the change that made
@@ -197,7 +211,7 @@ def lookup(
     asked = list(dict.fromkeys(row_keys(keys, key)))
     offsets = sorted({o for o in hot.latest_offsets(part, asked) if o is not None})
     names = [n for n in system_schema(log_schema).names if n != CHANGE_COLUMN]
-    return _rows_at(hot, part, offsets, log_schema, names)
+    return _rows_at(hot, part, offsets, log_schema, names, recent)
 
 
 class LookupOps(CoreBase):
@@ -239,7 +253,9 @@ class LookupOps(CoreBase):
                 routes = route_by_key(batch, d.key_columns, d.partitions)
                 for p, idx in sorted(routes.items()):
                     part = PartitionId(d.tenant, d.table_id, p)
-                    rows = lookup(self.hot, part, typed.take(idx), pk, table.log_schema)
+                    rows = lookup(
+                        self.hot, part, typed.take(idx), pk, table.log_schema, self._recent
+                    )
                     found.append(rows.cast(out_schema))
             return pa.concat_tables(found) if found else out_schema.empty_table()
 

@@ -17,6 +17,8 @@ import pytest
 
 from gateway.config import Settings
 from gateway.core import StreamTables
+from gateway.core.recent import RecentBatches
+from gateway.hot import PartitionId
 from gateway.server.app import build_service
 from gateway.wire.changes import Change
 from gateway.wire.errors import InvalidIdempotentAppend, SchemaMismatch
@@ -244,3 +246,63 @@ async def test_an_idempotent_retry_is_applied_once(service: StreamTables) -> Non
     assert replay(await t.changelog()) == {(1, "eu"): {**row, "note": "b"}}
     with pytest.raises(InvalidIdempotentAppend, match="count sequences by batch"):
         await t.write([row], producer_id="k", sequence=0, sequence_counts_records=True)
+
+
+async def test_two_gateways_over_one_redis_resolve_each_others_writes(
+    request: pytest.FixtureRequest, tmp_path: Path
+) -> None:
+    """Two gateways (each with its own cache of recent change batches) over one Redis and
+    one metadata store write the same keys at once: each resolves against the other's
+    changes, so the changelog replays cleanly (every -U is the live row) to the last write
+    of each key."""
+    server: RedisServer = request.getfixturevalue("redis_server")
+    settings = Settings.explicit(
+        data_dir=tmp_path, hot={"type": "redis", "url": server.url}, tiering={"enabled": False}
+    )
+    one, two = build_service(settings), build_service(settings)
+    try:
+        t = await KeyTable.create(one, partitions=2)
+        other = KeyTable(two, 2)
+        other.name = t.name
+        last: dict[int, int] = {}
+
+        async def writer(side: KeyTable, w: int) -> None:
+            rng = random.Random(w)
+            for i in range(25):
+                keys = rng.sample(range(12), 4)
+                await side.write(
+                    [{"id": k, "region": "eu", "v": w * 1000 + i, "note": None} for k in keys]
+                )
+
+        await asyncio.gather(writer(t, 1), writer(other, 2))
+        changes = await t.changelog()
+        state = replay(changes)
+        for c in sorted(changes, key=lambda c: (c["_partition"], c["_offset"])):
+            if c["_change"] in (Change.INSERT, Change.UPDATE_AFTER):
+                last[c["id"]] = c["v"]
+        assert {k[0]: row["v"] for k, row in state.items()} == last
+        assert sum(c["_change"] == Change.INSERT for c in changes) == len(state) == 12
+        assert sum(c["_change"] == Change.UPDATE_AFTER for c in changes) == 2 * 25 * 4 - 12
+    finally:
+        one.close()
+        two.close()
+
+
+def test_recent_batches_find_by_offset_evict_and_forget() -> None:
+    def rows(n: int) -> pa.RecordBatch:
+        return pa.record_batch({"x": pa.array(range(n), pa.int64())})
+
+    a, b = PartitionId("t", "x", 0), PartitionId("t", "x", 1)
+    recent = RecentBatches(max_bytes=8 * 100 * 4)  # four batches of 100 int64
+    recent.add(a, 0, rows(100), 7)
+    recent.add(a, 100, rows(100), 8)
+    recent.add(b, 0, rows(100), 9)
+    found = recent.find(a, 150)
+    assert found is not None and found[0] == 100 and found[2] == 8
+    assert recent.find(a, 200) is None and recent.find(b, 100) is None
+    for base in (200, 300):
+        recent.add(a, base, rows(100), 1)  # over the bound: the least recently used go
+    assert recent.find(a, 0) is None and recent.find(a, 150) is not None
+    recent.forget(a)
+    assert recent.find(a, 150) is None and recent.find(a, 250) is None
+    assert recent.find(b, 5) is not None
