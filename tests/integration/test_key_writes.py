@@ -16,7 +16,7 @@ import httpx
 import pyarrow as pa
 import pytest
 
-from gateway.client import Client, SchemaMismatch
+from gateway.client import Client, SchemaMismatch, Unimplemented
 from gateway.wire.changes import Change
 from tests.integration.conftest import gateway_env
 from tests.integration.flavours import flavoured_client
@@ -320,3 +320,24 @@ def test_the_idempotent_producer_upserts(client: Client, namespace: str) -> None
         for f in futures:
             f.result(30)
     assert replay(changelog(client, table, 2)) == model
+
+
+def test_plans_of_a_key_table_are_refused_in_one_sentence(
+    client: Client, http: httpx.Client, namespace: str
+) -> None:
+    """Its hot ranges hold changes, not rows: neither the gateway's read plan nor the
+    REST catalog's server-side plan is served (the SDK's auto scan falls back to the
+    gateway's scan, which answers current state: see above)."""
+    client.create_table(f"{namespace}.kp", SCHEMA, primary_key=["id", "region"])
+    client.append(f"{namespace}.kp", [{"id": 1, "region": "eu", "v": 1, "note": None}])
+    got = http.post(f"/v1/tables/{namespace}/kp/plan", json={})
+    assert got.status_code == 501, got.text
+    assert (
+        "has a primary key: its current state is answered by the gateway's scan"
+        in (got.json()["error"]["message"])
+    )
+    with pytest.raises(Unimplemented, match="not a read plan"):
+        client.scan(f"{namespace}.kp", mode="client")
+    catalog = http.post(f"/iceberg/v1/namespaces/{namespace}/tables/kp/plan", json={})
+    assert catalog.status_code == 501, catalog.text
+    assert "its current state is not planned for engines" in catalog.text
