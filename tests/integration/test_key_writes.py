@@ -6,7 +6,9 @@ and write nothing, and key tables stay hot while tiering runs."""
 
 from __future__ import annotations
 
+import contextlib
 import random
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -18,6 +20,7 @@ import pytest
 
 from gateway.client import Client, SchemaMismatch, Unimplemented
 from gateway.wire.changes import Change
+from gateway.wire.retry import Retry
 from tests.integration.conftest import gateway_env
 from tests.integration.flavours import flavoured_client
 from tests.services import GatewayProcess
@@ -341,3 +344,69 @@ def test_plans_of_a_key_table_are_refused_in_one_sentence(
     catalog = http.post(f"/iceberg/v1/namespaces/{namespace}/tables/kp/plan", json={})
     assert catalog.status_code == 501, catalog.text
     assert "its current state is not planned for engines" in catalog.text
+
+
+@pytest.mark.parametrize("kind", ["disk", "redis"])
+def test_kill_9_while_writing_applies_every_batch_once(
+    kind: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    """An idempotent writer of upserts and deletes whose gateway is killed (-9) while a
+    batch is in flight, three times: it sends that batch again to the restarted gateway
+    (answered as stored if it was, applied if not) and goes on. The changelog replays
+    to the model of every batch applied once."""
+    redis = request.getfixturevalue("redis_server") if kind == "redis" else None
+    env = gateway_env(kind, redis)
+    gw = GatewayProcess(tmp_path / "gw", env).start()
+    table = f"keykill{kind}.t"
+    rng = random.Random(13)
+    model: dict[Key, dict[str, Any]] = {}
+    batches: list[list[dict[str, Any]]] = []
+    for s in range(40):
+        rows: list[dict[str, Any]] = []
+        for _ in range(rng.randint(1, 12)):
+            key = (rng.randrange(25), "eu")
+            if rng.random() < 0.25:
+                rows.append({"id": key[0], "region": "eu", "_change": 3})
+                model.pop(key, None)
+            else:
+                row = {"id": key[0], "region": "eu", "v": s, "note": f"{s}"}
+                rows.append(row)
+                model[key] = row
+        batches.append(rows)
+    # The changes the batches make applied once each (last_row): a batch applied twice
+    # would add its upserts' -U/+U pairs again.
+    state: set[Key] = set()
+    expected = 0
+    for rows in batches:
+        for row in rows:
+            key = (row["id"], "eu")
+            if row.get("_change") == 3:
+                expected += key in state
+                state.discard(key)
+            else:
+                expected += 2 if key in state else 1
+                state.add(key)
+    kills = {8, 19, 31}
+    try:
+        with gw.client() as c:
+            c.create_table(table, SCHEMA, partitions=1, primary_key=["id", "region"])
+        for seq, rows in enumerate(batches):
+            if seq in kills:
+                with gw.client(connect_timeout=2, timeout=3, retry=Retry.none()) as c:
+                    c.describe_table(table)  # connected: the kill lands in the append
+                    killer = threading.Timer(rng.uniform(0.0, 0.01), gw.kill)
+                    killer.start()
+                    with contextlib.suppress(Exception):
+                        c.append(table, rows, producer_id="w", sequence=seq)
+                    killer.join()
+                gw = GatewayProcess(
+                    tmp_path / "gw", env, tenant=gw.tenant, api_key=gw.api_key
+                ).start()
+            with gw.client() as c:
+                c.append(table, rows, producer_id="w", sequence=seq)
+        with gw.client() as c:
+            changes = changelog(c, table, 1)
+            assert replay(changes) == model
+            assert len(changes) == expected
+    finally:
+        gw.stop()
