@@ -503,8 +503,26 @@ class AppendOps(CoreBase):
         """Where the rows go: partition -> indices of the rows of ``batches`` (as one
         batch) it takes, None for all of them."""
         d = table.definition
-        if partition is not None:
+        if partition is not None and d.primary_key is None:
             self._part(table, partition)
+            return {partition: None}
+        if partition is not None:
+            # A key table's rows go where their key routes, so every version of a key
+            # meets in one partition: a partition asked may only be that one.
+            self._part(table, partition)
+            at = 0
+            for b in batches:
+                routed = route_by_key(b, d.key_columns, d.partitions)
+                other = next((p for p in sorted(routed) if p != partition), None)
+                at += b.num_rows
+                if other is not None:
+                    row = at - b.num_rows + int(routed[other][0].as_py())
+                    raise InvalidRequest(
+                        f"row {row} of the append to {d.namespace}.{d.name} routes by its "
+                        f"key to partition {other}, not {partition}; a primary-key table's "
+                        "rows go to the partition their key routes to (leave partition "
+                        "out), so nothing was written"
+                    )
             return {partition: None}
         if d.key_columns:
             # Row indices over the batches in order, as if they were one.

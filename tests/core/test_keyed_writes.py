@@ -21,7 +21,8 @@ from gateway.core.recent import RecentBatches
 from gateway.hot import PartitionId
 from gateway.server.app import build_service
 from gateway.wire.changes import Change
-from gateway.wire.errors import InvalidIdempotentAppend, SchemaMismatch
+from gateway.wire.errors import InvalidIdempotentAppend, InvalidRequest, SchemaMismatch
+from gateway.wire.routing import partition_for_key
 from gateway.wire.types import AppendRange
 from tests.services import RedisServer
 
@@ -306,3 +307,13 @@ def test_recent_batches_find_by_offset_evict_and_forget() -> None:
     recent.forget(a)
     assert recent.find(a, 150) is None and recent.find(a, 250) is None
     assert recent.find(b, 5) is not None
+
+
+async def test_a_partition_asked_must_be_where_the_keys_route(service: StreamTables) -> None:
+    t = await KeyTable.create(service, partitions=4)
+    rows = [{"id": i, "region": "eu", "v": 1, "note": None} for i in range(8)]
+    with pytest.raises(InvalidRequest, match=r"routes by its key to partition \d, not \d; a"):
+        await t.write(rows, partition=0)
+    assert await t.changelog() == []
+    p = partition_for_key([3, "eu"], 4)
+    assert await t.write([rows[3]], partition=p) == [AppendRange(p, 0, 1)]
