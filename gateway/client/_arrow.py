@@ -3,15 +3,16 @@ through the one codec of :mod:`gateway.wire.codec`."""
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
 import pyarrow as pa
 
 from gateway.wire.codec import Compression, decode_stream, encode_stream
 from gateway.wire.jsonrows import python_rows_to_batch
+from gateway.wire.keywrites import blank_deletes, delete_batch
 
-__all__ = ["decode", "dict_rows", "ipc", "rows_ipc", "to_table"]
+__all__ = ["decode", "delete_ipc", "dict_rows", "ipc", "rows_ipc", "to_table"]
 
 
 def dict_rows(data: Any) -> list[Mapping[str, Any]] | None:
@@ -30,14 +31,15 @@ def rows_ipc(
     omittable: Collection[str],
     compression: Compression = "none",
 ) -> bytes:
-    """Dict rows converted by the table's own ``schema`` (as the producer, HTTP and the
+    """Dict rows converted by the table's own ``schema`` (its write schema: a key table's
+    deletes may name their key only) (as the producer, HTTP and the
     CLI convert them: an ``int`` for an ``int32`` column, an ISO-8601 string for a
     timestamp...) as one Arrow IPC stream.
 
     Raises:
         SchemaMismatch: naming the row and the column of a value that does not fit.
     """
-    batch = python_rows_to_batch(rows, schema, omittable=omittable)
+    batch = python_rows_to_batch(blank_deletes(rows, schema), schema, omittable=omittable)
     return encode_stream([batch], batch.schema, compression)
 
 
@@ -68,3 +70,15 @@ def decode(data: bytes) -> list[pa.RecordBatch]:
     if not data:
         return []
     return decode_stream(data)[1]
+
+
+def delete_ipc(keys: Any, schema: pa.Schema, primary_key: Sequence[str], table: str) -> bytes:
+    """The deletes of ``keys`` (one dict of the key's columns, or a list of them) from a
+    key table of user ``schema``, as one Arrow IPC stream (:func:`delete_batch`).
+
+    Raises:
+        SchemaMismatch: as :func:`~gateway.wire.keywrites.delete_batch`.
+    """
+    listed = [keys] if isinstance(keys, Mapping) else list(keys)
+    batch = delete_batch(listed, schema, primary_key, table)
+    return encode_stream([batch], batch.schema)

@@ -36,7 +36,7 @@ import pyarrow.parquet as pq
 from gateway.client._lake_files import HttpPool, LakeFile, PlanFiles, locate, probe
 from gateway.client._types import TableRef
 from gateway.wire._proto.tidegate.v1 import tidegate_pb2 as pb
-from gateway.wire.errors import TidegateError, Unavailable
+from gateway.wire.errors import TidegateError, Unavailable, Unimplemented
 from gateway.wire.filters import compile_filter, to_arrow
 from gateway.wire.scans import check_limit, projection
 from gateway.wire.schema import OFFSET_COLUMN, PARTITION_COLUMN
@@ -320,8 +320,9 @@ def plan_scan(
 
 
 def no_plans(err: TidegateError) -> bool:
-    """Whether ``err`` says the gateway predates ``PlanRead`` (it scans, never plans)."""
-    return err.details.get("grpc_code") == "UNIMPLEMENTED"
+    """Whether ``err`` says the gateway predates ``PlanRead`` (it scans, never plans) or
+    plans no such table (a primary-key table: its scan answers current state)."""
+    return isinstance(err, Unimplemented) or err.details.get("grpc_code") == "UNIMPLEMENTED"
 
 
 def _reachable(scan: LakeScan, mode: str) -> bool:

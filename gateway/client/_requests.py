@@ -8,8 +8,12 @@ import datetime as dt
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from gateway.client._types import TableRef, table_fields, timestamp_us
+import pyarrow as pa
+
+from gateway.client._types import TableInfo, TableRef, table_fields, timestamp_us
 from gateway.wire._proto.tidegate.v1 import tidegate_pb2 as pb
+from gateway.wire.codec import decode_stream, encode_stream
+from gateway.wire.keywrites import key_batch
 
 __all__ = [
     "append_request",
@@ -146,3 +150,21 @@ def offsets_of(response: Any) -> dict[int, int]:
 
 def groups_of(response: pb.ListGroupsResponse) -> list[tuple[str, TableRef]]:
     return [(g.group, TableRef(g.table.namespace, g.table.name)) for g in response.groups]
+
+
+def lookup_request(table: str | TableRef, keys: Any, info: TableInfo) -> pb.LookupRequest:
+    """The point lookups of ``keys`` (one dict of the key's columns, or a list of them)
+    in ``info``'s table.
+
+    Raises:
+        SchemaMismatch: no primary key, or a key not naming exactly its columns.
+    """
+    listed = [keys] if isinstance(keys, Mapping) else list(keys)
+    batch = key_batch(listed, info.schema, info.primary_key, str(info.ref))
+    return pb.LookupRequest(table=ref(table), arrow_ipc=encode_stream([batch], batch.schema))
+
+
+def lookup_table(response: pb.LookupResponse) -> pa.Table:
+    """The rows a Lookup call found."""
+    schema, batches = decode_stream(response.arrow_ipc)
+    return pa.Table.from_batches(batches, schema)

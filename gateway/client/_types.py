@@ -12,6 +12,7 @@ import pyarrow as pa
 
 from gateway.wire._proto.tidegate.v1 import tidegate_pb2 as pb
 from gateway.wire.errors import InvalidRequest
+from gateway.wire.keywrites import write_omittable, write_schema
 from gateway.wire.schema import parse_fields
 from gateway.wire.types import AppendRange
 
@@ -206,6 +207,19 @@ class TableInfo:
     def added_columns(self) -> frozenset[str]:
         """Columns added by a schema change: rows may leave them out (null)."""
         return frozenset(f.name for f in self.fields if f.added)
+
+    @property
+    def write_schema(self) -> pa.Schema:
+        """What rows written to the table are converted by: :attr:`schema`, and for a
+        primary-key table its columns outside the key nullable and ``_change`` (0 or 2
+        upsert, 3 delete) after them."""
+        return write_schema(self.schema, self.primary_key)
+
+    @property
+    def write_omittable(self) -> frozenset[str]:
+        """Columns a written row may leave out (null): :attr:`added_columns`, and a key
+        table's ``_change`` (an upsert)."""
+        return write_omittable(self.added_columns, self.primary_key)
 
     @property
     def high_watermarks(self) -> tuple[int, ...]:

@@ -27,7 +27,7 @@ import pyarrow as pa
 
 from gateway.client._aio_consumer import AsyncConsumer
 from gateway.client._aio_producer import AsyncProducer
-from gateway.client._arrow import dict_rows, ipc, rows_ipc
+from gateway.client._arrow import delete_ipc, dict_rows, ipc, rows_ipc
 from gateway.client._calls import AsyncCalls
 from gateway.client._flight import flight_read, flight_scan, range_ended_early
 from gateway.client._lake_read import lake_read_async
@@ -46,6 +46,8 @@ from gateway.client._requests import (
     fetch_offsets_request,
     groups_of,
     list_groups_request,
+    lookup_request,
+    lookup_table,
     offsets_for_times_request,
     offsets_of,
     plan_request,
@@ -224,7 +226,7 @@ class AsyncClient(AsyncCalls):
         info = cached or await self.table_info(table)
         self._known_schemas[key] = info
         try:
-            data = rows_ipc(rows_list, info.schema, info.added_columns, compression)
+            data = rows_ipc(rows_list, info.write_schema, info.write_omittable, compression)
             return await self.append_ipc(
                 table, data, partition=partition, producer_id=producer_id, sequence=sequence
             )
@@ -232,10 +234,32 @@ class AsyncClient(AsyncCalls):
             if cached is None:
                 raise
         info = self._known_schemas[key] = await self.table_info(table)
-        data = rows_ipc(rows_list, info.schema, info.added_columns, compression)
+        data = rows_ipc(rows_list, info.write_schema, info.write_omittable, compression)
         return await self.append_ipc(
             table, data, partition=partition, producer_id=producer_id, sequence=sequence
         )
+
+    async def delete(
+        self,
+        table: str | TableRef,
+        keys: Any,
+        *,
+        producer_id: str | None = None,
+        sequence: int | None = None,
+    ) -> list[AppendRange]:
+        """Delete rows of a primary-key table by key (a dict of the key's columns, or a
+        list of them): an append of deletes (``_change`` 3), answered with the ``-D``
+        changes made (count 0 where no key was live). Raises SchemaMismatch for a key
+        that does not name exactly the key's columns."""
+        info = await self.table_info(table)
+        data = delete_ipc(keys, info.schema, info.primary_key, str(info.ref))
+        return await self.append_ipc(table, data, producer_id=producer_id, sequence=sequence)
+
+    async def get(self, table: str | TableRef, keys: Any) -> pa.Table:
+        """Point lookups of a primary-key table: the live row of each key (a dict of the
+        key's columns, or a list of them); keys not live are left out."""
+        request = lookup_request(table, keys, await self.table_info(table))
+        return lookup_table(await self._call("Lookup", request, idempotent=True))
 
     def producer(self, table: str | TableRef, **config: Any) -> AsyncProducer:
         """An :class:`AsyncProducer` for ``table`` (it starts on ``async with`` or the first

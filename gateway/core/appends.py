@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import datetime as dt
 import itertools
 import logging
@@ -15,17 +16,20 @@ import pyarrow as pa
 
 from gateway import metrics
 from gateway.core.base import CoreBase
+from gateway.core.keyed import check_writes, resolve
 from gateway.core.names import INT64_MAX, check_text
 from gateway.core.views import TableView
 from gateway.hot import AppendResult, PartitionId, ProducerSequence
 from gateway.wire.codec import PAYLOAD_CHUNK_BYTES, Compression, StreamInfo, encode_batch
 from gateway.wire.errors import (
     CommitConflict,
+    HighWatermarkMoved,
     HotStateLost,
     InvalidIdempotentAppend,
     InvalidRequest,
     SchemaMismatch,
     SnapshotNotFound,
+    Unavailable,
 )
 from gateway.wire.routing import partition_for_key, route_by_key
 from gateway.wire.schema import check_values, conform_batch
@@ -39,6 +43,9 @@ def now_utc() -> dt.datetime:
 
 
 log = logging.getLogger(__name__)
+
+#: How often a key table's write is resolved again when the high watermark moved.
+RESOLVE_TRIES = 40
 
 
 @dataclass(frozen=True, slots=True)
@@ -135,16 +142,18 @@ class AppendOps(CoreBase):
             InvalidIdempotentAppend, OutOfOrderSequence, Unavailable.
         """
         table = await self.table(tenant, namespace, name)
-        if table.definition.primary_key is not None:
-            # Stored as appends, a key's versions would all stay live: refused until the
-            # write path that resolves them into a changelog lands (issue 42).
-            raise InvalidRequest(
-                f"table {namespace}.{name} has a primary key; this gateway does not take "
-                "writes to primary-key tables yet (only their declaration), so nothing "
-                "was written"
-            )
         self._start_recording_marks()
         producer = _producer(producer_id, sequence, sequence_counts_records)
+        if table.definition.primary_key is not None and producer is not None:
+            if producer.counts_records:
+                raise InvalidIdempotentAppend(
+                    f"table {namespace}.{name} has a primary key; its idempotent producers "
+                    "count sequences by batch, not by record (Kafka's way), since a write "
+                    "is stored as the changes it makes; nothing was written"
+                )
+            # A retry is resolved again and may make another number of changes: the hot
+            # tier recognises it by its sequence alone.
+            producer = dataclasses.replace(producer, resolved=True)
         request = _Request(
             batches, stream, partition, producer, time.time_ns() // 1000, self._encoding()
         )
@@ -164,8 +173,17 @@ class AppendOps(CoreBase):
         return await self._store(table, prepared, request)
 
     def _validate(self, table: TableView, r: _Request) -> tuple[list[pa.RecordBatch], bool]:
-        """The rows in the table's schema, and whether the client's stream may be stored
-        as it came."""
+        """The rows in the table's schema (a key table's: its write schema, checked by
+        :func:`~gateway.core.keyed.check_writes`), and whether the client's stream may be
+        stored as it came."""
+        pk = table.definition.primary_key
+        if pk is not None:
+            schema = table.write_schema
+            omittable = table.write_omittable
+            rows = [conform_batch(b, schema, omittable) for b in r.batches if b.num_rows]
+            if rows:
+                check_writes(pa.Table.from_batches(rows, schema), table.schema, pk)
+            return rows, False
         if r.stream is not None and self._as_is(table, r.batches, r.stream):
             # Exactly the table's schema: only the values need checking, in place.
             kept = [b for b in r.batches if b.num_rows]
@@ -210,7 +228,9 @@ class AppendOps(CoreBase):
             whole = (
                 conformed[0]
                 if len(conformed) == 1
-                else pa.Table.from_batches(conformed, table.schema).combine_chunks().to_batches()[0]
+                else pa.Table.from_batches(conformed, conformed[0].schema)
+                .combine_chunks()
+                .to_batches()[0]
             )
         if len(routes) == 1:
             # One partition: its write goes in this same hop.
@@ -218,6 +238,10 @@ class AppendOps(CoreBase):
             rows = whole if whole is not None else conformed[0]
             rows = rows if idx is None else rows.take(idx)
             part = PartitionId(d.tenant, d.table_id, p)
+            if d.primary_key is not None:
+                return _Prepared(
+                    conformed, routes, (part, self._keyed_append(table, part, rows, r)), None
+                )
             payload = encode_batch(rows, r.compression)
             res = self._hot_append(table, part, payload, rows.num_rows, r.timestamp_us, producer)
             return _Prepared(conformed, routes, (part, res), None)
@@ -234,6 +258,8 @@ class AppendOps(CoreBase):
 
             def write() -> AppendResult:
                 rows = whole if idx is None else whole.take(idx)
+                if d.primary_key is not None:
+                    return self._keyed_append(table, part, rows, r)
                 payload = encode_batch(rows, r.compression)
                 return self._hot_append(
                     table, part, payload, rows.num_rows, r.timestamp_us, r.producer
@@ -245,6 +271,57 @@ class AppendOps(CoreBase):
 
         return list(await asyncio.gather(*(store(p, idx) for p, idx in prepared.routes.items())))
 
+    def _keyed_append(
+        self, table: TableView, part: PartitionId, rows: pa.RecordBatch, r: _Request
+    ) -> AppendResult:
+        """Store a key table's writes to one partition as the changes they make: resolved
+        against the hot tier (:func:`~gateway.core.keyed.resolve`), appended with their
+        keys on the condition that the high watermark is still the one the resolution
+        saw, resolved again when it moved (an append through this or another gateway
+        came first). Writes that change nothing store no record; an idempotent
+        producer's sequence still advances (an empty idempotent append).
+
+        Raises:
+            Unavailable: the partition's high watermark kept moving (writers racing on
+                it) through every try; nothing was stored.
+        """
+        pk = table.definition.primary_key
+        assert pk is not None
+        writes = pa.Table.from_batches([rows])
+        for attempt in range(RESOLVE_TRIES):
+            try:
+                got = resolve(self.hot, part, writes, pk, table.log_schema, self._recent)
+                count = got.changes.num_rows
+                if count == 0 and r.producer is None:
+                    return AppendResult(got.high, 0)
+                changes = (
+                    got.changes.cast(table.log_schema).combine_chunks().to_batches()[0]
+                    if count
+                    else None
+                )
+                payload = encode_batch(changes, r.compression) if changes is not None else b""
+                res = self._hot_append(
+                    table,
+                    part,
+                    payload,
+                    count,
+                    r.timestamp_us,
+                    r.producer,
+                    keys=got.keys if count else None,
+                    expect_high=got.high,
+                )
+                if changes is not None and not res.duplicate:
+                    self._recent.add(part, res.base_offset, changes, r.timestamp_us)
+                return res
+            except HighWatermarkMoved:
+                time.sleep(min(0.0005 * (1 << min(attempt, 7)), 0.05))
+        raise Unavailable(
+            f"partition {part.partition} of {table.definition.qualified_name} kept taking "
+            f"other writes while this one was resolved ({RESOLVE_TRIES} tries); nothing "
+            "was stored, try again",
+            retry_after_ms=50,
+        )
+
     def _hot_append(
         self,
         table: TableView,
@@ -253,6 +330,9 @@ class AppendOps(CoreBase):
         count: int,
         timestamp_us: int,
         producer: ProducerSequence | None,
+        *,
+        keys: list[bytes] | None = None,
+        expect_high: int | None = None,
     ) -> AppendResult:
         """Store one batch in the hot tier (on an I/O thread), never at an offset the
         tier may have assigned before.
@@ -276,10 +356,28 @@ class AppendOps(CoreBase):
                 )
             self._hot_checked.add(part)
         try:
-            res = self.hot.append(part, payload, count, timestamp_us, producer, floor=0)
+            res = self.hot.append(
+                part,
+                payload,
+                count,
+                timestamp_us,
+                producer,
+                floor=0,
+                keys=keys,
+                expect_high=expect_high,
+            )
         except HotStateLost as exc:
             self._reseed(table, part, exc.message)
-            res = self.hot.append(part, payload, count, timestamp_us, producer, floor=0)
+            res = self.hot.append(
+                part,
+                payload,
+                count,
+                timestamp_us,
+                producer,
+                floor=0,
+                keys=keys,
+                expect_high=expect_high,
+            )
         end = res.base_offset + res.count
         if part not in self._marked:
             # This process's first append to the partition is marked before it is
@@ -314,6 +412,7 @@ class AppendOps(CoreBase):
             if state.partition == part.partition:
                 floor = max(floor, state.high_watermark, state.tiered_watermark)
         hw = self.hot.open_partition(part, floor)
+        self._recent.forget(part)
         metrics.record_hot_reseed()
         log.warning(
             "%s; re-seeded partition %d of %s.%s (tenant %s) at offset %d, the highest known "
@@ -404,8 +503,26 @@ class AppendOps(CoreBase):
         """Where the rows go: partition -> indices of the rows of ``batches`` (as one
         batch) it takes, None for all of them."""
         d = table.definition
-        if partition is not None:
+        if partition is not None and d.primary_key is None:
             self._part(table, partition)
+            return {partition: None}
+        if partition is not None:
+            # A key table's rows go where their key routes, so every version of a key
+            # meets in one partition: a partition asked may only be that one.
+            self._part(table, partition)
+            at = 0
+            for b in batches:
+                routed = route_by_key(b, d.key_columns, d.partitions)
+                other = next((p for p in sorted(routed) if p != partition), None)
+                at += b.num_rows
+                if other is not None:
+                    row = at - b.num_rows + int(routed[other][0].as_py())
+                    raise InvalidRequest(
+                        f"row {row} of the append to {d.namespace}.{d.name} routes by its "
+                        f"key to partition {other}, not {partition}; a primary-key table's "
+                        "rows go to the partition their key routes to (leave partition "
+                        "out), so nothing was written"
+                    )
             return {partition: None}
         if d.key_columns:
             # Row indices over the batches in order, as if they were one.

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypeVar, overload
 
 from gateway.config import Settings
 from gateway.core.budget import ReadBudget
+from gateway.core.recent import RecentBatches
 from gateway.core.views import TableView
 from gateway.hot import HotLog, PartitionId
 from gateway.meta import TABLE_VIEW_TTL_S, MetadataStore, StorageMark
@@ -198,6 +199,8 @@ class CoreBase:
         self._storage_lock = threading.Lock()
         self._marks_task: asyncio.Task[None] | None = None
         self._notifier = _Notifier()
+        #: Key tables' change batches appended or read lately (``gateway.core.keyed``).
+        self._recent = RecentBatches()
         #: Read data held at once, for the process and per tenant.
         self.budget = ReadBudget(
             settings.server.read_memory_bytes,

@@ -33,7 +33,7 @@ from gateway.core.catalog import _missing, _valid
 from gateway.core.catalog_filters import from_iceberg_json, resolve_name
 from gateway.core.scans import ScanOps, _retained
 from gateway.core.views import HotRange, TableView
-from gateway.wire.errors import InvalidRequest, NotFound, Unavailable
+from gateway.wire.errors import InvalidRequest, NotFound, Unavailable, Unimplemented
 from gateway.wire.filters import ALWAYS_TRUE, Expr, bind
 
 if TYPE_CHECKING:
@@ -180,6 +180,13 @@ class CatalogPlanOps(ScanOps):
             Unavailable: the hot tier no longer holds a pinned range; plan again.
         """
         table = await self._plan_table(tenant, namespace, name)
+        if table.definition.primary_key is not None:
+            # Its hot tail holds changes, not rows (see ScanOps.plan).
+            raise Unimplemented(
+                f"table {namespace}.{name} has a primary key: its current state is not "
+                "planned for engines until its state table exists; scan it through the "
+                "gateway"
+            )
         incremental = request.start_snapshot_id is not None or request.end_snapshot_id is not None
         if incremental and (request.start_snapshot_id is None or request.end_snapshot_id is None):
             raise InvalidRequest(

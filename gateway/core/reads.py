@@ -139,7 +139,7 @@ class ReadOps(CoreBase):
                         taken.remaining,
                         max_bytes,
                         nbytes,
-                        table.schema,
+                        table.log_schema,
                     )
                     out.extend(hot)
             return ReadResult(
@@ -318,5 +318,5 @@ class ReadOps(CoreBase):
             return
         stored = pa.ipc.read_schema(pa.py_buffer(key[3])) if key[3] else None
         if stored is not None:
-            read_as(pa.RecordBatch.from_pylist([], schema=stored), table.schema)
+            read_as(pa.RecordBatch.from_pylist([], schema=stored), table.log_schema)
         self._schemas_checked.add(key)

@@ -13,8 +13,15 @@ from gateway.core.base import CoreBase
 from gateway.core.names import parse_as_of
 from gateway.core.views import HotRange, ReadPlan, ScanPart, ScanResult, TableView
 from gateway.hot import PartitionId
+from gateway.wire.changes import PrimaryKey, current_rows
 from gateway.wire.codec import decode_batch
-from gateway.wire.errors import InvalidRequest, OffsetOutOfRange, SnapshotNotFound, Unavailable
+from gateway.wire.errors import (
+    InvalidRequest,
+    OffsetOutOfRange,
+    SnapshotNotFound,
+    Unavailable,
+    Unimplemented,
+)
 from gateway.wire.evolution import read_as
 from gateway.wire.filters import And, Compare, Expr, In, Or, compile_filter, to_arrow
 from gateway.wire.scans import check_limit, projection
@@ -135,7 +142,7 @@ class ScanOps(CoreBase):
                 rows = with_system_columns(
                     # The scan's schema is sent already: a batch of a schema newer than
                     # its view (changed after the scan read the table) is cast to it.
-                    read_as(decode_batch(sb.payload), table.schema, strict=False),
+                    read_as(decode_batch(sb.payload), table.log_schema, strict=False),
                     part.partition,
                     sb.base_offset,
                     sb.timestamp_us,
@@ -157,6 +164,27 @@ class ScanOps(CoreBase):
                 if offset >= r.to_offset:
                     break
 
+    def _state_rows(
+        self, table: TableView, r: HotRange, arrow_filter: Any, names: list[str]
+    ) -> Iterator[pa.RecordBatch]:
+        """A primary-key table's current state in one partition's hot range: its changes
+        folded into the latest live row per key (last-row: the log is resolved at write,
+        docs/decisions/primary-keys.md), then filtered and projected. Exact while key
+        tables stay hot (tiering skips them); held in memory, bounded by the hot-bytes
+        quota."""
+        pk = table.definition.primary_key
+        assert pk is not None
+        log_names = list(table.stored_schema.names)
+        changes = list(self._hot_rows(table, r, None, log_names))
+        if not changes:
+            return
+        rows = current_rows(pa.Table.from_batches(changes), PrimaryKey(pk.columns))
+        if arrow_filter is not None:
+            rows = rows.filter(arrow_filter)
+        for b in rows.select(names).combine_chunks().to_batches():
+            if b.num_rows:
+                yield b
+
     async def scan_schema(
         self, tenant: str, namespace: str, name: str, columns: Sequence[str] | None = None
     ) -> pa.Schema:
@@ -168,7 +196,7 @@ class ScanOps(CoreBase):
         """
         table = await self.table(tenant, namespace, name, fresh=True)
         return pa.schema(
-            [table.stored_schema.field(n) for n in projection(table.stored_schema, columns)]
+            [table.scan_schema.field(n) for n in projection(table.scan_schema, columns)]
         )
 
     async def scan(
@@ -196,11 +224,12 @@ class ScanOps(CoreBase):
         """
         table = await self.table(tenant, namespace, name, fresh=True)
         check_limit(limit)
-        names = projection(table.stored_schema, columns)
+        names = projection(table.scan_schema, columns)
         when = parse_as_of(as_of)
-        expr = await self._filter(row_filter, table.stored_schema)
-        arrow_filter = to_arrow(expr, table.stored_schema) if expr is not None else None
-        schema = pa.schema([table.stored_schema.field(n) for n in names])
+        expr = await self._filter(row_filter, table.scan_schema)
+        arrow_filter = to_arrow(expr, table.scan_schema) if expr is not None else None
+        schema = pa.schema([table.scan_schema.field(n) for n in names])
+        hot_rows = self._hot_rows if table.definition.primary_key is None else self._state_rows
         snap, ranges, earliest = await self._run(self._pin, table, when)
         cold = self._cold_table(table) if self.cold is not None else None
         lease = await self._run(self._lease, table, snap, "scan", when is not None)
@@ -218,7 +247,7 @@ class ScanOps(CoreBase):
                     if left == 0:
                         return
             for r in ranges:
-                for b in self._hot_rows(table, r, arrow_filter, names):
+                for b in hot_rows(table, r, arrow_filter, names):
                     if left is not None:
                         b = b.slice(0, left)
                         left -= b.num_rows
@@ -257,7 +286,7 @@ class ScanOps(CoreBase):
                     slices = await self._run(cold.scan_slices, snap, names, cold_expr, part_bytes)
                     for piece in slices:
                         yield ScanPart(piece.nbytes, piece.read)
-                hot = _HotTables(self._hot_rows(table, r, arrow_filter, names) for r in ranges)
+                hot = _HotTables(hot_rows(table, r, arrow_filter, names) for r in ranges)
                 while not hot.done:
                     yield ScanPart(part_bytes, lambda: hot.take(schema, part_bytes))
             finally:
@@ -286,6 +315,13 @@ class ScanOps(CoreBase):
             TableNotFound, InvalidRequest, SnapshotNotFound.
         """
         table = await self.table(tenant, namespace, name, fresh=True)
+        if table.definition.primary_key is not None:
+            # Its hot ranges hold changes, not rows: a planned reader would show every
+            # version (the SDK's auto mode then scans on the gateway).
+            raise Unimplemented(
+                f"table {namespace}.{name} has a primary key: its current state is "
+                "answered by the gateway's scan, not a read plan (scan with mode='server')"
+            )
         when = parse_as_of(as_of)
         expr = await self._filter(row_filter, table.stored_schema)
         snap, ranges, earliest = await self._run(self._pin, table, when)

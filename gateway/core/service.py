@@ -16,6 +16,7 @@ from gateway.core.appends import AppendOps
 from gateway.core.catalog import CatalogOps
 from gateway.core.catalog_submits import SubmittedPlanOps
 from gateway.core.groups import GroupOps
+from gateway.core.keyed import LookupOps
 from gateway.core.reads import ReadOps
 from gateway.core.scans import ScanOps
 from gateway.core.tables import TableOps
@@ -23,6 +24,8 @@ from gateway.core.tables import TableOps
 __all__ = ["StreamTables"]
 
 
-class StreamTables(TableOps, AppendOps, ReadOps, SubmittedPlanOps, ScanOps, GroupOps, CatalogOps):
+class StreamTables(
+    TableOps, AppendOps, ReadOps, SubmittedPlanOps, ScanOps, GroupOps, CatalogOps, LookupOps
+):
     """Create, describe, list, drop, append to, read, scan and plan stream-tables, and
     show a tenant's tables as an Iceberg catalog does."""

@@ -12,6 +12,8 @@ import pyarrow as pa
 
 from gateway.hot import StoredBatch
 from gateway.meta import TableDef
+from gateway.wire.changes import CHANGE_COLUMN, CHANGE_TYPE
+from gateway.wire.keywrites import write_omittable, write_schema
 from gateway.wire.schema import OFFSET_COLUMN, added_columns, fields_to_json, system_schema
 from gateway.wire.stored import HotPiece, piece_rows
 
@@ -77,7 +79,39 @@ class TableView:
     maintenance: MaintenanceView | None = None
 
     @property
+    def log_schema(self) -> pa.Schema:
+        """What the table's hot payloads hold: the user columns, and a primary-key
+        table's change kind ``_change`` after them (its log is its changelog)."""
+        if self.definition.primary_key is None:
+            return self.schema
+        return self.schema.append(pa.field(CHANGE_COLUMN, CHANGE_TYPE, nullable=False))
+
+    @property
+    def write_schema(self) -> pa.Schema:
+        """What an append's rows are conformed to (:func:`~gateway.wire.keywrites.write_schema`):
+        the user schema, and for a primary-key table every column outside the key
+        nullable and ``_change`` (omittable: an upsert without it)."""
+        pk = self.definition.primary_key
+        return self.schema if pk is None else write_schema(self.schema, pk.columns)
+
+    @property
+    def write_omittable(self) -> frozenset[str]:
+        """Columns an append's rows may leave out: those added by a schema change, and a
+        key table's ``_change``."""
+        pk = self.definition.primary_key
+        return write_omittable(self.added_columns, pk.columns if pk is not None else ())
+
+    @property
     def stored_schema(self) -> pa.Schema:
+        return system_schema(self.log_schema)
+
+    @property
+    def scan_schema(self) -> pa.Schema:
+        """What a scan answers: the stored schema, but a primary-key table's current
+        state has no ``_change`` (every row is live); its system columns are those of
+        the change that made the row."""
+        if self.definition.primary_key is None:
+            return self.stored_schema
         return system_schema(self.schema)
 
     @property

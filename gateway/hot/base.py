@@ -63,6 +63,10 @@ class ProducerSequence:
     #: The sequence counts records, not batches (a batch's ``sequence`` is its first
     #: record's). Nothing is stored of it: a producer id always comes with the same.
     counts_records: bool = False
+    #: A primary-key table's batch, resolved into changes at write: a retry may resolve
+    #: to another number of changes (or none), so a retried sequence is answered as the
+    #: duplicate it is whatever its count (sequences still grow by one per batch).
+    resolved: bool = False
 
     def expected(self, last: int, last_count: int) -> int:
         """The sequence that follows a batch of ``last_count`` records at ``last``."""
@@ -167,7 +171,10 @@ class HotLog(ABC):
         Args:
             part: the partition to append to.
             payload: opaque bytes (encoded records).
-            count: number of records in ``payload``; must be >= 1.
+            count: number of records in ``payload``; must be >= 1, or 0 with a
+                ``producer``: an *empty idempotent append*, which stores no batch and
+                moves no offset but advances the producer's sequence (a key-table write
+                that changed nothing), answered as ``(high watermark, 0)``.
             timestamp_us: append time, microseconds since the epoch (UTC).
             producer: idempotence identity; a batch whose ``(producer_id, sequence)`` was
                 already stored for this partition is not stored again.

@@ -132,7 +132,9 @@ def retain_table(
             offsets stay recorded: the records below them stay unreadable and the next
             run removes them).
     """
-    if not d.retention_ms and not d.retention_records:
+    if (not d.retention_ms and not d.retention_records) or d.primary_key is not None:
+        # A key table keeps its changelog hot until its state table exists (see
+        # gateway.lake.tiering.tier_table): retention would remove live rows with it.
         return RetentionResult(d.qualified_name, d.tenant)
     settle = c.settings.retention.settle_s
     if d.retention_set_at is not None and settle > 0:

@@ -317,6 +317,11 @@ def tier_table(
         CommitConflict: still conflicting after ``retry.attempts`` tries.
         TieringError, or the hot or cold tier's error, when the table cannot be tiered.
     """
+    if d.primary_key is not None:
+        # A key table stays hot until its Iceberg state table exists: its writes are
+        # resolved from the hot tier alone (docs/decisions/primary-keys.md, "Key tables
+        # stay hot until their state table exists").
+        return TableResult(table=d.qualified_name, tenant=d.tenant)
     began = dt.datetime.now(dt.UTC)
     cold = c.cold.table(d)
     run = _Attempts(c, d, cold, runner or LocalRunner(c), retry or commit_retry(c))
@@ -453,8 +458,9 @@ def trim_hot(
     ``hot_retention_s`` ago: ``T_{now - retention}(p)``, the watermark of the last
     snapshot at or before that time (when each watermark was reached is the snapshot's
     own timestamp). Never above the current ``T(p)``. Returns partition -> new low mark
-    for the partitions trimmed."""
-
+    for the partitions trimmed. A key table is never trimmed (see :func:`tier_table`)."""
+    if d.primary_key is not None:
+        return {}
     cold = cold or c.cold.table(d)
     current = cold.snapshot()
     if current.snapshot_id is None:

@@ -22,7 +22,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-__all__ = ["partition_for_key", "route_by_key"]
+__all__ = ["key_bytes", "partition_for_key", "route_by_key"]
 
 
 def _key_bytes(values: Sequence[Any]) -> bytes:
@@ -51,6 +51,30 @@ def route_by_key(
         int(p): pa.array(order[a:b], pa.int64())
         for p, a, b in zip(found, starts, ends, strict=True)
     }
+
+
+def key_bytes(columns: Sequence[pa.Array | pa.ChunkedArray]) -> list[bytes]:
+    """Each row's key bytes over ``columns`` (the values' compact JSON array, as
+    :func:`partition_for_key` hashes them): what a primary-key table's hot key index
+    holds per key."""
+    arrays = [c.combine_chunks() if isinstance(c, pa.ChunkedArray) else c for c in columns]
+    rows = len(arrays[0]) if arrays else 0
+    texts = [_json_texts(c) for c in arrays]
+    if any(t is None for t in texts) or rows == 0:
+        values = [c.to_pylist() for c in arrays]
+        return [_key_bytes(key) for key in zip(*values, strict=True)]
+    pieces: list[Any] = ["["]
+    for i, t in enumerate(texts):
+        pieces += [",", t] if i else [t]
+    pieces.append("]")
+    out: list[bytes] = pc.cast(pc.binary_join_element_wise(*pieces, ""), pa.binary()).to_pylist()
+    slow = np.zeros(rows, bool)
+    for t in texts:
+        assert t is not None
+        slow |= _needs_python(t)
+    for row in np.flatnonzero(slow).tolist():
+        out[row] = _key_bytes([c[row].as_py() for c in arrays])
+    return out
 
 
 def _partitions(columns: Sequence[pa.Array], rows: int, partitions: int) -> np.ndarray:

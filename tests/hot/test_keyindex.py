@@ -264,3 +264,35 @@ def test_random_operations_against_a_model(
         assert hot_log.latest_offsets(part, asked) == want, step
     assert hot_log.offsets(part).high == high
     assert moves is None or moved > 0
+
+
+def test_an_empty_idempotent_append_advances_the_sequence_alone(
+    hot_log: HotLog, part: PartitionId
+) -> None:
+    """A key-table write that changed nothing: count 0 with a producer stores no batch,
+    moves no offset, takes its sequence (a retry is its duplicate, the next sequence
+    follows) and survives a reopen; a resolved batch's retry is answered whatever its
+    count."""
+    p = ProducerSequence("p", 0, resolved=True)
+    assert keyed(hot_log, part, k("a"), producer=p) == AppendResult(0, 1)
+    # Resolved again to two changes, the retry is still the batch stored.
+    assert keyed(hot_log, part, k("a", "a"), producer=p) == AppendResult(0, 1, duplicate=True)
+    empty = ProducerSequence("p", 1, resolved=True)
+    assert hot_log.append(part, b"", 0, 1_000, empty, expect_high=1) == AppendResult(1, 0)
+    assert hot_log.append(part, b"", 0, 1_000, empty, expect_high=1) == AppendResult(
+        1, 0, duplicate=True
+    )
+    assert hot_log.offsets(part).high == 1
+    assert [b.count for b in read_all(hot_log, part)] == [1]
+    with pytest.raises(HighWatermarkMoved):
+        hot_log.append(part, b"", 0, 1_000, ProducerSequence("p", 2, resolved=True), expect_high=0)
+    hot_log.close()
+    again = reopen()
+    try:
+        assert again.append(part, b"", 0, 1_000, empty) == AppendResult(1, 0, duplicate=True)
+        nxt = ProducerSequence("p", 2, resolved=True)
+        assert keyed(again, part, k("b"), producer=nxt, expect_high=1) == AppendResult(1, 1)
+    finally:
+        again.close()
+    with pytest.raises(ValueError):
+        hot_log.append(part, b"", 0, 1_000)

@@ -12,7 +12,7 @@ from typing import Any
 import httpx
 import pytest
 
-from gateway.client import Client, InvalidRequest, InvalidSchema, SchemaChangeRefused
+from gateway.client import Client, InvalidSchema, SchemaChangeRefused
 from tests.integration.test_cli import tidegate
 from tests.services import GatewayProcess
 
@@ -59,12 +59,10 @@ def test_a_key_table_is_declared_and_described_by_every_edge(
     assert (body["primary_key"], body["key_columns"]) == (["id", "region"], ["id"])
     assert body["merge_engine"] == {"type": "last_row"}
 
-    # Until the write path lands, a key table refuses writes rather than store them as
-    # appends (every version of a key would stay live).
+    # A key table takes writes as upserts (tests/integration/test_key_writes.py).
     row = {"id": 1, "region": "eu", "v": 1, "balance": 2.5}
-    with pytest.raises(InvalidRequest, match=r"has a primary key; .* nothing was written"):
-        client.append(f"{namespace}.accounts", [row])
-    assert client.describe_table(f"{namespace}.accounts").high_watermarks == (0, 0, 0, 0)
+    client.append(f"{namespace}.accounts", [row])
+    assert sum(client.describe_table(f"{namespace}.accounts").high_watermarks) == 1
 
     plain = client.create_table(f"{namespace}.events", SCHEMA)
     assert (plain.primary_key, plain.merge_engine) == ((), None)

@@ -321,6 +321,8 @@ class DiskHotLog(HotLog):
         keys: Sequence[bytes] | None = None,
         expect_high: int | None = None,
     ) -> AppendResult:
+        if count == 0 and producer is not None:
+            return self._append_empty(part, producer, floor, expect_high)
         if not 1 <= count <= U32_MAX:
             raise ValueError(f"a batch holds between 1 and {U32_MAX} records, not {count}")
         keyed = batch_keys(keys, count)
@@ -365,6 +367,38 @@ class DiskHotLog(HotLog):
         if keyed is not None and p.keys.due():
             self._checkpoint_keys(part)
         return result
+
+    def _append_empty(
+        self,
+        part: PartitionId,
+        producer: ProducerSequence,
+        floor: int | None,
+        expect_high: int | None,
+    ) -> AppendResult:
+        """An empty idempotent append: the producer's sequence advances, no record is
+        written. Its window entry ``(sequence, high, 0)`` is made durable in
+        ``state.json`` (after the records below it), since no record carries it."""
+        with self._locked(part, create=floor is None) as p:
+            if p is None or (floor is not None and p.end < floor):
+                raise HotStateLost(
+                    f"the disk hot tier holds no state for partition {part.path} at or "
+                    f"above {floor}",
+                    backend="disk",
+                )
+            p.check_usable()
+            result = p.producers.check(part.path, producer, 0)
+            if result is not None:
+                return result
+            if expect_high is not None and p.end != expect_high:
+                raise high_moved(part, expect_high, p.end)
+            end = p.end
+            p.producers.remember(producer, end, 0)
+        if p.policy == "batch" and p.durable < end:
+            p.sync_to(end)
+        with self._locked(part, create=False) as p:
+            if p is not None:
+                p.write_state()
+        return AppendResult(base_offset=end, count=0)
 
     def _checkpoint_keys(self, part: PartitionId) -> None:
         """Write the partition's key index checkpoint if it is (still) due. Called after

@@ -181,7 +181,8 @@ class Partition:
         if state:
             for pid, entries in state.producers.items():
                 window = new_window()
-                window.extend(e for e in entries if e[1] < self.end)
+                # An empty idempotent append (count 0) at the end stays.
+                window.extend(e for e in entries if e[1] < self.end or e == (e[0], self.end, 0))
                 if window:
                     self.producers[pid] = window
         for seg in self.segments:

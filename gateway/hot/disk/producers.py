@@ -92,7 +92,7 @@ class ProducerWindows(dict[str, Window]):
             return None
         for s, base, stored_count in reversed(window):  # the latest of a wrapped sequence
             if s == seq:
-                if stored_count != count:
+                if stored_count != count and not producer.resolved:
                     raise InvalidIdempotentAppend(
                         f"producer {pid!r} resent sequence {seq} with {count} records, "
                         f"but the stored batch holds {stored_count}",

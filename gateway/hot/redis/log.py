@@ -151,7 +151,7 @@ class RedisHotLog(RedisKeyIndex):
         keys: Sequence[bytes] | None = None,
         expect_high: int | None = None,
     ) -> AppendResult:
-        if count < 1:
+        if count < (0 if producer is not None else 1):
             raise ValueError(f"a batch holds at least one record, not {count}")
         keyed = batch_keys(keys, count)
         args: list[Any] = [bytes(payload), count, timestamp_us]
@@ -168,7 +168,15 @@ class RedisHotLog(RedisKeyIndex):
         seen = self._seen.get(part)
         args.append(-1 if floor is None and seen is None else max(floor or 0, seen or 0))
         args.append(-1 if expect_high is None else expect_high)
-        args.append("1" if producer is not None and producer.counts_records else "0")
+        args.append(
+            "0"
+            if producer is None
+            else "1"
+            if producer.counts_records
+            else "r"
+            if producer.resolved
+            else "0"
+        )
         if keyed is not None:
             # With expect_high the base offset is known: the script sets the offsets as
             # they are (no arithmetic per key in Lua, a third of a keyed append's cost).

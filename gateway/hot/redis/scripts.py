@@ -68,8 +68,11 @@ APPEND_LUA = """
 -- KEYS: log, meta, keys
 -- ARGV: payload, count, timestamp_us, has_producer ('1'/'0'), producer_id, sequence, window,
 --       floor, expect_high, counts_records ('1': a batch's sequence is the previous one's
---       plus its record count, modulo 2^31, Kafka's; '0': plus one), then (key, position in
---       the batch) pairs: each key's last change
+--       plus its record count, modulo 2^31, Kafka's; '0': plus one; 'r': plus one, and a
+--       retry is recognised by its sequence alone, whatever its count: a key-table's batch,
+--       resolved again on a retry), then (key, position in the batch) pairs: each key's
+--       last change
+-- A count of 0 (with a producer) stores no entry: the producer's sequence advances alone.
 -- With `expect_high` >= 0, refuses with {8, hw} when the high watermark is another (after
 -- the producer's checks: a duplicate is answered as one). Each key of the pairs gets the
 -- offset hw + position in the `keys` hash, with the batch: the index never differs from it.
@@ -113,7 +116,7 @@ if ARGV[4] == '1' then
       for i = #state, 1, -1 do
         local e = state[i]
         if tonumber(e[1]) == seq then
-          if tonumber(e[3]) ~= count then
+          if tonumber(e[3]) ~= count and ARGV[10] ~= 'r' then
             return {4, e[2], e[3]}
           end
           return {1, e[2], e[3]}
@@ -130,8 +133,10 @@ if ARGV[4] == '1' then
 end
 local expect = tonumber(ARGV[9] or '-1')
 if expect >= 0 and tonumber(hw) ~= expect then return {8, hw, '0'} end
-redis.call('XADD', log, hw .. '-1', 'payload', ARGV[1], 'count', ARGV[2],
-           'timestamp_us', ARGV[3])
+if count > 0 then
+  redis.call('XADD', log, hw .. '-1', 'payload', ARGV[1], 'count', ARGV[2],
+             'timestamp_us', ARGV[3])
+end
 if #ARGV > 10 and expect >= 0 then
   -- The base is known: the pairs carry the offsets themselves.
   for i = 11, #ARGV, 1000 do

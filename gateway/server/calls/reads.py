@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Callable, Sequence
 
+import pyarrow as pa
+
 from gateway import metrics
 from gateway.core import ReadResult
 from gateway.core.budget import READ_COPIES, ReadBudget
@@ -90,6 +92,16 @@ class ReadCalls(CallsBase):
             )
         async with budget.hold(tenant, READ_COPIES * result.nbytes, force=True):
             return await self._answer(tenant, result, encode, in_place)
+
+    async def get(self, tenant: str, namespace: str, name: str, keys: pa.Table) -> pa.Table:
+        """Point lookups of a primary-key table (:meth:`StreamTables.get
+        <gateway.core.StreamTables.get>`), under the tenant's read quota and metered as a
+        read of the rows found."""
+        await self.gate.check_read(tenant)
+        rows = await self.service.get(tenant, namespace, name, keys)
+        metrics.record_read(rows.num_rows)
+        await self.gate.record_read(tenant, rows.num_rows, rows.nbytes)
+        return rows
 
     async def follow(
         self,

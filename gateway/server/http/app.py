@@ -33,6 +33,7 @@ from gateway.server.http.guard import BodyGuard
 from gateway.server.http.health import endpoints_router, health_router, metrics_router
 from gateway.server.http.iceberg import PREFIX as ICEBERG_PREFIX
 from gateway.server.http.iceberg import iceberg_error
+from gateway.server.http.keyed import keyed_router
 from gateway.server.http.models import ErrorResponse
 from gateway.server.http.records import records_router
 from gateway.server.http.scans import scans_router
@@ -229,7 +230,7 @@ def create_app(
 
             app.include_router(iceberg_router(gate, calls))
             app.state.iceberg = True
-    for router in (tables_router, records_router, groups_router, scans_router):
+    for router in (tables_router, records_router, keyed_router, groups_router, scans_router):
         app.include_router(router(calls))
     if isinstance(gate, Tenancy) and service.cold is not None:
         from gateway.server.http.files import files_router

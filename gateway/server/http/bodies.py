@@ -31,6 +31,7 @@ from gateway.wire.errors import (
     TidegateError,
 )
 from gateway.wire.jsonrows import batch_to_rows, parse_json, rows_to_batch
+from gateway.wire.keywrites import blank_deletes
 from gateway.wire.types import AppendRange
 
 __all__ = [
@@ -212,7 +213,8 @@ def json_rows(
         req = AppendRequest.model_validate(parsed)
     except ValidationError as exc:
         raise invalid(exc.errors(include_url=False, include_input=False)) from None
-    return rows_to_batch(req.rows, table_schema, omittable=omittable), req
+    rows = blank_deletes(req.rows, table_schema)  # a key table's delete names its key only
+    return rows_to_batch(rows, table_schema, omittable=omittable), req
 
 
 def read_response(result: ReadResult, arrow: bool) -> Response:
@@ -259,7 +261,15 @@ async def body_model(request: Request, model: type[M], limit: int) -> M:
     Raises:
         RequestTooLarge, MalformedPayload, InvalidRequest (naming the fields).
     """
-    body = await read_body(request, limit)
+    return body_from(await read_body(request, limit), model)
+
+
+def body_from(body: bytes, model: type[M]) -> M:
+    """A JSON body read already (empty means ``{}``) as ``model``.
+
+    Raises:
+        MalformedPayload, InvalidRequest (naming the fields).
+    """
     parsed = parse_json(body) if body.strip() else {}
     if not isinstance(parsed, dict):
         raise MalformedPayload("the JSON body must be an object")

@@ -155,6 +155,28 @@ class AppendRequest(_Request):
     )
 
 
+class DeleteRequest(_Request):
+    """The JSON body of ``POST /v1/tables/{namespace}/{name}/deletes``."""
+
+    keys: list[dict[str, Any]] = Field(
+        description="The keys to delete, each an object of the primary key's columns."
+    )
+    producer_id: str | None = Field(
+        None, description="Idempotent producer id; goes with 'sequence'."
+    )
+    sequence: int | None = Field(
+        None, description="Per-partition batch sequence of the producer; goes with producer_id."
+    )
+
+
+class LookupRequest(_Request):
+    """The JSON body of ``POST /v1/tables/{namespace}/{name}/lookup``."""
+
+    keys: list[dict[str, Any]] = Field(
+        description="The keys to look up, each an object of the primary key's columns."
+    )
+
+
 class ScanRequest(_Request):
     """The JSON body of ``POST /v1/tables/{namespace}/{name}/scan``."""
 

@@ -122,7 +122,7 @@ def _append_route(router: APIRouter, calls: DataCalls) -> None:
             table = await service.table(caller.tenant, namespace, name)
             try:
                 batch, req = await calls.offload(
-                    big, json_rows, body, table.schema, table.added_columns
+                    big, json_rows, body, table.write_schema, table.write_omittable
                 )
             except SchemaMismatch as exc:
                 if not exc.details.get("unexpected"):
@@ -130,7 +130,7 @@ def _append_route(router: APIRouter, calls: DataCalls) -> None:
                 # A column added through another gateway since this one cached the table.
                 table = await service.table(caller.tenant, namespace, name, fresh=True)
                 batch, req = await calls.offload(
-                    big, json_rows, body, table.schema, table.added_columns
+                    big, json_rows, body, table.write_schema, table.write_omittable
                 )
             return AppendBody(
                 [batch],

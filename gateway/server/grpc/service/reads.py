@@ -9,11 +9,11 @@ from typing import Any
 import pyarrow as pa
 
 from gateway.core import ReadResult
-from gateway.server.calls import pieces
+from gateway.server.calls import OFFLOAD_RECORDS, pieces
 from gateway.server.grpc.calls import current_call
 from gateway.server.grpc.service.base import ServicerBase, partition_offsets
 from gateway.wire._proto.tidegate.v1 import tidegate_pb2 as pb
-from gateway.wire.codec import encode_stream
+from gateway.wire.codec import check_request, decode_valid, encode_stream
 
 __all__ = ["ReadMethods"]
 
@@ -124,6 +124,20 @@ class ReadMethods(ServicerBase):
             offset = last.next_offset
             if seen >= wanted or offset >= last.high_watermark:
                 return
+
+    async def Lookup(self, request: pb.LookupRequest, context: Any) -> pb.LookupResponse:
+        check_request(request.arrow_ipc, self.settings.server.max_request_bytes)
+        schema, batches = decode_valid(request.arrow_ipc)
+        rows = await self.calls.get(
+            current_call().tenant,
+            request.table.namespace,
+            request.table.name,
+            pa.Table.from_batches(batches, schema),
+        )
+        data = await self.calls.offload(
+            rows.num_rows >= OFFLOAD_RECORDS, encode_stream, rows.to_batches(), rows.schema
+        )
+        return pb.LookupResponse(arrow_ipc=data)
 
     # Offsets and consumer groups ---------------------------------------------------------
     async def OffsetsForTimes(

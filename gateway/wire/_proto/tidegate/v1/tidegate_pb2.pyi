@@ -567,6 +567,20 @@ class ScanResponse(_message.Message):
     snapshot_id: int
     def __init__(self, arrow_ipc: _Optional[bytes] = ..., snapshot_id: _Optional[int] = ...) -> None: ...
 
+class LookupRequest(_message.Message):
+    __slots__ = ("table", "arrow_ipc")
+    TABLE_FIELD_NUMBER: _ClassVar[int]
+    ARROW_IPC_FIELD_NUMBER: _ClassVar[int]
+    table: TableRef
+    arrow_ipc: bytes
+    def __init__(self, table: _Optional[_Union[TableRef, _Mapping]] = ..., arrow_ipc: _Optional[bytes] = ...) -> None: ...
+
+class LookupResponse(_message.Message):
+    __slots__ = ("arrow_ipc",)
+    ARROW_IPC_FIELD_NUMBER: _ClassVar[int]
+    arrow_ipc: bytes
+    def __init__(self, arrow_ipc: _Optional[bytes] = ...) -> None: ...
+
 class PlanReadRequest(_message.Message):
     __slots__ = ("table", "filter", "as_of")
     TABLE_FIELD_NUMBER: _ClassVar[int]

@@ -124,6 +124,11 @@ class TidegateStub:
                 request_serializer=gateway_dot_wire_dot___proto_dot_tidegate_dot_v1_dot_tidegate__pb2.PlanReadRequest.SerializeToString,
                 response_deserializer=gateway_dot_wire_dot___proto_dot_tidegate_dot_v1_dot_tidegate__pb2.PlanReadResponse.FromString,
                 _registered_method=True)
+        self.Lookup = channel.unary_unary(
+                '/tidegate.v1.Tidegate/Lookup',
+                request_serializer=gateway_dot_wire_dot___proto_dot_tidegate_dot_v1_dot_tidegate__pb2.LookupRequest.SerializeToString,
+                response_deserializer=gateway_dot_wire_dot___proto_dot_tidegate_dot_v1_dot_tidegate__pb2.LookupResponse.FromString,
+                _registered_method=True)
         self.GetGatewayInfo = channel.unary_unary(
                 '/tidegate.v1.Tidegate/GetGatewayInfo',
                 request_serializer=gateway_dot_wire_dot___proto_dot_tidegate_dot_v1_dot_tidegate__pb2.GetGatewayInfoRequest.SerializeToString,
@@ -281,6 +286,15 @@ class TidegateServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def Lookup(self, request, context):
+        """Point lookups of a primary-key table: the live row of each key asked (keys an Arrow
+        IPC stream of the key's columns), from the hot tier's key index; keys not live are
+        left out. Rows with the system columns of the change that made them.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def GetGatewayInfo(self, request, context):
         """The gateway ---------------------------------------------------------------------------
         What else this gateway serves: its Arrow Flight edge for bulk reads, when enabled.
@@ -381,6 +395,11 @@ def add_TidegateServicer_to_server(servicer, server):
                     servicer.PlanRead,
                     request_deserializer=gateway_dot_wire_dot___proto_dot_tidegate_dot_v1_dot_tidegate__pb2.PlanReadRequest.FromString,
                     response_serializer=gateway_dot_wire_dot___proto_dot_tidegate_dot_v1_dot_tidegate__pb2.PlanReadResponse.SerializeToString,
+            ),
+            'Lookup': grpc.unary_unary_rpc_method_handler(
+                    servicer.Lookup,
+                    request_deserializer=gateway_dot_wire_dot___proto_dot_tidegate_dot_v1_dot_tidegate__pb2.LookupRequest.FromString,
+                    response_serializer=gateway_dot_wire_dot___proto_dot_tidegate_dot_v1_dot_tidegate__pb2.LookupResponse.SerializeToString,
             ),
             'GetGatewayInfo': grpc.unary_unary_rpc_method_handler(
                     servicer.GetGatewayInfo,
@@ -874,6 +893,33 @@ class Tidegate:
             '/tidegate.v1.Tidegate/PlanRead',
             gateway_dot_wire_dot___proto_dot_tidegate_dot_v1_dot_tidegate__pb2.PlanReadRequest.SerializeToString,
             gateway_dot_wire_dot___proto_dot_tidegate_dot_v1_dot_tidegate__pb2.PlanReadResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Lookup(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tidegate.v1.Tidegate/Lookup',
+            gateway_dot_wire_dot___proto_dot_tidegate_dot_v1_dot_tidegate__pb2.LookupRequest.SerializeToString,
+            gateway_dot_wire_dot___proto_dot_tidegate_dot_v1_dot_tidegate__pb2.LookupResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -1,0 +1,85 @@
+"""The change batches of primary-key tables this process appended or read lately, by
+partition and base offset: a write's resolution and a lookup find a key's last change
+here before they read it from the hot tier (docs/decisions/primary-keys.md, "What the
+write path costs").
+
+A stored batch never changes while its partition's hot state lives: a key table's
+partition is never trimmed (until its state table exists), and offsets are never assigned
+twice. A partition this process re-seeds after a hot-state loss is forgotten
+(:meth:`RecentBatches.forget`). Bounded by the Arrow bytes it holds, least recently
+used first out.
+"""
+
+from __future__ import annotations
+
+import bisect
+import threading
+from collections import OrderedDict
+
+import pyarrow as pa
+
+from gateway.hot import PartitionId
+
+__all__ = ["RECENT_BYTES", "RecentBatches"]
+
+#: Arrow bytes of change batches a process keeps.
+RECENT_BYTES = 64 * 1024 * 1024
+
+
+class RecentBatches:
+    """``(partition, base offset) -> (rows, timestamp_us)``: a stored batch's records in
+    the log schema it was written under (no system columns). Thread-safe."""
+
+    def __init__(self, max_bytes: int = RECENT_BYTES) -> None:
+        self._max = max_bytes
+        self._bytes = 0
+        self._lock = threading.Lock()
+        self._lru: OrderedDict[tuple[PartitionId, int], tuple[pa.RecordBatch, int]] = OrderedDict()
+        #: Partition -> the base offsets held, sorted.
+        self._bases: dict[PartitionId, list[int]] = {}
+
+    def add(self, part: PartitionId, base: int, rows: pa.RecordBatch, timestamp_us: int) -> None:
+        size = rows.nbytes
+        if size > self._max // 4 or rows.num_rows == 0:
+            return
+        key = (part, base)
+        with self._lock:
+            if key in self._lru:
+                self._lru.move_to_end(key)
+                return
+            self._lru[key] = (rows, timestamp_us)
+            bisect.insort(self._bases.setdefault(part, []), base)
+            self._bytes += size
+            while self._bytes > self._max:
+                (old_part, old_base), (old, _) = self._lru.popitem(last=False)
+                self._bytes -= old.nbytes
+                self._drop_base(old_part, old_base)
+
+    def find(self, part: PartitionId, offset: int) -> tuple[int, pa.RecordBatch, int] | None:
+        """``(base, rows, timestamp_us)`` of the held batch holding ``offset``."""
+        with self._lock:
+            bases = self._bases.get(part)
+            if not bases:
+                return None
+            i = bisect.bisect_right(bases, offset) - 1
+            if i < 0:
+                return None
+            base = bases[i]
+            rows, ts = self._lru[(part, base)]
+            if offset >= base + rows.num_rows:
+                return None
+            self._lru.move_to_end((part, base))
+            return base, rows, ts
+
+    def forget(self, part: PartitionId) -> None:
+        """Drop every batch of ``part`` (its hot state was lost and re-seeded)."""
+        with self._lock:
+            for base in self._bases.pop(part, []):
+                rows, _ = self._lru.pop((part, base))
+                self._bytes -= rows.nbytes
+
+    def _drop_base(self, part: PartitionId, base: int) -> None:
+        bases = self._bases[part]
+        del bases[bisect.bisect_left(bases, base)]
+        if not bases:
+            del self._bases[part]
