@@ -77,6 +77,7 @@ ELSEWHERE = {
             "kafka-python",
             "aiokafka",
             "kcat",
+            "Admin clients",
         )
     },
     ("docs/spark.md", "Writes"): "tests/spark/test_docs.py runs the page's snippets in order "
