@@ -20,12 +20,7 @@ from gateway.client._calls import SyncCalls
 from gateway.client._flight import flight_read, flight_scan, range_ended_early
 from gateway.client._lake_read import lake_read
 from gateway.client._lake_scan import ScanMode, check_mode, lake_batches, lake_scan
-from gateway.client._reading import (
-    label_tier,
-    read_response_batches,
-    scan_request,
-    scan_table,
-)
+from gateway.client._reading import label_tier, read_response_batches, scan_request, scan_table
 from gateway.client._requests import (
     alter_table_request,
     append_request,
