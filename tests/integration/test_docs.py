@@ -84,7 +84,7 @@ ELSEWHERE = {
     "as one program, this one after the first",
 }
 #: (page, heading) of the blocks tests/integration/test_docs_pages.py runs.
-CLIENT_GUIDE = ("Connect", "Tables", "Produce", "Consume", "asyncio")
+CLIENT_GUIDE = ("Connect", "Tables", "Produce", "Consume", "Primary-key tables", "asyncio")
 CLIENT_GUIDE += ("Scans that read the lake", "Bulk reads over Arrow Flight")
 PAGES_RUN = {("docs/client.md", heading) for heading in CLIENT_GUIDE} | {
     ("docs/engines.md", "pyiceberg"),

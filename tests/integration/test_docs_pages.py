@@ -62,6 +62,13 @@ def test_the_client_guide_runs(gateway: GatewayProcess, tmp_path: Path) -> None:
     assert int(count) == sum(eval(offsets).values())
     assert "schema version 1 ['ref']" in lines
     assert "refused: SCHEMA_CHANGE_REFUSED" in lines
+    # The key table: one live row per key, and every change with its kind.
+    assert "get: [{'id': 1, 'balance': 25}]" in lines
+    assert "scan: [{'id': 1, 'balance': 25}]" in lines
+    assert (
+        "changelog: [(1, '+I', 10), (1, '+U', 25), (1, '-U', 10), (2, '+I', 5), (2, '-D', 5)]"
+        in lines
+    )
     assert "over Flight: True" in lines  # the test gateways have a Flight edge
     assert "the same rows either way: True" in lines  # the SDK's client-side scan
     assert "the same records either way: True" in lines  # the SDK's client-side read
