@@ -280,7 +280,11 @@ class Outage:
 
     def failed(self, err: TidegateError) -> float:
         """Seconds to wait before trying again; raises when the consumer must give up."""
-        if not (self.retry.retryable(err) or _went_away(err)):
+        if not (self.retry.retryable(err) or _went_away(err)) or err.details.get(
+            "files_unreachable"
+        ):
+            # A host that cannot reach the data files it was told to read itself
+            # (mode="client") is no outage: the gateway answers, and waiting changes nothing.
             raise err
         now = time.monotonic()
         if self.since is None:

@@ -140,7 +140,8 @@ class ColdView:
     def refusal(self, why: object) -> Unavailable:
         return Unavailable(
             f"this client could not read the data files of {self.table} itself ({why}); "
-            "read with mode='server' to read them through the gateway"
+            "read with mode='server' to read them through the gateway",
+            files_unreachable=True,
         )
 
     def read(self, lo: int, hi: int, max_bytes: int) -> pa.Table | None:

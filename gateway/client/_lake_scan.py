@@ -183,7 +183,8 @@ class LakeScan:
     def unreached(self, exc: BaseException | str) -> Unavailable:
         return Unavailable(
             f"this client could not read the data files of {self.table} itself ({exc}); "
-            "scan with mode='server' to read them through the gateway"
+            "scan with mode='server' to read them through the gateway",
+            files_unreachable=True,
         )
 
     def _scanner(self, pool: HttpPool) -> ds.Scanner:

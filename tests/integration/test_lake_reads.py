@@ -291,6 +291,8 @@ def test_cold_reads_fall_back_to_the_gateway_where_the_files_cannot_be_reached(
     assert _delta(seen, _link_metrics(unlinked))["read_records"] >= 150
     refused = tidegate(unlinked, "read", table, "--mode", "client", ok=False)
     assert refused.returncode != 0 and "mode='server'" in refused.stderr, refused.stderr
+    # Files out of this host's reach are no outage: refused at once, never waited out.
+    assert "reconnecting" not in refused.stderr, refused.stderr
 
 
 def test_cold_reads_of_nested_columns_and_a_widened_schema_equal_the_gateways(
