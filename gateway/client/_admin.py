@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from typing import Any, cast
 
 import grpc
@@ -56,12 +57,23 @@ class AdminClient:
         self._channel.close()
 
     def _call(self, method: str, request: Any) -> Any:
-        try:
-            answer = getattr(self._stub, method)(request, timeout=self.timeout)
-        except grpc.RpcError as exc:
-            raise self.reach.explain(error_from_rpc(exc)) from None
-        self.reach.ok()
-        return answer
+        """One call, sent again only while it never left (no connection to a gateway not
+        yet reached, within the connect deadline), as the data client's calls are."""
+        started = time.monotonic()
+        failures = 0
+        while True:
+            try:
+                answer = getattr(self._stub, method)(request, timeout=self.timeout)
+            except grpc.RpcError as exc:
+                err = error_from_rpc(exc)
+                failures += 1
+                delay = self.reach.unsent_delay(err, failures, started)
+                if delay is None:
+                    raise self.reach.explain(err) from None
+                time.sleep(delay)
+            else:
+                self.reach.ok()
+                return answer
 
     @staticmethod
     def _tenant(info: Any) -> dict[str, Any]:

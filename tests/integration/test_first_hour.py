@@ -294,7 +294,7 @@ def test_sdk_against_a_closed_port_fails_fast_naming_it() -> None:
 def test_a_call_that_may_not_run_twice_waits_for_a_gateway_still_starting(
     tmp_path: Path,
 ) -> None:
-    """Creating a table must not be sent twice, but a call that never left (no gateway
+    """Creating a table or a tenant must not be sent twice, but a call that never left (no gateway
     listens yet: gRPC never connected) is sent again within the connect deadline, so a
     client started beside its gateway does not fail on its first call; and it runs once.
     Both SDK flavours, each client new (never reached its gateway), while the gateway is
@@ -310,18 +310,24 @@ def test_a_call_that_may_not_run_twice_waits_for_a_gateway_still_starting(
             await c.create_table("late.aio", {"a": "int64"})
 
     client = proc.client()
-    with concurrent.futures.ThreadPoolExecutor(2) as pool:
-        # Both calls are made while no gateway listens: their first tries connect nowhere.
+    admin = proc.admin()
+    with concurrent.futures.ThreadPoolExecutor(3) as pool:
+        # The calls are made while no gateway listens: their first tries connect nowhere.
         made = pool.submit(client.create_table, "late.sync", {"a": "int64"})
         made_aio = pool.submit(asyncio.run, aio_create())
+        made_tenant = pool.submit(admin.create_tenant, "late-tenant")
         time.sleep(0.2)
-        assert not made.done() and not made_aio.done()  # still trying, not failed
+        assert not any(f.done() for f in (made, made_aio, made_tenant))  # still trying
         with running(proc.start()):
             made.result(timeout=FIRST_CONTACT_S)
             made_aio.result(timeout=FIRST_CONTACT_S)
+            made_tenant.result(timeout=FIRST_CONTACT_S)
             names = [str(t.ref) for t in client.list_tables()]
             assert names.count("late.sync") == 1 and names.count("late.aio") == 1
+            tenants = [t["name"] for t in admin.list_tenants()]
+            assert tenants.count("late-tenant") == 1
     client.close()
+    admin.close()
 
 
 async def _aio_describe(address: str, deadline: float) -> None:
