@@ -24,6 +24,7 @@ from gateway.wire.changes import Change
 from gateway.wire.errors import InvalidIdempotentAppend, InvalidRequest, SchemaMismatch
 from gateway.wire.routing import partition_for_key
 from gateway.wire.types import AppendRange
+from tests.keytables import USER, replay
 from tests.services import RedisServer
 
 pytestmark = pytest.mark.anyio
@@ -35,7 +36,6 @@ FIELDS = [
     {"name": "v", "type": "int64"},
     {"name": "note", "type": "string"},
 ]
-USER = ["id", "region", "v", "note"]
 
 
 @pytest.fixture
@@ -100,27 +100,6 @@ class KeyTable:
             assert result.schema.names == [*USER, "_change", "_partition", "_offset", "_timestamp"]
             out += pa.Table.from_batches(result.batches, result.schema).to_pylist()
         return out
-
-
-def replay(changes: list[dict[str, Any]]) -> dict[tuple[int, str], dict[str, Any]]:
-    """The state a mirror that applies the changelog holds (and checks it as it goes:
-    ``-U`` is the live row, ``+I`` finds none, ``-D`` removes the live row)."""
-    state: dict[tuple[int, str], dict[str, Any]] = {}
-    for c in sorted(changes, key=lambda c: (c["_partition"], c["_offset"])):
-        key = (c["id"], c["region"])
-        row = {n: c[n] for n in USER}
-        kind = c["_change"]
-        if kind == Change.INSERT:
-            assert key not in state, c
-            state[key] = row
-        elif kind == Change.UPDATE_BEFORE:
-            assert state.get(key) == row, c
-        elif kind == Change.UPDATE_AFTER:
-            assert key in state, c
-            state[key] = row
-        else:
-            assert state.pop(key) == row, c
-    return state
 
 
 async def test_random_upserts_and_deletes_replay_to_the_model(service: StreamTables) -> None:

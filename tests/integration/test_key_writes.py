@@ -19,17 +19,15 @@ import pyarrow as pa
 import pytest
 
 from gateway.client import Client, SchemaMismatch, Unimplemented
-from gateway.wire.changes import Change
 from gateway.wire.retry import Retry
 from tests.integration.conftest import gateway_env
 from tests.integration.flavours import flavoured_client
+from tests.keytables import USER, Key, replay
 from tests.services import GatewayProcess
 
 pytestmark = pytest.mark.integration
 
 SCHEMA = {"id": "int64", "region": "string", "v": "int64", "note": "string"}
-USER = ["id", "region", "v", "note"]
-Key = tuple[int, str]
 
 
 @pytest.fixture(params=["sync", "aio"])
@@ -45,25 +43,6 @@ def changelog(client: Any, table: str, partitions: int) -> list[dict[str, Any]]:
         assert got.column_names[: len(USER) + 1] == [*USER, "_change"]
         out += got.to_pylist()
     return out
-
-
-def replay(changes: list[dict[str, Any]]) -> dict[Key, dict[str, Any]]:
-    """A mirror applying the changelog in offset order (checking each change against what
-    it holds: ``-U`` and ``-D`` carry the live row, ``+I`` finds none)."""
-    state: dict[Key, dict[str, Any]] = {}
-    for c in sorted(changes, key=lambda c: (c["_partition"], c["_offset"])):
-        key, row, kind = (c["id"], c["region"]), {n: c[n] for n in USER}, c["_change"]
-        if kind == Change.INSERT:
-            assert key not in state, c
-            state[key] = row
-        elif kind == Change.UPDATE_BEFORE:
-            assert state.get(key) == row, c
-        elif kind == Change.UPDATE_AFTER:
-            assert key in state, c
-            state[key] = row
-        else:
-            assert state.pop(key) == row, c
-    return state
 
 
 def test_random_upserts_and_deletes_replay_to_the_model(any_client: Any, namespace: str) -> None:
