@@ -21,7 +21,17 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from benchmarks import cold, groups, kafka, maintenance, neighbours, sdk, shards, spark_read
+from benchmarks import (
+    cold,
+    groups,
+    kafka,
+    keys,
+    maintenance,
+    neighbours,
+    sdk,
+    shards,
+    spark_read,
+)
 from benchmarks.harness import Bench, compare
 from benchmarks.loadgen import Result, Workload
 from benchmarks.passthrough import PassThroughProcess
@@ -87,6 +97,7 @@ SCENARIOS: dict[str, Scenario] = {
     "shards": shards.run,
     "groups": groups.run,
     "kafka": kafka.run,
+    "keys": keys.run,
 }
 
 

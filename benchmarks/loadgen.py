@@ -79,6 +79,9 @@ class Workload:
     #: during the append-latency run.
     backlog_mb: tuple[int, ...] = (10, 500)
     move_every_s: float = 0.25
+    #: Primary-key tables: distinct keys, and versions written of each (one pass each).
+    keys: int = 10_000
+    versions: int = 10
     #: Consumer groups: the members' session timeout (what notices a dead member).
     session_timeout_s: float = 3.0
     duration_s: float = 10.0

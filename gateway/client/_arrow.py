@@ -73,12 +73,12 @@ def decode(data: bytes) -> list[pa.RecordBatch]:
 
 
 def delete_ipc(keys: Any, schema: pa.Schema, primary_key: Sequence[str], table: str) -> bytes:
-    """The deletes of ``keys`` (one dict of the key's columns, or a list of them) from a
-    key table of user ``schema``, as one Arrow IPC stream (:func:`delete_batch`).
+    """The deletes of ``keys`` (one dict of the key's columns, a list of them, or an Arrow
+    table or batch of the key's columns) from a key table of user ``schema``, as one Arrow
+    IPC stream (:func:`delete_batch`).
 
     Raises:
         SchemaMismatch: as :func:`~gateway.wire.keywrites.delete_batch`.
     """
-    listed = [keys] if isinstance(keys, Mapping) else list(keys)
-    batch = delete_batch(listed, schema, primary_key, table)
+    batch = delete_batch(keys, schema, primary_key, table)
     return encode_stream([batch], batch.schema)

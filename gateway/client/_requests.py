@@ -153,14 +153,13 @@ def groups_of(response: pb.ListGroupsResponse) -> list[tuple[str, TableRef]]:
 
 
 def lookup_request(table: str | TableRef, keys: Any, info: TableInfo) -> pb.LookupRequest:
-    """The point lookups of ``keys`` (one dict of the key's columns, or a list of them)
-    in ``info``'s table.
+    """The point lookups of ``keys`` (one dict of the key's columns, a list of them, or an
+    Arrow table or batch of the key's columns) in ``info``'s table.
 
     Raises:
         SchemaMismatch: no primary key, or a key not naming exactly its columns.
     """
-    listed = [keys] if isinstance(keys, Mapping) else list(keys)
-    batch = key_batch(listed, info.schema, info.primary_key, str(info.ref))
+    batch = key_batch(keys, info.schema, info.primary_key, str(info.ref))
     return pb.LookupRequest(table=ref(table), arrow_ipc=encode_stream([batch], batch.schema))
 
 

@@ -46,10 +46,11 @@ def blank_deletes(rows: list[Any], schema: pa.Schema) -> list[Any]:
 
 
 def key_batch(
-    keys: Sequence[Mapping[str, Any]], schema: pa.Schema, primary_key: Sequence[str], table: str
+    keys: Any, schema: pa.Schema, primary_key: Sequence[str], table: str
 ) -> pa.RecordBatch:
-    """``keys`` (dict rows of the key's columns, as the table's types take them: JSON
-    forms too) as a batch of the key's columns of ``table`` of user ``schema``.
+    """``keys`` as a batch of the key's columns of ``table`` of user ``schema``: one dict of
+    the key's columns or a list of them (as the table's types take them: JSON forms too),
+    or an Arrow table or batch of exactly the key's columns (cast to their types).
 
     Raises:
         SchemaMismatch: a table without a primary key, no key, or a key that does not name
@@ -57,22 +58,57 @@ def key_batch(
     """
     if not primary_key:
         raise SchemaMismatch(f"table {table} has no primary key; only a key table is keyed")
-    if not keys:
+    key_schema = pa.schema([schema.field(c) for c in primary_key])
+    if isinstance(keys, pa.Table | pa.RecordBatch):
+        return _arrow_keys(keys, key_schema, table)
+    listed = [keys] if isinstance(keys, Mapping) else list(keys)
+    if not listed:
         raise SchemaMismatch(f"a call to {table} by key names at least one key")
     want = set(primary_key)
-    for i, key in enumerate(keys):
+    for i, key in enumerate(listed):
         if not isinstance(key, Mapping) or set(key) != want:
             got = sorted(map(str, key)) if isinstance(key, Mapping) else type(key).__name__
             raise SchemaMismatch(
                 f"key {i} names {got}; a key of {table} names exactly its primary key "
                 f"columns {list(primary_key)}"
             )
-    key_schema = pa.schema([schema.field(c) for c in primary_key])
-    return python_rows_to_batch(list(keys), key_schema, first=0, unit="key")
+    return python_rows_to_batch(listed, key_schema, first=0, unit="key")
+
+
+def _arrow_keys(
+    keys: pa.Table | pa.RecordBatch, key_schema: pa.Schema, table: str
+) -> pa.RecordBatch:
+    """An Arrow table or batch of keys as one batch of ``key_schema``."""
+    if sorted(keys.schema.names) != sorted(key_schema.names):
+        raise SchemaMismatch(
+            f"the keys have the columns {keys.schema.names}; a key of {table} names exactly "
+            f"its primary key columns {key_schema.names}"
+        )
+    if keys.num_rows == 0:
+        raise SchemaMismatch(f"a call to {table} by key names at least one key")
+    columns = []
+    for f in key_schema:
+        column = keys.column(f.name)
+        if column.null_count:
+            raise SchemaMismatch(
+                f"key column {f.name!r} holds a null; every key of {table} names a value "
+                f"for each of its primary key columns {key_schema.names}"
+            )
+        try:
+            column = column.cast(f.type)
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+            raise SchemaMismatch(
+                f"key column {f.name!r} is {column.type}, which does not fit the key's type "
+                f"{f.type} of {table}"
+            ) from None
+        columns.append(column)
+    if isinstance(keys, pa.Table):
+        columns = [c.combine_chunks() if c.num_chunks != 1 else c.chunk(0) for c in columns]
+    return pa.RecordBatch.from_arrays(columns, schema=key_schema)
 
 
 def delete_batch(
-    keys: Sequence[Mapping[str, Any]], schema: pa.Schema, primary_key: Sequence[str], table: str
+    keys: Any, schema: pa.Schema, primary_key: Sequence[str], table: str
 ) -> pa.RecordBatch:
     """The write that deletes ``keys`` (as :func:`key_batch` takes them) from ``table`` of
     user ``schema``: each key, nulls elsewhere and ``_change`` 3, in the table's write

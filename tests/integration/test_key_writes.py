@@ -284,6 +284,24 @@ def test_scans_and_lookups_answer_current_state(
     assert "key 0 names ['id']; a key of" in bad.json()["error"]["message"]
     with pytest.raises(SchemaMismatch, match=r"key 0 names \['region'\]"):
         any_client.get(table, {"region": "eu"})
+    # Keys as Arrow (a table or a batch of the key's columns, in any order, cast to the
+    # key's types) find the same rows; a null, another column or a type that does not fit
+    # is one sentence.
+    arrow_keys = pa.table(
+        {"region": [r for _, r in asked], "id": pa.array([i for i, _ in asked], pa.int32())}
+    )
+    assert sorted(map(str, any_client.get(table, arrow_keys).to_pylist())) == sorted(map(str, got))
+    batch_keys = pa.record_batch({"id": [asked[0][0]], "region": [asked[0][1]]})
+    assert any_client.get(table, batch_keys).num_rows == (1 if asked[0] in model else 0)
+    with pytest.raises(SchemaMismatch, match=r"key column 'id' holds a null"):
+        any_client.get(table, pa.table({"id": [1, None], "region": ["eu", "eu"]}))
+    with pytest.raises(SchemaMismatch, match=r"the keys have the columns \['id'\]; a key of"):
+        any_client.get(table, pa.table({"id": [1]}))
+    with pytest.raises(SchemaMismatch, match=r"key column 'id' is string, which does not fit"):
+        any_client.get(table, pa.table({"id": ["one"], "region": ["eu"]}))
+    live = next(iter(model))
+    any_client.delete(table, pa.table({"id": [live[0]], "region": [live[1]]}))
+    assert any_client.get(table, {"id": live[0], "region": live[1]}).num_rows == 0
 
 
 def test_the_idempotent_producer_upserts(client: Client, namespace: str) -> None:
