@@ -10,6 +10,7 @@ from dataclasses import dataclass
 import pytest
 
 from tests.integration.conftest import gateway_env
+from tests.kafka.members import Member
 from tests.services import GatewayProcess, free_port
 
 
@@ -38,6 +39,9 @@ def kafka_gateway(
         # Connections that never authenticate are closed after this long.
         "TIDEGATE_SERVER__HEADER_TIMEOUT_S": "2",
         "TIDEGATE_KAFKA__PORT": str(free_port()),
+        # KIP-848 members of a killed consumer leave within seconds (Kafka's 45 s default).
+        "TIDEGATE_KAFKA__CONSUMER_SESSION_TIMEOUT_MS": "6000",
+        "TIDEGATE_KAFKA__CONSUMER_HEARTBEAT_INTERVAL_MS": "500",
     }
     proc = GatewayProcess(tmp_path_factory.mktemp(f"kafka-{kind}"), env)
     proc.kind = kind  # type: ignore[attr-defined]
@@ -91,3 +95,14 @@ def topic(kafka: KafkaTarget) -> str:
             key_columns=["id"],
         )
     return name
+
+
+@pytest.fixture
+def members() -> Iterator[list[Member]]:
+    """The group members a test starts (tests/kafka/members.py), killed if left running."""
+    started: list[Member] = []
+    yield started
+    for m in started:
+        if m.proc.poll() is None:
+            m.proc.kill()
+            m.proc.wait()
