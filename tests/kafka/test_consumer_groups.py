@@ -201,7 +201,7 @@ def test_members_revoke_before_others_receive_and_stale_epochs_are_fenced(
             for m in described.members
         }
         assert held == {a: [(tid, [0])], b: [(tid, [1])]}
-        listed = conn.call(_request(16, 5, states_filter=[], types_filter=[])).groups
+        listed = conn.call(_request(16, 5, states_filter=[], types_filter=["Consumer"])).groups
         assert ("consumer", "Stable") in [
             (g.group_type, g.group_state) for g in listed if g.group_id == group
         ]

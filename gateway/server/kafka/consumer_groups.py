@@ -174,7 +174,7 @@ class ConsumerGroup:
         return any(topic in m.subscribed for m in self.members.values())
 
     # Target assignment ----------------------------------------------------------------
-    def _assign(self, resolved: Mapping[str, Topic | None]) -> None:
+    def reassign(self, resolved: Mapping[str, Topic | None]) -> None:
         """A new group epoch and target: per topic, its subscribers share its partitions,
         each keeping what its previous target gave it up to its share."""
         self.epoch += 1
@@ -205,12 +205,12 @@ class ConsumerGroup:
                 return self._unknown(beat.member_id, resolved, changed)
             del self.members[beat.member_id]
             self.target.pop(beat.member_id, None)
-            self._reassign(resolved, True)
+            self._maybe_reassign(resolved, True)
             return Reply(ErrorCode.none, epoch=beat.epoch)
         if beat.epoch == 0:
             if member is None:
                 if len(self.members) >= MAX_MEMBERS:
-                    self._reassign(resolved, changed)
+                    self._maybe_reassign(resolved, changed)
                     return Reply(
                         ErrorCode.group_max_size_reached,
                         f"consumer group {self.group_id!r} has {MAX_MEMBERS} members, the "
@@ -227,7 +227,7 @@ class ConsumerGroup:
             beat.epoch == member.previous_epoch
             and (beat.owned is None or not _minus(beat.owned, member.held()))
         ):
-            self._reassign(resolved, changed)
+            self._maybe_reassign(resolved, changed)
             return Reply(
                 ErrorCode.fenced_member_epoch,
                 f"member {beat.member_id} of consumer group {self.group_id!r} sent epoch "
@@ -243,22 +243,22 @@ class ConsumerGroup:
         if beat.owned is not None and beat.epoch == member.epoch:
             # Its acknowledgement: what it was revoking and no longer owns is let go.
             member.revoking = _and(member.revoking, beat.owned)
-        self._reassign(resolved, changed)
+        self._maybe_reassign(resolved, changed)
         return self._reconcile(member, now)
 
     def _unknown(
         self, member_id: str, resolved: Mapping[str, Topic | None], changed: bool
     ) -> Reply:
-        self._reassign(resolved, changed)
+        self._maybe_reassign(resolved, changed)
         return Reply(
             ErrorCode.unknown_member_id,
             f"member {member_id} is not in consumer group {self.group_id!r} (it left, or "
             "sent no heartbeat within its session timeout): rejoin with epoch 0",
         )
 
-    def _reassign(self, resolved: Mapping[str, Topic | None], changed: bool) -> None:
+    def _maybe_reassign(self, resolved: Mapping[str, Topic | None], changed: bool) -> None:
         if changed or self._topics_changed(resolved):
-            self._assign(resolved)
+            self.reassign(resolved)
 
     def _reconcile(self, member: ConsumerMember, now: float) -> Reply:
         """The member's next step towards its target: give up first, then receive."""
@@ -314,16 +314,16 @@ class ConsumerGroups:
         if group is None:
             return None
         if group.expire(time.monotonic()) and group.members:
-            group._assign({t.name: t for t in group.topics.values()})
+            group.reassign({t.name: t for t in group.topics.values()})
         if not group.members:
             del self._groups[(tenant, group_id)]
             return None
         return group
 
     def get_or_create(self, tenant: str, group_id: str) -> ConsumerGroup:
-        self._forget_empty()
         group = self.find(tenant, group_id)
         if group is None:
+            self._forget_empty()
             group = self._groups[(tenant, group_id)] = ConsumerGroup(
                 group_id, self.session_timeout_s
             )

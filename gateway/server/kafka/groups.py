@@ -161,6 +161,7 @@ class GroupApis(ApisBase):
 
     async def list_groups(self, request: Request) -> Any:
         wanted = set(getattr(request.body, "states_filter", ()) or ())
+        types = {t.lower() for t in getattr(request.body, "types_filter", ()) or ()}
         listed = [
             {
                 "group_id": g.group_id,
@@ -169,7 +170,7 @@ class GroupApis(ApisBase):
                 "group_type": "classic",
             }
             for g in self.groups.of_tenant(self.tenant)
-            if not wanted or g.state in wanted
+            if (not wanted or g.state in wanted) and (not types or "classic" in types)
         ]
         listed += [
             {
@@ -179,6 +180,6 @@ class GroupApis(ApisBase):
                 "group_type": "consumer",
             }
             for g in self.consumer_groups.of_tenant(self.tenant)
-            if not wanted or g.state in wanted
+            if (not wanted or g.state in wanted) and (not types or "consumer" in types)
         ]
         return build(response_class(request), {"groups": listed})
