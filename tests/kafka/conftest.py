@@ -6,6 +6,7 @@ from __future__ import annotations
 import secrets
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 
 import pytest
 
@@ -106,3 +107,24 @@ def members() -> Iterator[list[Member]]:
         if m.proc.poll() is None:
             m.proc.kill()
             m.proc.wait()
+
+
+@pytest.fixture(params=["disk", "redis"])
+def killable(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[GatewayProcess]:
+    """A gateway of its own (it is killed), on each hot tier."""
+    kind = str(request.param)
+    redis_server = request.getfixturevalue("redis_server") if kind == "redis" else None
+    env = {
+        **gateway_env(kind, redis_server),
+        "TIDEGATE_TIERING__ENABLED": "false",
+        # Fixed across the kills: the producer reconnects to the same address.
+        "TIDEGATE_KAFKA__PORT": str(free_port()),
+        "TIDEGATE_KAFKA__CONSUMER_SESSION_TIMEOUT_MS": "6000",
+        "TIDEGATE_KAFKA__CONSUMER_HEARTBEAT_INTERVAL_MS": "500",
+    }
+    gw = GatewayProcess(tmp_path / "gw", env)
+    try:
+        gw.start()
+        yield gw
+    finally:
+        gw.stop()

@@ -21,9 +21,10 @@ from gateway.server.kafka.protocol import ErrorCode, build
 from tests.integration.test_first_hour import cli
 from tests.kafka.clients import librdkafka_settings
 from tests.kafka.conftest import KafkaTarget
-from tests.kafka.members import Member, until
+from tests.kafka.members import Member, lines, until
 from tests.kafka.raw import RawKafka
 from tests.kafka.test_groups import PARTITIONS, _produce
+from tests.services import GatewayProcess
 
 pytestmark = pytest.mark.integration
 
@@ -89,6 +90,54 @@ def test_a_consumer_protocol_group_of_three_reads_every_record_once_while_a_memb
             _request(9, 7, group_id=group, topics=[{"name": topic, "partition_indexes": [0, 5]}])
         )
     assert [p.committed_offset for p in fetched.topics[0].partitions] == [20, 20]
+
+
+def test_a_consumer_protocol_group_rejoins_after_the_gateway_is_killed(
+    killable: GatewayProcess, members: list[Member], tmp_path: Path
+) -> None:
+    """The group lives in the gateway process: killed and started again, it knows no
+    member, and the members rejoin (UNKNOWN_MEMBER_ID) and go on from their commits."""
+    gw = killable
+    assert gw.api_key is not None
+    target = KafkaTarget(gw, f"127.0.0.1:{gw.kafka_port}", gw.tenant, gw.api_key)
+    topic = f"r{secrets.token_hex(5)}.clicks"
+    with gw.client() as c:
+        c.create_table(topic, {"id": "int64"}, partitions=PARTITIONS)
+    group = f"restart-{secrets.token_hex(4)}"
+    settings = {
+        **librdkafka_settings(target),
+        "group.id": group,
+        "group.protocol": "consumer",
+        "enable.auto.commit": False,
+        "auto.offset.reset": "earliest",
+    }
+    _produce(target, topic, 0, 10)
+    members.extend(Member(tmp_path, n, settings, topic) for n in range(2))
+
+    def read() -> list[tuple[int, int]]:
+        return [r for m in members for r in m.read()]
+
+    until("the group to settle", lambda: all(len(m.assigned()) == 3 for m in members))
+    until("the first records", lambda: len(read()) >= 10 * PARTITIONS)
+    gw.restart()
+    _produce(target, topic, 1000, 10)
+    after = {(p, o) for p in range(PARTITIONS) for o in range(10, 20)}
+    until("the records produced after the restart", lambda: after <= set(read()))
+    time.sleep(1)
+    got = read()
+    # A record is printed once its commit was answered: never twice.
+    assert len(got) == len(set(got)) and set(got) <= {
+        (p, o) for p in range(PARTITIONS) for o in range(20)
+    }
+    # Both lost their partitions with the gateway's memory, rejoined and share them again.
+    until("the group to settle again", lambda: all(len(m.assigned()) == 3 for m in members))
+    assert all({"assigned": []} in lines(m.out) for m in members)
+    for m in members:
+        m.stop()
+    described = json.loads(cli(gw, "group", "describe", group, topic, "--json").stdout)
+    assert {p["partition"]: p["committed"] for p in described["partitions"]} == dict.fromkeys(
+        range(PARTITIONS), 20
+    )
 
 
 # --------------------------------------------------------------------------------------
