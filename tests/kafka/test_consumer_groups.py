@@ -312,6 +312,10 @@ def test_a_tenant_cannot_join_describe_or_read_another_tenants_group(
         assert _commit(mine, group, "a-member", intruder.member_epoch, theirs, 0) == (
             ErrorCode.unknown_topic_or_partition
         )
+        # A long subscription (resolved in one listing of the tenant's tables) likewise.
+        names = [topic, theirs, *(f"no.such{i}" for i in range(20))]
+        crowd = _beat(mine, f"crowd-{secrets.token_hex(4)}", "c", 0, names, [])
+        assert _assigned(crowd) == [(_topic_id(mine, topic), [0, 1])]
         theirs_now = other.call(_request(DESCRIBE, 1, group_ids=[group])).groups[0]
         assert [m.member_id for m in theirs_now.members] == ["b-member"]
 

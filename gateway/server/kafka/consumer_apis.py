@@ -9,6 +9,7 @@ import time
 import uuid
 from typing import Any
 
+from gateway.core import TableView
 from gateway.core.names import check_group
 from gateway.server.kafka.base import ApisBase, topic_id
 from gateway.server.kafka.classic import ClassicGroups
@@ -29,6 +30,8 @@ __all__ = ["ConsumerGroupApis"]
 #: Longest member id a member may give, most topics it may subscribe to, longest topic
 #: name (Kafka's own limit is 249 characters).
 MAX_MEMBER_ID, MAX_SUBSCRIBED, MAX_TOPIC_NAME = 255, 1000, 249
+#: More names than this to resolve are looked up in one listing of the tenant's tables.
+MANY_NAMES = 16
 #: The server-side assignors a member may ask for: both name this coordinator's one (a
 #: sticky fair share per topic).
 ASSIGNORS = ("uniform", "range")
@@ -123,8 +126,16 @@ class ConsumerGroupApis(ApisBase):
     consumer_groups: ConsumerGroups
 
     async def _resolve(self, names: set[str], into: dict[str, Topic | None]) -> None:
-        for name in sorted(names - set(into)):
-            table = await self._table(name)
+        wanted = sorted(names - set(into))
+        listed: dict[str, TableView] | None = None
+        if len(wanted) > MANY_NAMES:
+            # One listing rather than a metadata-store read per name not found.
+            listed = {
+                f"{t.definition.namespace}.{t.definition.name}": t
+                for t in await self.service.list_tables(self.tenant)
+            }
+        for name in wanted:
+            table = listed.get(name) if listed is not None else await self._table(name)
             into[name] = (
                 None if table is None else Topic(topic_id(table), name, table.definition.partitions)
             )
