@@ -128,3 +128,46 @@ def test_random_histories_never_hold_a_partition_twice_and_converge(seed: int) -
         assert not counts or max(counts) - min(counts) <= 1
     epochs = {c.epoch for c in clients.values()}
     assert epochs <= {group.epoch}
+
+
+def test_a_member_that_does_not_let_go_within_its_rebalance_timeout_is_dropped() -> None:
+    group = ConsumerGroup("g", SESSION_S)
+    one = TOPICS["a.one"]
+    a = group.heartbeat(
+        Beat("a", 0, rebalance_timeout_ms=2_000, subscribed=("a.one",), owned={}), TOPICS, 0.0
+    )
+    assert a.assignment == {one.topic_id: frozenset(range(5))}
+    b = group.heartbeat(
+        Beat("b", 0, rebalance_timeout_ms=2_000, subscribed=("a.one",)), TOPICS, 0.1
+    )
+    assert b.assignment == {}  # a still holds all of it
+    told = group.heartbeat(Beat("a", a.epoch, owned=a.assignment), TOPICS, 0.2)
+    assert told.assignment == {one.topic_id: frozenset({0, 1, 2})}  # give 3 and 4 up
+    # a heartbeats on but never says it let 3 and 4 go: it keeps them, b waits...
+    still = group.heartbeat(Beat("a", a.epoch), TOPICS, 1.5)
+    assert still.error == ErrorCode.none
+    assert group.heartbeat(Beat("b", b.epoch), TOPICS, 1.6).assignment == {}
+    # ...until a's rebalance timeout ends: a is dropped, fenced, and b takes everything.
+    late = group.heartbeat(Beat("b", b.epoch), TOPICS, 2.5)
+    assert late.assignment == {one.topic_id: frozenset(range(5))}
+    assert group.heartbeat(Beat("a", a.epoch), TOPICS, 2.6).error == ErrorCode.unknown_member_id
+
+
+def test_a_fenced_member_keeps_what_it_held_until_it_rejoins() -> None:
+    group = ConsumerGroup("g", SESSION_S)
+    one = TOPICS["a.one"]
+    a = group.heartbeat(
+        Beat("a", 0, rebalance_timeout_ms=60_000, subscribed=("a.one",), owned={}), TOPICS, 0.0
+    )
+    fenced = group.heartbeat(Beat("a", a.epoch + 5), TOPICS, 0.1)
+    assert fenced.error == ErrorCode.fenced_member_epoch
+    b = group.heartbeat(
+        Beat("b", 0, rebalance_timeout_ms=60_000, subscribed=("a.one",)), TOPICS, 0.2
+    )
+    assert b.assignment == {}  # a may still be reading all of it
+    again = group.heartbeat(
+        Beat("a", 0, rebalance_timeout_ms=60_000, subscribed=("a.one",), owned={}), TOPICS, 0.3
+    )
+    assert again.assignment == {one.topic_id: frozenset({0, 1, 2})}
+    got = group.heartbeat(Beat("b", b.epoch), TOPICS, 0.4)
+    assert got.assignment == {one.topic_id: frozenset({3, 4})}

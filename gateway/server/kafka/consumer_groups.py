@@ -178,7 +178,7 @@ class ConsumerGroup:
         """A new group epoch and target: per topic, its subscribers share its partitions,
         each keeping what its previous target gave it up to its share."""
         self.epoch += 1
-        topics = {t.topic_id: t for t in resolved.values() if t is not None}
+        topics = self._subscribed_topics(resolved)
         self.topics = topics
         target: dict[str, dict[uuid.UUID, frozenset[int]]] = {m: {} for m in self.members}
         for tid, topic in sorted(topics.items(), key=lambda kv: kv[1].name):
@@ -189,9 +189,13 @@ class ConsumerGroup:
                     target[mid][tid] = frozenset(ps)
         self.target = target
 
+    def _subscribed_topics(self, resolved: Mapping[str, Topic | None]) -> dict[uuid.UUID, Topic]:
+        """The topics some member subscribes to, as ``resolved`` finds them."""
+        found = (resolved.get(name) for name in sorted(self.subscribed_names()))
+        return {t.topic_id: t for t in found if t is not None}
+
     def _topics_changed(self, resolved: Mapping[str, Topic | None]) -> bool:
-        now = {t.topic_id: t for t in resolved.values() if t is not None}
-        return now != self.topics
+        return self._subscribed_topics(resolved) != self.topics
 
     # One heartbeat --------------------------------------------------------------------
     def heartbeat(self, beat: Beat, resolved: Mapping[str, Topic | None], now: float) -> Reply:
