@@ -530,6 +530,10 @@ def kafka_frames(topic: str) -> list[bytes]:
         build(load_request_schema(8, 9), {"group_id": "fz848", "member_id": "m",
                                           "generation_id_or_member_epoch": 1, "topics": [
             {"name": topic, "partitions": [{"partition_index": 0, "committed_offset": 0}]}]}),
+        build(load_request_schema(9, 9), {"groups": [
+            {"group_id": "fz848", "member_id": "m", "member_epoch": 1,
+             "topics": [{"name": topic, "partition_indexes": [0, 1]}]},
+            {"group_id": "fz", "member_id": None, "member_epoch": -1, "topics": None}]}),
         build(load_request_schema(69, 1), {"group_ids": ["fz848", "fz"],
                                            "include_authorized_operations": True}),
     ]  # fmt: skip

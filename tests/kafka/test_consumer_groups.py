@@ -237,6 +237,33 @@ def test_members_revoke_before_others_receive_and_stale_epochs_are_fenced(
         assert _assigned(got) == [(tid, [1])] and got.member_epoch == acked.member_epoch
         assert _commit(conn, group, a, epoch_a, topic, 0) == ErrorCode.stale_member_epoch
         assert _commit(conn, group, a, acked.member_epoch, topic, 0) == ErrorCode.none
+        # OffsetFetch v9 checks a member and its epoch; v8 asks several groups at once.
+        asked = [{"name": topic, "partition_indexes": [0, 1]}]
+
+        def fetch(member: str | None, epoch: int) -> Any:
+            one = {"group_id": group, "member_id": member, "member_epoch": epoch, "topics": asked}
+            return conn.call(_request(9, 9, groups=[one])).groups[0]
+
+        mine = fetch(a, acked.member_epoch)
+        assert mine.error_code == ErrorCode.none
+        assert [p.committed_offset for p in mine.topics[0].partitions] == [0, 0]
+        assert fetch(a, epoch_a).error_code == ErrorCode.stale_member_epoch
+        assert fetch("nobody", 1).error_code == ErrorCode.unknown_member_id
+        assert fetch(None, -1).error_code == ErrorCode.none  # an admin's fetch
+        other = f"never-{secrets.token_hex(4)}"
+        both = conn.call(
+            _request(
+                9,
+                8,
+                groups=[{"group_id": group, "topics": asked}, {"group_id": other, "topics": None}],
+            )
+        ).groups
+        assert [(g.group_id, g.error_code) for g in both] == [
+            (group, ErrorCode.none),
+            (other, ErrorCode.none),
+        ]
+        assert [p.committed_offset for p in both[0].topics[0].partitions] == [0, 0]
+        assert both[1].topics == ()
         # The old epoch is still taken from a (its answer may have been lost) while it
         # owns nothing new; more than that is fenced.
         assert _beat(conn, group, a, epoch_a, None, [(tid, [0])]).error_code == ErrorCode.none

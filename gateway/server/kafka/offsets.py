@@ -117,24 +117,55 @@ class OffsetApis(ApisBase):
         return group.check_commit(member_id, epoch, {topic_id(table): frozenset(offsets)})
 
     async def offset_fetch(self, request: Request) -> Any:
+        """A group's committed offsets; from v8 several groups', and from v9 a member of a
+        KIP-848 group names itself and its epoch (UNKNOWN_MEMBER_ID, STALE_MEMBER_EPOCH
+        otherwise, as Kafka checks them)."""
         body = request.body
-        group = body.group_id
-        code = ErrorCode.none
+        cls = response_class(request)
+        if request.api_version < 8:
+            answers, code = await self._fetch_group(body.group_id, body.topics)
+            return build(cls, {"topics": answers, "error_code": code})
+        groups = []
+        for g in body.groups:
+            code = self._fetch_fenced(g)
+            answers = []
+            if code == ErrorCode.none:
+                answers, code = await self._fetch_group(g.group_id, g.topics)
+            groups.append({"group_id": g.group_id, "topics": answers, "error_code": code})
+        return build(cls, {"groups": groups})
+
+    def _fetch_fenced(self, asked: Any) -> ErrorCode:
+        """Whether a KIP-848 member's fetch (one group of an OffsetFetch v8+) is refused;
+        a fetch naming no member never is."""
+        member_id = getattr(asked, "member_id", None)
+        group = self.consumer_groups.find(self.tenant, asked.group_id)
+        if member_id is None or group is None:
+            return ErrorCode.none
+        member = group.members.get(member_id)
+        if member is None:
+            return ErrorCode.unknown_member_id
+        if asked.member_epoch != member.epoch:
+            return ErrorCode.stale_member_epoch
+        return ErrorCode.none
+
+    async def _fetch_group(self, group: str, topics: Any) -> tuple[list[dict[str, Any]], ErrorCode]:
+        """One group's committed offsets of ``topics`` (None: every table it committed
+        for), and the group's error."""
         answers: list[dict[str, Any]] = []
         try:
-            if body.topics is None:  # every table the group committed for
+            if topics is None:  # every table the group committed for
                 wanted: list[tuple[str, list[int] | None]] = [
                     (f"{ns}.{name}", None)
                     for g, ns, name in await self.service.list_groups(self.tenant)
                     if g == group
                 ]
             else:
-                wanted = [(t.name, list(t.partition_indexes)) for t in body.topics]
+                wanted = [(t.name, list(t.partition_indexes)) for t in topics]
             for topic, partitions in wanted:
                 answers.append(await self._committed(group, topic, partitions))
         except Exception as exc:
-            code = error_code(wire_error(exc, "a Kafka offset fetch"))
-        return build(response_class(request), {"topics": answers, "error_code": code})
+            return answers, error_code(wire_error(exc, "a Kafka offset fetch"))
+        return answers, ErrorCode.none
 
     async def _committed(
         self, group: str, topic: str, partitions: list[int] | None

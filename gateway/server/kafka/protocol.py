@@ -77,11 +77,10 @@ API_VERSIONS: dict[int, tuple[int, int]] = {
     FETCH: (4, 12),
     LIST_OFFSETS: (1, 8),
     METADATA: (0, 12),
-    # Committed offsets of consumers that assign their partitions (no group membership
-    # yet); OffsetFetch stops before v8, which asks for several groups at once. v9 is
-    # what a KIP-848 member commits with (its member epoch).
+    # Committed offsets: v9 of both is what a KIP-848 member sends (its member epoch;
+    # librdkafka counts on both for its consumer protocol); v10 names topics by id.
     OFFSET_COMMIT: (2, 9),
-    OFFSET_FETCH: (1, 7),
+    OFFSET_FETCH: (1, 9),
     FIND_COORDINATOR: (0, 4),
     # The classic group protocol (the client's own assignors).
     JOIN_GROUP: (0, 9),
