@@ -49,3 +49,19 @@ class KafkaConfig(Section):
         description="Authenticated connections one tenant may hold open on this gateway's "
         "listener; past it a login is refused (the others keep theirs).",
     )
+    consumer_session_timeout_ms: int = Field(
+        45_000,
+        ge=1_000,
+        le=1_800_000,
+        description="A member of a KIP-848 consumer group (group.protocol=consumer) whose "
+        "heartbeats stop for this long is dropped and its partitions reassigned (Kafka's "
+        "group.consumer.session.timeout.ms).",
+    )
+    consumer_heartbeat_interval_ms: int = Field(
+        5_000,
+        ge=100,
+        le=600_000,
+        description="How often members of a KIP-848 consumer group are told to heartbeat "
+        "while their group is stable (Kafka's group.consumer.heartbeat.interval.ms); "
+        "while it reconciles they are told 200 ms.",
+    )

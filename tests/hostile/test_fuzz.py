@@ -22,6 +22,7 @@ import json
 import os
 import random
 import struct
+import uuid
 from collections import Counter
 from collections.abc import Iterator
 from typing import Any
@@ -516,6 +517,25 @@ def kafka_frames(topic: str) -> list[bytes]:
         build(load_request_schema(60, 2), {"include_cluster_authorized_operations": True}),
         build(load_request_schema(47, 0), {"group_id": "fz", "topics": [
             {"name": topic, "partitions": [{"partition_index": 0}]}]}),
+        # KIP-848's consumer groups: a join, a member's heartbeat and commit, a describe.
+        build(load_request_schema(68, 1), {"group_id": "fz848", "member_id": "m",
+                                           "member_epoch": 0, "rebalance_timeout": 6000,
+                                           "subscribed_topic_names": [topic],
+                                           "topic_partitions": []}),
+        build(load_request_schema(68, 1), {"group_id": "fz848", "member_id": "m",
+                                           "member_epoch": 1, "rebalance_timeout": -1,
+                                           "subscribed_topic_names": None,
+                                           "topic_partitions": [{"topic_id": uuid.UUID(int=848),
+                                                                 "partitions": [0, 1]}]}),
+        build(load_request_schema(8, 9), {"group_id": "fz848", "member_id": "m",
+                                          "generation_id_or_member_epoch": 1, "topics": [
+            {"name": topic, "partitions": [{"partition_index": 0, "committed_offset": 0}]}]}),
+        build(load_request_schema(9, 9), {"groups": [
+            {"group_id": "fz848", "member_id": "m", "member_epoch": 1,
+             "topics": [{"name": topic, "partition_indexes": [0, 1]}]},
+            {"group_id": "fz", "member_id": None, "member_epoch": -1, "topics": None}]}),
+        build(load_request_schema(69, 1), {"group_ids": ["fz848", "fz"],
+                                           "include_authorized_operations": True}),
     ]  # fmt: skip
     return [encode_request(r, i + 1) for i, r in enumerate(requests)]
 

@@ -74,6 +74,7 @@ ELSEWHERE = {
         for heading in (
             "A table to use",
             "confluent-kafka (librdkafka)",
+            "A consumer group (group.protocol=consumer)",
             "kafka-python",
             "aiokafka",
             "kcat",

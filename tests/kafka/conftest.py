@@ -6,10 +6,12 @@ from __future__ import annotations
 import secrets
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 
 import pytest
 
 from tests.integration.conftest import gateway_env
+from tests.kafka.members import Member
 from tests.services import GatewayProcess, free_port
 
 
@@ -38,6 +40,9 @@ def kafka_gateway(
         # Connections that never authenticate are closed after this long.
         "TIDEGATE_SERVER__HEADER_TIMEOUT_S": "2",
         "TIDEGATE_KAFKA__PORT": str(free_port()),
+        # KIP-848 members of a killed consumer leave within seconds (Kafka's 45 s default).
+        "TIDEGATE_KAFKA__CONSUMER_SESSION_TIMEOUT_MS": "6000",
+        "TIDEGATE_KAFKA__CONSUMER_HEARTBEAT_INTERVAL_MS": "500",
     }
     proc = GatewayProcess(tmp_path_factory.mktemp(f"kafka-{kind}"), env)
     proc.kind = kind  # type: ignore[attr-defined]
@@ -91,3 +96,35 @@ def topic(kafka: KafkaTarget) -> str:
             key_columns=["id"],
         )
     return name
+
+
+@pytest.fixture
+def members() -> Iterator[list[Member]]:
+    """The group members a test starts (tests/kafka/members.py), killed if left running."""
+    started: list[Member] = []
+    yield started
+    for m in started:
+        if m.proc.poll() is None:
+            m.proc.kill()
+            m.proc.wait()
+
+
+@pytest.fixture(params=["disk", "redis"])
+def killable(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[GatewayProcess]:
+    """A gateway of its own (it is killed), on each hot tier."""
+    kind = str(request.param)
+    redis_server = request.getfixturevalue("redis_server") if kind == "redis" else None
+    env = {
+        **gateway_env(kind, redis_server),
+        "TIDEGATE_TIERING__ENABLED": "false",
+        # Fixed across the kills: the producer reconnects to the same address.
+        "TIDEGATE_KAFKA__PORT": str(free_port()),
+        "TIDEGATE_KAFKA__CONSUMER_SESSION_TIMEOUT_MS": "6000",
+        "TIDEGATE_KAFKA__CONSUMER_HEARTBEAT_INTERVAL_MS": "500",
+    }
+    gw = GatewayProcess(tmp_path / "gw", env)
+    try:
+        gw.start()
+        yield gw
+    finally:
+        gw.stop()

@@ -24,6 +24,7 @@ def test_the_kafka_page_runs(kafka_gateway: GatewayProcess, tmp_path: Path) -> N
     assert [b.heading for b in found] == [
         "A table to use",
         "confluent-kafka (librdkafka)",
+        "A consumer group (group.protocol=consumer)",
         "kafka-python",
         "aiokafka",
         "kcat",
@@ -51,6 +52,7 @@ def test_the_kafka_page_runs(kafka_gateway: GatewayProcess, tmp_path: Path) -> N
         assert ran.returncode == 0, f"{block.heading}:\n{ran.stdout}\n{ran.stderr}"
         printed.extend(ran.stdout.splitlines())
     assert "confluent-kafka read 3" in printed
+    assert "consumer group read 3" in printed
     assert "kafka-python stored at offset True" in printed
     assert "kafka-python read True" in printed
     assert "aiokafka stored in partition True" in printed

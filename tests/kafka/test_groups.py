@@ -8,9 +8,7 @@ import json
 import secrets
 import signal
 import subprocess
-import sys
 import time
-from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -22,57 +20,12 @@ from gateway.server.kafka.protocol import ErrorCode, build
 from tests.integration.test_first_hour import cli
 from tests.kafka.clients import DEADLINE_S, ConfluentKafka, librdkafka_settings
 from tests.kafka.conftest import KafkaTarget
+from tests.kafka.members import Member, until
 from tests.kafka.raw import RawKafka
 
 pytestmark = pytest.mark.integration
 
 PARTITIONS = 6
-
-
-def _lines(path: Path) -> list[dict[str, Any]]:
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-
-
-def _until(what: str, done: Callable[[], bool]) -> None:
-    deadline = time.monotonic() + DEADLINE_S
-    while not done():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.2)
-
-
-class Member:
-    """A consumer of the group in a process of its own (tests/kafka/group_member.py)."""
-
-    def __init__(self, folder: Path, n: int, settings: dict[str, Any], topic: str) -> None:
-        self.out = folder / f"member{n}.out"
-        with self.out.open("w") as out, (folder / f"member{n}.err").open("w") as err:
-            self.proc = subprocess.Popen(
-                [sys.executable, "-m", "tests.kafka.group_member", json.dumps(settings), topic],
-                stdout=out,
-                stderr=err,
-            )
-
-    def read(self) -> list[tuple[int, int]]:
-        return [(r["partition"], r["offset"]) for r in _lines(self.out) if "offset" in r]
-
-    def assigned(self) -> list[int]:
-        found = [r["assigned"] for r in _lines(self.out) if "assigned" in r]
-        return found[-1] if found else []
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            self.proc.wait(timeout=30)
-
-
-@pytest.fixture
-def members(tmp_path: Path) -> Iterator[list[Member]]:
-    started: list[Member] = []
-    yield started
-    for m in started:
-        if m.proc.poll() is None:
-            m.proc.kill()
-            m.proc.wait()
 
 
 def _produce(kafka: KafkaTarget, topic: str, first: int, per_partition: int) -> None:
@@ -107,14 +60,14 @@ def test_a_group_of_three_reads_every_record_once_while_a_member_is_killed(
         return [r for m in members for r in m.read()]
 
     # Every member holds two partitions once the group settled, and all was read.
-    _until("the group to settle", lambda: all(len(m.assigned()) == 2 for m in members))
-    _until("the first records", lambda: len(read()) >= 10 * PARTITIONS)
+    until("the group to settle", lambda: all(len(m.assigned()) == 2 for m in members))
+    until("the first records", lambda: len(read()) >= 10 * PARTITIONS)
     victim = members[0]
     lost = victim.assigned()
     victim.proc.send_signal(signal.SIGKILL)
     victim.proc.wait()
     _produce(kafka, topic, 1000, 10)
-    _until("every record", lambda: len(read()) >= 20 * PARTITIONS)
+    until("every record", lambda: len(read()) >= 20 * PARTITIONS)
     time.sleep(1)  # nothing more comes: no record is read twice
     got = read()
     assert sorted(got) == [(p, o) for p in range(PARTITIONS) for o in range(20)]
@@ -197,7 +150,7 @@ def test_a_stale_member_is_refused_as_kafka_refuses_it(kafka: KafkaTarget, topic
         # A second member joins: the first hears of the rebalance, and may not commit.
         with ThreadPoolExecutor(1) as pool:
             second = pool.submit(_join, b, group)
-            _until("the rebalance", lambda: _beat(a, group, me, 1) != ErrorCode.none)
+            until("the rebalance", lambda: _beat(a, group, me, 1) != ErrorCode.none)
             assert _beat(a, group, me, 1) == ErrorCode.rebalance_in_progress
             assert _commit(a, group, me, 1, topic) == ErrorCode.rebalance_in_progress
             again = _join(a, group, me)

@@ -10,7 +10,6 @@ import secrets
 import signal
 import threading
 import time
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -20,11 +19,10 @@ from kio.schema.init_producer_id.v4 import request as init_producer_id
 
 from tests.faults.checker import TableState, check, records_of
 from tests.faults.history import History
-from tests.integration.conftest import gateway_env
 from tests.kafka.clients import DEADLINE_S, librdkafka_settings
 from tests.kafka.conftest import KafkaTarget
 from tests.kafka.raw import RawKafka, produce_records, record_batch
-from tests.services import GatewayProcess, free_port
+from tests.services import GatewayProcess
 
 pytestmark = pytest.mark.integration
 
@@ -159,25 +157,6 @@ def test_a_transactional_producer_is_told_at_once_that_transactions_are_not_serv
 
 
 # Through kill -9s --------------------------------------------------------------------------
-@pytest.fixture(params=["disk", "redis"])
-def killable(request: pytest.FixtureRequest, tmp_path: Path) -> Any:
-    """A gateway of its own (it is killed), on each hot tier."""
-    kind = str(request.param)
-    redis_server = request.getfixturevalue("redis_server") if kind == "redis" else None
-    env = {
-        **gateway_env(kind, redis_server),
-        "TIDEGATE_TIERING__ENABLED": "false",
-        # Fixed across the kills: the producer reconnects to the same address.
-        "TIDEGATE_KAFKA__PORT": str(free_port()),
-    }
-    gw = GatewayProcess(tmp_path / "gw", env)
-    try:
-        gw.start()
-        yield gw
-    finally:
-        gw.stop()
-
-
 def test_an_idempotent_producer_through_two_kill_9s_stores_each_record_once(
     killable: GatewayProcess,
 ) -> None:

@@ -19,6 +19,7 @@ from gateway.core.names import check_group
 from gateway.server.calls import wire_error
 from gateway.server.kafka.base import NODE_ID, ApisBase, message, split_topic
 from gateway.server.kafka.classic import ClassicGroup, ClassicGroups
+from gateway.server.kafka.consumer_groups import ConsumerGroups
 from gateway.server.kafka.protocol import ErrorCode, Request, build, error_code, response_class
 from gateway.server.kafka.records import is_raw
 from gateway.wire.errors import GroupNotEmpty, InvalidRequest, TidegateError
@@ -175,6 +176,7 @@ class AdminApis(ApisBase):
     OffsetDelete."""
 
     groups: ClassicGroups
+    consumer_groups: ConsumerGroups
 
     # Configs --------------------------------------------------------------------------
     async def describe_configs(self, request: Request) -> Any:
@@ -356,17 +358,20 @@ class AdminApis(ApisBase):
         except InvalidRequest:
             return build(cls, {"error_code": ErrorCode.invalid_group_id})
         classic = self.groups.find(self.tenant, group)
+        consumer = self.consumer_groups.find(self.tenant, group)
         if classic is not None and classic.members:
             if classic.protocol_type != "consumer":
                 return build(cls, {"error_code": ErrorCode.non_empty_group})
-        elif not any(g == group for g, _, _ in await self.service.list_groups(self.tenant)):
+        elif consumer is None and not any(
+            g == group for g, _, _ in await self.service.list_groups(self.tenant)
+        ):
             return build(cls, {"error_code": ErrorCode.group_id_not_found})
         topics = []
         for t in body.topics:
             wanted = [p.partition_index for p in t.partitions]
             reading = (
                 classic is not None and bool(classic.members) and _classic_reads(classic, t.name)
-            )
+            ) or (consumer is not None and consumer.reads(t.name))
             codes = await self._delete_offsets(group, t.name, wanted, reading)
             topics.append(
                 {

@@ -16,12 +16,16 @@ from typing import Any
 from gateway.server.kafka.admin import AdminApis
 from gateway.server.kafka.base import LONGEST_MUTE_S, Broker, held_while_throttled
 from gateway.server.kafka.classic import ClassicGroups
+from gateway.server.kafka.consumer_apis import ConsumerGroupApis
+from gateway.server.kafka.consumer_groups import ConsumerGroups
 from gateway.server.kafka.fetch import FetchApis, fetch_waits
 from gateway.server.kafka.groups import GroupApis
 from gateway.server.kafka.offsets import OffsetApis
 from gateway.server.kafka.produce import ProduceApis
 from gateway.server.kafka.producers import ProducerApis, ProducerEpochs
 from gateway.server.kafka.protocol import (
+    CONSUMER_GROUP_DESCRIBE,
+    CONSUMER_GROUP_HEARTBEAT,
     CREATE_PARTITIONS,
     CREATE_TOPICS,
     DELETE_TOPICS,
@@ -50,13 +54,30 @@ from gateway.server.kafka.topics import TopicApis
 __all__ = ["LONGEST_MUTE_S", "Broker", "KafkaApis", "held_while_throttled"]
 
 
-class KafkaApis(TopicApis, ProduceApis, ProducerApis, FetchApis, OffsetApis, GroupApis, AdminApis):
+class KafkaApis(
+    TopicApis,
+    ProduceApis,
+    ProducerApis,
+    FetchApis,
+    OffsetApis,
+    GroupApis,
+    ConsumerGroupApis,
+    AdminApis,
+):
     """The requests of one connection once it authenticated as ``tenant``."""
 
-    def __init__(self, *args: Any, groups: ClassicGroups, producers: ProducerEpochs) -> None:
+    def __init__(
+        self,
+        *args: Any,
+        groups: ClassicGroups,
+        consumer_groups: ConsumerGroups,
+        producers: ProducerEpochs,
+    ) -> None:
         super().__init__(*args)
-        #: The listener's classic groups, shared by its connections.
+        #: The listener's classic groups and KIP-848 consumer groups, shared by its
+        #: connections.
         self.groups = groups
+        self.consumer_groups = consumer_groups
         #: The newest epoch of each idempotent producer, shared likewise.
         self.producers = producers
 
@@ -101,6 +122,8 @@ class KafkaApis(TopicApis, ProduceApis, ProducerApis, FetchApis, OffsetApis, Gro
         LEAVE_GROUP: GroupApis.leave_group,
         DESCRIBE_GROUPS: GroupApis.describe_groups,
         LIST_GROUPS: GroupApis.list_groups,
+        CONSUMER_GROUP_HEARTBEAT: ConsumerGroupApis.consumer_group_heartbeat,
+        CONSUMER_GROUP_DESCRIBE: ConsumerGroupApis.consumer_group_describe,
         DESCRIBE_CONFIGS: AdminApis.describe_configs,
         INCREMENTAL_ALTER_CONFIGS: AdminApis.incremental_alter_configs,
         CREATE_PARTITIONS: AdminApis.create_partitions,

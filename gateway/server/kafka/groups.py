@@ -10,6 +10,7 @@ from typing import Any
 from gateway.core.names import check_group
 from gateway.server.kafka.base import ApisBase
 from gateway.server.kafka.classic import ClassicGroups
+from gateway.server.kafka.consumer_groups import ConsumerGroups
 from gateway.server.kafka.protocol import ErrorCode, Request, build, response_class
 from gateway.wire.errors import InvalidRequest
 
@@ -29,6 +30,7 @@ class GroupApis(ApisBase):
     """JoinGroup, SyncGroup, Heartbeat, LeaveGroup, DescribeGroups and ListGroups."""
 
     groups: ClassicGroups
+    consumer_groups: ConsumerGroups
 
     async def join_group(self, request: Request) -> Any:
         body = request.body
@@ -38,6 +40,11 @@ class GroupApis(ApisBase):
             return build(cls, {"error_code": ErrorCode.invalid_group_id, "member_id": ""})
         if not MIN_SESSION_MS <= session_ms <= MAX_SESSION_MS:
             return build(cls, {"error_code": ErrorCode.invalid_session_timeout, "member_id": ""})
+        if self.consumer_groups.find(self.tenant, body.group_id) is not None:
+            # A KIP-848 group with live members: its protocol is not the classic one.
+            return build(
+                cls, {"error_code": ErrorCode.inconsistent_group_protocol, "member_id": ""}
+            )
         rebalance = getattr(body, "rebalance_timeout", None)
         joined = await self.groups.join(
             self.tenant,
@@ -114,6 +121,19 @@ class GroupApis(ApisBase):
         described = []
         for group_id in request.body.groups:
             group = self.groups.find(self.tenant, group_id)
+            if group is None and self.consumer_groups.find(self.tenant, group_id) is not None:
+                # As Kafka answers a consumer group (KIP-848): ConsumerGroupDescribe tells.
+                described.append(
+                    {
+                        "group_id": group_id,
+                        "group_state": "Dead",
+                        "error_code": ErrorCode.group_id_not_found,
+                        "error_message": f"group {group_id!r} is not a classic group: it "
+                        "is a consumer group (group.protocol=consumer), described by "
+                        "ConsumerGroupDescribe",
+                    }
+                )
+                continue
             if group is None:
                 # Kafka answers a group it does not know as Dead, with no member.
                 described.append({"group_id": group_id, "group_state": "Dead"})
@@ -141,6 +161,7 @@ class GroupApis(ApisBase):
 
     async def list_groups(self, request: Request) -> Any:
         wanted = set(getattr(request.body, "states_filter", ()) or ())
+        types = {t.lower() for t in getattr(request.body, "types_filter", ()) or ()}
         listed = [
             {
                 "group_id": g.group_id,
@@ -149,6 +170,16 @@ class GroupApis(ApisBase):
                 "group_type": "classic",
             }
             for g in self.groups.of_tenant(self.tenant)
-            if not wanted or g.state in wanted
+            if (not wanted or g.state in wanted) and (not types or "classic" in types)
+        ]
+        listed += [
+            {
+                "group_id": g.group_id,
+                "protocol_type": "consumer",
+                "group_state": g.state,
+                "group_type": "consumer",
+            }
+            for g in self.consumer_groups.of_tenant(self.tenant)
+            if (not wanted or g.state in wanted) and (not types or "consumer" in types)
         ]
         return build(response_class(request), {"groups": listed})

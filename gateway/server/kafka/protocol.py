@@ -14,6 +14,7 @@ import dataclasses
 import datetime as dt
 import io
 import struct
+import types
 import typing
 from dataclasses import dataclass
 from typing import Any
@@ -65,6 +66,7 @@ DESCRIBE_GROUPS, LIST_GROUPS = 15, 16
 INIT_PRODUCER_ID = 22
 DESCRIBE_CONFIGS, CREATE_PARTITIONS, INCREMENTAL_ALTER_CONFIGS = 32, 37, 44
 OFFSET_DELETE, DESCRIBE_CLUSTER = 47, 60
+CONSUMER_GROUP_HEARTBEAT, CONSUMER_GROUP_DESCRIBE = 68, 69
 SASL_HANDSHAKE, API_VERSIONS_KEY, SASL_AUTHENTICATE = 17, 18, 36
 
 #: API key -> (min, max) version served. Bounded by what kio generates (Kafka 4's
@@ -75,16 +77,20 @@ API_VERSIONS: dict[int, tuple[int, int]] = {
     FETCH: (4, 12),
     LIST_OFFSETS: (1, 8),
     METADATA: (0, 12),
-    # Committed offsets of consumers that assign their partitions (no group membership
-    # yet); OffsetFetch stops before v8, which asks for several groups at once.
-    OFFSET_COMMIT: (2, 8),
-    OFFSET_FETCH: (1, 7),
+    # Committed offsets: v9 of both is what a KIP-848 member sends (its member epoch;
+    # librdkafka counts on both for its consumer protocol); v10 names topics by id.
+    OFFSET_COMMIT: (2, 9),
+    OFFSET_FETCH: (1, 9),
     FIND_COORDINATOR: (0, 4),
     # The classic group protocol (the client's own assignors).
     JOIN_GROUP: (0, 9),
     HEARTBEAT: (0, 4),
     LEAVE_GROUP: (0, 5),
     SYNC_GROUP: (0, 5),
+    # The consumer group protocol (KIP-848, gateway/server/kafka/consumer_groups.py):
+    # v1's members draw their own ids.
+    CONSUMER_GROUP_HEARTBEAT: (0, 1),
+    CONSUMER_GROUP_DESCRIBE: (0, 1),
     DESCRIBE_GROUPS: (0, 5),
     LIST_GROUPS: (0, 5),
     CREATE_TOPICS: (2, 7),
@@ -239,6 +245,11 @@ def _hints(cls: type[Any]) -> dict[str, Any]:
 
 
 def _value(hint: Any, kafka_type: str | None, value: Any) -> Any:
+    if value is None:
+        return None
+    inner = [h for h in typing.get_args(hint) if h is not type(None)]
+    if typing.get_origin(hint) in (typing.Union, types.UnionType) and len(inner) == 1:
+        hint = inner[0]  # a nullable field given a value: the value's own type
     if dataclasses.is_dataclass(hint):
         return build(typing.cast(type[Any], hint), value)
     if typing.get_origin(hint) is tuple:

@@ -28,6 +28,7 @@ from gateway.config import Settings
 from gateway.server.calls import DataCalls, wire_error
 from gateway.server.kafka.apis import LONGEST_MUTE_S, Broker, KafkaApis, held_while_throttled
 from gateway.server.kafka.classic import ClassicGroups
+from gateway.server.kafka.consumer_groups import ConsumerGroups
 from gateway.server.kafka.producers import ProducerEpochs
 from gateway.server.kafka.protocol import (
     API_VERSIONS_KEY,
@@ -86,6 +87,11 @@ class KafkaEdge:
         self.port = settings.kafka.port
         #: The classic consumer groups of this listener's connections.
         self.groups = ClassicGroups()
+        #: Its KIP-848 consumer groups.
+        self.consumer_groups = ConsumerGroups(
+            settings.kafka.consumer_session_timeout_ms / 1000,
+            settings.kafka.consumer_heartbeat_interval_ms,
+        )
         #: The newest epoch of each idempotent producer of its connections.
         self.producers = ProducerEpochs()
 
@@ -358,5 +364,6 @@ class _Connection:
             tenant,
             authorization,
             groups=self.edge.groups,
+            consumer_groups=self.edge.consumer_groups,
             producers=self.edge.producers,
         )

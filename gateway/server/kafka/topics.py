@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import uuid
 from typing import Any
 
 from gateway.core import TableView
@@ -27,7 +28,19 @@ class TopicApis(ApisBase):
                 d = table.definition
                 topics.append(self._topic(f"{d.namespace}.{d.name}", table))
         else:
+            by_id: dict[uuid.UUID, TableView] | None = None
             for t in wanted:
+                wanted_id = getattr(t, "topic_id", None)
+                if t.name is None and wanted_id is not None and wanted_id.int:
+                    # v10+ asks by topic id (a KIP-848 member learns its assignment so):
+                    # looked up among the tenant's tables only.
+                    if by_id is None:
+                        by_id = {
+                            topic_id(table): table
+                            for table in await self.service.list_tables(self.tenant)
+                        }
+                    topics.append(self._topic_by_id(wanted_id, by_id.get(wanted_id)))
+                    continue
                 name = t.name or ""
                 topics.append(self._topic(name, await self._table(name)))
         return build(
@@ -41,6 +54,12 @@ class TopicApis(ApisBase):
                 "topics": topics,
             },
         )
+
+    def _topic_by_id(self, wanted: uuid.UUID, table: TableView | None) -> dict[str, Any]:
+        if table is None:
+            return {"name": None, "topic_id": wanted, "error_code": ErrorCode.unknown_topic_id}
+        d = table.definition
+        return self._topic(f"{d.namespace}.{d.name}", table)
 
     def _topic(self, name: str, table: TableView | None) -> dict[str, Any]:
         if table is None:
