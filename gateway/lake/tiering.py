@@ -47,6 +47,7 @@ from gateway.cold.base import (
     DataFile,
 )
 from gateway.hot import PartitionId
+from gateway.lake import keyed
 from gateway.lake.components import Components, TieringError
 from gateway.lake.passes import (
     CREATION_GRACE_S,
@@ -103,6 +104,9 @@ class TableResult:
     conflicts: int = 0
     trimmed: Mapping[int, int] = field(default_factory=dict)
     snapshot_id: int | None = None
+    #: A primary-key table's state table: partition -> (A(p) before, after) of the
+    #: partitions this run applied (:mod:`gateway.lake.keyed`).
+    applied: Mapping[int, tuple[int, int]] = field(default_factory=dict)
 
 
 class _Lost(Exception):
@@ -156,6 +160,7 @@ def _tasks(
             file_schema=file_schema,
             target_file_bytes=target,
             run_id=run_id,
+            keyed=d.primary_key is not None,
         )
         for p, start, end in ranges
     ]
@@ -317,18 +322,18 @@ def tier_table(
         CommitConflict: still conflicting after ``retry.attempts`` tries.
         TieringError, or the hot or cold tier's error, when the table cannot be tiered.
     """
-    if d.primary_key is not None:
-        # A key table stays hot until its Iceberg state table exists: its writes are
-        # resolved from the hot tier alone (docs/decisions/primary-keys.md, "Key tables
-        # stay hot until their state table exists").
-        return TableResult(table=d.qualified_name, tenant=d.tenant)
     began = dt.datetime.now(dt.UTC)
     cold = c.cold.table(d)
+    if d.primary_key is not None:
+        keyed.ensure_changelog(cold, d)
     run = _Attempts(c, d, cold, runner or LocalRunner(c), retry or commit_retry(c))
     done = None
     while done is None:
         done = run.once()
     _bookkeep(c, d, done, began)
+    applied = (
+        keyed.apply_changes(c, d, cold, retry=retry).ranges if d.primary_key is not None else {}
+    )
     trimmed: dict[int, int] = {}
     if trim and (done.base.snapshot_id is not None or c.settings.tiering.hot_retention_s <= 0):
         # A table's first commit (no snapshot before it) leaves nothing committed
@@ -346,6 +351,7 @@ def tier_table(
         conflicts=run.conflicts,
         trimmed=trimmed,
         snapshot_id=done.snapshot_id,
+        applied=applied,
     )
     _observe(result)
     return result
@@ -458,7 +464,8 @@ def trim_hot(
     ``hot_retention_s`` ago: ``T_{now - retention}(p)``, the watermark of the last
     snapshot at or before that time (when each watermark was reached is the snapshot's
     own timestamp). Never above the current ``T(p)``. Returns partition -> new low mark
-    for the partitions trimmed. A key table is never trimmed (see :func:`tier_table`)."""
+    for the partitions trimmed. A key table is never trimmed yet: its writes and lookups
+    resolve from the hot tier alone (docs/decisions/primary-keys.md)."""
     if d.primary_key is not None:
         return {}
     cold = cold or c.cold.table(d)

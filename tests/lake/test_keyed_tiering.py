@@ -1,0 +1,309 @@
+"""Tiering primary-key tables (issue 42) on both hot tiers: the changelog is tiered as any
+table's records, and each run applies the changes ``[A(p), T(p))`` to the state table in
+one overwrite commit carrying ``tidegate.applied`` (docs/decisions/primary-keys.md). The
+state table, read by pyiceberg without Tidegate, equals a model of random upserts and
+deletes; the stream read (now partly from Iceberg) is still the changelog and the scan
+still current state; a tiering job killed between the changelog's commit and the state
+table's applies nothing twice."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import random
+import signal
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pytest
+from pyiceberg.exceptions import NoSuchTableError
+
+from gateway.config import Settings
+from gateway.core import StreamTables
+from gateway.lake.components import Components
+from gateway.lake.tiering import tier_table
+from gateway.server.app import build_service
+from gateway.wire.changes import Change
+from tests.keytables import FIELDS, USER, Key, replay
+from tests.lake.test_crash import _tier_in_child
+from tests.services import RedisServer
+
+TENANT = "default"
+WRITE = pa.schema(
+    [
+        pa.field("id", pa.int64()),
+        pa.field("region", pa.string()),
+        pa.field("v", pa.int64()),
+        pa.field("note", pa.string()),
+        pa.field("_change", pa.int8()),
+    ]
+)
+
+
+def _settings(kind: str, tmp_path: Path, redis: RedisServer | None) -> Settings:
+    hot: dict[str, Any] = (
+        {"type": "disk", "fsync": "never"}
+        if kind == "disk"
+        else {"type": "redis", "url": redis.url}  # type: ignore[union-attr]
+    )
+    return Settings.explicit(
+        data_dir=tmp_path,
+        tenant=TENANT,
+        hot=hot,
+        tiering={"hot_retention_s": 0, "enabled": False},
+        compaction={"enabled": False},
+        retention={"enabled": False},
+        expiry={"enabled": False},
+    )
+
+
+@pytest.fixture(params=["disk", "redis"])
+def settings(request: pytest.FixtureRequest, tmp_path: Path) -> Settings:
+    kind = str(request.param)
+    redis = request.getfixturevalue("redis_server") if kind == "redis" else None
+    return _settings(kind, tmp_path, redis)
+
+
+@pytest.fixture
+def service(settings: Settings) -> Iterator[StreamTables]:
+    svc = build_service(settings)
+    try:
+        yield svc
+    finally:
+        svc.close()
+
+
+class Writer:
+    """Random upserts and deletes of a key table, and the model they make."""
+
+    def __init__(self, svc: StreamTables, name: str, seed: int, keys: int = 200) -> None:
+        self.svc, self.name, self.keys = svc, name, keys
+        self.rng = random.Random(seed)
+        self.model: dict[Key, dict[str, Any]] = {}
+        self.step = 0
+
+    def batch(self) -> list[dict[str, Any]]:
+        rng, rows = self.rng, []
+        self.step += 1
+        for _ in range(rng.randint(5, 60)):
+            key = (rng.randrange(self.keys), rng.choice(["eu", "us", "ap"]))
+            if rng.random() < 0.25:
+                rows.append({"id": key[0], "region": key[1], "_change": Change.DELETE})
+                self.model.pop(key, None)
+            else:
+                row = {"id": key[0], "region": key[1], "v": self.step, "note": f"n{rng.random()}"}
+                rows.append({**row, "_change": rng.choice([0, 2])})
+                self.model[key] = row
+        return rows
+
+    async def write(self, batches: int) -> None:
+        for _ in range(batches):
+            rows = self.batch()
+            full = [{n: r.get(n) for n in WRITE.names} for r in rows]
+            batch = pa.RecordBatch.from_pylist(full, schema=WRITE)
+            await self.svc.append(TENANT, "ns", self.name, [batch])
+
+
+async def _create(svc: StreamTables, partitions: int = 3) -> str:
+    name = f"k{uuid.uuid4().hex[:8]}"
+    await svc.create_table(TENANT, "ns", name, FIELDS, partitions, primary_key=["id", "region"])
+    return name
+
+
+def _state_iceberg(svc: StreamTables, name: str) -> Any:
+    """The state table as an engine outside Tidegate opens it: pyiceberg, the catalog."""
+    assert svc.cold is not None
+    catalog = svc.cold.catalog  # type: ignore[attr-defined]
+    return catalog.load_table((TENANT, "ns", f"{name}$state"))
+
+
+def _rows_by_key(rows: list[dict[str, Any]]) -> dict[Key, dict[str, Any]]:
+    out: dict[Key, dict[str, Any]] = {}
+    for r in rows:
+        key = (r["id"], r["region"])
+        assert key not in out, f"key {key} twice"
+        out[key] = {n: r[n] for n in USER}
+    return out
+
+
+def _made_by(changes: list[dict[str, Any]]) -> dict[Key, tuple[int, int]]:
+    """Each live key's (partition, offset) of the change that made its row."""
+    last: dict[Key, tuple[int, int, int]] = {}
+    for c in changes:
+        last[(c["id"], c["region"])] = (c["_partition"], c["_offset"], c["_change"])
+    return {k: (p, o) for k, (p, o, kind) in last.items() if kind != Change.DELETE}
+
+
+async def _changelog(svc: StreamTables, name: str, partitions: int) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = []
+    for p in range(partitions):
+        res = await svc.read(TENANT, "ns", name, p, 0, 1 << 20, None)
+        out += pa.Table.from_batches(res.batches, res.schema).to_pylist()
+    return out
+
+
+def _state_commits(table: Any) -> list[dict[str, str]]:
+    table.refresh()
+    return [
+        dict(s.summary.additional_properties)
+        for s in sorted(table.snapshots(), key=lambda s: s.sequence_number)
+        if s.summary is not None
+    ]
+
+
+def test_the_state_table_equals_the_model_after_every_run(service: StreamTables) -> None:
+    async def main() -> None:
+        svc = service
+        assert svc.cold is not None
+        name = await _create(svc)
+        d = svc.meta.get_table(TENANT, "ns", name)
+        c = Components(svc.settings, svc.meta, svc.hot, svc.cold)
+        w = Writer(svc, name, seed=11)
+        for run in range(4):
+            await w.write(12)
+            result = tier_table(c, d)
+            assert result.records > 0 and set(result.applied) == set(result.moved)
+            state = _state_iceberg(svc, name)
+            rows = state.scan().to_arrow()
+            assert "_change" not in rows.column_names
+            assert _rows_by_key(rows.to_pylist()) == w.model, f"run {run}"
+            tiered = svc.cold.table(d).snapshot().watermarks
+            commits = _state_commits(state)
+            assert len(commits) == run + 1  # one state commit per run
+            assert json.loads(commits[-1]["tidegate.applied"]) == {
+                str(p): t for p, t in tiered.items()
+            }
+            assert commits[-1]["tidegate.operation"] == "apply"
+        changes = await _changelog(svc, name, 3)
+        assert replay(changes) == w.model  # the stream read: Iceberg, then the hot tier
+        made = _made_by(changes)
+        state_rows = _state_iceberg(svc, name).scan().to_arrow().to_pylist()
+        assert {(r["id"], r["region"]): (r["_partition"], r["_offset"]) for r in state_rows} == made
+        # A scan is the state table merged with the hot changes above A(p).
+        await w.write(5)
+        scanned = [b async for b in (await svc.scan(TENANT, "ns", name)).batches]
+        assert _rows_by_key(pa.Table.from_batches(scanned).to_pylist()) == w.model
+        low = [
+            b
+            async for b in (
+                await svc.scan(TENANT, "ns", name, ["id", "region", "v"], "id < 50")
+            ).batches
+        ]
+        assert sorted((r["id"], r["region"], r["v"]) for b in low for r in b.to_pylist()) == sorted(
+            (k[0], k[1], r["v"]) for k, r in w.model.items() if k[0] < 50
+        )
+        # A run with nothing to move commits nothing to either table.
+        tier_table(c, d)
+        before = len(_state_commits(_state_iceberg(svc, name)))
+        again = tier_table(c, d)
+        assert again.applied == {} and again.moved == {}
+        assert len(_state_commits(_state_iceberg(svc, name))) == before
+
+    asyncio.run(main())
+
+
+def test_a_changed_key_rewrites_only_the_files_its_key_falls_in(service: StreamTables) -> None:
+    async def main() -> None:
+        svc = service
+        assert svc.cold is not None
+        name = await _create(svc, partitions=1)
+        d = svc.meta.get_table(TENANT, "ns", name)
+        c = Components(svc.settings, svc.meta, svc.hot, svc.cold)
+
+        async def upsert(ids: range | list[int], v: int) -> None:
+            rows = [{"id": i, "region": "eu", "v": v, "note": None, "_change": 0} for i in ids]
+            await svc.append(TENANT, "ns", name, [pa.RecordBatch.from_pylist(rows, schema=WRITE)])
+
+        # Two runs far apart in the key space: two files with disjoint key ranges.
+        await upsert(range(100), 1)
+        tier_table(c, d)
+        await upsert(range(1000, 1100), 1)
+        tier_table(c, d)
+        state = svc.cold.state_table(d)
+        files = state.key_files(state.snapshot(), 0)
+        assert sorted((f.low, f.high) for f in files) == [(0, 99), (1000, 1099)]
+        # A change of key 5 replaces the file of 0..99 only.
+        await upsert([5], 2)
+        tier_table(c, d)
+        after = state.key_files(state.snapshot(), 0)
+        kept = {f.file.path for f in files} & {f.file.path for f in after}
+        assert [f.low for f in files if f.file.path in kept] == [1000]
+        rows = _state_iceberg(svc, name).scan().to_arrow().to_pylist()
+        assert len(rows) == 200 and {r["v"] for r in rows if r["id"] == 5} == {2}
+
+    asyncio.run(main())
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize(
+    ("crash", "kind"),
+    [
+        ("after_commit", "disk"),
+        ("before_state_commit", "disk"),
+        ("after_state_commit", "disk"),
+        ("after_commit", "redis"),
+    ],
+)
+def test_a_tiering_job_killed_around_the_state_commit_applies_each_change_once(
+    crash: str, kind: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    redis = request.getfixturevalue("redis_server") if kind == "redis" else None
+    settings = _settings(kind, tmp_path, redis)
+
+    async def write(batches: int, w: Writer | None = None, name: str = "") -> tuple[Writer, str]:
+        svc = build_service(settings)
+        try:
+            if w is None:
+                name = await _create(svc, partitions=2)
+                w = Writer(svc, name, seed=5, keys=60)
+            w.svc = svc
+            await w.write(batches)
+            return w, name
+        finally:
+            svc.close()
+
+    w, name = asyncio.run(write(10))
+    killed = _tier_in_child(settings, crash)
+    assert killed.returncode == -signal.SIGKILL, killed.stderr
+
+    svc = build_service(settings)
+    try:
+        assert svc.cold is not None
+        d = svc.meta.get_table(TENANT, "ns", name)
+        tiered = svc.cold.table(d).snapshot().watermarks
+        assert sum(tiered.values()) > 0  # the changelog's commit is in
+        # Killed before the state commit: nothing applied (after the changelog's commit,
+        # the state table is not even made yet); after it: all of it.
+        if crash == "after_commit":
+            with pytest.raises(NoSuchTableError):
+                _state_iceberg(svc, name)
+        else:
+            commits = _state_commits(_state_iceberg(svc, name))
+            assert len(commits) == (1 if crash == "after_state_commit" else 0)
+    finally:
+        svc.close()
+
+    w, _ = asyncio.run(write(4, w, name))
+    done = _tier_in_child(settings, None)
+    assert done.returncode == 0, done.stderr
+
+    svc = build_service(settings)
+    try:
+        assert svc.cold is not None
+        state = _state_iceberg(svc, name)
+        assert _rows_by_key(state.scan().to_arrow().to_pylist()) == w.model
+        commits = _state_commits(state)
+        # The rerun applied what was left in one commit: the killed run's range once.
+        assert len(commits) == (2 if crash == "after_state_commit" else 1)
+        tiered = svc.cold.table(d).snapshot().watermarks
+        assert json.loads(commits[-1]["tidegate.applied"]) == {str(p): t for p, t in tiered.items()}
+        changes = asyncio.run(_changelog(svc, name, 2))
+        assert replay(changes) == w.model
+        made = _made_by(changes)
+        rows = state.scan().to_arrow().to_pylist()
+        assert {(r["id"], r["region"]): (r["_partition"], r["_offset"]) for r in rows} == made
+    finally:
+        svc.close()
