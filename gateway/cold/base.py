@@ -326,6 +326,13 @@ class StateTable(ColdTable):
         first column, from the manifests only."""
 
     @abstractmethod
+    def lookup(self, snap: ColdSnapshot, partition: int, keys: pa.Table) -> pa.Table:
+        """The rows of ``snap`` in ``partition`` whose key is one of ``keys`` (a table of
+        the key's columns, in the key's types), in the stored schema: only the files
+        whose key bounds may hold one are opened, and of those the row groups whose
+        statistics may."""
+
+    @abstractmethod
     def read_files(self, files: Sequence[DataFile]) -> pa.Table:
         """Every row of ``files``, in the stored schema (user columns, then the system
         columns)."""

@@ -16,6 +16,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypeVar, overload
 
+import pyarrow as pa
+
 from gateway.config import Settings
 from gateway.core.budget import ReadBudget
 from gateway.core.recent import RecentBatches
@@ -168,8 +170,10 @@ class CoreBase:
         self.cold = cold
         #: Table id -> (schema version, handle).
         self._cold_tables: dict[str, tuple[int, ColdTable]] = {}
-        #: A primary-key table's state table handle, as ``_cold_tables``.
+        #: A primary-key table's state table handle, as ``_cold_tables``, and the state
+        #: snapshot its lookups of keys not hot last used.
         self._state_tables: dict[str, tuple[int, StateTable]] = {}
+        self._state_snaps: dict[str, ColdSnapshot] = {}
         self._snapshots: dict[str, tuple[float, ColdSnapshot]] = {}
         self._pool = ThreadPoolExecutor(settings.server.io_threads, thread_name_prefix="tg-io")
         #: Table definitions by name, and the round-robin counters of keyless tables:
@@ -354,6 +358,33 @@ class CoreBase:
         """A primary-key table's state table handle, kept as :meth:`_cold_table`'s."""
         assert self.cold is not None
         return _handle(self._state_tables, table, self.cold.state_table)
+
+    def _state_lookup(
+        self, table: TableView
+    ) -> Callable[[PartitionId, pa.Table, int], pa.Table] | None:
+        """The live rows a key table's state table holds for keys its hot tier does not
+        (``(partition, keys, low)`` -> rows in the state table's stored schema), for the
+        resolution of writes and ``get``; None without a cold tier (nothing is trimmed).
+
+        ``low`` is the partition's hot low mark read after the hot index was asked: every
+        key the index did not answer changed last below it, and the hot tier is trimmed
+        below ``A(p)`` only, so a state snapshot with ``A(p) >= low`` holds its row. The
+        snapshot last used is reused while it does; else the current one is read."""
+        if self.cold is None:
+            return None
+        state = self._state_table(table)
+        table_id = table.definition.table_id
+
+        def rows(part: PartitionId, keys: pa.Table, low: int) -> pa.Table:
+            snap = self._state_snaps.get(table_id)
+            if snap is None or snap.applied_through(part.partition) < low:
+                snap = state.snapshot()
+                if len(self._state_snaps) > 4096:
+                    self._state_snaps.clear()
+                self._state_snaps[table_id] = snap
+            return state.lookup(snap, part.partition, keys)
+
+        return rows
 
     def _read_snapshot(
         self, table: TableView, cold: ColdTable, *, fresh: bool = False

@@ -26,6 +26,7 @@ from the new snapshot, where the ranges start at the new ``A(p)``.
 from __future__ import annotations
 
 import contextlib
+import datetime as dt
 import logging
 import time
 from collections.abc import Mapping
@@ -39,14 +40,14 @@ from gateway.lake.components import Components
 from gateway.lake.passes import commit_retry
 from gateway.lake.tasks import crash_point
 from gateway.wire.changes import CHANGE_COLUMN, CHANGE_TYPE, PrimaryKey, merge_snapshot
-from gateway.wire.errors import CommitConflict
+from gateway.wire.errors import CommitConflict, NotFound
 from gateway.wire.schema import parse_fields
 
 if TYPE_CHECKING:
     from gateway.meta import TableDef
     from gateway.wire.retry import Retry
 
-__all__ = ["Applied", "apply_changes", "ensure_changelog"]
+__all__ = ["Applied", "applied_since", "apply_changes", "ensure_changelog"]
 
 log = logging.getLogger("tidegate.tiering")
 
@@ -134,6 +135,21 @@ def apply_changes(
             snapshot_id=snap.snapshot_id,
             attempts=attempt,
         )
+
+
+def applied_since(c: Components, d: TableDef, at: dt.datetime | None) -> dict[int, int]:
+    """Per partition, the lower of the state table's ``A(p)`` now and at ``at`` (the
+    snapshot current then; None: now only), what the hot tier may be trimmed below;
+    empty when the state table had no snapshot at ``at``."""
+    state = c.cold.state_table(d)
+    now = state.snapshot()
+    if at is None:
+        return dict(now.applied)
+    try:
+        then = state.snapshot(at)
+    except NotFound:
+        return {}
+    return {p: min(a, now.applied_through(p)) for p, a in then.applied.items()}
 
 
 @dataclass

@@ -463,16 +463,16 @@ def trim_hot(
     """Trim the hot tier of ``d`` below the tiered watermark that was already committed
     ``hot_retention_s`` ago: ``T_{now - retention}(p)``, the watermark of the last
     snapshot at or before that time (when each watermark was reached is the snapshot's
-    own timestamp). Never above the current ``T(p)``. Returns partition -> new low mark
-    for the partitions trimmed. A key table is never trimmed yet: its writes and lookups
-    resolve from the hot tier alone (docs/decisions/primary-keys.md)."""
-    if d.primary_key is not None:
-        return {}
+    own timestamp). Never above the current ``T(p)``; a primary-key table's never above
+    its state table's ``A(p)`` either, then or now (a scan pinned to a state snapshot
+    reads the changes above its ``A(p)`` from the hot tier). Returns partition -> new low
+    mark for the partitions trimmed."""
     cold = cold or c.cold.table(d)
     current = cold.snapshot()
     if current.snapshot_id is None:
         return {}
     retention = c.settings.tiering.hot_retention_s
+    at: dt.datetime | None = None
     if retention > 0:
         at = dt.datetime.fromtimestamp((now or time.time()) - retention, dt.UTC)
         try:
@@ -481,9 +481,12 @@ def trim_hot(
             return {}
     else:
         old = current
+    applied = keyed.applied_since(c, d, at) if d.primary_key is not None else None
     out = {}
     for p in range(d.partitions):
         below = min(old.watermark(p), current.watermark(p))
+        if applied is not None:
+            below = min(below, applied.get(p, 0))
         if below <= 0:
             continue
         part = PartitionId(d.tenant, d.table_id, p)

@@ -206,10 +206,10 @@ def test_an_idempotent_retry_after_kill_9_is_applied_once(
         gw.stop()
 
 
-def test_tiering_moves_key_tables_to_the_lake_and_keeps_them_hot(tmp_path: Path) -> None:
-    """The embedded tiering moves a key table's changelog and applies it to the state
-    table; its hot tier is not trimmed yet (the resolution and lookups read it), and the
-    changelog and the scan answer as before."""
+def test_tiering_moves_key_tables_to_the_lake(tmp_path: Path) -> None:
+    """The embedded tiering moves a key table's changelog, applies it to the state table
+    and trims the hot tier (hot retention 0); the changelog, the scan, ``get`` and a
+    delete of a key held in Iceberg only answer as before."""
     gw = GatewayProcess(
         tmp_path / "gw",
         {"TIDEGATE_TIERING__INTERVAL_S": "0.5", "TIDEGATE_TIERING__HOT_RETENTION_S": "0"},
@@ -225,17 +225,20 @@ def test_tiering_moves_key_tables_to_the_lake_and_keeps_them_hot(tmp_path: Path)
             while c.describe_table("app.kv").partition_info[0].tiered_watermark < 20:
                 assert time.monotonic() < deadline, "the key table was never tiered"
                 time.sleep(0.2)
-            for _ in range(3):  # a few more passes: still nothing trimmed
-                time.sleep(0.6)
-                kv = c.describe_table("app.kv").partition_info[0]
-                assert (kv.tiered_watermark, kv.earliest_offset, kv.high_watermark) == (20, 0, 20)
-            c.append("app.kv", [{"id": 0, "region": "eu", "_change": 3}])
+            kv = c.describe_table("app.kv").partition_info[0]
+            assert (kv.earliest_offset, kv.high_watermark) == (0, 20)  # no retention
+            time.sleep(1.5)  # a few more passes (each trims the hot tier below 20)
+            c.append("app.kv", [{"id": 0, "region": "eu", "_change": 3}])  # -D of (0, eu)
             model = {
                 (i, "eu"): {"id": i, "region": "eu", "v": 2, "note": None} for i in range(1, 4)
             }
-            assert replay(changelog(c, "app.kv", 1)) == model
+            changes = changelog(c, "app.kv", 1)
+            assert [x["_change"] for x in changes[-1:]] == [3] and len(changes) == 21
+            assert replay(changes) == model  # the -D carries the row held in Iceberg
             scanned = c.scan("app.kv").to_pylist()
             assert {(r["id"], r["region"]): {n: r[n] for n in USER} for r in scanned} == model
+            got = c.get("app.kv", [{"id": i, "region": "eu"} for i in range(5)]).to_pylist()
+            assert {(r["id"], r["region"]): {n: r[n] for n in USER} for r in got} == model
     finally:
         gw.stop()
 

@@ -23,6 +23,7 @@ from pyiceberg.exceptions import NoSuchTableError
 
 from gateway.config import Settings
 from gateway.core import StreamTables
+from gateway.hot import PartitionId
 from gateway.lake.components import Components
 from gateway.lake.tiering import tier_table
 from gateway.server.app import build_service
@@ -55,7 +56,7 @@ def _settings(kind: str, tmp_path: Path, redis: RedisServer | None) -> Settings:
         hot=hot,
         tiering={"hot_retention_s": 0, "enabled": False},
         compaction={"enabled": False},
-        retention={"enabled": False},
+        retention={"enabled": False, "settle_s": 0},
         expiry={"enabled": False},
     )
 
@@ -307,3 +308,125 @@ def test_a_tiering_job_killed_around_the_state_commit_applies_each_change_once(
         assert {(r["id"], r["region"]): (r["_partition"], r["_offset"]) for r in rows} == made
     finally:
         svc.close()
+
+
+async def _get(svc: StreamTables, name: str, keys: list[Key]) -> dict[Key, dict[str, Any]]:
+    table = pa.table({"id": [k[0] for k in keys], "region": [k[1] for k in keys]})
+    return _rows_by_key((await svc.get(TENANT, "ns", name, table)).to_pylist())
+
+
+def test_writes_lookups_and_scans_fall_through_to_the_state_table_once_trimmed(
+    service: StreamTables,
+) -> None:
+    """Tiered and trimmed (hot retention 0: trimmed below min(T(p), A(p)) by the run),
+    a key whose last change is only in Iceberg is found by the resolution of a write
+    (its -U and -D carry the old row: the replay checks each against its mirror), by
+    ``get`` and by the scan."""
+
+    async def main() -> None:
+        svc = service
+        assert svc.cold is not None
+        name = await _create(svc)
+        d = svc.meta.get_table(TENANT, "ns", name)
+        c = Components(svc.settings, svc.meta, svc.hot, svc.cold)
+        w = Writer(svc, name, seed=23, keys=120)
+        for run in range(4):
+            await w.write(10)
+            result = tier_table(c, d)
+            tiered = svc.cold.table(d).snapshot().watermarks
+            assert result.trimmed == dict(tiered), f"run {run}"
+            for p in range(3):
+                low = svc.hot.offsets(PartitionId(d.tenant, d.table_id, p)).low
+                assert low == tiered[p] > 0  # every change below T(p) left the hot tier
+            every = [(i, r) for i in range(120) for r in ("eu", "us", "ap")]
+            assert await _get(svc, name, every) == w.model  # all from the state table
+            await w.write(6)  # upserts and deletes of keys held in Iceberg only
+            assert await _get(svc, name, every) == w.model  # hot and state together
+            scanned = [b async for b in (await svc.scan(TENANT, "ns", name)).batches]
+            assert _rows_by_key(pa.Table.from_batches(scanned).to_pylist()) == w.model
+        changes = await _changelog(svc, name, 3)  # below T(p) from Iceberg
+        assert replay(changes) == w.model
+        assert sum(c["_change"] == Change.UPDATE_BEFORE for c in changes) > 50
+
+    asyncio.run(main())
+
+
+def test_a_versioned_write_compares_with_the_version_held_in_iceberg(
+    service: StreamTables,
+) -> None:
+    async def main() -> None:
+        svc = service
+        assert svc.cold is not None
+        name = f"k{uuid.uuid4().hex[:8]}"
+        await svc.create_table(
+            TENANT,
+            "ns",
+            name,
+            FIELDS,
+            1,
+            primary_key=["id", "region"],
+            merge_engine={"type": "versioned", "column": "v"},
+        )
+        d = svc.meta.get_table(TENANT, "ns", name)
+        c = Components(svc.settings, svc.meta, svc.hot, svc.cold)
+
+        async def write(v: int, note: str) -> int:
+            row = {"id": 1, "region": "eu", "v": v, "note": note, "_change": 0}
+            got = await svc.append(
+                TENANT, "ns", name, [pa.RecordBatch.from_pylist([row], schema=WRITE)]
+            )
+            return got[0].count
+
+        assert await write(5, "five") == 1  # +I
+        tier_table(c, d)
+        assert svc.hot.offsets(PartitionId(d.tenant, d.table_id, 0)).low == 1
+        assert await write(3, "three") == 0  # a lower version than Iceberg's: nothing
+        assert await write(7, "seven") == 2  # -U (the row in Iceberg), +U
+        changes = await _changelog(svc, name, 1)
+        assert [(x["_change"], x["v"], x["note"]) for x in changes] == [
+            (0, 5, "five"),
+            (1, 5, "five"),
+            (2, 7, "seven"),
+        ]
+
+    asyncio.run(main())
+
+
+def test_retention_shortens_the_changelog_never_past_the_state_table(
+    service: StreamTables,
+) -> None:
+    """Retention by record count applies to the changelog: its earliest offset moves
+    (a stream read below it is refused), but never above ``A(p)``, and the state table
+    keeps every live key however old its last change."""
+
+    async def main() -> None:
+        from gateway.lake.retention import retain_table
+        from gateway.wire.errors import OffsetOutOfRange
+
+        svc = service
+        assert svc.cold is not None
+        name = await _create(svc, partitions=1)
+        c = Components(svc.settings, svc.meta, svc.hot, svc.cold)
+        w = Writer(svc, name, seed=31, keys=40)
+        await w.write(8)
+        d = svc.meta.get_table(TENANT, "ns", name)
+        tier_table(c, d)
+        applied = svc.cold.state_table(d).snapshot().applied_through(0)
+        await w.write(8)  # changes above A(0), not yet applied
+        high = svc.hot.offsets(PartitionId(d.tenant, d.table_id, 0)).high
+        await svc.set_retention(TENANT, "ns", name, retention_records=5)  # the last 5
+        d = svc.meta.get_table(TENANT, "ns", name)
+        result = retain_table(c, d)
+        assert result.earliest == {0: applied} and applied < high - 5
+        with pytest.raises(OffsetOutOfRange):
+            await svc.read(TENANT, "ns", name, 0, 0, 10, None)
+        scanned = [b async for b in (await svc.scan(TENANT, "ns", name)).batches]
+        assert _rows_by_key(pa.Table.from_batches(scanned).to_pylist()) == w.model
+        tier_table(c, d)
+        assert retain_table(c, d).earliest == {0: high - 5}  # applied now: it moves on
+        rows = _state_iceberg(svc, name).scan().to_arrow().to_pylist()
+        assert _rows_by_key(rows) == w.model
+        keys = [(i, r) for i in range(40) for r in ("eu", "us", "ap")]
+        assert await _get(svc, name, keys) == w.model
+
+    asyncio.run(main())

@@ -24,6 +24,7 @@ from gateway.cold.base import (
     KeyedFile,
     StateTable,
     fs_path,
+    key_values,
 )
 from gateway.cold.iceberg.filters import to_pyiceberg
 from gateway.cold.iceberg.parquet import file_batches
@@ -32,6 +33,7 @@ from gateway.cold.iceberg.summary import current_snapshot_id
 from gateway.cold.iceberg.table import IcebergColdTable, TableHome
 from gateway.wire.errors import CommitConflict
 from gateway.wire.filters import Compare
+from gateway.wire.routing import key_bytes
 from gateway.wire.schema import OFFSET_COLUMN, PARTITION_COLUMN
 
 if TYPE_CHECKING:
@@ -79,6 +81,29 @@ class IcebergStateTable(IcebergColdTable, StateTable):
                 high = from_bytes(kind, upper[first.field_id])
             out.append(KeyedFile(self._data_file(f, oid), low, high))
         return out
+
+    def lookup(self, snap: ColdSnapshot, partition: int, keys: pa.Table) -> pa.Table:
+        if snap.snapshot_id is None or keys.num_rows == 0:
+            return self.stored_schema.empty_table()
+        first = self.key[0]
+        values = key_values(keys.column(first))
+        files = [f.file for f in self.key_files(snap, partition) if f.may_hold(values)]
+        wanted = pa.array(key_bytes([keys.column(c) for c in self.key]), pa.binary())
+        # Row groups pruned by their statistics of the key's first column (files are
+        # sorted by the key, so a few keys read a few row groups).
+        prune = [(first, "in", keys.column(first).unique().to_pylist())]
+        filesystem = self.store.filesystem()
+        found = []
+        for f in files:
+            rows = pq.read_table(fs_path(f.path), filesystem=filesystem, filters=prune)
+            if not rows.num_rows:
+                continue
+            rows = pa.Table.from_batches([cast_to(rows, self.stored_schema)])
+            have = pa.array(key_bytes([rows.column(c) for c in self.key]), pa.binary())
+            found.append(rows.filter(pc.is_in(have, value_set=wanted)))
+        if not found:
+            return self.stored_schema.empty_table()
+        return pa.concat_tables(found)
 
     def read_files(self, files: Sequence[DataFile]) -> pa.Table:
         filesystem = self.store.filesystem()
