@@ -350,9 +350,12 @@ class StateTable(ColdTable):
         added: Sequence[DataFile],
         applied: Mapping[int, int],
         base: ColdSnapshot,
+        *,
+        operation: str = "apply",
     ) -> ColdSnapshot:
         """Replace ``removed`` by ``added`` and raise ``tidegate.applied`` to ``applied``
-        (never lowered), in one overwrite commit on ``base``.
+        (never lowered; ``{}`` keeps it), in one overwrite commit on ``base`` whose
+        ``tidegate.operation`` is ``operation`` (``apply``, ``compact``).
 
         Raises:
             CommitConflict: the table moved since ``base``; nothing was committed (re-plan

@@ -47,7 +47,14 @@ if TYPE_CHECKING:
     from gateway.meta import TableDef
     from gateway.wire.retry import Retry
 
-__all__ = ["Applied", "applied_since", "apply_changes", "ensure_changelog"]
+__all__ = [
+    "Applied",
+    "StateCompaction",
+    "applied_since",
+    "apply_changes",
+    "compact_state",
+    "ensure_changelog",
+]
 
 log = logging.getLogger("tidegate.tiering")
 
@@ -150,6 +157,67 @@ def applied_since(c: Components, d: TableDef, at: dt.datetime | None) -> dict[in
     except NotFound:
         return {}
     return {p: min(a, now.applied_through(p)) for p, a in then.applied.items()}
+
+
+@dataclass(frozen=True, slots=True)
+class StateCompaction:
+    """What a compaction did to a key table's state table: files replaced and written,
+    live rows rewritten, bytes on storage before and after."""
+
+    removed: int = 0
+    added: int = 0
+    rows: int = 0
+    bytes_before: int = 0
+    bytes_after: int = 0
+    snapshot_id: int | None = None
+
+
+def compact_state(c: Components, d: TableDef) -> StateCompaction:
+    """Merge each partition's small state files (below ``compaction.small_file_bytes``
+    on storage, at least ``compaction.min_files`` of them) into files sorted by the key
+    of about ``compaction.target_file_bytes`` on storage, in one commit that keeps
+    ``tidegate.applied``. A tiering run that committed meanwhile wins: the compaction
+    is dropped (its files deleted) and the next one plans afresh."""
+    assert d.primary_key is not None
+    cfg = c.settings.compaction
+    state = c.cold.state_table(d)
+    base = state.snapshot()
+    if base.snapshot_id is None:
+        return StateCompaction()
+    run = _Run(c, d, c.cold.table(d), state)
+    try:
+        for p in range(d.partitions):
+            small = [
+                f.file
+                for f in state.key_files(base, p)
+                if f.file.file_size_bytes < cfg.small_file_bytes
+            ]
+            if len(small) < cfg.min_files:
+                continue
+            rows = state.read_files(small)
+            stored = max(1, sum(f.file_size_bytes for f in small))
+            # The target on storage in Arrow bytes, at the inputs' compression.
+            target = int(cfg.target_file_bytes * max(1.0, rows.nbytes / stored))
+            run.added.extend(state.write_files(p, rows, target))
+            run.removed.extend(small)
+        if not run.removed:
+            return StateCompaction(snapshot_id=base.snapshot_id)
+        snap = state.commit_state(run.removed, run.added, {}, base, operation="compact")
+    except CommitConflict:
+        run.discard()
+        log.info("%s: state compaction dropped: a tiering run committed first", d.qualified_name)
+        return StateCompaction(snapshot_id=base.snapshot_id)
+    except BaseException:
+        run.discard()
+        raise
+    return StateCompaction(
+        removed=len(run.removed),
+        added=len(run.added),
+        rows=sum(f.record_count for f in run.added),
+        bytes_before=sum(f.file_size_bytes for f in run.removed),
+        bytes_after=sum(f.file_size_bytes for f in run.added),
+        snapshot_id=snap.snapshot_id,
+    )
 
 
 @dataclass

@@ -12,6 +12,7 @@ import asyncio
 import json
 import random
 import signal
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -430,3 +431,66 @@ def test_retention_shortens_the_changelog_never_past_the_state_table(
         assert await _get(svc, name, keys) == w.model
 
     asyncio.run(main())
+
+
+def test_compaction_expiry_and_orphans_keep_the_state_table_bounded(
+    settings: Settings,
+) -> None:
+    """Each tiering run leaves new state files; compaction merges a partition's small
+    ones (keeping ``tidegate.applied``), snapshot expiry deletes the files only expired
+    snapshots read, and the orphan clean-up removes a file no commit names, in the state
+    table's folder as in the changelog's: the state table still equals the model."""
+    from gateway.lake.compaction import compact_table
+    from gateway.lake.expiry import clean_orphans, expire_table
+
+    values = settings.model_dump()
+    values["expiry"] = {"enabled": False, "retention_s": 60, "keep_last": 1, "orphan_age_s": 0}
+    svc = build_service(Settings.explicit(**values))
+
+    async def main() -> None:
+        assert svc.cold is not None
+        name = await _create(svc, partitions=2)
+        d = svc.meta.get_table(TENANT, "ns", name)
+        c = Components(svc.settings, svc.meta, svc.hot, svc.cold)
+        w = Writer(svc, name, seed=41)
+        for run in range(4):  # each run's keys past the last run's: a new file each
+            rows = [
+                {"id": 1000 * run + i, "region": r, "v": run, "note": None}
+                for i in range(30)
+                for r in ("eu", "us")
+            ]
+            w.model.update({(x["id"], x["region"]): x for x in rows})
+            batch = [{**x, "_change": 0} for x in rows]
+            await svc.append(TENANT, "ns", name, [pa.RecordBatch.from_pylist(batch, schema=WRITE)])
+            tier_table(c, d)
+        state = svc.cold.state_table(d)
+        before = [len(state.key_files(state.snapshot(), p)) for p in range(2)]
+        applied = dict(state.snapshot().applied)
+        assert min(before) >= 2
+        result = compact_table(c, d)
+        snap = state.snapshot()
+        assert [len(state.key_files(snap, p)) for p in range(2)] == [1, 1]
+        assert result.removed >= sum(before) and dict(snap.applied) == applied
+        assert _state_commits(_state_iceberg(svc, name))[-1]["tidegate.operation"] == "compact"
+        stray = f"{state.data_location(0)}/stray.parquet"
+        filesystem = svc.cold.storage_options().filesystem()[0]
+        with filesystem.open_output_stream(stray.removeprefix("file://")) as out:
+            out.write(b"not committed")
+        expired = expire_table(c, d, now=time.time() + 120)  # past the 60 s retention
+        assert expired.expired and expired.deleted_files >= sum(before)
+        assert len(_state_iceberg(svc, name).snapshots()) == 1
+        cleaned = clean_orphans(c, d, now=time.time() + 1)
+        assert any(p.endswith("stray.parquet") for p in cleaned.removed)
+        rows = _state_iceberg(svc, name).scan().to_arrow().to_pylist()
+        assert _rows_by_key(rows) == w.model
+        scanned = [b async for b in (await svc.scan(TENANT, "ns", name)).batches]
+        assert _rows_by_key(pa.Table.from_batches(scanned).to_pylist()) == w.model
+        await w.write(5)  # the compacted files take changes as any
+        tier_table(c, d)
+        rows = _state_iceberg(svc, name).scan().to_arrow().to_pylist()
+        assert _rows_by_key(rows) == w.model
+
+    try:
+        asyncio.run(main())
+    finally:
+        svc.close()

@@ -138,6 +138,8 @@ class IcebergStateTable(IcebergColdTable, StateTable):
         added: Sequence[DataFile],
         applied: Mapping[int, int],
         base: ColdSnapshot,
+        *,
+        operation: str = STATE_OPERATION,
     ) -> ColdSnapshot:
         from pyiceberg.expressions import In
 
@@ -163,7 +165,7 @@ class IcebergStateTable(IcebergColdTable, StateTable):
             merged[int(p)] = max(int(a), merged.get(int(p), 0))
         props = {
             APPLIED_PROPERTY: json.dumps({str(p): merged[p] for p in sorted(merged)}),
-            OPERATION_PROPERTY: STATE_OPERATION,
+            OPERATION_PROPERTY: operation,
         }
         return self._commit(table, props, added, [live[f.path] for f in removed], overwrite=True)
 
