@@ -173,7 +173,7 @@ class CoreBase:
         #: A primary-key table's state table handle, as ``_cold_tables``, and the state
         #: snapshot its lookups of keys not hot last used.
         self._state_tables: dict[str, tuple[int, StateTable]] = {}
-        self._state_snaps: dict[str, ColdSnapshot] = {}
+        self._state_snaps: dict[str, tuple[float, ColdSnapshot]] = {}
         self._snapshots: dict[str, tuple[float, ColdSnapshot]] = {}
         self._pool = ThreadPoolExecutor(settings.server.io_threads, thread_name_prefix="tg-io")
         #: Table definitions by name, and the round-robin counters of keyless tables:
@@ -369,19 +369,24 @@ class CoreBase:
         ``low`` is the partition's hot low mark read after the hot index was asked: every
         key the index did not answer changed last below it, and the hot tier is trimmed
         below ``A(p)`` only, so a state snapshot with ``A(p) >= low`` holds its row. The
-        snapshot last used is reused while it does; else the current one is read."""
+        snapshot last used is reused while it does, for ``cold.snapshot_cache_ms`` at
+        most (a compaction may replace its files, which expiry deletes later); else the
+        current one is read."""
         if self.cold is None:
             return None
         state = self._state_table(table)
         table_id = table.definition.table_id
 
+        ttl = self.settings.cold.snapshot_cache_ms / 1000
+
         def rows(part: PartitionId, keys: pa.Table, low: int) -> pa.Table:
-            snap = self._state_snaps.get(table_id)
-            if snap is None or snap.applied_through(part.partition) < low:
+            now = time.monotonic()
+            at, snap = self._state_snaps.get(table_id, (0.0, None))
+            if snap is None or now - at > ttl or snap.applied_through(part.partition) < low:
                 snap = state.snapshot()
                 if len(self._state_snaps) > 4096:
                     self._state_snaps.clear()
-                self._state_snaps[table_id] = snap
+                self._state_snaps[table_id] = (now, snap)
             return state.lookup(snap, part.partition, keys)
 
         return rows

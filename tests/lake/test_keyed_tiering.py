@@ -494,3 +494,22 @@ def test_compaction_expiry_and_orphans_keep_the_state_table_bounded(
         asyncio.run(main())
     finally:
         svc.close()
+
+
+def test_dropping_a_key_table_drops_its_state_table(service: StreamTables) -> None:
+    async def main() -> None:
+        svc = service
+        assert svc.cold is not None
+        name = await _create(svc, partitions=1)
+        d = svc.meta.get_table(TENANT, "ns", name)
+        w = Writer(svc, name, seed=2, keys=20)
+        await w.write(3)
+        tier_table(Components(svc.settings, svc.meta, svc.hot, svc.cold), d)
+        folder = svc.cold.state_table(d).location.removeprefix("file://")
+        assert Path(folder).is_dir()
+        await svc.drop_table(TENANT, "ns", name)
+        with pytest.raises(NoSuchTableError):
+            _state_iceberg(svc, name)
+        assert not Path(folder).exists()
+
+    asyncio.run(main())
