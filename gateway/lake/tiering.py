@@ -330,10 +330,13 @@ def tier_table(
     done = None
     while done is None:
         done = run.once()
-    _bookkeep(c, d, done, began)
+    # A key table's state table before the bookkeeping: the run's lake work is marked
+    # done only once its changes are applied too (a run killed in between leaves the
+    # mark, so the next pass applies them).
     applied = (
         keyed.apply_changes(c, d, cold, retry=retry).ranges if d.primary_key is not None else {}
     )
+    _bookkeep(c, d, done, began)
     trimmed: dict[int, int] = {}
     if trim and (done.base.snapshot_id is not None or c.settings.tiering.hot_retention_s <= 0):
         # A table's first commit (no snapshot before it) leaves nothing committed
