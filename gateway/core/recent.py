@@ -7,8 +7,8 @@ A stored batch never changes while its partition's hot state lives: offsets are 
 assigned twice, and a batch trimmed from the hot tier (below the state table's ``A(p)``)
 still holds what it held; the hot index no longer answers its offsets, so they are only
 asked for again when a resolution read them just before the trim. A partition this
-process re-seeds after a hot-state loss is forgotten (:meth:`RecentBatches.forget`). Bounded by the Arrow bytes it holds, least recently
-used first out.
+process re-seeds after a hot-state loss is forgotten (:meth:`RecentBatches.forget`).
+Bounded by the Arrow bytes it holds, least recently used first out.
 """
 
 from __future__ import annotations
