@@ -565,3 +565,28 @@ def test_writes_interleaved_with_every_lake_job_keep_each_reader_equal_to_the_mo
         asyncio.run(main())
     finally:
         svc.close()
+
+
+def test_a_changelog_table_made_without_change_gets_it_at_the_first_run(
+    service: StreamTables,
+) -> None:
+    """A key table's Iceberg table made at a first use before key tables were tiered
+    holds the user and system columns only: the first run adds ``_change``."""
+    from gateway.wire.schema import parse_fields
+
+    async def main() -> None:
+        svc = service
+        assert svc.cold is not None
+        name = await _create(svc, partitions=1)
+        d = svc.meta.get_table(TENANT, "ns", name)
+        svc.cold._create_iceberg(d, parse_fields(d.fields, stored=True))  # type: ignore[attr-defined]
+        assert "_change" not in svc.cold.table(d).file_schema().names
+        w = Writer(svc, name, seed=8, keys=30)
+        await w.write(6)
+        tier_table(Components(svc.settings, svc.meta, svc.hot, svc.cold), d)
+        assert "_change" in svc.cold.table(d).file_schema().names
+        assert replay(await _changelog(svc, name, 1)) == w.model  # read from Iceberg
+        rows = _state_iceberg(svc, name).scan().to_arrow().to_pylist()
+        assert _rows_by_key(rows) == w.model
+
+    asyncio.run(main())
