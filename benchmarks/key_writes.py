@@ -26,6 +26,8 @@ import pyarrow as pa
 
 from gateway.config import Settings
 from gateway.core import StreamTables
+from gateway.lake.components import Components
+from gateway.lake.tiering import tier_table
 from gateway.server.app import build_service
 from tests.services import RedisServer
 
@@ -90,6 +92,52 @@ async def run(svc: StreamTables, label: str, args: argparse.Namespace) -> None:
     rows = sum([b.num_rows async for b in result.batches])
     took = time.perf_counter() - started
     print(f"{label} scan of current state: {rows:,} live keys in {took:.3f} s")
+    await lake(svc, label, args, plain, keyed, data)
+
+
+async def lake(
+    svc: StreamTables,
+    label: str,
+    args: argparse.Namespace,
+    plain: str,
+    keyed: str,
+    data: list[pa.RecordBatch],
+) -> None:
+    """The lake half: tiering costs, and writes and lookups of keys held in Iceberg only."""
+    assert svc.cold is not None
+    c = Components(svc.settings, svc.meta, svc.hot, svc.cold)
+
+    def tier(name: str, what: str) -> None:
+        d = svc.meta.get_table("bench", "ns", name)
+        started = time.perf_counter()
+        r = tier_table(c, d)
+        took = time.perf_counter() - started
+        print(
+            f"{label} tiering {what}: {r.records:,} records in {took:.3f} s "
+            f"({r.records / took:,.0f} records/s)"
+        )
+
+    tier(plain, "the append-only table")
+    tier(keyed, "the key table (changelog + state table)")
+    rng = random.Random(2)
+    again = data[: args.batches // 4]
+    started = time.perf_counter()
+    for b in again:
+        await svc.append("bench", "ns", keyed, [b])
+    took = time.perf_counter() - started
+    print(
+        f"{label} upserts of keys held in Iceberg only: {len(again) * args.rows / took:,.0f} rows/s"
+    )
+    tier(keyed, "those changes (copy-on-write of the files they touch)")
+    for n in (1, 100):
+        took_each: list[float] = []
+        for _ in range(200):
+            ids = [rng.randrange(args.keys) for _ in range(n)]
+            keys = pa.table({"id": pa.array(ids, pa.int64()), "region": ["eu"] * n})
+            started = time.perf_counter()
+            await svc.get("bench", "ns", keyed, keys)
+            took_each.append(time.perf_counter() - started)
+        print(f"{label} get {n} key(s) held in Iceberg only: {percentiles(took_each)}")
 
 
 def main() -> None:
@@ -107,7 +155,9 @@ def main() -> None:
         ):
             hot_settings: dict[str, Any] = hot
             settings = Settings.explicit(
-                data_dir=root / label, hot=hot_settings, tiering={"enabled": False}
+                data_dir=root / label,
+                hot=hot_settings,
+                tiering={"enabled": False, "hot_retention_s": 0},
             )
             svc = build_service(settings)
             try:

@@ -8,6 +8,13 @@ from gateway.wire.changes import Change
 
 #: The user columns of the key-table tests' schema (key: id, region).
 USER = ["id", "region", "v", "note"]
+#: That schema's fields, as a table is created with them.
+FIELDS = [
+    {"name": "id", "type": "int64"},
+    {"name": "region", "type": "string"},
+    {"name": "v", "type": "int64"},
+    {"name": "note", "type": "string"},
+]
 Key = tuple[int, str]
 
 

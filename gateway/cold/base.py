@@ -32,6 +32,7 @@ from gateway.cold.datafiles import (
     write_data_file,
 )
 from gateway.cold.values import (
+    APPLIED_PROPERTY,
     LOST_PROPERTY,
     OPERATION_PROPERTY,
     WATERMARKS_PROPERTY,
@@ -40,10 +41,12 @@ from gateway.cold.values import (
     DataAccess,
     DataFile,
     FileStats,
+    KeyedFile,
     PlannedFile,
     RewriteObsolete,
     ScanSlice,
     SnapshotInfo,
+    key_values,
 )
 
 if TYPE_CHECKING:
@@ -53,6 +56,7 @@ if TYPE_CHECKING:
     from gateway.wire.filters import Expr
 
 __all__ = [
+    "APPLIED_PROPERTY",
     "LOST_PROPERTY",
     "OFFSET_SORT",
     "OPERATION_PROPERTY",
@@ -67,12 +71,15 @@ __all__ = [
     "DataFile",
     "DataFileWriter",
     "FileStats",
+    "KeyedFile",
     "PlannedFile",
     "RewriteObsolete",
     "ScanSlice",
     "SnapshotInfo",
+    "StateTable",
     "StorageOptions",
     "fs_path",
+    "key_values",
     "write_data_file",
 ]
 
@@ -305,6 +312,57 @@ class ColdTable(ABC):
         :func:`write_data_file` takes it."""
 
 
+class StateTable(ColdTable):
+    """A primary-key table's *state table*: one live row per key (the user columns and
+    the ``_partition``, ``_offset``, ``_timestamp`` of the change that made it, no
+    ``_change``), partitioned by ``_partition``, sorted by the key, written copy-on-write
+    (docs/decisions/primary-keys.md). Its snapshots carry ``tidegate.applied``
+    (:attr:`ColdSnapshot.applied`): through which changelog offset of each partition it
+    holds the changes. Reads and scans are a :class:`ColdTable`'s."""
+
+    @abstractmethod
+    def key_files(self, snap: ColdSnapshot, partition: int) -> list[KeyedFile]:
+        """The data files of ``partition`` in ``snap``, each with the bounds of the key's
+        first column, from the manifests only."""
+
+    @abstractmethod
+    def lookup(self, snap: ColdSnapshot, partition: int, keys: pa.Table) -> pa.Table:
+        """The rows of ``snap`` in ``partition`` whose key is one of ``keys`` (a table of
+        the key's columns, in the key's types), in the stored schema: only the files
+        whose key bounds may hold one are opened, and of those the row groups whose
+        statistics may."""
+
+    @abstractmethod
+    def read_files(self, files: Sequence[DataFile]) -> pa.Table:
+        """Every row of ``files``, in the stored schema (user columns, then the system
+        columns)."""
+
+    @abstractmethod
+    def write_files(self, partition: int, rows: pa.Table, target_bytes: int) -> list[DataFile]:
+        """Write ``rows`` (one partition's live rows, stored schema) as new data files of
+        about ``target_bytes`` of Arrow data each, sorted by the key, and describe them
+        for :meth:`commit_state`. Nothing is visible until then."""
+
+    @abstractmethod
+    def commit_state(
+        self,
+        removed: Sequence[DataFile],
+        added: Sequence[DataFile],
+        applied: Mapping[int, int],
+        base: ColdSnapshot,
+        *,
+        operation: str = "apply",
+    ) -> ColdSnapshot:
+        """Replace ``removed`` by ``added`` and raise ``tidegate.applied`` to ``applied``
+        (never lowered; ``{}`` keeps it), in one overwrite commit on ``base`` whose
+        ``tidegate.operation`` is ``operation`` (``apply``, ``compact``).
+
+        Raises:
+            CommitConflict: the table moved since ``base``; nothing was committed (re-plan
+                from the new snapshot).
+        """
+
+
 class ColdStore(ABC):
     """The catalog and warehouse holding every stream-table's Iceberg table."""
 
@@ -336,6 +394,15 @@ class ColdStore(ABC):
         """The Iceberg table of an existing stream-table, created empty with the
         table's current schema when it is first used (the gateway does not create it
         with the stream-table: a create stays cheap however many tables exist)."""
+
+    def state_table(self, table: TableDef) -> StateTable:
+        """The state table of a primary-key table (made empty at its first use, like
+        :meth:`table`).
+
+        Raises:
+            NotImplementedError: a store that keeps no state tables.
+        """
+        raise NotImplementedError(f"{type(self).__name__} keeps no state tables")
 
     @abstractmethod
     def drop_table(self, table: TableDef) -> None:

@@ -5,16 +5,19 @@ snapshot summary properties it keeps its state in. Plain frozen dataclasses with
 
 from __future__ import annotations
 
+import bisect
 import datetime as dt
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from gateway.wire.errors import TidegateError
 
 __all__ = [
+    "APPLIED_PROPERTY",
     "LOST_PROPERTY",
     "OPERATION_PROPERTY",
     "WATERMARKS_PROPERTY",
@@ -23,10 +26,12 @@ __all__ = [
     "DataAccess",
     "DataFile",
     "FileStats",
+    "KeyedFile",
     "PlannedFile",
     "RewriteObsolete",
     "ScanSlice",
     "SnapshotInfo",
+    "key_values",
 ]
 
 WATERMARKS_PROPERTY = "tidegate.watermarks"
@@ -34,6 +39,10 @@ WATERMARKS_PROPERTY = "tidegate.watermarks"
 #: partition, as ``{"p": [[start, end], ...]}``: ranges below ``T(p)`` no data file holds
 #: and no record will ever have (see ``ColdTable.commit_lost``). Carried by every commit.
 LOST_PROPERTY = "tidegate.lost"
+#: Snapshot summary property of a primary-key table's state table: through which offset
+#: of each partition's changelog it holds the changes, ``A(p)``, as ``{"p": offset}``
+#: (docs/decisions/primary-keys.md).
+APPLIED_PROPERTY = "tidegate.applied"
 #: Snapshot summary property naming the lake job that committed it (``compact``...).
 OPERATION_PROPERTY = "tidegate.operation"
 
@@ -59,6 +68,13 @@ class ColdSnapshot:
     #: Offsets lost with a hot tier's state (``LOST_PROPERTY``): partition -> ranges
     #: ``(start, end)``, ordered and disjoint. Reads pass over them.
     lost: Mapping[int, tuple[tuple[int, int], ...]] = field(default_factory=dict)
+    #: A state table's ``A(p)`` per partition (``APPLIED_PROPERTY``); a missing
+    #: partition is 0. Empty for any other table.
+    applied: Mapping[int, int] = field(default_factory=dict)
+
+    def applied_through(self, partition: int) -> int:
+        """``A(p)``: the state table holds the changes of ``partition`` below it."""
+        return int(self.applied.get(partition, 0))
 
     def watermark(self, partition: int) -> int:
         return int(self.watermarks.get(partition, 0))
@@ -72,6 +88,42 @@ class ColdSnapshot:
             if at >= end:
                 return True
         return at >= end
+
+
+def key_values(column: pa.Array | pa.ChunkedArray) -> list[Any]:
+    """The distinct values of a key column, sorted, as Python values comparable with the
+    bounds of a manifest's column statistics (:attr:`KeyedFile.low`): dates as days,
+    times and timestamps as microseconds, the rest as their Python values."""
+    t = column.type
+    if pa.types.is_date32(t):
+        column = pc.cast(column, pa.int32())
+    elif pa.types.is_timestamp(t):
+        column = pc.cast(pc.cast(column, pa.timestamp("us", t.tz)), pa.int64())
+    elif pa.types.is_time64(t):
+        column = pc.cast(pc.cast(column, pa.time64("us")), pa.int64())
+    return sorted(pc.unique(column).to_pylist())
+
+
+@dataclass(frozen=True, slots=True)
+class KeyedFile:
+    """A state table's data file with the bounds of the primary key's first column in it
+    (from the manifest's column statistics; None: unknown, the file may hold any key)."""
+
+    file: DataFile
+    low: Any = None
+    high: Any = None
+
+    def may_hold(self, sorted_values: list[Any]) -> bool:
+        """Whether a key whose first column is one of ``sorted_values`` (from
+        :func:`key_values`) may be in the file (a value within its bounds; always, when
+        they are unknown or incomparable)."""
+        if self.low is None or self.high is None:
+            return True
+        try:
+            at = bisect.bisect_left(sorted_values, self.low)
+            return at < len(sorted_values) and sorted_values[at] <= self.high
+        except TypeError:
+            return True
 
 
 @dataclass(frozen=True, slots=True)

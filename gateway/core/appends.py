@@ -288,9 +288,10 @@ class AppendOps(CoreBase):
         pk = table.definition.primary_key
         assert pk is not None
         writes = pa.Table.from_batches([rows])
+        state = self._state_lookup(table)
         for attempt in range(RESOLVE_TRIES):
             try:
-                got = resolve(self.hot, part, writes, pk, table.log_schema, self._recent)
+                got = resolve(self.hot, part, writes, pk, table.log_schema, self._recent, state)
                 count = got.changes.num_rows
                 if count == 0 and r.producer is None:
                     return AppendResult(got.high, 0)

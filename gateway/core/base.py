@@ -16,18 +16,21 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypeVar, overload
 
+import pyarrow as pa
+
 from gateway.config import Settings
 from gateway.core.budget import ReadBudget
 from gateway.core.recent import RecentBatches
 from gateway.core.views import TableView
 from gateway.hot import HotLog, PartitionId
-from gateway.meta import TABLE_VIEW_TTL_S, MetadataStore, StorageMark
+from gateway.meta import TABLE_VIEW_TTL_S, MetadataStore, StorageMark, TableDef
 from gateway.wire.errors import InvalidPartition, InvalidRequest, TableNotFound
 from gateway.wire.filters import FilterLimits
 from gateway.wire.schema import parse_fields
 
 if TYPE_CHECKING:
     from gateway.cold import ColdSnapshot, ColdStore, ColdTable
+    from gateway.cold.base import StateTable
 
 __all__ = ["TABLE_CACHE_MAX", "CoreBase", "LruDict"]
 
@@ -167,6 +170,10 @@ class CoreBase:
         self.cold = cold
         #: Table id -> (schema version, handle).
         self._cold_tables: dict[str, tuple[int, ColdTable]] = {}
+        #: A primary-key table's state table handle, as ``_cold_tables``, and the state
+        #: snapshot its lookups of keys not hot last used.
+        self._state_tables: dict[str, tuple[int, StateTable]] = {}
+        self._state_snaps: dict[str, tuple[float, ColdSnapshot]] = {}
         self._snapshots: dict[str, tuple[float, ColdSnapshot]] = {}
         self._pool = ThreadPoolExecutor(settings.server.io_threads, thread_name_prefix="tg-io")
         #: Table definitions by name, and the round-robin counters of keyless tables:
@@ -345,16 +352,44 @@ class CoreBase:
     def _cold_table(self, table: TableView) -> ColdTable:
         """The table's cold handle, kept per table id (handles cache table metadata)."""
         assert self.cold is not None
-        d = table.definition
-        hit = self._cold_tables.get(d.table_id)
-        if hit is not None and hit[0] == d.schema_version:
-            return hit[1]
-        # A handle reads in the schema it was built with: a new one per schema version.
-        if len(self._cold_tables) > 4096:
-            self._cold_tables.clear()
-        handle = self.cold.table(d)
-        self._cold_tables[d.table_id] = (d.schema_version, handle)
-        return handle
+        return _handle(self._cold_tables, table, self.cold.table)
+
+    def _state_table(self, table: TableView) -> StateTable:
+        """A primary-key table's state table handle, kept as :meth:`_cold_table`'s."""
+        assert self.cold is not None
+        return _handle(self._state_tables, table, self.cold.state_table)
+
+    def _state_lookup(
+        self, table: TableView
+    ) -> Callable[[PartitionId, pa.Table, int], pa.Table] | None:
+        """The live rows a key table's state table holds for keys its hot tier does not
+        (``(partition, keys, low)`` -> rows in the state table's stored schema), for the
+        resolution of writes and ``get``; None without a cold tier (nothing is trimmed).
+
+        ``low`` is the partition's hot low mark read after the hot index was asked: every
+        key the index did not answer changed last below it, and the hot tier is trimmed
+        below ``A(p)`` only, so a state snapshot with ``A(p) >= low`` holds its row. The
+        snapshot last used is reused while it does, for ``cold.snapshot_cache_ms`` at
+        most (a compaction may replace its files, which expiry deletes later); else the
+        current one is read."""
+        if self.cold is None:
+            return None
+        state = self._state_table(table)
+        table_id = table.definition.table_id
+
+        ttl = self.settings.cold.snapshot_cache_ms / 1000
+
+        def rows(part: PartitionId, keys: pa.Table, low: int) -> pa.Table:
+            now = time.monotonic()
+            at, snap = self._state_snaps.get(table_id, (0.0, None))
+            if snap is None or now - at > ttl or snap.applied_through(part.partition) < low:
+                snap = state.snapshot()
+                if len(self._state_snaps) > 4096:
+                    self._state_snaps.clear()
+                self._state_snaps[table_id] = (now, snap)
+            return state.lookup(snap, part.partition, keys)
+
+        return rows
 
     def _read_snapshot(
         self, table: TableView, cold: ColdTable, *, fresh: bool = False
@@ -379,3 +414,20 @@ class CoreBase:
                 self._snapshots.clear()
             self._snapshots[key] = (now + ttl, snap)
         return snap
+
+
+H = TypeVar("H")
+
+
+def _handle(cache: dict[str, tuple[int, H]], table: TableView, make: Callable[[TableDef], H]) -> H:
+    """The handle of ``table`` in ``cache``, made by ``make`` when missing or of an older
+    schema version (a handle reads in the schema it was built with)."""
+    d = table.definition
+    hit = cache.get(d.table_id)
+    if hit is not None and hit[0] == d.schema_version:
+        return hit[1]
+    if len(cache) > 4096:
+        cache.clear()
+    handle = make(d)
+    cache[d.table_id] = (d.schema_version, handle)
+    return handle

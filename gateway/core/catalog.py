@@ -2,6 +2,10 @@
 HTTP edge serves at ``/iceberg``): its namespaces, its tables, each table's committed
 metadata and how an engine reads the table's files without the warehouse's keys.
 
+A primary-key table is its state table under its own name (one live row per key, what an
+engine expects of a table) and its changelog under ``<name>$changelog`` (every change with
+``_change``, Fluss's name for it); docs/decisions/primary-keys.md.
+
 Tidegate has no namespace of its own: a namespace exists while the tenant has a table in
 it. Everything is scoped by the tenant, and a name that is not a valid table name answers
 exactly as a table that does not exist (or is another tenant's): ``TableNotFound``.
@@ -15,7 +19,10 @@ from gateway.cold.base import CatalogEntry, DataAccess
 from gateway.core.base import CoreBase
 from gateway.wire.errors import NotFound, TableNotFound
 
-__all__ = ["CatalogOps"]
+__all__ = ["CHANGELOG_SUFFIX", "CatalogOps"]
+
+#: The catalog name of a primary-key table's changelog: ``<name>$changelog``.
+CHANGELOG_SUFFIX = "$changelog"
 
 # The same rule as gateway.core.names.check_ident: a name no table can have is not looked up.
 _NAME = re.compile(r"[A-Za-z][A-Za-z0-9_\-]{0,127}")
@@ -45,7 +52,12 @@ class CatalogOps(CoreBase):
         if self.cold is None or not _valid(namespace):
             return []
         defs = await self._run(self.meta.list_tables, tenant, namespace)
-        return [d.name for d in defs]
+        names = []
+        for d in defs:
+            names.append(d.name)
+            if d.primary_key is not None:
+                names.append(d.name + CHANGELOG_SUFFIX)
+        return names
 
     async def catalog_entry(self, tenant: str, namespace: str, name: str) -> CatalogEntry:
         """The table's current committed metadata file and document.
@@ -53,11 +65,17 @@ class CatalogOps(CoreBase):
         Raises:
             TableNotFound: no such table in this tenant (or no Iceberg table for it yet).
         """
-        if self.cold is None or not (_valid(namespace) and _valid(name)):
+        changelog = isinstance(name, str) and name.endswith(CHANGELOG_SUFFIX)
+        base = name[: -len(CHANGELOG_SUFFIX)] if changelog else name
+        if self.cold is None or not (_valid(namespace) and _valid(base)):
             raise _missing(namespace, name)
         try:
-            view = await self.table(tenant, namespace, name)
-            return await self._run(self._cold_table(view).catalog_entry)
+            view = await self.table(tenant, namespace, base)
+            keyed = view.definition.primary_key is not None
+            if changelog and not keyed:
+                raise _missing(namespace, name)
+            cold = self._state_table(view) if keyed and not changelog else self._cold_table(view)
+            return await self._run(cold.catalog_entry)
         except NotFound:
             # No such table, or its Iceberg table is not there (yet, or any more).
             raise _missing(namespace, name) from None

@@ -9,16 +9,17 @@ into ``+I``, ``-U``/``+U`` and ``-D`` under the table's merge engine. The caller
 the changes with the keys and ``expect_high`` set to the high watermark the resolution
 saw, and resolves again when another append landed meanwhile.
 
-Resolving from the hot tier alone is exact while a key table's records never leave it:
-tiering and hot retention skip key tables until the Iceberg state table exists (the
-decision record's "Key tables stay hot until their state table exists").
+A key the hot index does not answer changed last below the partition's hot low mark, or
+never: once the hot tier has been trimmed (below the state table's ``A(p)`` only), such
+keys are looked up in the state table (``state``, :meth:`CoreBase._state_lookup`), so an
+update of a key whose last row is only in Iceberg carries that row in its ``-U``.
 
 Nothing here knows a backend: it talks to :class:`~gateway.hot.HotLog`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -37,14 +38,20 @@ from gateway.wire.changes import (
     changelog,
 )
 from gateway.wire.codec import decode_batch
-from gateway.wire.errors import OffsetOutOfRange, SchemaMismatch
+from gateway.wire.errors import HighWatermarkMoved, OffsetOutOfRange, SchemaMismatch, Unavailable
 from gateway.wire.evolution import read_as
 from gateway.wire.routing import key_bytes, route_by_key
 from gateway.wire.schema import conform_batch, system_schema, with_system_columns
 
-__all__ = ["LookupOps", "Resolved", "check_writes", "lookup", "resolve", "row_keys"]
+__all__ = ["LookupOps", "Resolved", "StateRows", "check_writes", "lookup", "resolve", "row_keys"]
 
 _WRITE_CODES = "0 or 2 (upsert) and 3 (delete)"
+#: The live rows the state table holds for keys the hot tier does not: ``(partition,
+#: keys (a table of the key's columns), the hot low mark read after asking the index)``
+#: -> rows with the user and system columns.
+StateRows = Callable[[PartitionId, pa.Table, int], pa.Table]
+#: A lookup whose hot records were trimmed under it asks again this many times.
+_LOOKUP_TRIES = 8
 
 
 @dataclass(frozen=True, slots=True)
@@ -119,9 +126,11 @@ def resolve(
     key: PrimaryKey,
     log_schema: pa.Schema,
     recent: RecentBatches | None = None,
+    state: StateRows | None = None,
 ) -> Resolved:
     """The changes ``writes`` (checked by :func:`check_writes`, in the table's write
-    schema) make to the partition as its hot tier holds it now.
+    schema) make to the partition as its hot tier holds it now, and its state table for
+    the keys the hot tier no longer holds.
 
     Raises:
         HighWatermarkMoved: an append landed while the previous rows were looked up
@@ -143,10 +152,43 @@ def resolve(
     try:
         previous = _rows_at(hot, part, offsets, log_schema, user, recent)
     except OffsetOutOfRange:
-        # Trimmed meanwhile (key tables are not trimmed: a partition started over): again.
+        # Trimmed meanwhile: the index answers afresh (the key then falls through).
         raise high_moved(part, high, -1) from None
+    cold = _not_hot(hot, part, writes, keys, found_by(asked, found), key, state)
+    if cold is not None and cold.num_rows:
+        previous = pa.concat_tables([previous, cold.select(user).cast(previous.schema)])
     changes = changelog(writes, previous, key)
     return Resolved(changes, row_keys(changes, key) if changes.num_rows else [], high)
+
+
+def found_by(asked: Sequence[bytes], found: Sequence[int | None]) -> dict[bytes, int | None]:
+    return dict(zip(asked, found, strict=True))
+
+
+def _not_hot(
+    hot: HotLog,
+    part: PartitionId,
+    rows: pa.Table,
+    keys: Sequence[bytes],
+    found: dict[bytes, int | None],
+    key: PrimaryKey,
+    state: StateRows | None,
+) -> pa.Table | None:
+    """The state table's rows of the keys of ``rows`` (``keys``: each row's key bytes)
+    that the hot index did not answer (``found``), when the partition's hot tier was ever
+    trimmed; None when none is to be asked (a partition never trimmed holds every key's
+    last change hot)."""
+    if state is None or all(o is not None for o in found.values()):
+        return None
+    low = hot.offsets(part).low
+    if low <= 0:
+        return None
+    first: dict[bytes, int] = {}
+    for i, k in enumerate(keys):
+        if found.get(k, 0) is None and k not in first:
+            first[k] = i
+    picked = rows.select(list(key.columns)).take(pa.array(list(first.values()), pa.int64()))
+    return state(part, picked, low)
 
 
 def _rows_at(
@@ -204,14 +246,34 @@ def lookup(
     key: PrimaryKey,
     log_schema: pa.Schema,
     recent: RecentBatches | None = None,
+    state: StateRows | None = None,
 ) -> pa.Table:
-    """The live rows of ``keys`` (a table of the key's columns, all routed to ``part``)
-    that the partition's hot tier holds, with the system columns of the change that made
-    each, in offset order; keys not live are left out. Exact while key tables stay hot."""
-    asked = list(dict.fromkeys(row_keys(keys, key)))
-    offsets = sorted({o for o in hot.latest_offsets(part, asked) if o is not None})
+    """The live rows of ``keys`` (a table of the key's columns, all routed to ``part``),
+    with the system columns of the change that made each: those the hot index answers
+    from the hot tier, in offset order, then those it does not from the state table
+    (``state``); keys not live are left out.
+
+    Raises:
+        Unavailable: the hot tier kept trimming the records asked for.
+    """
     names = [n for n in system_schema(log_schema).names if n != CHANGE_COLUMN]
-    return _rows_at(hot, part, offsets, log_schema, names, recent)
+    each = row_keys(keys, key)
+    asked = list(dict.fromkeys(each))
+    for _ in range(_LOOKUP_TRIES):
+        found = hot.latest_offsets(part, asked)
+        offsets = sorted({o for o in found if o is not None})
+        try:
+            rows = _rows_at(hot, part, offsets, log_schema, names, recent)
+        except (OffsetOutOfRange, HighWatermarkMoved):
+            continue  # trimmed under the lookup: the index answers afresh
+        cold = _not_hot(hot, part, keys, each, found_by(asked, found), key, state)
+        if cold is not None and cold.num_rows:
+            rows = pa.concat_tables([rows, cold.select(names).cast(rows.schema)])
+        return rows
+    raise Unavailable(
+        f"partition {part.partition}'s hot tier kept trimming the keys looked up; try again",
+        retry_after_ms=50,
+    )
 
 
 class LookupOps(CoreBase):
@@ -219,8 +281,8 @@ class LookupOps(CoreBase):
         """Point lookups of a primary-key table: the live row of each of ``keys`` (a
         table of the key's columns, in the key's types or ones that widen to them), with
         the system columns of the change that made it; keys not live are left out. From
-        the hot tier's key index, one lookup per partition the keys route to (the rows
-        come partition by partition, each in offset order).
+        the hot tier's key index, one lookup per partition the keys route to, and the
+        state table for keys no longer hot (the rows come partition by partition).
 
         Raises:
             TableNotFound, SchemaMismatch: the table has no primary key, or ``keys``
@@ -246,6 +308,8 @@ class LookupOps(CoreBase):
             [f for f in table.stored_schema if f.name != CHANGE_COLUMN],
         )
 
+        state = self._state_lookup(table)
+
         def run() -> pa.Table:
             found: list[pa.Table] = []
             if typed.num_rows:
@@ -254,7 +318,13 @@ class LookupOps(CoreBase):
                 for p, idx in sorted(routes.items()):
                     part = PartitionId(d.tenant, d.table_id, p)
                     rows = lookup(
-                        self.hot, part, typed.take(idx), pk, table.log_schema, self._recent
+                        self.hot,
+                        part,
+                        typed.take(idx),
+                        pk,
+                        table.log_schema,
+                        self._recent,
+                        state,
                     )
                     found.append(rows.cast(out_schema))
             return pa.concat_tables(found) if found else out_schema.empty_table()

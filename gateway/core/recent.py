@@ -3,11 +3,12 @@ partition and base offset: a write's resolution and a lookup find a key's last c
 here before they read it from the hot tier (docs/decisions/primary-keys.md, "What the
 write path costs").
 
-A stored batch never changes while its partition's hot state lives: a key table's
-partition is never trimmed (until its state table exists), and offsets are never assigned
-twice. A partition this process re-seeds after a hot-state loss is forgotten
-(:meth:`RecentBatches.forget`). Bounded by the Arrow bytes it holds, least recently
-used first out.
+A stored batch never changes while its partition's hot state lives: offsets are never
+assigned twice, and a batch trimmed from the hot tier (below the state table's ``A(p)``)
+still holds what it held; the hot index no longer answers its offsets, so they are only
+asked for again when a resolution read them just before the trim. A partition this
+process re-seeds after a hot-state loss is forgotten (:meth:`RecentBatches.forget`).
+Bounded by the Arrow bytes it holds, least recently used first out.
 """
 
 from __future__ import annotations

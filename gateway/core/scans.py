@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import logging
 from collections.abc import AsyncIterator, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
@@ -13,7 +14,7 @@ from gateway.core.base import CoreBase
 from gateway.core.names import parse_as_of
 from gateway.core.views import HotRange, ReadPlan, ScanPart, ScanResult, TableView
 from gateway.hot import PartitionId
-from gateway.wire.changes import PrimaryKey, current_rows
+from gateway.wire.changes import PrimaryKey, merge_snapshot
 from gateway.wire.codec import decode_batch
 from gateway.wire.errors import (
     InvalidRequest,
@@ -28,7 +29,7 @@ from gateway.wire.scans import check_limit, projection
 from gateway.wire.schema import OFFSET_COLUMN, PARTITION_COLUMN, with_system_columns
 
 if TYPE_CHECKING:
-    from gateway.cold import ColdSnapshot, PlannedFile
+    from gateway.cold import ColdSnapshot, ColdTable, PlannedFile
 
 __all__ = ["ScanOps"]
 
@@ -59,13 +60,14 @@ class ScanOps(CoreBase):
         after ``S``, so they cover every removal ``S`` holds; rows of ``S`` below them
         (recorded, not yet removed) are left out by :func:`_retained`."""
         d = table.definition
+        keyed = d.primary_key is not None
         snap: ColdSnapshot | None
         if when is not None:
             if self.cold is None:
                 raise SnapshotNotFound("as_of needs the cold tier, which is disabled")
-            snap = self._cold_table(table).snapshot(when)
+            snap = self._pinned_table(table).snapshot(when)
         else:
-            snap = self._cold_table(table).snapshot() if self.cold is not None else None
+            snap = self._pinned_table(table).snapshot() if self.cold is not None else None
         earliest = (
             {
                 p.partition: p.earliest_offset
@@ -76,18 +78,31 @@ class ScanOps(CoreBase):
             else {}
         )
         if when is not None:
-            return snap, [], earliest
+            # A key table's state as of then: each partition's state rows, no changes.
+            return snap, [HotRange(p, 0, 0) for p in range(d.partitions)] if keyed else [], earliest
         ranges = []
         parts = [PartitionId(d.tenant, d.table_id, p) for p in range(d.partitions)]
         for p, o in enumerate(self.hot.offsets_many(parts)):
-            lo = snap.watermark(p) if snap is not None else o.low
+            # A key table's snapshot is its state table's: it holds the changes below
+            # A(p), the hot tier the rest.
+            lo = o.low
+            if snap is not None:
+                lo = snap.applied_through(p) if keyed else snap.watermark(p)
             # The hot tier starts above T(p) only when it lost its state and was re-seeded
             # above it (it trims below committed watermarks only): the offsets in between
             # are lost, not to be read.
             lo = max(lo, earliest.get(p, 0), o.low)
             if o.high > lo:
                 ranges.append(HotRange(p, lo, o.high))
+            elif keyed:  # every partition's state rows are read with its range
+                ranges.append(HotRange(p, lo, lo))
         return snap, ranges, earliest
+
+    def _pinned_table(self, table: TableView) -> ColdTable:
+        """The Iceberg table a scan pins: a key table's state table, else the table's."""
+        if table.definition.primary_key is not None:
+            return self._state_table(table)
+        return self._cold_table(table)
 
     def _lease(
         self, table: TableView, snap: ColdSnapshot | None, kind: str, past: bool
@@ -108,7 +123,7 @@ class ScanOps(CoreBase):
         lease = self.meta.add_lease(table.definition.table_id, snap.snapshot_id, kind, ttl)
         if past:
             try:
-                self._cold_table(table).snapshot(snap.snapshot_id)
+                self._pinned_table(table).snapshot(snap.snapshot_id)
             except SnapshotNotFound:
                 self.meta.release_lease(lease.lease_id)
                 raise
@@ -165,20 +180,41 @@ class ScanOps(CoreBase):
                     break
 
     def _state_rows(
-        self, table: TableView, r: HotRange, arrow_filter: Any, names: list[str]
+        self,
+        table: TableView,
+        r: HotRange,
+        arrow_filter: Any,
+        names: list[str],
+        *,
+        state: ColdTable | None = None,
+        snap: ColdSnapshot | None = None,
+        expr: Expr | None = None,
     ) -> Iterator[pa.RecordBatch]:
-        """A primary-key table's current state in one partition's hot range: its changes
-        folded into the latest live row per key (last-row: the log is resolved at write,
-        docs/decisions/primary-keys.md), then filtered and projected. Exact while key
-        tables stay hot (tiering skips them); held in memory, bounded by the hot-bytes
-        quota."""
+        """A primary-key table's current state in one partition: the pinned state
+        snapshot's rows of the partition (``snap`` of ``state``, pruned by ``expr``) with
+        the partition's hot changes ``[A(p), HW(p))`` (``r``) merged over them (last-row:
+        the log is resolved at write, docs/decisions/primary-keys.md), then filtered and
+        projected. Pruning the state rows first is exact: a key the hot range changes
+        takes its row from its last change there, whatever the state held. A partition's
+        rows are held in memory for the merge."""
         pk = table.definition.primary_key
         assert pk is not None
+        schema = table.scan_schema
+        base = schema.empty_table()
+        if state is not None and snap is not None and snap.snapshot_id is not None:
+            where: Expr = Compare(PARTITION_COLUMN, "=", r.partition)
+            found = list(state.scan(snap, None, where if expr is None else And((where, expr))))
+            if found:
+                base = pa.Table.from_batches(found).select(schema.names).cast(schema)
         log_names = list(table.stored_schema.names)
-        changes = list(self._hot_rows(table, r, None, log_names))
-        if not changes:
-            return
-        rows = current_rows(pa.Table.from_batches(changes), PrimaryKey(pk.columns))
+        changes = (
+            list(self._hot_rows(table, r, None, log_names)) if r.to_offset > r.from_offset else []
+        )
+        rows = (
+            merge_snapshot(base, pa.Table.from_batches(changes), PrimaryKey(pk.columns))
+            if changes
+            else base
+        )
         if arrow_filter is not None:
             rows = rows.filter(arrow_filter)
         for b in rows.select(names).combine_chunks().to_batches():
@@ -229,9 +265,18 @@ class ScanOps(CoreBase):
         expr = await self._filter(row_filter, table.scan_schema)
         arrow_filter = to_arrow(expr, table.scan_schema) if expr is not None else None
         schema = pa.schema([table.scan_schema.field(n) for n in names])
-        hot_rows = self._hot_rows if table.definition.primary_key is None else self._state_rows
         snap, ranges, earliest = await self._run(self._pin, table, when)
-        cold = self._cold_table(table) if self.cold is not None else None
+        keyed = table.definition.primary_key is not None
+        # A key table's Iceberg side is merged partition by partition with its changes.
+        cold = self._cold_table(table) if self.cold is not None and not keyed else None
+        hot_rows: Any = self._hot_rows
+        if keyed:
+            hot_rows = functools.partial(
+                self._state_rows,
+                state=self._state_table(table) if self.cold is not None else None,
+                snap=snap,
+                expr=expr,
+            )
         lease = await self._run(self._lease, table, snap, "scan", when is not None)
         cold_expr = _retained(expr, earliest, table.definition.partitions)
 

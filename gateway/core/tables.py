@@ -393,6 +393,7 @@ class TableOps(CoreBase):
         d = await self._run(self.meta.drop_table, tenant, namespace, name)
         self._tables.pop((tenant, namespace, name), None)
         self._cold_tables.pop(d.table_id, None)
+        self._state_tables.pop(d.table_id, None)
         cold = self.cold
 
         def drop_logs() -> None:

@@ -40,6 +40,7 @@ from gateway.cold.base import (
     fs_path,
     write_data_file,
 )
+from gateway.lake import keyed
 from gateway.lake.components import Components, TieringError
 from gateway.lake.passes import (
     RunReport,
@@ -228,12 +229,28 @@ def compact_table(
     """
     runner = runner or LocalRunner(c)
     retry = retry or commit_retry(c)
+    # A key table's state table first (its own small files, its own commit).
+    state = keyed.compact_state(c, d) if d.primary_key is not None else keyed.StateCompaction()
     cold = c.cold.table(d)
     base = cold.snapshot()
     tasks = _plan(c, d, cold)
     if not tasks:
-        c.meta.record_run(d.table_id, "compact", "ok", "nothing to compact")
-        return CompactionResult(d.qualified_name, d.tenant, snapshot_id=base.snapshot_id)
+        what = (
+            f"state table: rewrote {state.removed} files into {state.added}"
+            if state.removed
+            else "nothing to compact"
+        )
+        c.meta.record_run(d.table_id, "compact", "ok", what)
+        return CompactionResult(
+            d.qualified_name,
+            d.tenant,
+            removed=state.removed,
+            added=state.added,
+            records=state.rows,
+            bytes_before=state.bytes_before,
+            bytes_after=state.bytes_after,
+            snapshot_id=base.snapshot_id,
+        )
     crash_point("after_plan", CRASH_POINT_ENV)
     removed = [f for t in tasks for f in t.inputs]
     added = runner.write(d.tenant, tasks)
@@ -266,11 +283,11 @@ def compact_table(
     result = CompactionResult(
         table=d.qualified_name,
         tenant=d.tenant,
-        removed=len(removed),
-        added=len(added),
-        records=sum(f.record_count for f in added),
-        bytes_before=sum(f.file_size_bytes for f in removed),
-        bytes_after=sum(f.file_size_bytes for f in added),
+        removed=len(removed) + state.removed,
+        added=len(added) + state.added,
+        records=sum(f.record_count for f in added) + state.rows,
+        bytes_before=sum(f.file_size_bytes for f in removed) + state.bytes_before,
+        bytes_after=sum(f.file_size_bytes for f in added) + state.bytes_after,
         attempts=attempt,
         conflicts=conflicts,
         snapshot_id=snap.snapshot_id,

@@ -38,7 +38,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from gateway.cold.base import SnapshotInfo, fs_path
+from gateway.cold.base import ColdTable, SnapshotInfo, fs_path
 from gateway.lake.components import Components
 from gateway.lake.passes import (
     RunReport,
@@ -131,17 +131,61 @@ def _delete(c: Components, paths: Iterable[str]) -> int:
     return deleted
 
 
+def _tables(c: Components, d: TableDef) -> list[ColdTable]:
+    """The Iceberg tables of ``d``: its own, and a primary-key table's state table."""
+    tables: list[ColdTable] = [c.cold.table(d)]
+    if d.primary_key is not None:
+        tables.append(c.cold.state_table(d))
+    return tables
+
+
 def expire_table(
     c: Components, d: TableDef, *, now: float | None = None, retry: Retry | None = None
 ) -> ExpiryResult:
-    """Expire the table's old snapshots and delete the files only they referenced.
+    """Expire the table's old snapshots and delete the files only they referenced (a
+    primary-key table's changelog and state table alike, each under the same rule).
 
     Raises:
         CommitConflict: still conflicting after ``retry.attempts`` tries.
     """
-    cfg = c.settings.expiry
     retry = retry or commit_retry(c)
-    cold = c.cold.table(d)
+    expired: list[int] = []
+    pinned: list[int] = []
+    deleted = conflicts = 0
+    for cold in _tables(c, d):
+        e, p, n, k = _expire(c, d, cold, now, retry)
+        expired += e
+        pinned += p
+        deleted += n
+        conflicts += k
+    result = ExpiryResult(
+        d.qualified_name,
+        d.tenant,
+        expired=tuple(expired),
+        pinned=tuple(sorted(pinned)),
+        deleted_files=deleted,
+        conflicts=conflicts,
+    )
+    if expired:
+        log.info(
+            "%s: expired %d snapshots, deleted %d files", d.qualified_name, len(expired), deleted
+        )
+    c.meta.record_run(
+        d.table_id,
+        "expire",
+        "ok",
+        f"expired {len(result.expired)} snapshots, deleted {result.deleted_files} files"
+        + (f", {len(result.pinned)} kept for open scans or plans" if result.pinned else ""),
+    )
+    return result
+
+
+def _expire(
+    c: Components, d: TableDef, cold: ColdTable, now: float | None, retry: Retry
+) -> tuple[list[int], list[int], int, int]:
+    """Expire one Iceberg table's old snapshots: (expired, kept for leases, files
+    deleted, conflicts met)."""
+    cfg = c.settings.expiry
     retention_s = max(cfg.retention_s, c.settings.tiering.hot_retention_s)
     started = time.monotonic()
     conflicts = 0
@@ -164,8 +208,7 @@ def expire_table(
             keep_last=cfg.keep_last,
         )
         if not ids:
-            result = ExpiryResult(d.qualified_name, d.tenant, pinned=tuple(set(held) - set(ids)))
-            break
+            return [], sorted(set(held) - set(ids)), 0, conflicts
         try:
             unreferenced = cold.expire_snapshots(ids)
         except CommitConflict as err:
@@ -177,24 +220,7 @@ def expire_table(
             continue
         crash_point("after_expire", CRASH_POINT_ENV)
         deleted = _delete(c, unreferenced)
-        result = ExpiryResult(
-            d.qualified_name,
-            d.tenant,
-            expired=tuple(ids),
-            pinned=tuple(sorted(set(held) - set(ids))),
-            deleted_files=deleted,
-            conflicts=conflicts,
-        )
-        log.info("%s: expired %d snapshots, deleted %d files", d.qualified_name, len(ids), deleted)
-        break
-    c.meta.record_run(
-        d.table_id,
-        "expire",
-        "ok",
-        f"expired {len(result.expired)} snapshots, deleted {result.deleted_files} files"
-        + (f", {len(result.pinned)} kept for open scans or plans" if result.pinned else ""),
-    )
-    return result
+        return ids, sorted(set(held) - set(ids)), deleted, conflicts
 
 
 def _list_files(c: Components, root: str) -> list[tuple[str, float, int]]:
@@ -218,21 +244,26 @@ def _list_files(c: Components, root: str) -> list[tuple[str, float, int]]:
 
 
 def clean_orphans(c: Components, d: TableDef, *, now: float | None = None) -> OrphanResult:
-    """Remove the files under the table's folder that its metadata does not reference
-    and that are older than ``expiry.orphan_age_s``."""
-    cold = c.cold.table(d)
-    listed = _list_files(c, cold.location)  # before reading the metadata: see the module
-    referenced = {fs_path(p) for p in cold.referenced_files()}
+    """Remove the files under the table's folder (and a primary-key table's state
+    table's) that its metadata does not reference and that are older than
+    ``expiry.orphan_age_s``."""
     at = now if now is not None else time.time()
     cutoff = at - c.settings.expiry.orphan_age_s
-    unreferenced = [(p, m, n) for p, m, n in listed if fs_path(p) not in referenced]
-    old = [(p, n) for p, m, n in unreferenced if m <= cutoff]
+    old: list[tuple[str, int]] = []
+    young = 0
+    for cold in _tables(c, d):
+        listed = _list_files(c, cold.location)  # before reading the metadata: see the module
+        referenced = {fs_path(p) for p in cold.referenced_files()}
+        unreferenced = [(p, m, n) for p, m, n in listed if fs_path(p) not in referenced]
+        here = [(p, n) for p, m, n in unreferenced if m <= cutoff]
+        young += len(unreferenced) - len(here)
+        old += here
     _delete(c, (p for p, _ in old))
     result = OrphanResult(
         d.qualified_name,
         d.tenant,
         removed=tuple(p for p, _ in old),
-        young=len(unreferenced) - len(old),
+        young=young,
         bytes=sum(n for _, n in old),
     )
     if old:

@@ -118,6 +118,15 @@ def earliest_offsets(
     return out
 
 
+def _applied_first(c: Components, d: TableDef, earliest: dict[int, int]) -> dict[int, int]:
+    """A primary-key table's earliest offsets kept at or below its state table's
+    ``A(p)``: retention applies to the changelog only, and never removes a change before
+    the state table holds it (docs/decisions/primary-keys.md)."""
+    applied = c.cold.state_table(d).snapshot()
+    out = {p: min(e, applied.applied_through(p)) for p, e in earliest.items()}
+    return {p: e for p, e in out.items() if e > 0}
+
+
 def _utc(when: dt.datetime) -> dt.datetime:
     return when if when.tzinfo is not None else when.replace(tzinfo=dt.UTC)
 
@@ -132,9 +141,7 @@ def retain_table(
             offsets stay recorded: the records below them stay unreadable and the next
             run removes them).
     """
-    if (not d.retention_ms and not d.retention_records) or d.primary_key is not None:
-        # A key table keeps its changelog hot until its state table exists (see
-        # gateway.lake.tiering.tier_table): retention would remove live rows with it.
+    if not d.retention_ms and not d.retention_records:
         return RetentionResult(d.qualified_name, d.tenant)
     settle = c.settings.retention.settle_s
     if d.retention_set_at is not None and settle > 0:
@@ -152,6 +159,8 @@ def retain_table(
         attempt += 1
         snap = cold.snapshot()
         earliest = earliest_offsets(c, d, cold, snap, now_ms=now_ms)
+        if d.primary_key is not None:
+            earliest = _applied_first(c, d, earliest)
         if not earliest:
             return RetentionResult(d.qualified_name, d.tenant, attempts=attempt)
         # Recorded first: enforced by every read path before anything is removed.

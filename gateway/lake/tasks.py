@@ -21,6 +21,7 @@ import pyarrow as pa
 from gateway.cold.base import ROW_GROUP_ROWS, DataFile, DataFileWriter, StorageOptions
 from gateway.hot import HotLog, PartitionId
 from gateway.lake.components import TieringError
+from gateway.wire.changes import CHANGE_COLUMN, CHANGE_TYPE
 from gateway.wire.codec import iter_rows
 from gateway.wire.evolution import read_as
 from gateway.wire.schema import TIMESTAMP_TYPE, conform_batch, parse_fields, system_schema
@@ -87,6 +88,9 @@ class RangeTask:
     file_schema: pa.Schema
     target_file_bytes: int
     run_id: str
+    #: A primary-key table's range: its records hold ``_change`` after the user columns
+    #: (the changelog), and so do the files.
+    keyed: bool = False
 
     @property
     def part(self) -> PartitionId:
@@ -217,6 +221,8 @@ def write_range(task: RangeTask, hot: HotLog) -> list[DataFile]:
         TieringError: the hot range has a gap or ends early; or the hot tier's error.
     """
     user = parse_fields(list(task.fields), stored=True)
+    if task.keyed:
+        user = user.append(pa.field(CHANGE_COLUMN, CHANGE_TYPE, nullable=False))
     filesystem, _ = task.storage.filesystem()
     files: list[DataFile] = []
     writer: DataFileWriter | None = None

@@ -47,6 +47,7 @@ from gateway.cold.base import (
     DataFile,
 )
 from gateway.hot import PartitionId
+from gateway.lake import keyed
 from gateway.lake.components import Components, TieringError
 from gateway.lake.passes import (
     CREATION_GRACE_S,
@@ -103,6 +104,9 @@ class TableResult:
     conflicts: int = 0
     trimmed: Mapping[int, int] = field(default_factory=dict)
     snapshot_id: int | None = None
+    #: A primary-key table's state table: partition -> (A(p) before, after) of the
+    #: partitions this run applied (:mod:`gateway.lake.keyed`).
+    applied: Mapping[int, tuple[int, int]] = field(default_factory=dict)
 
 
 class _Lost(Exception):
@@ -156,6 +160,7 @@ def _tasks(
             file_schema=file_schema,
             target_file_bytes=target,
             run_id=run_id,
+            keyed=d.primary_key is not None,
         )
         for p, start, end in ranges
     ]
@@ -317,17 +322,20 @@ def tier_table(
         CommitConflict: still conflicting after ``retry.attempts`` tries.
         TieringError, or the hot or cold tier's error, when the table cannot be tiered.
     """
-    if d.primary_key is not None:
-        # A key table stays hot until its Iceberg state table exists: its writes are
-        # resolved from the hot tier alone (docs/decisions/primary-keys.md, "Key tables
-        # stay hot until their state table exists").
-        return TableResult(table=d.qualified_name, tenant=d.tenant)
     began = dt.datetime.now(dt.UTC)
     cold = c.cold.table(d)
+    if d.primary_key is not None:
+        keyed.ensure_changelog(cold, d)
     run = _Attempts(c, d, cold, runner or LocalRunner(c), retry or commit_retry(c))
     done = None
     while done is None:
         done = run.once()
+    # A key table's state table before the bookkeeping: the run's lake work is marked
+    # done only once its changes are applied too (a run killed in between leaves the
+    # mark, so the next pass applies them).
+    applied = (
+        keyed.apply_changes(c, d, cold, retry=retry).ranges if d.primary_key is not None else {}
+    )
     _bookkeep(c, d, done, began)
     trimmed: dict[int, int] = {}
     if trim and (done.base.snapshot_id is not None or c.settings.tiering.hot_retention_s <= 0):
@@ -346,6 +354,7 @@ def tier_table(
         conflicts=run.conflicts,
         trimmed=trimmed,
         snapshot_id=done.snapshot_id,
+        applied=applied,
     )
     _observe(result)
     return result
@@ -457,15 +466,16 @@ def trim_hot(
     """Trim the hot tier of ``d`` below the tiered watermark that was already committed
     ``hot_retention_s`` ago: ``T_{now - retention}(p)``, the watermark of the last
     snapshot at or before that time (when each watermark was reached is the snapshot's
-    own timestamp). Never above the current ``T(p)``. Returns partition -> new low mark
-    for the partitions trimmed. A key table is never trimmed (see :func:`tier_table`)."""
-    if d.primary_key is not None:
-        return {}
+    own timestamp). Never above the current ``T(p)``; a primary-key table's never above
+    its state table's ``A(p)`` either, then or now (a scan pinned to a state snapshot
+    reads the changes above its ``A(p)`` from the hot tier). Returns partition -> new low
+    mark for the partitions trimmed."""
     cold = cold or c.cold.table(d)
     current = cold.snapshot()
     if current.snapshot_id is None:
         return {}
     retention = c.settings.tiering.hot_retention_s
+    at: dt.datetime | None = None
     if retention > 0:
         at = dt.datetime.fromtimestamp((now or time.time()) - retention, dt.UTC)
         try:
@@ -474,9 +484,12 @@ def trim_hot(
             return {}
     else:
         old = current
+    applied = keyed.applied_since(c, d, at) if d.primary_key is not None else None
     out = {}
     for p in range(d.partitions):
         below = min(old.watermark(p), current.watermark(p))
+        if applied is not None:
+            below = min(below, applied.get(p, 0))
         if below <= 0:
             continue
         part = PartitionId(d.tenant, d.table_id, p)

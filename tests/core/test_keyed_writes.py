@@ -24,18 +24,12 @@ from gateway.wire.changes import Change
 from gateway.wire.errors import InvalidIdempotentAppend, InvalidRequest, SchemaMismatch
 from gateway.wire.routing import partition_for_key
 from gateway.wire.types import AppendRange
-from tests.keytables import USER, replay
+from tests.keytables import FIELDS, USER, replay
 from tests.services import RedisServer
 
 pytestmark = pytest.mark.anyio
 
 TENANT = "acme"
-FIELDS = [
-    {"name": "id", "type": "int64"},
-    {"name": "region", "type": "string"},
-    {"name": "v", "type": "int64"},
-    {"name": "note", "type": "string"},
-]
 
 
 @pytest.fixture

@@ -2,7 +2,7 @@
 and deletes by the SDK (sync and asyncio, over gRPC) and HTTP (JSON and Arrow) are stored
 as the changelog they make, the stream read is that changelog with ``_change``, an
 idempotent producer's retry after kill -9 is applied once, bad writes are one sentence
-and write nothing, and key tables stay hot while tiering runs."""
+and write nothing, and tiering moves key tables to the lake while their hot tier stays whole."""
 
 from __future__ import annotations
 
@@ -206,32 +206,39 @@ def test_an_idempotent_retry_after_kill_9_is_applied_once(
         gw.stop()
 
 
-def test_tiering_leaves_key_tables_hot(tmp_path: Path) -> None:
+def test_tiering_moves_key_tables_to_the_lake(tmp_path: Path) -> None:
+    """The embedded tiering moves a key table's changelog, applies it to the state table
+    and trims the hot tier (hot retention 0); the changelog, the scan, ``get`` and a
+    delete of a key held in Iceberg only answer as before."""
     gw = GatewayProcess(
         tmp_path / "gw",
         {"TIDEGATE_TIERING__INTERVAL_S": "0.5", "TIDEGATE_TIERING__HOT_RETENTION_S": "0"},
     ).start()
     try:
         with gw.client() as c:
-            c.create_table("app.ev", {"n": "int64"}, partitions=1)
             c.create_table("app.kv", SCHEMA, partitions=1, primary_key=["id", "region"])
-            c.append("app.ev", [{"n": i} for i in range(5)])
             for v in range(3):
                 c.append(
                     "app.kv", [{"id": i, "region": "eu", "v": v, "note": None} for i in range(4)]
                 )
             deadline = time.monotonic() + 60
-            while c.describe_table("app.ev").partition_info[0].tiered_watermark < 5:
-                assert time.monotonic() < deadline, "the append table was never tiered"
+            while c.describe_table("app.kv").partition_info[0].tiered_watermark < 20:
+                assert time.monotonic() < deadline, "the key table was never tiered"
                 time.sleep(0.2)
-            for _ in range(3):  # a few more passes
-                time.sleep(0.6)
-                kv = c.describe_table("app.kv").partition_info[0]
-                assert (kv.tiered_watermark, kv.earliest_offset, kv.high_watermark) == (0, 0, 20)
-            c.append("app.kv", [{"id": 0, "region": "eu", "_change": 3}])
-            assert replay(changelog(c, "app.kv", 1)) == {
+            kv = c.describe_table("app.kv").partition_info[0]
+            assert (kv.earliest_offset, kv.high_watermark) == (0, 20)  # no retention
+            time.sleep(1.5)  # a few more passes (each trims the hot tier below 20)
+            c.append("app.kv", [{"id": 0, "region": "eu", "_change": 3}])  # -D of (0, eu)
+            model = {
                 (i, "eu"): {"id": i, "region": "eu", "v": 2, "note": None} for i in range(1, 4)
             }
+            changes = changelog(c, "app.kv", 1)
+            assert [x["_change"] for x in changes[-1:]] == [3] and len(changes) == 21
+            assert replay(changes) == model  # the -D carries the row held in Iceberg
+            scanned = c.scan("app.kv").to_pylist()
+            assert {(r["id"], r["region"]): {n: r[n] for n in USER} for r in scanned} == model
+            got = c.get("app.kv", [{"id": i, "region": "eu"} for i in range(5)]).to_pylist()
+            assert {(r["id"], r["region"]): {n: r[n] for n in USER} for r in got} == model
     finally:
         gw.stop()
 

@@ -100,11 +100,14 @@ class TableCommits(TableBase):
         props: dict[str, str],
         added: Sequence[DataFile],
         deleted: Sequence[Any] = (),
+        *,
+        overwrite: bool = False,
     ) -> ColdSnapshot:
         """One snapshot of ``table`` adding ``added`` and removing ``deleted`` (pyiceberg
         data files of its current snapshot): an append (merging small manifests where the
         table's ``commit.manifest-merge.enabled`` says so), or an overwrite when it removes
-        files. pyiceberg's commit asserts the branch head it started from.
+        files or ``overwrite`` says so. pyiceberg's commit asserts the branch head it
+        started from.
 
         Raises:
             CommitConflict: a concurrent commit moved the table.
@@ -119,7 +122,9 @@ class TableCommits(TableBase):
                 if missing:
                     tx.set_properties(missing)
                 update = tx.update_snapshot(snapshot_properties=props)
-                with update.overwrite() if deleted else update.merge_append() as producer:
+                with (
+                    update.overwrite() if deleted or overwrite else update.merge_append()
+                ) as producer:
                     for old in deleted:
                         producer.delete_data_file(old)
                     for f in new_files:

@@ -22,8 +22,10 @@ from gateway.cold.base import (
     fs_path,
 )
 from gateway.cold.iceberg.schema import arrow_to_iceberg
+from gateway.cold.iceberg.state import IcebergStateTable
 from gateway.cold.iceberg.table import METADATA_PROPERTIES, IcebergColdTable
 from gateway.cold.iceberg.vending import StsVendor
+from gateway.wire.changes import CHANGE_COLUMN, CHANGE_TYPE
 from gateway.wire.errors import PermissionDenied, SnapshotNotFound
 from gateway.wire.schema import OFFSET_COLUMN, PARTITION_COLUMN, parse_fields
 
@@ -34,7 +36,12 @@ if TYPE_CHECKING:
     from gateway.config import Settings
     from gateway.meta import TableDef
 
-__all__ = ["TABLE_PROPERTIES", "IcebergColdStore"]
+__all__ = ["STATE_SUFFIX", "TABLE_PROPERTIES", "IcebergColdStore"]
+
+#: A primary-key table's state table is ``<tenant>.<namespace>.<name>$state`` in the
+#: warehouse's catalog, at ``<table folder>-state`` (beside the changelog's folder, never
+#: in it: each table's orphan clean-up lists its own folder).
+STATE_SUFFIX = "$state"
 
 #: How often, and how far apart, a first use that finds a table's metadata files but no
 #: catalog entry looks again before it calls the table dropped (another creator may be
@@ -65,6 +72,29 @@ TABLE_PROPERTIES = {
 
 #: Iceberg namespaces a store remembers having made (beyond it, it forgets them all).
 _NAMESPACES_KEPT = 20_000
+
+
+def _state_layout(ice: Any, table: TableDef) -> tuple[Any, Any, dict[str, str]]:
+    """A state table's Iceberg schema (the primary key as its identifier fields), sort
+    order (``_partition``, then the key) and properties (full column statistics of the
+    key, so the bounds of a file's keys are exact)."""
+    from pyiceberg.schema import Schema
+    from pyiceberg.table.sorting import SortField, SortOrder
+    from pyiceberg.transforms import IdentityTransform
+
+    assert table.primary_key is not None
+    key = table.primary_key.columns
+    ids = [ice.find_field(c).field_id for c in key]
+    ice = Schema(*ice.fields, schema_id=ice.schema_id, identifier_field_ids=ids)
+    order = SortOrder(
+        SortField(
+            source_id=ice.find_field(PARTITION_COLUMN).field_id, transform=IdentityTransform()
+        ),
+        *(SortField(source_id=i, transform=IdentityTransform()) for i in ids),
+    )
+    props = {f"write.metadata.metrics.column.{c}": "full" for c in key}
+    props["tidegate.kind"] = "state"
+    return ice, order, props
 
 
 class IcebergColdStore(ColdStore):
@@ -145,17 +175,23 @@ class IcebergColdStore(ColdStore):
             )
         return cls(catalog, warehouse, io, cfg.presign_expiry_s, vendor)
 
-    def _identifier(self, table: TableDef) -> tuple[str, str, str]:
-        return (table.tenant, table.namespace, table.name)
+    def _identifier(self, table: TableDef, *, state: bool = False) -> tuple[str, str, str]:
+        name = table.name + STATE_SUFFIX if state else table.name
+        return (table.tenant, table.namespace, name)
 
     def create_table(self, table: TableDef, schema: pa.Schema) -> IcebergColdTable:
+        if table.primary_key is not None and CHANGE_COLUMN not in schema.names:
+            schema = schema.append(pa.field(CHANGE_COLUMN, CHANGE_TYPE, nullable=False))
         self._create_iceberg(table, schema)
         return self.table(table)
 
-    def _location(self, table: TableDef) -> str:
-        return f"{self.warehouse}/{table.tenant}/{table.namespace}/{table.name}-{table.table_id}"
+    def _location(self, table: TableDef, *, state: bool = False) -> str:
+        folder = f"{self.warehouse}/{table.tenant}/{table.namespace}/{table.name}-{table.table_id}"
+        return folder + "-state" if state else folder
 
-    def _create_missing(self, table: TableDef, schema: pa.Schema) -> Table | None:
+    def _create_missing(
+        self, table: TableDef, schema: pa.Schema, *, state: bool = False
+    ) -> Table | None:
         """Create the Iceberg table of a stream-table at its first use and return it;
         ``None`` when one was created meanwhile (by another gateway or a job): that one
         is the one used.
@@ -172,13 +208,13 @@ class IcebergColdStore(ColdStore):
         from pyiceberg.exceptions import TableAlreadyExistsError
 
         with self._creating:  # first uses in this process one at a time (they are rare)
-            folder = fs_path(self._location(table) + "/metadata")
+            folder = fs_path(self._location(table, state=state) + "/metadata")
             found = self.filesystem().get_file_info(fs.FileSelector(folder, allow_not_found=True))
             if any(f.type == fs.FileType.File for f in found):
                 # Files and no catalog entry: dropped behind our back, or another creator
                 # (a gateway, a job) is between writing the metadata file and its catalog
                 # row. Give that creator a moment before calling it a drop.
-                identifier = self._identifier(table)
+                identifier = self._identifier(table, state=state)
                 for _ in range(_CREATE_RACE_CHECKS):
                     if self.catalog.table_exists(identifier):
                         return None
@@ -190,11 +226,11 @@ class IcebergColdStore(ColdStore):
                     missing_iceberg_table=name,
                 )
             try:
-                return self._create_iceberg(table, schema)
+                return self._create_iceberg(table, schema, state=state)
             except TableAlreadyExistsError:
                 return None
 
-    def _create_iceberg(self, table: TableDef, schema: pa.Schema) -> Table:
+    def _create_iceberg(self, table: TableDef, schema: pa.Schema, *, state: bool = False) -> Table:
         from pyiceberg.exceptions import NamespaceAlreadyExistsError, NoSuchNamespaceError
         from pyiceberg.partitioning import PartitionField, PartitionSpec
         from pyiceberg.table.sorting import SortField, SortOrder
@@ -212,6 +248,9 @@ class IcebergColdStore(ColdStore):
             SortField(source_id=pid, transform=IdentityTransform()),
             SortField(source_id=oid, transform=IdentityTransform()),
         )
+        extra: dict[str, str] = {}
+        if state:
+            ice, order, extra = _state_layout(ice, table)
         known = False
         for ns in ((table.tenant,), (table.tenant, table.namespace)):
             if ns in self._namespaces:
@@ -230,15 +269,16 @@ class IcebergColdStore(ColdStore):
                 if len(self._namespaces) >= _NAMESPACES_KEPT:
                     self._namespaces.clear()
                 self._namespaces.add(ns)
-        location = self._location(table)
+        location = self._location(table, state=state)
         props = {
             **TABLE_PROPERTIES,
+            **extra,
             "tidegate.table-id": table.table_id,
             "schema.name-mapping.default": ice.name_mapping.model_dump_json(),
         }
         try:
             return self.catalog.create_table(
-                self._identifier(table),
+                self._identifier(table, state=state),
                 schema=ice,
                 location=location,
                 partition_spec=spec,
@@ -251,13 +291,17 @@ class IcebergColdStore(ColdStore):
             # Remembered, but dropped since by another process: made again.
             with self._lock:
                 self._namespaces.clear()
-            return self._create_iceberg(table, schema)
+            return self._create_iceberg(table, schema, state=state)
 
     def check_schema(self, schema: pa.Schema) -> None:
         arrow_to_iceberg(schema)
 
     def table(self, table: TableDef) -> IcebergColdTable:
+        """The stream's cold storage; a primary-key table's is its changelog, with
+        ``_change`` after the user columns."""
         schema = parse_fields(table.fields, stored=True)
+        if table.primary_key is not None:
+            schema = schema.append(pa.field(CHANGE_COLUMN, CHANGE_TYPE, nullable=False))
         return IcebergColdTable(
             self,
             self._identifier(table),
@@ -265,10 +309,26 @@ class IcebergColdStore(ColdStore):
             create=lambda: self._create_missing(table, schema),
         )
 
+    def state_table(self, table: TableDef) -> IcebergStateTable:
+        if table.primary_key is None:
+            raise ValueError(f"table {table.qualified_name} has no primary key, so no state table")
+        schema = parse_fields(table.fields, stored=True)
+        return IcebergStateTable(
+            self,
+            self._identifier(table, state=True),
+            schema,
+            table.primary_key.columns,
+            create=lambda: self._create_missing(table, schema, state=True),
+        )
+
     def drop_table(self, table: TableDef) -> None:
+        self._drop(table, self._identifier(table))
+        if table.primary_key is not None:
+            self._drop(table, self._identifier(table, state=True))
+
+    def _drop(self, table: TableDef, ident: tuple[str, str, str]) -> None:
         from pyiceberg.exceptions import NoSuchTableError
 
-        ident = self._identifier(table)
         location = None
         try:
             found = self.catalog.load_table(ident)

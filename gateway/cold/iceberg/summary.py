@@ -11,6 +11,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from gateway.cold.base import (
+    APPLIED_PROPERTY,
     LOST_PROPERTY,
     WATERMARKS_PROPERTY,
     ColdSnapshot,
@@ -93,6 +94,14 @@ def summary_watermarks(summary: Any) -> dict[int, int]:
     return {int(k): int(v) for k, v in json.loads(raw).items()}
 
 
+def summary_applied(summary: Any) -> dict[int, int]:
+    """A state table's ``tidegate.applied`` (empty for any other table)."""
+    raw = None if summary is None else summary.additional_properties.get(APPLIED_PROPERTY)
+    if not raw:
+        return {}
+    return {int(k): int(v) for k, v in json.loads(raw).items()}
+
+
 def summary_lost(summary: Any) -> dict[int, tuple[tuple[int, int], ...]]:
     raw = None if summary is None else summary.additional_properties.get(LOST_PROPERTY)
     if not raw:
@@ -136,4 +145,5 @@ def cold_snapshot(snap: Any) -> ColdSnapshot:
         summary_watermarks(snap.summary),
         snap.timestamp_ms,
         summary_lost(snap.summary),
+        summary_applied(snap.summary),
     )
