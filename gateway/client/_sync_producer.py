@@ -73,8 +73,11 @@ class Producer:
         self.table = client.table_info(table)
         self.max_block = max_block
         self._flight = _flight_of(client, transport)
-        self._core = ProducerCore(self.table, self.config, encode=self._flight is None)
-        self._cond = threading.Condition()
+        self._core = ProducerCore(self.table, self.config, encode=self._flight is None, bound=True)
+        #: Guards the core; ``send`` takes the lock itself (Condition's ``with`` is a
+        #: Python frame more per record), waits and wakes go through ``_cond``.
+        self._lock = threading.RLock()
+        self._cond = threading.Condition(self._lock)
         self._closed = False
         self._stop = False
         self._flushing = 0
@@ -114,20 +117,12 @@ class Producer:
             Throttled: the buffer stayed full for ``max_block`` seconds.
         """
         future: Future[RecordMetadata | list[RecordMetadata]] = SendFuture()
-        with self._cond:
+        with self._lock:
             if self._closed:
                 raise RuntimeError("the producer is closed")
-            deadline = time.monotonic() + self.max_block
-            while self._core.unfinished >= self.config.buffer_records:
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    raise Throttled(
-                        f"the producer buffer stayed full ({self.config.buffer_records} "
-                        f"records) for {self.max_block}s",
-                        retry_after_ms=100,
-                    )
-                self._cond.wait(left)
             core = self._core
+            if core.unfinished >= self.config.buffer_records:
+                self._wait_for_room(core)
             delivery = core.add(data, partition, future)
             if delivery is not None:
                 delivery.future = future
@@ -144,6 +139,22 @@ class Producer:
         # back to back keeps it, once per batch and per answer.
         time.sleep(0)
         return future
+
+    def _wait_for_room(self, core: ProducerCore) -> None:
+        """Back-pressure (the lock held): wait while ``buffer_records`` records are
+        unacknowledged, for ``max_block`` seconds at most."""
+        deadline = time.monotonic() + self.max_block
+        while core.unfinished >= self.config.buffer_records:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise Throttled(
+                    f"the producer buffer stayed full ({self.config.buffer_records} "
+                    f"records) for {self.max_block}s",
+                    retry_after_ms=100,
+                )
+            self._cond.wait(left)
+            if self._closed:
+                raise RuntimeError("the producer is closed")
 
     def flush(self, timeout: float | None = None) -> None:
         """Send everything buffered and wait until it is acknowledged (or failed)."""
