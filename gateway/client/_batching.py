@@ -447,8 +447,8 @@ class Accumulator:
             return self.add_dict(row, partition, future)
         if not records:
             self.kick = True
-        if self.bound:
-            future.bind(batch, records)
+        if self.bound:  # SendFuture.bind, inlined
+            future._batch, future._index = batch, records
         else:
             batch.owners.append(future)
         batch.singles += 1

@@ -66,8 +66,8 @@ class SendFuture(Future[T]):
     _batch: Outcome | None = None
     _index = 0
 
-    def __init__(self) -> None:  # Future.__init__ but the Condition (made by _condition)
-        pass
+    #: Future.__init__ makes the Condition and the lists: nothing to do here (C's).
+    __init__ = object.__init__
 
     def bind(self, batch: Outcome, index: int) -> None:
         """Let ``batch``'s answer (row ``index`` of it) be this future's outcome."""
