@@ -5,9 +5,11 @@ append stream, gRPC's ``AppendStream`` or Flight's ``DoPut`` (its logic is
 from __future__ import annotations
 
 import contextlib
+import os
 import queue
 import threading
 import time
+import weakref
 from concurrent.futures import Future
 from typing import TYPE_CHECKING, Any
 
@@ -79,12 +81,15 @@ class Producer:
         self._lock = threading.RLock()
         self._cond = threading.Condition(self._lock)
         self._closed = False
+        #: Why sends and flushes are refused besides a close (set in a forked child).
+        self._why: str | None = None
         self._stop = False
         self._flushing = 0
         self._requests: queue.SimpleQueue[Any] | None = None
         self._call: Any = None
         self._thread = threading.Thread(target=self._run, name="tidegate-producer", daemon=True)
         self._thread.start()
+        _LIVE.add(self)
 
     @property
     def retries(self) -> int:
@@ -119,7 +124,7 @@ class Producer:
         future: Future[RecordMetadata | list[RecordMetadata]] = SendFuture()
         with self._lock:
             if self._closed:
-                raise RuntimeError("the producer is closed")
+                raise RuntimeError(self._why or "the producer is closed")
             core = self._core
             if core.unfinished >= self.config.buffer_records:
                 self._wait_for_room(core)
@@ -154,10 +159,12 @@ class Producer:
                 )
             self._cond.wait(left)
             if self._closed:
-                raise RuntimeError("the producer is closed")
+                raise RuntimeError(self._why or "the producer is closed")
 
     def flush(self, timeout: float | None = None) -> None:
         """Send everything buffered and wait until it is acknowledged (or failed)."""
+        if self._why is not None:
+            raise RuntimeError(self._why)
         deadline = None if timeout is None else time.monotonic() + timeout
         with self._cond:
             self._flushing += 1
@@ -187,6 +194,18 @@ class Producer:
             finished.resolve()
             self._thread.join(10)
             self._close_stream()
+
+    def _forked(self) -> None:
+        """In a child made by ``os.fork``: no thread of the parent's is here to send (and
+        one may have held the lock), so the producer refuses sends and flushes instead of
+        buffering what nothing would ever send; what the parent buffered is the parent's."""
+        self._lock = threading.RLock()
+        self._cond = threading.Condition(self._lock)
+        self._closed = True
+        self._why = (
+            f"this producer of {self.table.ref} was made before os.fork(), in process "
+            f"{os.getppid()}: make a new one in this process"
+        )
 
     # Sender ----------------------------------------------------------------------------
     def _close_stream(self) -> None:
@@ -302,6 +321,19 @@ class Producer:
                 wake = self._core.next_wakeup(now)
                 self._core.acc.kick = False
                 self._cond.wait(None if wake is None else max(0.0, wake - now) + 0.0005)
+
+
+#: The sync producers of this process, told by :func:`_after_fork` that they were forked.
+_LIVE: weakref.WeakSet[Producer] = weakref.WeakSet()
+
+
+def _after_fork() -> None:
+    for producer in list(_LIVE):
+        producer._forked()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork)
 
 
 def _flight_of(client: SyncHost, transport: str) -> FlightReads | None:

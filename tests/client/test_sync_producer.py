@@ -4,6 +4,7 @@ sends' futures looked at in every way before and after their batch's answer."""
 
 from __future__ import annotations
 
+import os
 import threading
 from collections.abc import Iterator
 from concurrent import futures
@@ -97,3 +98,30 @@ def test_one_dict_futures_looked_at_before_and_after_the_answer(
             i for i in range(50) if i != 20
         ]
         assert fake.values == list(range(50))
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="os.fork is POSIX only")
+def test_a_forked_child_is_refused_the_parents_producer(gw: tuple[FakeGateway, str]) -> None:
+    """No thread survives a fork: in the child the parent's producer has no sender, so a
+    send or flush there is refused with a sentence (they would buffer forever, or hang),
+    and the parent's producer goes on."""
+    fake, target = gw
+    with connect(target) as c, c.producer("ns.t", linger=60) as p:
+        first = p.send({"n": 1})
+        pid = os.fork()
+        if pid == 0:  # the child: its exit code says what it saw
+            code = 1
+            try:
+                for call in (lambda: p.send({"n": 2}), p.flush):
+                    try:
+                        call()
+                    except RuntimeError as err:
+                        code = code * 2 if "made before os.fork()" in str(err) else 99
+                p.close()
+            finally:
+                os._exit(code)
+        _, status = os.waitpid(pid, 0)
+        assert os.waitstatus_to_exitcode(status) == 4
+        second = p.send({"n": 3})
+    assert (first.result(0).offset, second.result(0).offset) == (0, 1)
+    assert fake.values == [1, 3]
