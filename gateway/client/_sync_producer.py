@@ -58,7 +58,8 @@ class Producer:
         producer_id: a stable id (default: a random one per producer).
         transport: ``grpc`` (``AppendStream``, the default), ``flight`` (the gateway's
             Flight edge, ``DoPut``: Arrow's C++ sends the batches, compressed there), or
-            ``auto``: Flight when the gateway offers Flight appends, else gRPC.
+            ``auto``: Flight when the gateway offers Flight appends (the faster of the
+            two: less of this process's time per record), else gRPC.
     """
 
     def __init__(
