@@ -15,6 +15,7 @@ from typing import Any, TypeAlias, cast
 
 import pyarrow as pa
 
+from gateway.client._futures import publish, resolve_watched
 from gateway.client._rows import RowPlan, columns_to_batch
 from gateway.client._types import RecordMetadata, TableInfo, TableRef
 from gateway.wire._proto.tidegate.v1 import tidegate_pb2 as pb
@@ -105,10 +106,12 @@ _ALREADY_DONE = (_InvalidState, _AsyncInvalidState)
 
 @dataclass(slots=True)
 class Piece:
-    """Rows of one multi-row send in a batch; ``rows`` are their indices in the send."""
+    """Rows of one multi-row send in a batch; ``rows`` are their indices in the send,
+    ``start`` the first one's row in the batch."""
 
     delivery: Delivery
     rows: Sequence[int] | range
+    start: int = 0
 
 
 @dataclass(slots=True)
@@ -118,7 +121,9 @@ class ProducerBatch:
     ``owners`` says whose rows the batch holds, in row order: a :class:`Piece` for rows of
     a multi-row send, or the future of a one-dict send itself (one row; no object of ours
     per record). Once answered, :meth:`settle` resolves those futures from the batch's
-    ``base_offset`` or ``error``.
+    ``base_offset`` or ``error``. In a ``bound`` batch (the sync producer's) the futures
+    of one-dict sends are not in ``owners`` but bound to the batch
+    (:meth:`SendFuture.bind`): they read the answer from it once published (:func:`publish`).
     """
 
     partition: int
@@ -140,6 +145,9 @@ class ProducerBatch:
     singles: int = 0
     base_offset: int = 0
     error: BaseException | None = None
+    bound: bool = False
+    published: bool = False
+    watchers: list[Any] = field(default_factory=list)  # see gateway.client._futures
 
     @property
     def pieces(self) -> list[Piece]:
@@ -168,7 +176,7 @@ class ProducerBatch:
             cols = self.open_columns(len(chunk[0]))
             for col, values in zip(cols, zip(*chunk, strict=True), strict=True):
                 col.extend(values)
-        self.owners.append(Piece(delivery, rows))
+        self.owners.append(Piece(delivery, rows, self.records))
         self.records += len(rows)
         self.nbytes += nbytes
 
@@ -177,9 +185,15 @@ class ProducerBatch:
         its future, or a :class:`Piece` of its delivery."""
         for col, v in zip(self.open_columns(len(values)), values, strict=True):
             col.append(v)
-        self.owners.append(owner)
-        if type(owner) is not Piece:
+        if type(owner) is Piece:
+            owner.start = self.records
+            self.owners.append(owner)
+        else:
             self.singles += 1
+            if self.bound:
+                owner.bind(self, self.records)
+            else:
+                self.owners.append(owner)
         self.records += 1
         self.nbytes += nbytes
 
@@ -221,24 +235,30 @@ class ProducerBatch:
         """Hand out offsets to multi-row sends; the deliveries that became complete (the
         one-row sends are resolved by :meth:`settle`)."""
         self.base_offset = base_offset
-        done = []
-        offset = base_offset
-        for o in self.owners:
-            if type(o) is Piece:
-                if o.delivery.ack(o.rows, self.partition, offset):
-                    done.append(o.delivery)
-                offset += len(o.rows)
-            else:
-                offset += 1
-        return done
+        self._answered()
+        return [
+            o.delivery
+            for o in self.owners
+            if type(o) is Piece and o.delivery.ack(o.rows, self.partition, base_offset + o.start)
+        ]
 
     def fail(self, err: BaseException) -> list[Delivery]:
         self.error = err
+        self._answered()
         return [o.delivery for o in self.owners if type(o) is Piece and o.delivery.fail(err)]
+
+    def _answered(self) -> None:
+        """The answer is final: drop the data (a future may keep the batch), publish."""
+        self.payload, self.arrow = b"", None
+        if self.bound:
+            publish(self)
 
     def settle(self) -> None:
         """Resolve the futures of the one-dict sends after :meth:`complete` or :meth:`fail`
         (outside any lock: a sync future runs its callbacks at once)."""
+        if self.bound:
+            resolve_watched(self)
+            return
         err = self.error
         partition = self.partition
         offset = self.base_offset
@@ -324,9 +344,11 @@ class Accumulator:
     :meth:`ProducerBatch.seal`; other data is converted (and conformed) to Arrow at once.
     """
 
-    def __init__(self, table: TableInfo, config: ProducerConfig) -> None:
+    def __init__(self, table: TableInfo, config: ProducerConfig, *, bound: bool = False) -> None:
+        """``bound``: one-dict sends' futures are bound to their batch (ProducerBatch)."""
         self.table = table
         self.config = config
+        self.bound = bound
         self.plan = RowPlan(table.schema, table.key_columns, table.added_columns)
         self.width = len(table.schema)
         self.open: dict[int, ProducerBatch] = {}
@@ -406,7 +428,7 @@ class Accumulator:
             return False
         batch = self.open.get(p)
         if batch is None:
-            batch = self.open[p] = ProducerBatch(p)
+            batch = self.open[p] = ProducerBatch(p, bound=self.bound)
         cols = batch.columns
         if cols is None:
             cols = batch.open_columns(self.width)
@@ -425,7 +447,10 @@ class Accumulator:
             return self.add_dict(row, partition, future)
         if not records:
             self.kick = True
-        batch.owners.append(future)
+        if self.bound:  # SendFuture.bind, inlined
+            future._batch, future._index = batch, records
+        else:
+            batch.owners.append(future)
         batch.singles += 1
         batch.records = records = records + 1
         batch.nbytes += size
@@ -503,7 +528,7 @@ class Accumulator:
             p = self._sticky if partition is None else partition
             current = self.open.get(p)
             if current is None:
-                current = self.open[p] = ProducerBatch(p)
+                current = self.open[p] = ProducerBatch(p, bound=self.bound)
                 self.kick = True
             elif current.records and current.nbytes + nbytes > config.batch_bytes:
                 self._close(p)
@@ -528,7 +553,7 @@ class Accumulator:
             p = self._sticky if partition is None else partition
             current = self.open.get(p)
             if current is None:
-                current = self.open[p] = ProducerBatch(p)
+                current = self.open[p] = ProducerBatch(p, bound=self.bound)
                 self.kick = True
             room = min(
                 self.config.batch_records - current.records,

@@ -151,14 +151,18 @@ class ProducerCore:
     the :class:`Finished` sends those return (outside its lock).
     """
 
-    def __init__(self, table: TableInfo, config: ProducerConfig, *, encode: bool = True) -> None:
+    def __init__(
+        self, table: TableInfo, config: ProducerConfig, *, encode: bool = True, bound: bool = False
+    ) -> None:
         """``encode``: requests carry Arrow IPC (gRPC's ``AppendStream``); without it each
-        request's batch is kept as Arrow (``ProducerBatch.arrow``, for Flight's DoPut)."""
+        request's batch is kept as Arrow (``ProducerBatch.arrow``, for Flight's DoPut).
+        ``bound``: one-dict sends' futures are :class:`~gateway.client._futures.SendFuture`
+        bound to their batch (the sync producer's; see ``ProducerBatch``)."""
         self.table = table
         self.config = config
         self.encode = encode
         self.producer_id = (config.producer_id or new_producer_id()) if config.idempotent else None
-        self.acc = Accumulator(table, config)
+        self.acc = Accumulator(table, config, bound=bound)
         self.queues = [PartitionQueue(p, config.max_in_flight) for p in range(table.partitions)]
         self.pending: dict[int, tuple[PartitionQueue, ProducerBatch]] = {}
         #: Requests of the open stream rewound for resending before their answer came:

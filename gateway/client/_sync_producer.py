@@ -5,9 +5,11 @@ append stream, gRPC's ``AppendStream`` or Flight's ``DoPut`` (its logic is
 from __future__ import annotations
 
 import contextlib
+import os
 import queue
 import threading
 import time
+import weakref
 from concurrent.futures import Future
 from typing import TYPE_CHECKING, Any
 
@@ -56,7 +58,8 @@ class Producer:
         producer_id: a stable id (default: a random one per producer).
         transport: ``grpc`` (``AppendStream``, the default), ``flight`` (the gateway's
             Flight edge, ``DoPut``: Arrow's C++ sends the batches, compressed there), or
-            ``auto``: Flight when the gateway offers Flight appends, else gRPC.
+            ``auto``: Flight when the gateway offers Flight appends (the faster of the
+            two: less of this process's time per record), else gRPC.
     """
 
     def __init__(
@@ -73,15 +76,21 @@ class Producer:
         self.table = client.table_info(table)
         self.max_block = max_block
         self._flight = _flight_of(client, transport)
-        self._core = ProducerCore(self.table, self.config, encode=self._flight is None)
-        self._cond = threading.Condition()
+        self._core = ProducerCore(self.table, self.config, encode=self._flight is None, bound=True)
+        #: Guards the core; ``send`` takes the lock itself (Condition's ``with`` is a
+        #: Python frame more per record), waits and wakes go through ``_cond``.
+        self._lock = threading.RLock()
+        self._cond = threading.Condition(self._lock)
         self._closed = False
+        #: Why sends and flushes are refused besides a close (set in a forked child).
+        self._why: str | None = None
         self._stop = False
         self._flushing = 0
         self._requests: queue.SimpleQueue[Any] | None = None
         self._call: Any = None
         self._thread = threading.Thread(target=self._run, name="tidegate-producer", daemon=True)
         self._thread.start()
+        _LIVE.add(self)
 
     @property
     def retries(self) -> int:
@@ -114,20 +123,12 @@ class Producer:
             Throttled: the buffer stayed full for ``max_block`` seconds.
         """
         future: Future[RecordMetadata | list[RecordMetadata]] = SendFuture()
-        with self._cond:
+        with self._lock:
             if self._closed:
-                raise RuntimeError("the producer is closed")
-            deadline = time.monotonic() + self.max_block
-            while self._core.unfinished >= self.config.buffer_records:
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    raise Throttled(
-                        f"the producer buffer stayed full ({self.config.buffer_records} "
-                        f"records) for {self.max_block}s",
-                        retry_after_ms=100,
-                    )
-                self._cond.wait(left)
+                raise RuntimeError(self._why or "the producer is closed")
             core = self._core
+            if core.unfinished >= self.config.buffer_records:
+                self._wait_for_room(core)
             delivery = core.add(data, partition, future)
             if delivery is not None:
                 delivery.future = future
@@ -145,8 +146,26 @@ class Producer:
         time.sleep(0)
         return future
 
+    def _wait_for_room(self, core: ProducerCore) -> None:
+        """Back-pressure (the lock held): wait while ``buffer_records`` records are
+        unacknowledged, for ``max_block`` seconds at most."""
+        deadline = time.monotonic() + self.max_block
+        while core.unfinished >= self.config.buffer_records:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise Throttled(
+                    f"the producer buffer stayed full ({self.config.buffer_records} "
+                    f"records) for {self.max_block}s",
+                    retry_after_ms=100,
+                )
+            self._cond.wait(left)
+            if self._closed:
+                raise RuntimeError(self._why or "the producer is closed")
+
     def flush(self, timeout: float | None = None) -> None:
         """Send everything buffered and wait until it is acknowledged (or failed)."""
+        if self._why is not None:
+            raise RuntimeError(self._why)
         deadline = None if timeout is None else time.monotonic() + timeout
         with self._cond:
             self._flushing += 1
@@ -176,6 +195,18 @@ class Producer:
             finished.resolve()
             self._thread.join(10)
             self._close_stream()
+
+    def _forked(self) -> None:
+        """In a child made by ``os.fork``: no thread of the parent's is here to send (and
+        one may have held the lock), so the producer refuses sends and flushes instead of
+        buffering what nothing would ever send; what the parent buffered is the parent's."""
+        self._lock = threading.RLock()
+        self._cond = threading.Condition(self._lock)
+        self._closed = True
+        self._why = (
+            f"this producer of {self.table.ref} was made before os.fork(), in process "
+            f"{os.getppid()}: make a new one in this process"
+        )
 
     # Sender ----------------------------------------------------------------------------
     def _close_stream(self) -> None:
@@ -291,6 +322,19 @@ class Producer:
                 wake = self._core.next_wakeup(now)
                 self._core.acc.kick = False
                 self._cond.wait(None if wake is None else max(0.0, wake - now) + 0.0005)
+
+
+#: The sync producers of this process, told by :func:`_after_fork` that they were forked.
+_LIVE: weakref.WeakSet[Producer] = weakref.WeakSet()
+
+
+def _after_fork() -> None:
+    for producer in list(_LIVE):
+        producer._forked()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork)
 
 
 def _flight_of(client: SyncHost, transport: str) -> FlightReads | None:
