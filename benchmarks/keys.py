@@ -32,8 +32,8 @@ from gateway.client import Client
 from tests.services import GatewayProcess
 
 SCHEMA = {"id": "int64", "region": "string", "v": "int64", "note": "string"}
-#: Lookups measured per size (keys per call).
-LOOKUPS = {1: 300, 100: 50}
+#: Keys per lookup call, and the share of ``lookups`` calls made of that size.
+LOOKUPS = {1: 1.0, 100: 1 / 6}
 
 
 def _note_of(w: Workload) -> str:
@@ -99,7 +99,8 @@ def _redis_rows(w: Workload, url: str, passes: list[list[pa.RecordBatch]]) -> li
         upserts = Result(f"{w.name}-upserts", "redis-py HSET, a hash per key (baseline)")
         _timed(upserts, [b for p in passes for b in p], _hset(r, prefix))
         lookups = []
-        for size, count in LOOKUPS.items():
+        for size, share in LOOKUPS.items():
+            count = max(1, int(w.lookups * share))
             res = Result(f"{w.name}-get-{size}", f"redis-py HGETALL of {size} key(s) (baseline)")
             rng = random.Random(size)
 
@@ -169,7 +170,8 @@ def _tidegate_rows(
             out[what] = res
         for b in passes[0]:  # a table of `keys` rows, for the scan's baseline
             client.append(single, b)
-        for size, count in LOOKUPS.items():
+        for size, share in LOOKUPS.items():
+            count = max(1, int(w.lookups * share))
             res = Result(f"{w.name}-get-{size}", f"tidegate get of {size} key(s) ({hot} hot tier)")
             rng = random.Random(size)
 

@@ -82,6 +82,8 @@ class Workload:
     #: Primary-key tables: distinct keys, and versions written of each (one pass each).
     keys: int = 10_000
     versions: int = 10
+    #: Point lookups of one key measured (and a sixth as many of 100 keys).
+    lookups: int = 300
     #: Consumer groups: the members' session timeout (what notices a dead member).
     session_timeout_s: float = 3.0
     duration_s: float = 10.0
