@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any, TypeVar
 
 import grpc
 import grpc.aio
@@ -21,10 +21,11 @@ from gateway.client._channel import (
 )
 from gateway.client._flight import FlightReads, flight_location
 from gateway.client._lake_read import ColdViews
-from gateway.client._types import TableInfo
+from gateway.client._requests import ref
+from gateway.client._types import TableInfo, TableRef
 from gateway.wire._proto.tidegate.v1 import tidegate_pb2 as pb
 from gateway.wire._proto.tidegate.v1 import tidegate_pb2_grpc as pb_grpc
-from gateway.wire.errors import TidegateError
+from gateway.wire.errors import SchemaMismatch, TidegateError
 from gateway.wire.retry import Retry
 from gateway.wire.status import error_from_rpc
 
@@ -32,6 +33,8 @@ __all__ = ["DEFAULT_CALL_RETRY", "AsyncCalls", "SyncCalls"]
 
 #: Retry policy of idempotent unary calls (describe, list, offsets).
 DEFAULT_CALL_RETRY = Retry(timeout=30.0)
+
+_T = TypeVar("_T")
 
 
 class _Channel:
@@ -164,6 +167,30 @@ class SyncCalls(_Channel):
                 self.reach.ok()
                 return answer
 
+    def describe_table(self, table: str | TableRef) -> TableInfo:
+        """The table: schema, partitions and live per-partition offsets."""
+        request = pb.DescribeTableRequest(table=ref(table))
+        return TableInfo.from_pb(self._call("DescribeTable", request, idempotent=True))
+
+    def table_info(self, table: str | TableRef) -> TableInfo:
+        """:meth:`describe_table` with the schema parsed into Arrow."""
+        return self.describe_table(table)
+
+    def _known(self, table: str | TableRef, call: Callable[[TableInfo], _T]) -> _T:
+        """``call(info)`` with the table as last described here, described again, once,
+        when it raises SchemaMismatch (the table may have changed since); nothing is
+        written by a refused call. Described once per table, not once per call."""
+        key = str(TableRef.parse(table))
+        cached = self._known_schemas.get(key)
+        info = self._known_schemas[key] = cached or self.table_info(table)
+        try:
+            return call(info)
+        except SchemaMismatch:
+            if cached is None:
+                raise
+        info = self._known_schemas[key] = self.table_info(table)
+        return call(info)
+
     def _flight(self) -> FlightReads | None:
         """The gateway's Flight edge, asked once; None when it has none."""
         if self._flight_known:
@@ -220,6 +247,28 @@ class AsyncCalls(_Channel):
             else:
                 self.reach.ok()
                 return answer
+
+    async def describe_table(self, table: str | TableRef) -> TableInfo:
+        request = pb.DescribeTableRequest(table=ref(table))
+        return TableInfo.from_pb(await self._call("DescribeTable", request, idempotent=True))
+
+    async def table_info(self, table: str | TableRef) -> TableInfo:
+        return await self.describe_table(table)
+
+    async def _known(self, table: str | TableRef, call: Callable[[TableInfo], Awaitable[_T]]) -> _T:
+        """``call(info)`` with the table as last described here, described again, once,
+        when it raises SchemaMismatch (the table may have changed since); nothing is
+        written by a refused call. Described once per table, not once per call."""
+        key = str(TableRef.parse(table))
+        cached = self._known_schemas.get(key)
+        info = self._known_schemas[key] = cached or await self.table_info(table)
+        try:
+            return await call(info)
+        except SchemaMismatch:
+            if cached is None:
+                raise
+        info = self._known_schemas[key] = await self.table_info(table)
+        return await call(info)
 
     async def _flight(self) -> FlightReads | None:
         """The gateway's Flight edge, asked once; None when it has none."""

@@ -50,7 +50,7 @@ from gateway.client._types import (
 )
 from gateway.wire._proto.tidegate.v1 import tidegate_pb2 as pb
 from gateway.wire.codec import Compression
-from gateway.wire.errors import SchemaMismatch, TableAlreadyExists, TidegateError
+from gateway.wire.errors import TableAlreadyExists, TidegateError
 from gateway.wire.retry import Retry
 from gateway.wire.status import error_from_rpc
 
@@ -133,15 +133,6 @@ class Client(SyncCalls):
         except TableAlreadyExists:
             if not exist_ok:
                 raise
-        return self.describe_table(table)
-
-    def describe_table(self, table: str | TableRef) -> TableInfo:
-        """The table: schema, partitions and live per-partition offsets."""
-        request = pb.DescribeTableRequest(table=ref(table))
-        return TableInfo.from_pb(self._call("DescribeTable", request, idempotent=True))
-
-    def table_info(self, table: str | TableRef) -> TableInfo:
-        """:meth:`describe_table` with the schema parsed into Arrow."""
         return self.describe_table(table)
 
     def alter_schema(
@@ -269,24 +260,15 @@ class Client(SyncCalls):
                 sequence=sequence,
             )
         # Dict rows are converted by the table's schema, as every other interface does.
-        # The schema is kept per table and read again, once, when a row does not fit it
-        # (the table may have changed since); nothing is written by a refused append.
-        key = str(TableRef.parse(table))
-        cached = self._known_schemas.get(key)
-        info = cached or self.table_info(table)
-        self._known_schemas[key] = info
-        try:
-            data = rows_ipc(rows_list, info.write_schema, info.write_omittable, compression)
-            return self.append_ipc(
-                table, data, partition=partition, producer_id=producer_id, sequence=sequence
-            )
-        except SchemaMismatch:
-            if cached is None:
-                raise
-        info = self._known_schemas[key] = self.table_info(table)
-        data = rows_ipc(rows_list, info.write_schema, info.write_omittable, compression)
-        return self.append_ipc(
-            table, data, partition=partition, producer_id=producer_id, sequence=sequence
+        return self._known(
+            table,
+            lambda info: self.append_ipc(
+                table,
+                rows_ipc(rows_list, info.write_schema, info.write_omittable, compression),
+                partition=partition,
+                producer_id=producer_id,
+                sequence=sequence,
+            ),
         )
 
     def delete(
@@ -301,15 +283,25 @@ class Client(SyncCalls):
         list of them): an append of deletes (``_change`` 3), answered with the ``-D``
         changes made (count 0 where no key was live). Raises SchemaMismatch for a key
         that does not name exactly the key's columns."""
-        info = self.table_info(table)
-        data = delete_ipc(keys, info.schema, info.primary_key, str(info.ref))
-        return self.append_ipc(table, data, producer_id=producer_id, sequence=sequence)
+        return self._known(
+            table,
+            lambda info: self.append_ipc(
+                table,
+                delete_ipc(keys, info.schema, info.primary_key, str(info.ref)),
+                producer_id=producer_id,
+                sequence=sequence,
+            ),
+        )
 
     def get(self, table: str | TableRef, keys: Any) -> pa.Table:
         """Point lookups of a primary-key table: the live row of each key (a dict of the
         key's columns, or a list of them); keys not live are left out."""
-        request = lookup_request(table, keys, self.table_info(table))
-        return lookup_table(self._call("Lookup", request, idempotent=True))
+        return self._known(
+            table,
+            lambda info: lookup_table(
+                self._call("Lookup", lookup_request(table, keys, info), idempotent=True)
+            ),
+        )
 
     def producer(self, table: str | TableRef, **config: Any) -> Producer:
         """A :class:`Producer` for ``table``; keyword arguments as for :class:`Producer`."""

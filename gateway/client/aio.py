@@ -65,7 +65,7 @@ from gateway.client._types import (
 )
 from gateway.wire._proto.tidegate.v1 import tidegate_pb2 as pb
 from gateway.wire.codec import Compression
-from gateway.wire.errors import SchemaMismatch, TableAlreadyExists, TidegateError
+from gateway.wire.errors import TableAlreadyExists, TidegateError
 from gateway.wire.retry import Retry
 from gateway.wire.status import error_from_rpc
 
@@ -115,13 +115,6 @@ class AsyncClient(AsyncCalls):
         except TableAlreadyExists:
             if not exist_ok:
                 raise
-        return await self.describe_table(table)
-
-    async def describe_table(self, table: str | TableRef) -> TableInfo:
-        request = pb.DescribeTableRequest(table=ref(table))
-        return TableInfo.from_pb(await self._call("DescribeTable", request, idempotent=True))
-
-    async def table_info(self, table: str | TableRef) -> TableInfo:
         return await self.describe_table(table)
 
     async def alter_schema(
@@ -218,26 +211,15 @@ class AsyncClient(AsyncCalls):
                 producer_id=producer_id,
                 sequence=sequence,
             )
+
         # Dict rows are converted by the table's schema, as every other interface does.
-        # The schema is kept per table and read again, once, when a row does not fit it
-        # (the table may have changed since); nothing is written by a refused append.
-        key = str(TableRef.parse(table))
-        cached = self._known_schemas.get(key)
-        info = cached or await self.table_info(table)
-        self._known_schemas[key] = info
-        try:
+        async def call(info: TableInfo) -> list[AppendRange]:
             data = rows_ipc(rows_list, info.write_schema, info.write_omittable, compression)
             return await self.append_ipc(
                 table, data, partition=partition, producer_id=producer_id, sequence=sequence
             )
-        except SchemaMismatch:
-            if cached is None:
-                raise
-        info = self._known_schemas[key] = await self.table_info(table)
-        data = rows_ipc(rows_list, info.write_schema, info.write_omittable, compression)
-        return await self.append_ipc(
-            table, data, partition=partition, producer_id=producer_id, sequence=sequence
-        )
+
+        return await self._known(table, call)
 
     async def delete(
         self,
@@ -251,15 +233,22 @@ class AsyncClient(AsyncCalls):
         list of them): an append of deletes (``_change`` 3), answered with the ``-D``
         changes made (count 0 where no key was live). Raises SchemaMismatch for a key
         that does not name exactly the key's columns."""
-        info = await self.table_info(table)
-        data = delete_ipc(keys, info.schema, info.primary_key, str(info.ref))
-        return await self.append_ipc(table, data, producer_id=producer_id, sequence=sequence)
+
+        async def call(info: TableInfo) -> list[AppendRange]:
+            data = delete_ipc(keys, info.schema, info.primary_key, str(info.ref))
+            return await self.append_ipc(table, data, producer_id=producer_id, sequence=sequence)
+
+        return await self._known(table, call)
 
     async def get(self, table: str | TableRef, keys: Any) -> pa.Table:
         """Point lookups of a primary-key table: the live row of each key (a dict of the
         key's columns, or a list of them); keys not live are left out."""
-        request = lookup_request(table, keys, await self.table_info(table))
-        return lookup_table(await self._call("Lookup", request, idempotent=True))
+
+        async def call(info: TableInfo) -> pa.Table:
+            request = lookup_request(table, keys, info)
+            return lookup_table(await self._call("Lookup", request, idempotent=True))
+
+        return await self._known(table, call)
 
     def producer(self, table: str | TableRef, **config: Any) -> AsyncProducer:
         """An :class:`AsyncProducer` for ``table`` (it starts on ``async with`` or the first

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import random
+import re
 import threading
 import time
 from collections.abc import Iterator
@@ -157,6 +158,34 @@ def test_http_writes_deletes_and_reads_carry_the_change(http: httpx.Client, name
     got = http.post(f"/v1/tables/{namespace}/plain/deletes", json={"keys": [{"id": 1}]})
     assert got.status_code == 400
     assert "has no primary key; only a key table is keyed" in got.json()["error"]["message"]
+
+
+def _describes(gw: GatewayProcess) -> float:
+    text = httpx.get(f"{gw.http_url}/metrics", timeout=10).text
+    pattern = r'^tidegate_grpc_requests_total\{[^}]*method="DescribeTable"[^}]*\} ([0-9.e+]+)$'
+    return sum(float(v) for v in re.findall(pattern, text, re.M))
+
+
+def test_lookups_and_deletes_describe_their_table_once(
+    gateway: GatewayProcess, namespace: str
+) -> None:
+    """A client describes a key table once for its keys, not once per get or delete (a
+    round trip each), and again only when the table changed under it."""
+    table = f"{namespace}.described"
+    with gateway.client() as c:
+        c.create_table(table, SCHEMA, partitions=2, primary_key=["id", "region"])
+        c.append(table, [{"id": i, "region": "eu", "v": i, "note": "n"} for i in range(10)])
+        before = _describes(gateway)
+        for i in range(20):
+            assert c.get(table, {"id": i % 10, "region": "eu"}).num_rows == 1
+        c.delete(table, [{"id": 1, "region": "eu"}])
+        assert c.get(table, {"id": 1, "region": "eu"}).num_rows == 0
+        assert _describes(gateway) - before <= 1
+        # Dropped and made again with another key: the stale key is described anew.
+        c.drop_table(table)
+        c.create_table(table, SCHEMA, partitions=1, primary_key=["id"])
+        c.append(table, [{"id": 7, "region": "us", "v": 1, "note": "m"}])
+        assert c.get(table, {"id": 7}).to_pylist()[0]["region"] == "us"
 
 
 def test_a_refused_sdk_write_stores_nothing(client: Client, namespace: str) -> None:
