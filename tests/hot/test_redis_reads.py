@@ -6,6 +6,7 @@ read had *records* left (up to 256): a 10,000-record read of 1,000-record batche
 
 from __future__ import annotations
 
+import itertools
 import re
 import uuid
 from collections.abc import Iterator
@@ -76,7 +77,7 @@ def test_a_read_fetches_only_the_entries_it_answers_with(
     key = partition_keys(part, 0)[0]
     for read in (log.read, lambda *a: log.read_at(*a)[1]):
         got, asked = fetched_entries(
-            redis_server, key, lambda: read(part, offset, max_records, max_bytes)
+            redis_server, key, lambda r=read: r(part, offset, max_records, max_bytes)
         )
         batches = list(got)  # type: ignore[call-overload]
         assert [b.base_offset for b in batches] == [
@@ -101,5 +102,5 @@ def test_a_read_over_batches_of_unequal_sizes_still_reaches_its_limit(log: Redis
         got = batches[-1].next_offset - offset
         assert got >= min(want, at - offset)
         assert got - batches[-1].count < want  # no batch past the one that reached it
-        for prev, nxt in zip(batches, batches[1:], strict=False):
+        for prev, nxt in itertools.pairwise(batches):
             assert nxt.base_offset == prev.next_offset
