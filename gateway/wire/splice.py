@@ -18,13 +18,15 @@ table's stored schema (:func:`stream_of`): any Arrow reader reads them as the ba
 from __future__ import annotations
 
 import functools
+import itertools
 import struct
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import numpy as np
 import pyarrow as pa
 
-from gateway.wire.codec import batch_sizes, flatbuffer_deref, flatbuffer_field
+from gateway.wire.codec import flatbuffer_deref, flatbuffer_field
 from gateway.wire.schema import with_system_columns
 from gateway.wire.stored import HotPiece
 
@@ -39,8 +41,11 @@ _PAIR = struct.Struct("<qq")
 _EOS = b"\xff\xff\xff\xff\x00\x00\x00\x00"
 #: Bytes per value of the system columns: _partition (int32), _offset, _timestamp (int64).
 _WIDTHS = (4, 8, 8)
-#: Arrow's MetadataVersion V5, and MessageHeader.RecordBatch.
-_V5, _RECORD_BATCH = 4, 3
+#: Arrow's MetadataVersion V5, and MessageHeader's Schema and RecordBatch.
+_V5, _SCHEMA, _RECORD_BATCH = 4, 1, 3
+_CONTINUATION = 0xFFFFFFFF
+#: A compressed buffer's length prefix saying its bytes are not compressed.
+_UNCOMPRESSED = struct.pack("<q", -1)
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,54 +89,100 @@ def splice_piece(piece: HotPiece, schema: pa.Schema, partition: int) -> list[Spl
     payload cannot be spliced as it is (its schema is not ``schema``, the table's log
     schema, or it holds messages other than plain record batches): the caller decodes it.
     """
-    source = pa.BufferReader(pa.py_buffer(piece.payload))
+    payload = piece.payload
     try:
-        reader = pa.ipc.MessageReader.open_stream(source)
-        first = reader.read_next_message()
-        if first.type != "schema" or not pa.ipc.read_schema(first).equals(schema):
+        frames = _frames(payload)
+        meta, _, _ = next(frames)
+        if _header_type(meta) != _SCHEMA or not _schema_is(meta, schema):
             return None
         out: list[SplicedMessage] = []
         at, start, end = 0, piece.skip, piece.skip + piece.count
         while at < end:
-            try:
-                message = reader.read_next_message()
-            except StopIteration:
+            frame = next(frames, None)
+            if frame is None:
                 return None  # fewer rows than the batch says: let the decoder tell
-            if message.type != "record batch":
+            meta, body_at, body_end = frame
+            if _header_type(meta) != _RECORD_BATCH:
                 return None
-            body = message.body if message.body is not None else pa.py_buffer(b"")
-            meta = message.metadata.to_pybytes()
-            declared, rows = batch_sizes(meta, body)
+            batch = _read_batch(meta, payload, body_at, body_end)
+            if batch is None:
+                return None
+            rows = batch.length
             lo, hi = max(start, at), min(end, at + rows)
             if lo < hi:
                 offset = piece.base_offset + lo
-                size = declared + sum(_WIDTHS) * (hi - lo)
-                spliced = None
+                size = batch.declared + sum(_WIDTHS) * (hi - lo)
                 if lo == at and hi == at + rows:
-                    spliced = _splice(meta, body, partition, offset, piece.timestamp_us)
-                if spliced is None:  # an edge, or a message this cannot rewrite
-                    batch = pa.ipc.read_record_batch(message, schema).slice(lo - at, hi - lo)
-                    rows_out = with_system_columns(batch, partition, offset, piece.timestamp_us)
-                    spliced = rows_out.serialize().to_pybytes()
-                out.append(SplicedMessage(spliced, offset, hi - lo, size))
+                    data = _splice(batch, payload, body_at, body_end, partition, offset, piece)
+                else:  # an edge: decoded, sliced and encoded again
+                    whole = memoryview(payload)[body_at - 8 - len(meta) : body_end]
+                    decoded = pa.ipc.read_record_batch(pa.py_buffer(whole), schema)
+                    part = decoded.slice(lo - at, hi - lo)
+                    data = (
+                        with_system_columns(part, partition, offset, piece.timestamp_us)
+                        .serialize()
+                        .to_pybytes()
+                    )
+                out.append(SplicedMessage(data, offset, hi - lo, size))
             at += rows
         return out
-    except (pa.ArrowException, ValueError, IndexError, struct.error):
+    except (pa.ArrowException, ValueError, IndexError, StopIteration, struct.error):
         return None
 
 
-def _splice(
-    meta: bytes, body: pa.Buffer, partition: int, first_offset: int, timestamp_us: int
-) -> bytes | None:
-    """The encapsulated message of a stored record batch message (``meta``, ``body``)
-    with the system columns appended; None for a message it does not rewrite (custom
-    metadata, variadic buffers, an unknown layout)."""
+def _frames(payload: bytes) -> Iterator[tuple[bytes, int, int]]:
+    """``(metadata, body start, body end)`` of each encapsulated message of an IPC stream
+    (Arrow's framing: the continuation marker, the metadata's length, the metadata, the
+    body of the length the metadata says), to its end-of-stream marker."""
+    pos, size = 0, len(payload)
+    while pos + 8 <= size:
+        if _U32.unpack_from(payload, pos)[0] != _CONTINUATION:
+            raise ValueError("a message without the continuation marker")
+        length = _I32.unpack_from(payload, pos + 4)[0]
+        if length == 0:
+            return
+        meta = payload[pos + 8 : pos + 8 + length]
+        at = flatbuffer_field(meta, flatbuffer_deref(meta, 0), 3)
+        body_length = _I64.unpack_from(meta, at)[0] if at is not None else 0
+        body_at = pos + 8 + length
+        if length < 0 or body_length < 0 or body_at + body_length > size:
+            raise ValueError("a message past the end of the stream")
+        yield meta, body_at, body_at + body_length
+        pos = body_at + body_length
+
+
+def _header_type(meta: bytes) -> int:
+    at = flatbuffer_field(meta, flatbuffer_deref(meta, 0), 1)
+    return meta[at] if at is not None else 0
+
+
+@functools.lru_cache(maxsize=4096)
+def _schema_is(meta: bytes, schema: pa.Schema) -> bool:
+    """Whether the schema message ``meta`` holds ``schema`` (as ``read_as`` compares)."""
+    message = b"\xff\xff\xff\xff" + _I32.pack(len(meta)) + meta
+    return bool(pa.ipc.read_schema(pa.py_buffer(message)).equals(schema))
+
+
+@dataclass(frozen=True, slots=True)
+class _Batch:
+    """What a stored record batch message's metadata says."""
+
+    length: int
+    nodes: list[tuple[int, int]]
+    buffers: list[tuple[int, int]]
+    #: (codec, method) of its BodyCompression, None when uncompressed.
+    compression: tuple[int, int] | None
+    #: Arrow bytes of its buffers once decompressed.
+    declared: int
+
+
+def _read_batch(meta: bytes, payload: bytes, body_at: int, body_end: int) -> _Batch | None:
+    """The record batch message ``meta`` (body at ``[body_at, body_end)`` of ``payload``),
+    or None for one this does not rewrite (custom metadata, variadic buffers)."""
     root = flatbuffer_deref(meta, 0)
-    if flatbuffer_field(meta, root, 4) is not None:
-        return None  # custom metadata: not carried over here
     header_at = flatbuffer_field(meta, root, 2)
-    if header_at is None:
-        return None
+    if header_at is None or flatbuffer_field(meta, root, 4) is not None:
+        return None  # no header, or custom metadata (not carried over here)
     batch = flatbuffer_deref(meta, header_at)
     if flatbuffer_field(meta, batch, 4) is not None:
         return None  # variadic buffer counts (string views)
@@ -148,27 +199,54 @@ def _splice(
             meta[codec_at] if codec_at is not None else 0,
             meta[method_at] if method_at is not None else 0,
         )
+    declared = 0
+    for offset, size in buffers:
+        if offset < 0 or size < 0 or body_at + offset + size > body_end:
+            raise ValueError("a buffer outside the message body")
+        if compression is not None and size >= 8:
+            prefix = _I64.unpack_from(payload, body_at + offset)[0]
+            declared += size - 8 if prefix == -1 else prefix
+        else:
+            declared += size
+    if length < 0 or declared < 0:
+        raise ValueError("negative lengths")
+    return _Batch(length, nodes, buffers, compression, declared)
+
+
+def _splice(
+    batch: _Batch,
+    payload: bytes,
+    body_at: int,
+    body_end: int,
+    partition: int,
+    first_offset: int,
+    piece: HotPiece,
+) -> bytes:
+    """The encapsulated message of a stored record batch (its body at ``[body_at,
+    body_end)`` of ``payload``) with the system columns appended."""
+    length = batch.length
     values = (
         np.full(length, partition, dtype="<i4").tobytes(),
         np.arange(first_offset, first_offset + length, dtype="<i8").tobytes(),
-        np.full(length, timestamp_us, dtype="<i8").tobytes(),
+        np.full(length, piece.timestamp_us, dtype="<i8").tobytes(),
     )
-    parts = [body.to_pybytes()]
-    end = _pad(parts, body.size)
+    nodes, buffers = list(batch.nodes), list(batch.buffers)
+    parts: list[bytes | memoryview] = [memoryview(payload)[body_at:body_end]]
+    end = _pad(parts, body_end - body_at)
     for data in values:
         nodes.append((length, 0))
         buffers.append((end, 0))  # no validity bitmap: no nulls
-        if compression is not None:
-            data = _I64.pack(-1) + data  # stored uncompressed
+        if batch.compression is not None:
+            data = _UNCOMPRESSED + data  # stored uncompressed
         buffers.append((end, len(data)))
         parts.append(data)
         end = _pad(parts, end + len(data))
-    metadata = _message(length, nodes, buffers, compression, end)
+    metadata = _message(length, nodes, buffers, batch.compression, end)
     prefix = b"\xff\xff\xff\xff" + _I32.pack(len(metadata))
     return b"".join([prefix, metadata, *parts])
 
 
-def _pad(parts: list[bytes], end: int) -> int:
+def _pad(parts: list[bytes | memoryview], end: int) -> int:
     """Pad the body in ``parts`` (``end`` bytes long) to a multiple of 8."""
     extra = -end % 8
     if extra:
@@ -194,6 +272,8 @@ class _Builder:
         self.buf = bytearray(4)  # the root offset, set by root()
         self.patches: list[tuple[int, str]] = []
         self.marks: dict[str, int] = {}
+        #: (table, slot) -> where that field's value is.
+        self.fields: dict[tuple[str, int], int] = {}
 
     def align(self, n: int, then: int = 0) -> None:
         """Pad so that the position ``then`` bytes on is a multiple of ``n``."""
@@ -222,6 +302,7 @@ class _Builder:
         self.buf += _I32.pack(table_at - vt_at) + b"\x00" * (table_size - 4)
         for slot, value in fields:
             pos = table_at + positions[slot]
+            self.fields[(name, slot)] = pos
             if isinstance(value, str):
                 self.patches.append((pos, value))
             else:
@@ -250,28 +331,45 @@ def _message(
     compression: tuple[int, int] | None,
     body_length: int,
 ) -> bytes:
-    """A Message flatbuffer (Arrow's Message.fbs) of a RecordBatch header."""
+    """A Message flatbuffer (Arrow's Message.fbs) of a RecordBatch header: the layout of
+    its shape (:func:`_layout`) with the numbers written in."""
+    template, at_body, at_length, at_nodes, at_buffers = _layout(
+        len(nodes), len(buffers), compression
+    )
+    buf = bytearray(template)
+    _I64.pack_into(buf, at_body, body_length)
+    _I64.pack_into(buf, at_length, length)
+    struct.pack_into(f"<{2 * len(nodes)}q", buf, at_nodes, *itertools.chain(*nodes))
+    struct.pack_into(f"<{2 * len(buffers)}q", buf, at_buffers, *itertools.chain(*buffers))
+    return bytes(buf)
+
+
+@functools.lru_cache(maxsize=1024)
+def _layout(
+    nodes: int, buffers: int, compression: tuple[int, int] | None
+) -> tuple[bytes, int, int, int, int]:
+    """The Message flatbuffer of a record batch of ``nodes`` field nodes and ``buffers``
+    buffers, its numbers zero, and where its body length, row count, first node and
+    first buffer go."""
     fb = _Builder()
     fb.table(
         "root",
-        [
-            (3, _I64.pack(body_length)),
-            (2, "header"),
-            (0, _I16.pack(_V5)),
-            (1, bytes([_RECORD_BATCH])),
-        ],
+        [(3, _I64.pack(0)), (2, "header"), (0, _I16.pack(_V5)), (1, bytes([_RECORD_BATCH]))],
         24,
     )
-    batch_fields: list[tuple[int, bytes | str]] = [
-        (0, _I64.pack(length)),
-        (1, "nodes"),
-        (2, "buffers"),
-    ]
+    batch_fields: list[tuple[int, bytes | str]] = [(0, _I64.pack(0)), (1, "nodes"), (2, "buffers")]
     if compression is not None:
         batch_fields.append((3, "compression"))
     fb.table("header", batch_fields, 24)
     if compression is not None:
         fb.table("compression", [(0, bytes([compression[0]])), (1, bytes([compression[1]]))], 8)
-    fb.vector("nodes", nodes)
-    fb.vector("buffers", buffers)
-    return fb.finish()
+    fb.vector("nodes", [(0, 0)] * nodes)
+    fb.vector("buffers", [(0, 0)] * buffers)
+    template = fb.finish()
+    return (
+        template,
+        fb.fields[("root", 3)],
+        fb.fields[("header", 0)],
+        fb.marks["nodes"] + 4,
+        fb.marks["buffers"] + 4,
+    )
