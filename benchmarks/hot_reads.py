@@ -1,6 +1,6 @@
 """What a hot read costs the gateway, in process, by the way its answer is built:
 
-    python -m benchmarks.hot_reads [--reads 300] [--out FILE]
+    python -m benchmarks.hot_reads [--reads 300] [--out FILE] [--read-at-only]
 
 On each hot tier, a partition filled as the ``read-hot`` workload fills it (200,000 records
 of 100 bytes in 1,000-record appends) is read in 10,000-record calls from spread offsets,
@@ -10,6 +10,10 @@ and each call's answer is built as an edge builds it: the gRPC ``Read`` as the S
 stored bytes, ``as_ipc``), Flight's readers drained as Flight drains them. It prints the
 wall time and the process's CPU time per call (the CPU time holds on a loaded machine
 better than the wall time does): the gateway's own work, without the network.
+
+``--read-at-only`` times the Redis tier's ``read_at`` alone (the read script's round
+trip), for batches as the gateway stores them and for incompressible 100 KB ones; it runs
+on code older than the spliced reads too, so a checkout before a change can be measured.
 """
 
 from __future__ import annotations
@@ -29,8 +33,6 @@ from benchmarks.loadgen import BatchFactory, record_schema
 from gateway.config import Settings
 from gateway.core import ReadResult, StreamTables
 from gateway.server.app import build_service
-from gateway.server.flight.reads import _read_chunk
-from gateway.server.grpc.service.reads import _read_messages
 from gateway.wire.schema import fields_to_json
 from tests.services import RedisServer
 
@@ -40,6 +42,8 @@ TENANT = "bench"
 
 def _flight(result: ReadResult) -> int:
     """Drain a Flight answer as Flight does: readers to their end, the last batch."""
+    from gateway.server.flight.reads import _read_chunk  # (not in older checkouts)
+
     n = 0
     for item in _read_chunk(result, pa.py_buffer(b"{}")):
         if isinstance(item, pa.RecordBatchReader):
@@ -50,6 +54,8 @@ def _flight(result: ReadResult) -> int:
 
 
 def _grpc(result: ReadResult) -> int:
+    from gateway.server.grpc.service.reads import _read_messages
+
     msgs, _ = _read_messages(result)
     return sum(m.ByteSize() for m in msgs)
 
@@ -120,12 +126,43 @@ def run(reads: int) -> dict[str, Any]:
     return results
 
 
+def read_at_only(reads: int) -> dict[str, float]:
+    """Wall milliseconds per ``read_at`` of 10,000 records on the Redis tier."""
+    from gateway.hot import PartitionId
+    from gateway.hot.redis import RedisHotLog
+    from gateway.wire.codec import encode_batch
+
+    redis = RedisServer(Path(tempfile.mkdtemp(prefix="tg-read-at-")) / "redis").start()
+    out: dict[str, float] = {}
+    try:
+        log = RedisHotLog(redis.url)
+        factory = BatchFactory(APPEND, 100)
+        shapes: dict[str, Callable[[int], bytes]] = {
+            "stored read-hot batches (zstd)": lambda i: encode_batch(factory.batch(i)),
+            "incompressible 100 KB batches": lambda i: bytes(range(256)) * 400,
+        }
+        for n, (name, payload) in enumerate(shapes.items()):
+            part = PartitionId("bench", f"t{n}", 0)
+            for i in range(RECORDS // APPEND):
+                log.append(part, payload(i), APPEND, i)
+            wall = time.perf_counter()
+            for i in range(reads):
+                log.read_at(part, (i * READ + 17) % (RECORDS - READ), READ, 64 << 20)
+            out[name] = 1000 * (time.perf_counter() - wall) / reads
+            print(f"  {name} ({len(payload(0))} bytes each): {out[name]:.2f} ms per read_at")
+        log.close()
+    finally:
+        redis.stop()
+    return out
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.hot_reads", description=__doc__)
     parser.add_argument("--reads", type=int, default=300)
     parser.add_argument("--out", type=Path, default=None)
+    parser.add_argument("--read-at-only", action="store_true")
     ns = parser.parse_args(argv)
-    results = run(ns.reads)
+    results: dict[str, Any] = read_at_only(ns.reads) if ns.read_at_only else run(ns.reads)
     if ns.out is not None:
         ns.out.parent.mkdir(parents=True, exist_ok=True)
         ns.out.write_text(json.dumps(results, indent=2) + "\n")

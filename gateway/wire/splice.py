@@ -30,7 +30,14 @@ from gateway.wire.codec import flatbuffer_deref, flatbuffer_field
 from gateway.wire.schema import with_system_columns
 from gateway.wire.stored import HotPiece
 
-__all__ = ["SplicedMessage", "read_messages", "schema_message_of", "splice_piece", "stream_of"]
+__all__ = [
+    "MAX_MESSAGE_BYTES",
+    "SplicedMessage",
+    "read_messages",
+    "schema_message_of",
+    "splice_piece",
+    "stream_of",
+]
 
 _I16 = struct.Struct("<h")
 _I32 = struct.Struct("<i")
@@ -46,6 +53,13 @@ _V5, _SCHEMA, _RECORD_BATCH = 4, 1, 3
 _CONTINUATION = 0xFFFFFFFF
 #: A compressed buffer's length prefix saying its bytes are not compressed.
 _UNCOMPRESSED = struct.pack("<q", -1)
+
+
+#: Arrow bytes of a spliced message at most: a stored record batch larger than this with
+#: its system columns (an append stored as it came may hold 2 MiB of many tiny rows) is
+#: decoded and cut, as before, so no message grows past what an edge sends in one
+#: answer (gRPC's default limit is 4 MiB).
+MAX_MESSAGE_BYTES = 2 * 1024 * 1024
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,6 +126,8 @@ def splice_piece(piece: HotPiece, schema: pa.Schema, partition: int) -> list[Spl
             if lo < hi:
                 offset = piece.base_offset + lo
                 size = batch.declared + sum(_WIDTHS) * (hi - lo)
+                if size > MAX_MESSAGE_BYTES:
+                    return None  # the decoding read cuts it into pieces an edge can send
                 if lo == at and hi == at + rows:
                     data = _splice(batch, payload, body_at, body_end, partition, offset, piece)
                 else:  # an edge: decoded, sliced and encoded again

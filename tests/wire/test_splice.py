@@ -66,3 +66,14 @@ def test_a_payload_under_another_schema_is_left_to_the_decoder() -> None:
         w.write_batch(dictionary)
     piece = HotPiece(sink.getvalue().to_pybytes(), 0, 0, 0, 2)
     assert splice.splice_piece(piece, dictionary.schema, 0) is None
+
+
+def test_a_batch_too_large_with_its_system_columns_is_left_to_the_decoder() -> None:
+    """Many tiny rows: the system columns (20 bytes a row) would make one message larger
+    than an edge sends at once, which the decoding read cuts into pieces."""
+    tiny = pa.record_batch({"b": pa.array([1] * 120_000, pa.int8())})
+    payload = encode_batch(tiny)
+    assert len(list(pa.ipc.open_stream(payload))) == 1
+    assert splice.splice_piece(HotPiece(payload, 0, 0, 0, 120_000), tiny.schema, 0) is None
+    small = splice.splice_piece(HotPiece(payload, 0, 0, 0, 1_000), tiny.schema, 0)
+    assert small is not None and small[0].nbytes <= splice.MAX_MESSAGE_BYTES
