@@ -249,6 +249,7 @@ class ReadOps(CoreBase):
         still_allowed: Callable[[], Awaitable[None]] | None = None,
         check_every_s: float = 1.0,
         raw_hot: bool = False,
+        as_ipc: bool = False,
         hold: FollowHold | None = None,
     ) -> AsyncIterator[ReadResult]:
         """Reads from ``offset`` that wait for new records instead of ending.
@@ -257,7 +258,8 @@ class ReadOps(CoreBase):
         ``max_bytes``, if smaller). With ``max_records`` the iteration ends once that many
         records were yielded; with ``max_wait_s`` it ends after waiting that long for a
         record (the HTTP long poll). Appends through this process wake followers at once;
-        appends through other gateways are seen within ``follow_poll_ms``.
+        appends through other gateways are seen within ``follow_poll_ms``. ``raw_hot``
+        and ``as_ipc`` shape each result's hot records as :meth:`read`'s do.
 
         ``hold`` is told before each read (with its byte cap) and whenever the stream
         waits for records, so the caller can hold each answer under a memory budget
@@ -282,10 +284,10 @@ class ReadOps(CoreBase):
             if hold is not None:
                 await hold.reading(nbytes)
             try:
-                result = await self._read(table, part, offset, want, nbytes, raw_hot)
+                result = await self._read(table, part, offset, want, nbytes, raw_hot, as_ipc)
             except StaleSchema:
                 table = await self.table(tenant, namespace, name, fresh=True)
-                result = await self._read(table, part, offset, want, nbytes, raw_hot)
+                result = await self._read(table, part, offset, want, nbytes, raw_hot, as_ipc)
             now = time.monotonic()
             if result.num_records or (deadline is not None and now >= deadline):
                 if still_allowed is not None:

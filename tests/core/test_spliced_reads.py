@@ -142,3 +142,31 @@ async def test_payloads_of_an_older_schema_are_decoded(service: StreamTables) ->
         assert got.equals(decoded)
         assert messages == 0  # the old payload (or the new under a stale view) is decoded
         assert "note" in got.schema.names
+
+
+async def test_a_follow_answers_spliced_records(service: StreamTables) -> None:
+    """A follow (the gRPC ``Read`` with ``follow`` and without ``raw_hot``) answers the
+    same records spliced as decoded, and wakes up for an append."""
+    name = f"f{uuid.uuid4().hex[:8]}"
+    fields = [{"name": "v", "type": "int64", "nullable": False}]
+    await service.create_table(TENANT, "ns", name, fields, 1)
+    for i in range(3):
+        batch = pa.record_batch({"v": pa.array(range(i * 100, i * 100 + 100), pa.int64())})
+        await service.append(TENANT, "ns", name, [batch], partition=0)
+    seen: dict[bool, list[int]] = {}
+    for as_ipc in (False, True):
+        follow = service.follow(TENANT, "ns", name, 0, 50, max_records=300, as_ipc=as_ipc)
+        values: list[int] = []
+        async for result in follow:
+            if as_ipc:
+                assert result.messages and not result.batches
+                table = pa.ipc.open_stream(stream_of(result.schema, result.messages)).read_all()
+            else:
+                table = pa.Table.from_batches(result.batches, result.schema)
+            values += table.column("_offset").to_pylist()
+            assert table.column("v").to_pylist() == table.column("_offset").to_pylist()
+            if len(values) == 250:  # caught up: the next records come from an append
+                more = pa.record_batch({"v": pa.array(range(300, 350), pa.int64())})
+                await service.append(TENANT, "ns", name, [more], partition=0)
+        seen[as_ipc] = values
+    assert seen[True] == seen[False] == list(range(50, 350))

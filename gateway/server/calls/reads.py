@@ -130,6 +130,7 @@ class ReadCalls(CallsBase):
         max_wait_s: float | None = None,
         authorization: str | None = None,
         raw_hot: bool = False,
+        as_ipc: bool = False,
     ) -> AsyncIterator[T]:
         """Follow reads, each encoded and metered, each answer held under the tenant's
         share of the read budget until the stream takes the next. The caller's
@@ -155,6 +156,7 @@ class ReadCalls(CallsBase):
             still_allowed=allowed,
             check_every_s=max(0.1, self.service.settings.auth.key_cache_ttl_s),
             raw_hot=raw_hot,
+            as_ipc=as_ipc,
             hold=hold,
         )
         try:

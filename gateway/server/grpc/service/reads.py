@@ -120,6 +120,7 @@ class ReadMethods(ServicerBase):
                 max_bytes=max_bytes,
                 authorization=caller.authorization,
                 raw_hot=request.raw_hot,
+                as_ipc=not request.raw_hot,
             ):
                 for msg in msgs:
                     yield msg
