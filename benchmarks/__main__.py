@@ -39,6 +39,7 @@ from benchmarks.report import write_report
 from benchmarks.scenarios import (
     append_via_gateway,
     append_via_redis,
+    read_via_flight,
     read_via_gateway,
     read_via_redis,
 )
@@ -49,12 +50,13 @@ HERE = Path(__file__).resolve().parent
 Scenario = Callable[[Bench, Workload], Awaitable[list[dict[str, Any]]]]
 
 
-def against_redis(baseline_fn: Any, gateway_fn: Any) -> Scenario:
+def against_redis(baseline_fn: Any, gateway_fn: Any, flight_fn: Any = None) -> Scenario:
     """A hot-tier scenario: the Redis baseline, then on each hot tier the pass-through
     (the same client against the same gRPC edge with no Tidegate logic, over that tier's
     raw store) and Tidegate. Tidegate's rows are compared with both: to the raw store,
     and to the pass-through (what is Tidegate's own); the pass-through's with the raw
-    store (what is the edge's)."""
+    store (what is the edge's). With ``flight_fn``, Tidegate over its Flight edge too,
+    compared with the raw store (the pass-through has no Flight edge over a hot store)."""
 
     async def run(b: Bench, w: Workload) -> list[dict[str, Any]]:
         base: Result = await baseline_fn(w, b.redis.url)
@@ -69,7 +71,12 @@ def against_redis(baseline_fn: Any, gateway_fn: Any) -> Scenario:
             with b.tenants(gw, w.tenants) as keys:
                 md = [b.auth(gw, k) for k in keys] if w.tenants > 1 else b.auth(gw)
                 res: Result = await gateway_fn(hot, gw.grpc_target, md)
+                flown: Result | None = None
+                if flight_fn is not None:
+                    flown = await flight_fn(hot, gw.grpc_target, gw.flight_port, md)
             rows += [through, compare(res.summary(), [rows[0], through])]
+            if flown is not None:
+                rows.append(compare(flown.summary(), rows[:1]))
         return rows
 
     return run
@@ -85,7 +92,7 @@ def passthrough_system(kind: str, tenants: int = 1) -> str:
 #: workload kind -> scenario; each returns its result rows, baselines first.
 SCENARIOS: dict[str, Scenario] = {
     "append": against_redis(append_via_redis, append_via_gateway),
-    "read-hot": against_redis(read_via_redis, read_via_gateway),
+    "read-hot": against_redis(read_via_redis, read_via_gateway, read_via_flight),
     "sdk-small": sdk.run,
     "cold": cold.run_reads,
     "read-cost": cold.run_read_cost,

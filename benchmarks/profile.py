@@ -2,7 +2,7 @@
 data folder), load it with one kind of request from this process, record the gateway with
 py-spy meanwhile, and summarise the samples by function.
 
-    python -m benchmarks.profile hot-read [--seconds 10] [--out DIR]
+    python -m benchmarks.profile hot-read [--seconds 10] [--out DIR] [--hot disk|redis]
 
 Paths: ``hot-read`` (gRPC Read of hot records, as the SDK reads them), ``cold-read`` (Flight
 stream reads of tiered records), ``scan`` (whole-table Flight scans of tiered records),
@@ -36,7 +36,7 @@ from gateway.client import Client
 from gateway.client._reading import read_response_batches
 from gateway.wire._proto.tidegate.v1 import tidegate_pb2 as pb
 from gateway.wire._proto.tidegate.v1 import tidegate_pb2_grpc as pb_grpc
-from tests.services import GatewayProcess
+from tests.services import GatewayProcess, RedisServer
 
 RECORDS = 200_000
 BATCH = 10_000
@@ -48,6 +48,10 @@ FRAMES = {
         "ReadMethods.Read",
         "ReadOps._read",
         "DiskHotLog.read",
+        "DiskHotLog.read_at",
+        "ShardReads.read_at",
+        "ShardReads._batch",
+        "Script.__call__",
         "hot_pieces",
         "_read_messages",
         "ReadCalls._answer",
@@ -207,13 +211,17 @@ def summarise(raw: Path, frames: list[str], top: int = 15) -> str:
     return "\n".join(lines)
 
 
-def profile(path: str, seconds: float, out: Path | None) -> str:
+def profile(path: str, seconds: float, out: Path | None, hot: str = "disk") -> str:
     spy = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
     if not Path(spy).exists():
         raise SystemExit("py-spy is not installed: pip install py-spy (the bench extra has it)")
     work = Path(tempfile.mkdtemp(prefix="tg-profile-"))
     tiered = path in ("cold-read", "scan")
-    env = {"TIDEGATE_HOT__TYPE": "disk"}
+    env = {"TIDEGATE_HOT__TYPE": hot}
+    redis = None
+    if hot == "redis":
+        redis = RedisServer(work / "redis").start()
+        env["TIDEGATE_HOT__URL"] = redis.url
     env.update(
         {"TIDEGATE_TIERING__INTERVAL_S": "1"} if tiered else {"TIDEGATE_TIERING__ENABLED": "false"}
     )
@@ -261,11 +269,14 @@ def profile(path: str, seconds: float, out: Path | None) -> str:
         recorder.wait(timeout=seconds + 30)
     finally:
         gw.stop()
-    text = f"{path}: {rate:,.0f} records/s at the client\n" + summarise(raw, FRAMES[path])
+        if redis is not None:
+            redis.stop()
+    text = f"{path} ({hot} hot tier): {rate:,.0f} records/s at the client\n"
+    text += summarise(raw, FRAMES[path])
     if out is not None:
         out.mkdir(parents=True, exist_ok=True)
-        (out / f"{path}.txt").write_text(text + "\n")
-        shutil.copy(raw, out / f"{path}.samples")
+        (out / f"{path}-{hot}.txt").write_text(text + "\n")
+        shutil.copy(raw, out / f"{path}-{hot}.samples")
     shutil.rmtree(work, ignore_errors=True)
     return text
 
@@ -275,9 +286,10 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("path", choices=sorted(FRAMES), nargs="+")
     parser.add_argument("--seconds", type=float, default=10.0)
     parser.add_argument("--out", type=Path, default=None)
+    parser.add_argument("--hot", choices=["disk", "redis"], default="disk")
     ns = parser.parse_args(argv)
     for path in ns.path:
-        print(profile(path, ns.seconds, ns.out), flush=True)
+        print(profile(path, ns.seconds, ns.out, ns.hot), flush=True)
 
 
 if __name__ == "__main__":

@@ -306,6 +306,30 @@ async def read_via_gateway(w: Workload, grpc_target: str, metadata: Any = None) 
     return result
 
 
+async def read_via_flight(
+    w: Workload, grpc_target: str, flight_port: int, metadata: Any = None
+) -> Result:
+    """:func:`read_via_gateway`'s reads over the gateway's Flight edge (``DoGet`` of a
+    stream read, as the SDK reads ranges): Arrow's C++ client receives the batches with
+    their system columns."""
+    result = Result(w.name, f"tidegate Flight ({w.hot} hot tier)")
+    async with grpc.aio.insecure_channel(grpc_target, options=CHANNEL_OPTIONS) as ch:
+        stub = pb_grpc.TidegateStub(ch)
+        ref = await create_table(stub, "freads", 1, metadata)
+        total = await fill_workload(stub, ref, metadata, w)
+        flight = FlightReader(flight_port, ref, metadata or [])
+
+        async def read_chunk(offset: int) -> tuple[int, int]:
+            return await flight.read(0, offset, w.read_chunk)
+
+        try:
+            await _closed_reads(w, result, total, read_chunk)
+        finally:
+            flight.close()
+        await drop_table(stub, ref, metadata)
+    return result
+
+
 async def read_via_redis(w: Workload, redis_url: str) -> Result:
     """Baseline: XRANGE of the same Arrow blobs from a Redis stream, decoded with pyarrow."""
     result = Result(w.name, "redis-py XRANGE (baseline)")

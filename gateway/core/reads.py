@@ -12,10 +12,11 @@ import pyarrow as pa
 
 from gateway.core.base import CoreBase
 from gateway.core.stitch import PartitionView, check_offset, stitch_cold
-from gateway.core.views import ReadResult, TableView, hot_pieces, slice_batches
+from gateway.core.views import UNCAPPED, ReadResult, TableView, hot_pieces, slice_batches
 from gateway.hot import PartitionId, StoredBatch
 from gateway.wire.errors import InvalidRequest
 from gateway.wire.evolution import StaleSchema, read_as
+from gateway.wire.splice import SplicedMessage, splice_piece
 from gateway.wire.stored import HotPiece, schema_message
 
 if TYPE_CHECKING:
@@ -57,10 +58,13 @@ class ReadOps(CoreBase):
         max_bytes: int | None = None,
         *,
         raw_hot: bool = False,
+        as_ipc: bool = False,
     ) -> ReadResult:
         """Records of one partition from ``offset`` in offset order; with ``raw_hot``, the
         hot-tier records as stored (``ReadResult.pieces``), for a reader that adds the
-        system columns itself.
+        system columns itself; with ``as_ipc``, the hot-tier records as IPC messages
+        spliced into the stored bytes (``ReadResult.messages``) where the read allows it
+        (see :meth:`_spliced`), for an edge that sends Arrow IPC.
 
         Raises:
             TableNotFound, InvalidPartition,
@@ -71,11 +75,11 @@ class ReadOps(CoreBase):
         records, nbytes = self._limits(max_records, max_bytes)
         try:
             try:
-                return await self._read(table, part, offset, records, nbytes, raw_hot)
+                return await self._read(table, part, offset, records, nbytes, raw_hot, as_ipc)
             except StaleSchema:
                 # Rows appended under a schema changed through another gateway: look again.
                 table = await self.table(tenant, namespace, name, fresh=True)
-                return await self._read(table, part, offset, records, nbytes, raw_hot)
+                return await self._read(table, part, offset, records, nbytes, raw_hot, as_ipc)
         except Exception as exc:
             raise await self._unless_dropped(table, exc) from None
 
@@ -87,6 +91,7 @@ class ReadOps(CoreBase):
         max_records: int,
         max_bytes: int,
         raw_hot: bool = False,
+        as_ipc: bool = False,
     ) -> ReadResult:
         """Stitched read: offsets below ``T(p)`` of the current snapshot come from its
         data files, offsets at or above it from the hot tier, in one ordered result."""
@@ -119,6 +124,7 @@ class ReadOps(CoreBase):
             )
             out, next_offset, nbytes = taken.batches, taken.next_offset, taken.nbytes
             pieces: list[HotPiece] = []
+            messages: list[SplicedMessage] | None = None
             hot_from = taken.hot_from(view)
             if hot_from is not None:
                 if early is not None and hot_from == start and not out:
@@ -131,6 +137,12 @@ class ReadOps(CoreBase):
                     )
                     for piece in pieces:
                         self._check_stored_schema(table, piece.payload)
+                elif as_ipc and (
+                    spliced := self._spliced(
+                        table, part, stored, hot_from, taken.remaining, max_bytes - nbytes
+                    )
+                ):
+                    messages, next_offset = spliced
                 else:
                     hot, next_offset = slice_batches(
                         stored,
@@ -149,9 +161,36 @@ class ReadOps(CoreBase):
                 table.stored_schema,
                 tiered,
                 pieces,
+                messages or [],
             )
 
         return await self._run(fetch)
+
+    def _spliced(
+        self,
+        table: TableView,
+        part: PartitionId,
+        stored: Sequence[StoredBatch],
+        offset: int,
+        max_records: int,
+        room: int,
+    ) -> tuple[list[SplicedMessage], int] | None:
+        """Records ``[offset, offset + max_records)`` of hot batches as IPC messages with
+        the system columns (:func:`~gateway.wire.splice.splice_piece`), and the offset
+        after them; None where the decoding read (:func:`slice_batches`) must answer: a
+        payload stored under another schema, or Arrow bytes that might reach ``room``
+        (the byte cap left), where the decoding read cuts at the cap by the rows' decoded
+        sizes. Below it the two answer the same records."""
+        pieces, next_offset = hot_pieces(stored, offset, max_records, UNCAPPED)
+        out: list[SplicedMessage] = []
+        for piece in pieces:
+            spliced = splice_piece(piece, table.log_schema, part.partition)
+            if spliced is None:
+                return None
+            out.extend(spliced)
+        if not out or sum(m.nbytes for m in out) >= room:
+            return None
+        return out, next_offset
 
     def _tier_marks(
         self, table: TableView, part: PartitionId, cold: ColdTable | None
@@ -210,6 +249,7 @@ class ReadOps(CoreBase):
         still_allowed: Callable[[], Awaitable[None]] | None = None,
         check_every_s: float = 1.0,
         raw_hot: bool = False,
+        as_ipc: bool = False,
         hold: FollowHold | None = None,
     ) -> AsyncIterator[ReadResult]:
         """Reads from ``offset`` that wait for new records instead of ending.
@@ -218,7 +258,8 @@ class ReadOps(CoreBase):
         ``max_bytes``, if smaller). With ``max_records`` the iteration ends once that many
         records were yielded; with ``max_wait_s`` it ends after waiting that long for a
         record (the HTTP long poll). Appends through this process wake followers at once;
-        appends through other gateways are seen within ``follow_poll_ms``.
+        appends through other gateways are seen within ``follow_poll_ms``. ``raw_hot``
+        and ``as_ipc`` shape each result's hot records as :meth:`read`'s do.
 
         ``hold`` is told before each read (with its byte cap) and whenever the stream
         waits for records, so the caller can hold each answer under a memory budget
@@ -243,10 +284,10 @@ class ReadOps(CoreBase):
             if hold is not None:
                 await hold.reading(nbytes)
             try:
-                result = await self._read(table, part, offset, want, nbytes, raw_hot)
+                result = await self._read(table, part, offset, want, nbytes, raw_hot, as_ipc)
             except StaleSchema:
                 table = await self.table(tenant, namespace, name, fresh=True)
-                result = await self._read(table, part, offset, want, nbytes, raw_hot)
+                result = await self._read(table, part, offset, want, nbytes, raw_hot, as_ipc)
             now = time.monotonic()
             if result.num_records or (deadline is not None and now >= deadline):
                 if still_allowed is not None:

@@ -15,6 +15,7 @@ from gateway.meta import TableDef
 from gateway.wire.changes import CHANGE_COLUMN, CHANGE_TYPE
 from gateway.wire.keywrites import write_omittable, write_schema
 from gateway.wire.schema import OFFSET_COLUMN, added_columns, fields_to_json, system_schema
+from gateway.wire.splice import SplicedMessage
 from gateway.wire.stored import HotPiece, piece_rows
 
 if TYPE_CHECKING:
@@ -23,6 +24,7 @@ if TYPE_CHECKING:
     from gateway.meta.records import JobRun, Lease
 
 __all__ = [
+    "UNCAPPED",
     "GroupMemberView",
     "GroupPartitionView",
     "GroupView",
@@ -140,16 +142,28 @@ class ReadResult:
     tiered_watermark: int = 0
     #: Hot records as stored, following those of ``batches`` (reads that ask for them).
     pieces: list[HotPiece] = field(default_factory=list)
+    #: Hot records as IPC messages with the system columns, spliced into the stored
+    #: bytes (:mod:`gateway.wire.splice`), following those of ``batches`` (reads that
+    #: ask for them, when every hot payload read can be).
+    messages: list[SplicedMessage] = field(default_factory=list)
 
     @property
     def num_records(self) -> int:
-        return int(sum(b.num_rows for b in self.batches)) + sum(p.count for p in self.pieces)
+        return (
+            int(sum(b.num_rows for b in self.batches))
+            + sum(p.count for p in self.pieces)
+            + sum(m.rows for m in self.messages)
+        )
 
     @property
     def nbytes(self) -> int:
         """Bytes the answer carries: Arrow bytes of the batches (uncompressed), stored
-        bytes of the pieces."""
-        return int(sum(b.nbytes for b in self.batches)) + sum(len(p.payload) for p in self.pieces)
+        bytes of the pieces, Arrow bytes the messages declare."""
+        return (
+            int(sum(b.nbytes for b in self.batches))
+            + sum(len(p.payload) for p in self.pieces)
+            + sum(m.nbytes for m in self.messages)
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -208,7 +222,8 @@ def fit_bytes(batch: pa.RecordBatch, room: int, first: bool) -> pa.RecordBatch:
     return batch.slice(0, max(1 if first else 0, rows))
 
 
-_UNCAPPED = 1 << 62
+#: A byte cap no read reaches.
+UNCAPPED = 1 << 62
 
 
 def hot_pieces(
@@ -254,7 +269,7 @@ def slice_batches(
     taken already), and the offset after the last one."""
     out: list[pa.RecordBatch] = []
     next_offset = offset
-    for piece in hot_pieces(stored, offset, max_records, _UNCAPPED)[0]:
+    for piece in hot_pieces(stored, offset, max_records, UNCAPPED)[0]:
         if used_bytes >= max_bytes:
             break
         cut = False

@@ -15,12 +15,15 @@ __all__ = [
     "BodyCompression",
     "Compression",
     "StreamInfo",
+    "batch_sizes",
     "check_request",
     "decode_batch",
     "decode_stream",
     "decode_valid",
     "encode_batch",
     "encode_stream",
+    "flatbuffer_deref",
+    "flatbuffer_field",
     "inspect_stream",
     "iter_rows",
     "validate_batches",
@@ -102,7 +105,7 @@ def iter_rows(
         except StopIteration:
             return
         body = message.body if message.body is not None else pa.py_buffer(b"")
-        _, rows = _batch_sizes(message.metadata.to_pybytes(), body)
+        _, rows = batch_sizes(message.metadata.to_pybytes(), body)
         if at + rows > start:
             batch = pa.ipc.read_record_batch(message, schema)
             lo = max(0, start - at)
@@ -165,7 +168,7 @@ class StreamInfo:
     schema_message: bytes = field(default=b"", repr=False)
 
 
-def _field(meta: bytes, table: int, slot: int) -> int | None:
+def flatbuffer_field(meta: bytes, table: int, slot: int) -> int | None:
     """Position of field ``slot`` of the flatbuffer table at ``table`` (None: absent)."""
     vtable = table - _I32.unpack_from(meta, table)[0]
     vtable_size = _U16.unpack_from(meta, vtable)[0]
@@ -176,26 +179,26 @@ def _field(meta: bytes, table: int, slot: int) -> int | None:
     return table + offset if offset else None
 
 
-def _deref(meta: bytes, pos: int) -> int:
+def flatbuffer_deref(meta: bytes, pos: int) -> int:
     return pos + int(_U32.unpack_from(meta, pos)[0])
 
 
-def _batch_sizes(meta: bytes, body: pa.Buffer) -> tuple[int, int]:
+def batch_sizes(meta: bytes, body: pa.Buffer) -> tuple[int, int]:
     """(decoded bytes, rows) of a record batch message, from its flatbuffer metadata
     (Arrow's Message.fbs: Message.header is a RecordBatch whose ``buffers`` locate the body
     buffers; a compressed buffer starts with its uncompressed length, -1 for none)."""
-    root = _deref(meta, 0)
-    header = _field(meta, root, 2)
+    root = flatbuffer_deref(meta, 0)
+    header = flatbuffer_field(meta, root, 2)
     if header is None:
         raise ValueError("a record batch message without a header")
-    batch = _deref(meta, header)
-    length_at = _field(meta, batch, 0)
+    batch = flatbuffer_deref(meta, header)
+    length_at = flatbuffer_field(meta, batch, 0)
     rows = _I64.unpack_from(meta, length_at)[0] if length_at is not None else 0
-    buffers_at = _field(meta, batch, 2)
-    compressed = _field(meta, batch, 3) is not None
+    buffers_at = flatbuffer_field(meta, batch, 2)
+    compressed = flatbuffer_field(meta, batch, 3) is not None
     total = 0
     if buffers_at is not None:
-        vec = _deref(meta, buffers_at)
+        vec = flatbuffer_deref(meta, buffers_at)
         count = _U32.unpack_from(meta, vec)[0]
         for i in range(count):
             offset, length = _BUFFER.unpack_from(meta, vec + 4 + 16 * i)
@@ -217,12 +220,12 @@ _CODECS: dict[int, BodyCompression] = {0: "lz4", 1: "zstd"}
 
 def _batch_compression(meta: bytes) -> BodyCompression:
     """The codec a record batch message declares (``none`` without a compression table).
-    The message was already read by :func:`_batch_sizes`, so its offsets are sound."""
-    batch = _deref(meta, _field(meta, _deref(meta, 0), 2) or 0)
-    at = _field(meta, batch, 3)
+    The message was already read by :func:`batch_sizes`, so its offsets are sound."""
+    batch = flatbuffer_deref(meta, flatbuffer_field(meta, flatbuffer_deref(meta, 0), 2) or 0)
+    at = flatbuffer_field(meta, batch, 3)
     if at is None:
         return "none"
-    codec_at = _field(meta, _deref(meta, at), 0)
+    codec_at = flatbuffer_field(meta, flatbuffer_deref(meta, at), 0)
     codec = meta[codec_at] if codec_at is not None else 0
     if codec not in _CODECS:
         raise ValueError(f"unknown compression codec {codec}")
@@ -265,7 +268,7 @@ def inspect_stream(data: bytes | pa.Buffer) -> StreamInfo:
                 )
             body = message.body if message.body is not None else pa.py_buffer(b"")
             meta = message.metadata.to_pybytes()
-            size, n = _batch_sizes(meta, body)
+            size, n = batch_sizes(meta, body)
             codecs.add(_batch_compression(meta))
             decoded += size
             largest = max(largest, size)

@@ -21,6 +21,10 @@ from gateway.wire.schema import with_system_columns
 
 __all__ = ["HotPiece", "piece_rows", "schema_message"]
 
+#: Decompression on the calling thread: reads run on the gateway's I/O pool, one per
+#: thread already, and handing each small buffer to Arrow's pool costs more than it saves.
+_NO_THREADS = pa.ipc.IpcReadOptions(use_threads=False)
+
 
 @dataclass(frozen=True, slots=True)
 class HotPiece:
@@ -67,7 +71,7 @@ def _rows(piece: HotPiece) -> Iterator[tuple[int, pa.RecordBatch]]:
         yield from iter_rows(piece.payload, piece.skip, piece.count)
         return
     at = 0
-    for batch in pa.ipc.open_stream(pa.py_buffer(piece.payload)):
+    for batch in pa.ipc.open_stream(pa.py_buffer(piece.payload), options=_NO_THREADS):
         if at + batch.num_rows >= piece.count:
             yield at, batch.slice(0, piece.count - at)
             return

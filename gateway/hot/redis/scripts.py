@@ -194,21 +194,39 @@ local e = first[1]
 local max_records, max_bytes = tonumber(ARGV[2]), tonumber(ARGV[3])
 local chunk = tonumber(ARGV[4])
 local out = {e}
-local records = tonumber(base_of(e[1])) + tonumber(field(e, 'count')) - from
+local held = tonumber(field(e, 'count'))
+local records = tonumber(base_of(e[1])) + held - from
 local size = string.len(field(e, 'payload'))
+-- Records and bytes of the entries taken, whole: their averages say how many entries
+-- the rest of the read (up to the high watermark) needs, so no XRANGE fetches (and
+-- copies into Lua) entries the read does not answer with.
+local taken_bytes = size
 local cursor = e[1]
 local more = true
 while more and records < max_records and size < max_bytes do
-  local want = max_records - records
+  local n = #out
+  local left = max_records - records
+  if hw - from - records < left then left = hw - from - records end
+  local want = math.ceil(left * n / held)
+  local by_bytes = math.ceil((max_bytes - size) * n / math.max(taken_bytes, 1))
+  if by_bytes < want then want = by_bytes end
   if want > chunk then want = chunk end
+  if want < 1 then want = 1 end
   local batch = redis.call('XRANGE', log, '(' .. cursor, '+', 'COUNT', want)
   if #batch < want then more = false end
   for _, b in ipairs(batch) do
     out[#out + 1] = b
     cursor = b[1]
-    records = records + tonumber(field(b, 'count'))
-    size = size + string.len(field(b, 'payload'))
-    if records >= max_records or size >= max_bytes then break end
+    local c = tonumber(field(b, 'count'))
+    local l = string.len(field(b, 'payload'))
+    held = held + c
+    taken_bytes = taken_bytes + l
+    records = records + c
+    size = size + l
+    if records >= max_records or size >= max_bytes then
+      more = false
+      break
+    end
   end
 end
 return {1, low_s, hw_s, sealed, out}

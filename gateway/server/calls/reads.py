@@ -55,7 +55,10 @@ class ReadCalls(CallsBase):
         encode: Callable[[ReadResult], tuple[T, int]],
         in_place: bool = False,
     ) -> T:
-        big = not in_place and result.num_records >= OFFLOAD_RECORDS
+        # Only decoded records cost an encoding: hot batches as stored go out as they are
+        # (a message per ~1 MiB of payloads), cheaper than a trip to the I/O pool.
+        decoded = sum(b.num_rows for b in result.batches)
+        big = not in_place and decoded >= OFFLOAD_RECORDS
         out, nbytes = await self.offload(big, encode, result)
         metrics.record_read(result.num_records)
         await self.gate.record_read(tenant, result.num_records, nbytes)
@@ -73,10 +76,12 @@ class ReadCalls(CallsBase):
         encode: Callable[[ReadResult], tuple[T, int]],
         *,
         raw_hot: bool = False,
+        as_ipc: bool = False,
         in_place: bool = False,
     ) -> T:
         """One stream read, encoded by ``encode`` (which answers the wire form and its size
-        in bytes) and metered by that size; with ``raw_hot`` its hot records come as stored
+        in bytes) and metered by that size; with ``raw_hot`` its hot records come as stored,
+        with ``as_ipc`` as IPC messages spliced into the stored bytes where the read allows
         (see :meth:`gateway.core.StreamTables.read`); with ``in_place`` ``encode`` runs
         here whatever the size (an encode that costs next to nothing).
 
@@ -88,7 +93,15 @@ class ReadCalls(CallsBase):
         budget = self.service.budget
         async with budget.hold(tenant, READ_COPIES * _READ_START):
             result = await self.service.read(
-                tenant, namespace, name, partition, offset, max_records, max_bytes, raw_hot=raw_hot
+                tenant,
+                namespace,
+                name,
+                partition,
+                offset,
+                max_records,
+                max_bytes,
+                raw_hot=raw_hot,
+                as_ipc=as_ipc,
             )
         async with budget.hold(tenant, READ_COPIES * result.nbytes, force=True):
             return await self._answer(tenant, result, encode, in_place)
@@ -117,6 +130,7 @@ class ReadCalls(CallsBase):
         max_wait_s: float | None = None,
         authorization: str | None = None,
         raw_hot: bool = False,
+        as_ipc: bool = False,
     ) -> AsyncIterator[T]:
         """Follow reads, each encoded and metered, each answer held under the tenant's
         share of the read budget until the stream takes the next. The caller's
@@ -142,6 +156,7 @@ class ReadCalls(CallsBase):
             still_allowed=allowed,
             check_every_s=max(0.1, self.service.settings.auth.key_cache_ttl_s),
             raw_hot=raw_hot,
+            as_ipc=as_ipc,
             hold=hold,
         )
         try:

@@ -19,6 +19,7 @@ from gateway.server.flight.bridge import END, LoopBridge
 from gateway.server.flight.middleware import Caller
 from gateway.server.flight.tickets import ReadCommand, ScanCommand, parse_command
 from gateway.wire.errors import InvalidRequest
+from gateway.wire.splice import read_messages
 
 __all__ = ["FlightReads"]
 
@@ -113,6 +114,7 @@ class FlightReads(LoopBridge):
                     wanted - seen,
                     cmd.max_bytes,
                     _result_size,
+                    as_ipc=True,
                     in_place=True,
                 )
                 if first:
@@ -128,17 +130,33 @@ class FlightReads(LoopBridge):
                         }
                     ).encode()
                 )
-                cut = [p for b in result.batches for p in pieces(b, _READ_CHUNK_BYTES)]
-                cut = cut or [pa.RecordBatch.from_pylist([], schema=result.schema)]
-                chunk: list[Any] = [(cut[-1], meta)]
-                if len(cut) > 1:
-                    chunk.insert(0, pa.Table.from_batches(cut[:-1], result.schema).to_reader())
+                chunk = _read_chunk(result, meta)
                 seen += got
                 offset = result.next_offset
                 if got == 0 or seen >= wanted or offset >= result.high_watermark:
                     yield _Last(chunk)
                     return
                 yield chunk
+
+
+def _read_chunk(result: ReadResult, meta: pa.Buffer) -> list[Any]:
+    """A read's answer for Flight: C++ readers of its batches and of its spliced hot
+    messages (decoded by Arrow's C++ as Flight drains them), then its last batch with
+    ``meta``."""
+    cut = [p for b in result.batches for p in pieces(b, _READ_CHUNK_BYTES)]
+    spliced = result.messages
+    if not spliced:
+        cut = cut or [pa.RecordBatch.from_pylist([], schema=result.schema)]
+        last, cut = cut[-1], cut[:-1]
+    else:
+        last = pa.ipc.read_record_batch(pa.py_buffer(spliced[-1].data), result.schema)
+    chunk: list[Any] = []
+    if cut:
+        chunk.append(pa.Table.from_batches(cut, result.schema).to_reader())
+    if len(spliced) > 1:
+        chunk.append(read_messages(result.schema, spliced[:-1]))
+    chunk.append((last, meta))
+    return chunk
 
 
 @dataclass(frozen=True, slots=True)

@@ -14,6 +14,7 @@ from gateway.server.grpc.calls import current_call
 from gateway.server.grpc.service.base import ServicerBase, partition_offsets
 from gateway.wire._proto.tidegate.v1 import tidegate_pb2 as pb
 from gateway.wire.codec import check_request, decode_valid, encode_stream
+from gateway.wire.splice import SplicedMessage, stream_of
 
 __all__ = ["ReadMethods"]
 
@@ -23,10 +24,11 @@ _READ_CHUNK_BYTES = 1024 * 1024
 
 def _read_messages(result: ReadResult) -> tuple[list[pb.ReadResponse], int]:
     """One ReadResponse per ~1 MiB of batches (the last carries the result's next
-    offset), then per ~1 MiB of hot batches as stored (each with the schema), and the
+    offset), then per ~1 MiB of spliced hot messages (each an Arrow stream of them), then
+    per ~1 MiB of hot batches as stored (each with the schema), and the
     bytes they carry; an empty result is one message without records, which still tells
     where the log ends."""
-    if not result.batches and not result.pieces:
+    if not result.batches and not result.pieces and not result.messages:
         empty = pb.ReadResponse(
             next_offset=result.next_offset,
             high_watermark=result.high_watermark,
@@ -55,6 +57,23 @@ def _read_messages(result: ReadResult) -> tuple[list[pb.ReadResponse], int]:
                 )
             )
             pending, size = [], 0
+    group_of: list[SplicedMessage] = []
+    for i, m in enumerate(result.messages):
+        # Hot records spliced into their stored bytes: sent as they are.
+        group_of.append(m)
+        size += len(m.data)
+        if size >= _READ_CHUNK_BYTES or i == len(result.messages) - 1:
+            payload = stream_of(result.schema, group_of)
+            nbytes += len(payload)
+            out.append(
+                pb.ReadResponse(
+                    arrow_ipc=payload,
+                    next_offset=m.next_offset,
+                    high_watermark=result.high_watermark,
+                    tiered_watermark=result.tiered_watermark,
+                )
+            )
+            group_of, size = [], 0
     if result.pieces:
         schema_only = encode_stream([], result.schema)
         group: list[pb.HotBatch] = []
@@ -101,6 +120,7 @@ class ReadMethods(ServicerBase):
                 max_bytes=max_bytes,
                 authorization=caller.authorization,
                 raw_hot=request.raw_hot,
+                as_ipc=not request.raw_hot,
             ):
                 for msg in msgs:
                     yield msg
@@ -110,7 +130,7 @@ class ReadMethods(ServicerBase):
         while True:
             msgs = await self.calls.read(
                 caller.tenant, ns, name, request.partition, offset, wanted - seen, max_bytes,
-                _read_messages, raw_hot=request.raw_hot,
+                _read_messages, raw_hot=request.raw_hot, as_ipc=not request.raw_hot,
             )  # fmt: skip
             last = msgs[-1]
             got = last.next_offset - offset  # offsets are dense
