@@ -25,6 +25,7 @@ from benchmarks import (
     cold,
     groups,
     kafka,
+    kafka_neighbours,
     keys,
     maintenance,
     neighbours,
@@ -105,6 +106,7 @@ SCENARIOS: dict[str, Scenario] = {
     "groups": groups.run,
     "kafka": kafka.run,
     "keys": keys.run,
+    "kafka-neighbour": kafka_neighbours.run,
 }
 
 

@@ -64,19 +64,27 @@ class Bench:
     def tenants(self, gw: GatewayProcess, n: int, **quotas: int) -> Iterator[list[str]]:
         """API keys of ``n`` tenants created for the block (with ``quotas``) and deleted
         after it; for ``n == 1`` the gateway's own tenant, untouched."""
+        with self.named_tenants(gw, n, **quotas) as pairs:
+            yield [key for _, key in pairs]
+
+    @contextlib.contextmanager
+    def named_tenants(
+        self, gw: GatewayProcess, n: int, **quotas: int
+    ) -> Iterator[list[tuple[str, str]]]:
+        """:meth:`tenants` as (name, API key) pairs (a Kafka login names both)."""
         if n <= 1 and not quotas:
-            yield [gw.api_key or ""]
+            yield [(gw.tenant, gw.api_key or "")]
             return
         names = [f"bench-{secrets.token_hex(4)}" for _ in range(n)]
-        keys = []
+        pairs = []
         with gw.admin() as admin:
             for name in names:
                 admin.create_tenant(name)
                 if quotas:
                     admin.set_quota(name, **quotas)
-                keys.append(admin.issue_key(name)[1])
+                pairs.append((name, admin.issue_key(name)[1]))
         try:
-            yield keys
+            yield pairs
         finally:
             with gw.admin() as admin:
                 for name in names:
