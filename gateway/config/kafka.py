@@ -49,6 +49,13 @@ class KafkaConfig(Section):
         description="Authenticated connections one tenant may hold open on this gateway's "
         "listener; past it a login is refused (the others keep theirs).",
     )
+    max_tenant_connection_rate: float = Field(
+        50.0,
+        gt=0,
+        description="Logins one tenant may make to this gateway's listener a second (as "
+        "many at once); a login past it is held until its turn, and refused when that is "
+        "more than 5 s away.",
+    )
     consumer_session_timeout_ms: int = Field(
         45_000,
         ge=1_000,

@@ -9,6 +9,7 @@ import json
 import os
 import struct
 import subprocess
+import threading
 import time
 from pathlib import Path
 
@@ -425,5 +426,50 @@ def test_a_tenant_holds_at_most_its_connection_cap_and_is_told_the_advertised_ad
             assert waited.throttle_time.total_seconds() > 0
         assert first.read_frame()  # the long poll's own answer, after its wait
         first.close()
+    finally:
+        gw.stop()
+
+
+def test_a_tenants_logins_past_its_rate_are_held_then_refused(tmp_path: Path) -> None:
+    """Logins refill at kafka.max_tenant_connection_rate (0.25/s here, one at once): the
+    second login is held until its turn, a third whose turn is further off than the
+    longest hold is refused in one sentence, and another tenant logs in at once."""
+    env = {
+        "TIDEGATE_KAFKA__MAX_TENANT_CONNECTION_RATE": "0.25",
+        "TIDEGATE_TIERING__ENABLED": "false",
+        "TIDEGATE_KAFKA__PORT": str(free_port()),
+    }
+    gw = GatewayProcess(tmp_path / "gw", env)
+    try:
+        gw.start()
+        assert gw.api_key is not None
+        with gw.admin() as admin:
+            admin.create_tenant("neighbour")
+            neighbour_key = admin.issue_key("neighbour")[1]
+        target = KafkaTarget(gw, f"127.0.0.1:{gw.kafka_port}", gw.tenant, gw.api_key)
+        closed = 'tidegate_edge_connections_closed_total{edge="kafka",reason="over_tenant_rate"}'
+        with RawKafka(target) as first, RawKafka(target) as second, RawKafka(target) as third:
+            assert first.authenticate(gw.tenant, gw.api_key).error_code == ErrorCode.none
+            answers: list[object] = []
+            started = time.monotonic()
+            held = threading.Thread(
+                target=lambda: answers.append(second.authenticate(gw.tenant, gw.api_key))
+            )
+            held.start()
+            time.sleep(0.5)
+            refused = third.authenticate(gw.tenant, gw.api_key)
+            assert refused.error_code == ErrorCode.sasl_authentication_failed
+            assert (
+                f"tenant {gw.tenant!r} opens Kafka connections to this gateway faster than "
+                "0.25 a second (kafka.max_tenant_connection_rate)"
+            ) in (refused.error_message or "")
+            assert third.closed()
+            with RawKafka(target) as other:  # not held by this tenant's logins
+                assert other.authenticate("neighbour", neighbour_key).error_code == ErrorCode.none
+                assert held.is_alive()
+            held.join(30)
+            assert answers and answers[0].error_code == ErrorCode.none  # type: ignore[attr-defined]
+            assert time.monotonic() - started >= 3.0  # its turn came 4 s after the first
+        assert counted(target, closed) == 1
     finally:
         gw.stop()

@@ -29,6 +29,7 @@ from gateway.server.calls import DataCalls, wire_error
 from gateway.server.kafka.apis import LONGEST_MUTE_S, Broker, KafkaApis, held_while_throttled
 from gateway.server.kafka.classic import ClassicGroups
 from gateway.server.kafka.consumer_groups import ConsumerGroups
+from gateway.server.kafka.logins import LoginRates
 from gateway.server.kafka.producers import ProducerEpochs
 from gateway.server.kafka.protocol import (
     API_VERSIONS_KEY,
@@ -83,6 +84,8 @@ class KafkaEdge:
         self.connections: set[asyncio.Task[Any]] = set()
         #: Authenticated connections per tenant.
         self.tenants: dict[str, int] = {}
+        #: Logins per tenant a second (``kafka.max_tenant_connection_rate``).
+        self.logins = LoginRates(settings.kafka.max_tenant_connection_rate, LONGEST_MUTE_S)
         self._server: asyncio.Server | None = None
         self.port = settings.kafka.port
         #: The classic consumer groups of this listener's connections.
@@ -347,6 +350,17 @@ class _Connection:
                 "the password",
                 "auth_failed",
             )
+        wait = self.edge.logins.take(tenant)
+        if wait is None:
+            rate = self.edge.settings.kafka.max_tenant_connection_rate
+            raise _Close(
+                f"tenant {tenant!r} opens Kafka connections to this gateway faster than "
+                f"{rate:g} a second (kafka.max_tenant_connection_rate): reuse connections or "
+                "reconnect more slowly",
+                "over_tenant_rate",
+            )
+        if wait:  # held until its turn, as Kafka throttles connection creation
+            await asyncio.sleep(wait)
         held, most = (
             self.edge.tenants.get(tenant, 0),
             self.edge.settings.kafka.max_tenant_connections,
