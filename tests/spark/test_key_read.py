@@ -155,3 +155,21 @@ def test_filters_and_projections_of_a_key_table(
         zip(scanned.column("id").to_pylist(), scanned.column("region").to_pylist(), strict=True)
     )
     assert 0 < len(keys) < len(model)
+
+
+def test_as_of_reads_the_state_snapshot_alone(
+    source: str, key_table: KeyTable, tg_spark: Any
+) -> None:
+    """``as_of`` reads one state table snapshot for every partition, as the gateway's scan
+    with ``as_of`` does: the tiered state, without the hot changes above it."""
+    lake, table = key_table.lake, key_table.table
+    ns, name = table.split(".")
+    with lake.gateway.http_client() as http:
+        answer = http.post(f"/v1/tables/{ns}/{name}/scan", json={"limit": 1})
+        assert answer.status_code == 200, answer.text
+        snapshot = answer.json()["snapshot_id"]
+    df = tg_spark.read.format(source).options(**lake.options(table, as_of=snapshot)).load()
+    got = spark_rows(df)
+    assert got == gateway_rows(lake, table, as_of=snapshot)
+    assert _users(got) != key_table.model  # the hot round changed tiered keys
+    assert max(r["_offset"] for r in got) < max(r["_offset"] for r in gateway_rows(lake, table))
