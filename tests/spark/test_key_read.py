@@ -133,6 +133,7 @@ def test_filters_and_projections_of_a_key_table(
 ) -> None:
     lake, table, model = key_table.lake, key_table.table, key_table.model
     df = tg_spark.read.format(source).options(**lake.options(table)).load()
+    got = gateway_rows(lake, table)
     # A filter on a value column: applied to the current state, never to older versions.
     low = df.where("v >= 150 and note is not null").select("id", "region", "v").collect()
     want = {k: r["v"] for k, r in model.items() if r["v"] >= 150 and r["note"] is not None}
@@ -146,6 +147,9 @@ def test_filters_and_projections_of_a_key_table(
     assert spark_rows(df.where("_offset >= 40")) == gateway_rows(
         lake, table, filter="_offset >= 40"
     )
+    # A limit: Spark stops after that many current rows.
+    few = spark_rows(df.limit(5))
+    assert len(few) == 5 and all(r in got for r in few)
     # The partitions option, and a projection of the key alone.
     some = tg_spark.read.format(source).options(**lake.options(table, partitions="0,2")).load()
     keys = sorted((r["id"], r["region"]) for r in some.select("region", "id").collect())
