@@ -266,6 +266,10 @@ class ScanOps(CoreBase):
         arrow_filter = to_arrow(expr, table.scan_schema) if expr is not None else None
         schema = pa.schema([table.scan_schema.field(n) for n in names])
         snap, ranges, earliest = await self._run(self._pin, table, when)
+        # A filter naming partitions reads no other partition's hot range (a Spark read of
+        # a key table scans one partition per task, docs/decisions/primary-keys.md).
+        named = _partitions_named(expr)
+        ranges = [r for r in ranges if named is None or r.partition in named]
         keyed = table.definition.primary_key is not None
         # A key table's Iceberg side is merged partition by partition with its changes.
         cold = self._cold_table(table) if self.cold is not None and not keyed else None
@@ -415,6 +419,23 @@ def _release(release: Any, lease: str) -> None:
         release(lease)
     except Exception:
         log.warning("could not release scan lease %s; it expires on its own", lease, exc_info=True)
+
+
+def _partitions_named(expr: Expr | None) -> frozenset[int] | None:
+    """The partitions a bound filter can keep, from its top-level conjuncts
+    ``_partition = p`` and ``_partition in (...)`` (None: any partition)."""
+    if expr is None:
+        return None
+    kept: frozenset[int] | None = None
+    for leaf in expr.children if isinstance(expr, And) else (expr,):
+        named: frozenset[int] | None = None
+        if isinstance(leaf, Compare) and leaf.column == PARTITION_COLUMN and leaf.op == "=":
+            named = frozenset((int(leaf.value),))
+        elif isinstance(leaf, In) and leaf.column == PARTITION_COLUMN and not leaf.negated:
+            named = frozenset(int(v) for v in leaf.values)
+        if named is not None:
+            kept = named if kept is None else kept & named
+    return kept
 
 
 def _retained(expr: Expr | None, earliest: dict[int, int], partitions: int) -> Expr | None:

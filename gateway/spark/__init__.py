@@ -27,6 +27,8 @@ Two implementations answer to one behaviour suite (``tests/spark``):
 Reads plan on the driver with the gateway's read plan (one pinned Iceberg snapshot plus
 the hot range per partition); executors read the data files directly (presigned URLs on
 object storage, never the warehouse's keys) and the hot ranges through the gateway.
+A primary-key table's batch read is its current state, one task per table partition
+answered by the gateway's scan of that partition.
 Writes append through the idempotent producer, exactly once across task retries. See
 ``docs/spark.md``.
 

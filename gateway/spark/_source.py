@@ -40,7 +40,7 @@ class TidegateReader(DataSourceReader):
     to ``split_bytes``) plus one per hot range, filters pushed to the plan and the rows."""
 
     def __init__(self, options: Options, schema: StructType, info: TableInfo | None = None) -> None:
-        self.spec, _ = read_spec(options, schema, info)
+        self.spec, self.table_partitions = read_spec(options, schema, info)
         self.as_of = options.get("as_of")
         self.split_bytes = options.integer("split_bytes", 128 << 20)
         self.min_partitions = options.integer("min_partitions", 2)
@@ -57,6 +57,8 @@ class TidegateReader(DataSourceReader):
     def partitions(self) -> Sequence[InputPartition]:
         from gateway.wire.filters import bind
 
+        if self.spec.keyed:
+            return self._state_partitions()
         plan = fetch_plan(self.spec.connection, self.spec.filter, self.as_of)
         check_schema(self.spec, plan.schema)
         bounds = bounds_of(
@@ -72,9 +74,25 @@ class TidegateReader(DataSourceReader):
         # Spark wants at least one partition; an empty one reads nothing.
         return splits or [InputPartition(None)]
 
+    def _state_partitions(self) -> Sequence[InputPartition]:
+        """A key table's current state: no read plan (its hot ranges are changes, not
+        rows), one split per table partition scanned by the gateway."""
+        from gateway.spark._state import state_splits
+        from gateway.wire.filters import bind
+
+        bounds = bounds_of(
+            None if self.spec.filter is None else bind(self.spec.filter, self.spec.stored)
+        )
+        splits = state_splits(self.table_partitions, bounds, self.as_of)
+        return splits or [InputPartition(None)]
+
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         if type(partition) is InputPartition:
             return iter(())
+        from gateway.spark._state import StateSplit, read_state
+
+        if isinstance(partition, StateSplit):
+            return read_state(self.spec, partition)
         return read_split(self.spec, partition)
 
 

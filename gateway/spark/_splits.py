@@ -88,6 +88,8 @@ class ReadSpec:
     #: Seconds a hot-range read keeps reconnecting to a gateway that went away (None:
     #: for ever, as streaming reads do).
     reconnect_timeout: float | None = 30.0
+    #: A primary-key table: batch reads answer its current state (``gateway.spark._state``).
+    keyed: bool = False
 
     @property
     def output(self) -> pa.Schema:
@@ -149,7 +151,8 @@ def read_spec(
     row_filter: Expr | None = None
     if subset is not None:
         row_filter = In(PARTITION_COLUMN, tuple(subset))
-    return ReadSpec(connection, stored, tuple(columns), row_filter), info.partitions
+    spec = ReadSpec(connection, stored, tuple(columns), row_filter, keyed=bool(info.primary_key))
+    return spec, info.partitions
 
 
 def _local(f: FileSlice) -> str | None:

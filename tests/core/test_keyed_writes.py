@@ -290,3 +290,37 @@ async def test_a_partition_asked_must_be_where_the_keys_route(service: StreamTab
     assert await t.changelog() == []
     p = partition_for_key([3, "eu"], 4)
     assert await t.write([rows[3]], partition=p) == [AppendRange(p, 0, 1)]
+
+
+async def test_a_scan_of_named_partitions_reads_no_other_hot_range(
+    service: StreamTables, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A Spark read of a key table scans one partition per task (``_partition = p``):
+    each such scan merges that partition's hot changes only, not every partition's."""
+    t = await KeyTable.create(service, partitions=3)
+    rows = [{"id": i, "region": "eu", "v": i, "note": None} for i in range(40)]
+    await t.write(rows)
+    await t.write([{**r, "v": r["v"] + 1} for r in rows[::2]])
+    asked: list[int] = []
+    read = service.hot.read
+
+    def recorded(part: PartitionId, *args: Any, **kw: Any) -> Any:
+        asked.append(part.partition)
+        return read(part, *args, **kw)
+
+    monkeypatch.setattr(service.hot, "read", recorded)
+
+    async def scan(text: str) -> list[dict[str, Any]]:
+        result = await service.scan(TENANT, "ns", t.name, row_filter=text)
+        return pa.Table.from_batches([b async for b in result.batches], result.schema).to_pylist()
+
+    every = await scan("v >= 0")
+    assert len(every) == 40 and set(asked) == {0, 1, 2}
+    for p in range(3):
+        asked.clear()
+        got = await scan(f"_partition = {p} and v >= 0")
+        assert set(asked) == {p}
+        assert got == [r for r in every if r["_partition"] == p]
+    asked.clear()
+    assert len(await scan("_partition in (0, 2)")) == sum(r["_partition"] != 1 for r in every)
+    assert set(asked) == {0, 2}

@@ -11,8 +11,9 @@ import org.apache.spark.sql.types.StructType;
 import org.apache.spark.sql.vectorized.ColumnarBatch;
 
 /**
- * Executors' readers: data files through Spark's vectorized Parquet reader, hot ranges as
- * Arrow from the gateway, both as {@link ColumnarBatch}es of the columns the query needs.
+ * Executors' readers: data files through Spark's vectorized Parquet reader, hot ranges and a
+ * key table's partitions (the gateway's scan of its current state) as Arrow from the gateway,
+ * all as {@link ColumnarBatch}es of the columns the query needs.
  */
 public final class ReaderFactory implements PartitionReaderFactory {
   private static final long serialVersionUID = 1L;
@@ -59,6 +60,9 @@ public final class ReaderFactory implements PartitionReaderFactory {
     }
     if (partition instanceof HotSplit) {
       return new HotRangeReader(this, (HotSplit) partition);
+    }
+    if (partition instanceof StateSplit) {
+      return new StateScanReader(this, (StateSplit) partition);
     }
     return new PartitionReader<ColumnarBatch>() {
       @Override

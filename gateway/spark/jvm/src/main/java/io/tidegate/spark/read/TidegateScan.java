@@ -73,6 +73,9 @@ public final class TidegateScan implements Scan, Batch {
 
   @Override
   public InputPartition[] planInputPartitions() {
+    if (splits == null && builder.keyed()) {
+      splits = stateSplits().toArray(new InputPartition[0]);
+    }
     if (splits == null) {
       ReadPlan plan = builder.plan();
       checkSchema(plan);
@@ -90,6 +93,20 @@ public final class TidegateScan implements Scan, Batch {
       splits = out.toArray(new InputPartition[0]);
     }
     return splits;
+  }
+
+  /** A key table's current state: one split per table partition the filters can keep. */
+  private List<InputPartition> stateSplits() {
+    Filters.Bounds bounds = builder.bounds();
+    String filter = builder.filterText();
+    String asOf = options.get("as_of");
+    List<InputPartition> out = new ArrayList<>();
+    for (int p = 0; p < builder.described().path("partitions").asInt(); p++) {
+      if (bounds.keeps(p)) {
+        out.add(new StateSplit(p, filter, asOf));
+      }
+    }
+    return out;
   }
 
   /** Refuse, in one sentence, to read a column whose type changed since the DataFrame loaded. */

@@ -129,8 +129,17 @@ public final class TidegateScanBuilder
     return plan;
   }
 
+  /**
+   * Whether the table has a primary key: a batch read answers its current state, one {@link
+   * StateSplit} per table partition scanned by the gateway (a read plan's hot ranges hold
+   * changes, not rows; docs/decisions/primary-keys.md, "Spark reads of a key table").
+   */
+  boolean keyed() {
+    return described.path("primary_key").size() > 0;
+  }
+
   /** The pushed predicates and the {@code partitions} option as one filter text (or null). */
-  private String filterText() {
+  String filterText() {
     String text = Filters.text(pushed, Types.stored(described.path("schema")));
     if (partitions != null) {
       StringBuilder in = new StringBuilder(Filters.quote(Types.PARTITION) + " in (");
@@ -199,14 +208,15 @@ public final class TidegateScanBuilder
     return true;
   }
 
+  /** A key table's counts are of live keys, which no plan holds: Spark counts the rows read. */
   @Override
   public boolean supportCompletePushDown(Aggregation aggregation) {
-    return answerable(aggregation);
+    return !keyed() && answerable(aggregation);
   }
 
   @Override
   public boolean pushAggregation(Aggregation aggregation) {
-    if (!answerable(aggregation) || pushed.length != 0) {
+    if (keyed() || !answerable(aggregation) || pushed.length != 0) {
       return false;
     }
     ReadPlan p = plan();

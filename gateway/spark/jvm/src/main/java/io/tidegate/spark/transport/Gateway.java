@@ -98,6 +98,36 @@ public final class Gateway implements Serializable {
 
   /** The read plan of one pinned view, files pruned by {@code filter} (null: none). */
   public JsonNode plan(String filter, String asOf) {
+    ObjectNode body = body(filter, asOf);
+    HttpRequest req =
+        request(tablePath() + "/plan")
+            .header("content-type", "application/json")
+            .POST(HttpRequest.BodyPublishers.ofString(body.toString()))
+            .build();
+    return json(send(req, "planning a read of " + table()));
+  }
+
+  /**
+   * The gateway's scan of {@code columns} of the rows {@code filter} keeps (null: all) as the
+   * body of an Arrow IPC stream; the caller closes it. A primary-key table answers its current
+   * state.
+   */
+  public HttpResponse<InputStream> scan(String[] columns, String filter, String asOf) {
+    ObjectNode body = body(filter, asOf);
+    com.fasterxml.jackson.databind.node.ArrayNode names = body.putArray("columns");
+    for (String c : columns) {
+      names.add(c);
+    }
+    HttpRequest req =
+        request(tablePath() + "/scan")
+            .header("content-type", "application/json")
+            .header("accept", ARROW)
+            .POST(HttpRequest.BodyPublishers.ofString(body.toString()))
+            .build();
+    return send(req, "scanning " + table());
+  }
+
+  private static ObjectNode body(String filter, String asOf) {
     ObjectNode body = JSON.createObjectNode();
     if (filter != null) {
       body.put("filter", filter);
@@ -109,12 +139,7 @@ public final class Gateway implements Serializable {
         body.put("as_of", asOf);
       }
     }
-    HttpRequest req =
-        request(tablePath() + "/plan")
-            .header("content-type", "application/json")
-            .POST(HttpRequest.BodyPublishers.ofString(body.toString()))
-            .build();
-    return json(send(req, "planning a read of " + table()));
+    return body;
   }
 
   /**
