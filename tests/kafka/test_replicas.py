@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 from kio.index import load_request_schema
 
+from gateway.server.kafka.cluster import Broker, node_id_of, rendezvous
 from gateway.server.kafka.protocol import ErrorCode, build
 from tests.integration.conftest import gateway_env
 from tests.kafka.clients import ConfluentKafka, librdkafka_settings
@@ -26,7 +27,7 @@ from tests.kafka.members import Member, until
 from tests.kafka.raw import RawKafka
 from tests.services import GatewayProcess, RedisServer, free_port, scratch_database
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.postgres]
 
 PARTITIONS = 6
 #: The replicas' lease: a killed replica leaves the cluster this long after its last
@@ -272,3 +273,15 @@ def test_a_group_over_both_replicas_is_one_group_and_moves_when_its_coordinator_
         until("the group re-formed", lambda: held() == [*range(PARTITIONS)])
         for m in members:
             m.stop()
+
+
+def test_rendezvous_picks_the_same_broker_everywhere_and_moves_only_a_leaver_s_keys() -> None:
+    brokers = [Broker("h", 9000 + n, node_id=node_id_of(f"h:{9000 + n}")) for n in range(3)]
+    keys = [f"table/{p}" for p in range(300)]
+    before = {k: rendezvous(k, brokers) for k in keys}
+    assert {k: rendezvous(k, list(reversed(brokers))) for k in keys} == before
+    assert len(set(before.values())) == 3
+    gone = brokers[1]
+    after = {k: rendezvous(k, [brokers[0], brokers[2]]) for k in keys}
+    assert {k for k in keys if after[k] != before[k]} == {k for k in keys if before[k] == gone}
+    assert node_id_of("h:9000") == node_id_of("h:9000") and 0 <= node_id_of("x") < 2**31
