@@ -7,6 +7,7 @@ re-forms on a survivor from its committed offsets (docs/kafka.md)."""
 from __future__ import annotations
 
 import contextlib
+import datetime as dt
 import json
 import secrets
 import signal
@@ -18,6 +19,7 @@ from typing import Any
 import pytest
 from kio.index import load_request_schema
 
+from gateway.meta import MetadataStore
 from gateway.server.kafka.cluster import Broker, node_id_of, rendezvous
 from gateway.server.kafka.protocol import ErrorCode, build
 from tests.integration.conftest import gateway_env
@@ -273,6 +275,14 @@ def test_a_group_over_both_replicas_is_one_group_and_moves_when_its_coordinator_
         until("the group re-formed", lambda: held() == [*range(PARTITIONS)])
         for m in members:
             m.stop()
+        # The killed replica's row was swept once its lease ran out; the survivor, stopped,
+        # removes its own at once: the store names no replica.
+        survivor.gateway.stop()
+        store = MetadataStore(survivor.gateway.extra_env["TIDEGATE_METADATA__URL"])
+        try:
+            assert store.live_replicas(at=dt.datetime(2000, 1, 1, tzinfo=dt.UTC)) == []
+        finally:
+            store.close()
 
 
 def test_rendezvous_picks_the_same_broker_everywhere_and_moves_only_a_leaver_s_keys() -> None:
