@@ -196,6 +196,12 @@ def test_a_producer_at_one_replica_reaches_every_partition_and_each_record_is_re
     pair: list[KafkaTarget],
 ) -> None:
     topic = _table(pair[0])
+    # The client sends each partition's requests to its leader: every replica leading a
+    # partition of the topic serves produce and fetch requests, whichever was bootstrapped.
+    by_port = {t.gateway.kafka_port: t for t in pair}
+    leading = {by_port[_brokers(pair[0])[n][1]] for n in set(_leaders(pair[0], topic).values())}
+    apis = ("Produce", "Fetch")
+    before = {(t.bootstrap, api): _served(t, api) for t in leading for api in apis}
     _produce(pair[0], topic, 0, 20)
     got = ConfluentKafka().consume(pair[1], topic, range(PARTITIONS), 20 * PARTITIONS)
     assert sorted((r.partition, r.offset) for r in got) == [
@@ -203,6 +209,18 @@ def test_a_producer_at_one_replica_reaches_every_partition_and_each_record_is_re
     ]
     ids = sorted(json.loads(r.value or b"{}")["id"] for r in got)
     assert ids == list(range(20 * PARTITIONS))
+    for (bootstrap, api), count in before.items():
+        target = next(t for t in leading if t.bootstrap == bootstrap)
+        assert _served(target, api) > count, (bootstrap, api)
+
+
+def _served(target: KafkaTarget, api: str) -> float:
+    """Requests of ``api`` the replica answered without an error."""
+    line = f'tidegate_kafka_requests_total{{api="{api}",error="none"}}'
+    with target.gateway.http_client() as h:
+        text = h.get("/metrics").text
+    found = [ln for ln in text.splitlines() if ln.startswith(line)]
+    return float(found[0].rsplit(" ", 1)[1]) if found else 0.0
 
 
 def _member_settings(target: KafkaTarget, group: str, protocol: str) -> dict[str, Any]:
