@@ -190,6 +190,12 @@ def test_a_request_of_a_group_at_the_other_replica_answers_not_coordinator(
     heartbeat = _request(12, 4, group_id=group, member_id=joined.member_id, generation_id=1)
     assert _call(other, heartbeat).error_code == ErrorCode.not_coordinator
     assert node in _brokers(other)
+    # Each broker lists the groups it coordinates (admin clients ask every broker).
+    listed = [
+        {g.group_id for g in _call(t, _request(16, 4, states_filter=[])).groups}
+        for t in (coordinator, other)
+    ]
+    assert group in listed[0] and group not in listed[1]
 
 
 @pytest.mark.parametrize("client", CLIENTS, ids=lambda c: c.name)

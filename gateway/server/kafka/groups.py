@@ -185,7 +185,10 @@ class GroupApis(ApisBase):
                 "group_type": "classic",
             }
             for g in self.groups.of_tenant(self.tenant)
-            if (not wanted or g.state in wanted) and (not types or "classic" in types)
+            if (not wanted or g.state in wanted)
+            and (not types or "classic" in types)
+            # A group this replica no longer coordinates (its members moved) is not its.
+            and not self._elsewhere(g.group_id)
         ]
         listed += [
             {
@@ -195,6 +198,8 @@ class GroupApis(ApisBase):
                 "group_type": "consumer",
             }
             for g in self.consumer_groups.of_tenant(self.tenant)
-            if (not wanted or g.state in wanted) and (not types or "consumer" in types)
+            if (not wanted or g.state in wanted)
+            and (not types or "consumer" in types)
+            and not self._elsewhere(g.group_id)
         ]
         return build(response_class(request), {"groups": listed})
