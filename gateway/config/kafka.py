@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Literal
 
 from pydantic import Field
 
@@ -24,6 +25,28 @@ class KafkaConfig(Section):
     )
     advertised_port: int = Field(
         0, ge=0, le=65535, description="The port clients are told; 0: the listener's port."
+    )
+    cluster: Literal["auto", "on", "off"] = Field(
+        "auto",
+        description="Whether the gateway replicas sharing the metadata store answer as one "
+        "Kafka cluster, each a broker that registers its advertised address in the store "
+        "under a lease (docs/kafka.md): auto: on over any store but SQLite; off: this "
+        "gateway alone is the cluster's one broker (node 0) and every group's coordinator.",
+    )
+    replica_id: str = Field(
+        "",
+        max_length=255,
+        description="This replica's name among the cluster's brokers, from which its Kafka "
+        "node id derives (stable across its restarts), e.g. the pod's name; empty: its "
+        "advertised host:port.",
+    )
+    replica_lease_s: float = Field(
+        10.0,
+        ge=1.0,
+        le=300.0,
+        description="How long a replica's registration lasts unless renewed (it renews a "
+        "third of the way): a replica killed leaves the cluster, and its groups move to "
+        "another, this long after its last renewal.",
     )
     idle_s: float = Field(
         540.0,

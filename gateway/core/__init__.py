@@ -7,6 +7,7 @@ pyiceberg, boto3, a disk layout).
 
 from gateway.core.appends import ClientStream
 from gateway.core.coordinator import Answer as GroupAnswer
+from gateway.core.replicas import Replica
 from gateway.core.service import StreamTables
 from gateway.core.views import (
     GroupMemberView,
@@ -33,6 +34,7 @@ __all__ = [
     "PartitionView",
     "ReadPlan",
     "ReadResult",
+    "Replica",
     "ScanPart",
     "ScanResult",
     "StreamTables",

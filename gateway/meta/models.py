@@ -44,6 +44,7 @@ __all__ = [
     "MaintenanceRun",
     "PartitionRecord",
     "QuotaRecord",
+    "ReplicaRecord",
     "SegmentRecord",
     "ShardPin",
     "SnapshotLease",
@@ -375,3 +376,21 @@ class LakeWork(Base):
     due_at: Mapped[datetime] = mapped_column()
     #: ``tier``: the highest offset + 1 acknowledged; the row goes when ``T(p)`` reaches it.
     high: Mapped[int] = mapped_column(BigInteger, default=0, server_default=text("0"))
+
+
+class ReplicaRecord(Base):
+    """A live gateway replica, as Kafka clients are told to reach it (one of the Kafka
+    cluster's brokers, docs/kafka.md): each replica renews its row every few seconds and
+    deletes it when it stops; a row past ``expires_at`` is a replica that died."""
+
+    __tablename__ = "tg_replicas"
+
+    #: The replica's name (``kafka.replica_id``, or its advertised ``host:port``).
+    replica_id: Mapped[str] = mapped_column(String(255), primary_key=True)
+    #: Its Kafka node id, derived from ``replica_id``: stable across its restarts.
+    node_id: Mapped[int] = mapped_column(Integer, unique=True)
+    #: Its advertised Kafka address.
+    host: Mapped[str] = mapped_column(String(255))
+    port: Mapped[int] = mapped_column(Integer)
+    started_at: Mapped[datetime] = mapped_column(default=utcnow)
+    expires_at: Mapped[datetime] = mapped_column()

@@ -3,9 +3,10 @@
 Frozen dataclasses, free of SQLAlchemy: a table's definition (:class:`TableDef`), a
 partition's cached state (:class:`PartitionState`), a partition's placement on hot-tier
 shards (:class:`Placement`, its segments as :data:`SegmentRow`), a snapshot lease
-(:class:`Lease`), the last run of a maintenance job (:class:`JobRun`), and a consumer
-group's membership (:class:`GroupState` of :class:`GroupMember`, mutable: the
-coordinator in :mod:`gateway.core.coordinator` changes them inside one transaction).
+(:class:`Lease`), a live gateway replica (:class:`Replica`), the last run of a
+maintenance job (:class:`JobRun`), and a consumer group's membership
+(:class:`GroupState` of :class:`GroupMember`, mutable: the coordinator in
+:mod:`gateway.core.coordinator` changes them inside one transaction).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ __all__ = [
     "Lease",
     "PartitionState",
     "Placement",
+    "Replica",
     "SegmentRow",
     "StorageMark",
     "TableDef",
@@ -112,6 +114,17 @@ class Lease:
     snapshot_id: int
     kind: str
     created_at: datetime
+    expires_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class Replica:
+    """A live gateway replica: its Kafka node id and advertised address."""
+
+    replica_id: str
+    node_id: int
+    host: str
+    port: int
     expires_at: datetime
 
 

@@ -1,11 +1,11 @@
 """The metadata store: tenants, tables, partitions and their cached watermarks, consumer
-groups (offsets and membership), snapshot leases and maintenance runs, and the placement
-of partitions on hot-tier shards.
+groups (offsets and membership), snapshot leases and maintenance runs, the placement of
+partitions on hot-tier shards, and the live gateway replicas.
 
 The operations come in groups, one module each, over one shared :class:`MetaBase` (the
 engine and its sessions), as :class:`gateway.core.StreamTables` composes its own: tables,
-partitions, groups, maintenance, placement. The value types are in :mod:`gateway.meta.records`,
-the engine and the migrations in :mod:`gateway.meta.engine`.
+partitions, groups, maintenance, placement, replicas. The value types are in
+:mod:`gateway.meta.records`, the engine and the migrations in :mod:`gateway.meta.engine`.
 """
 
 from __future__ import annotations
@@ -18,13 +18,16 @@ from gateway.meta.maintenance import MaintenanceOps
 from gateway.meta.partitions import PartitionOps
 from gateway.meta.placement import PlacementOps
 from gateway.meta.records import SegmentRow
+from gateway.meta.replicas import ReplicaOps
 from gateway.meta.tables import TableOps
 from gateway.meta.work import LakeWorkOps, Mark
 
 __all__ = ["MetadataStore"]
 
 
-class MetadataStore(TableOps, PartitionOps, GroupOps, MaintenanceOps, PlacementOps, LakeWorkOps):
+class MetadataStore(
+    TableOps, PartitionOps, GroupOps, MaintenanceOps, PlacementOps, LakeWorkOps, ReplicaOps
+):
     """Tenants, tables and partitions in a SQL database (SQLite or PostgreSQL).
 
     Opening migrates the database to the newest schema. Close the store when done.

@@ -383,7 +383,11 @@ def test_existing_secret_is_referenced_and_no_secret_is_made() -> None:
     rendered = Rendered(example("production"))
     assert not rendered.all("Secret")
     container = rendered.gateway()["spec"]["template"]["spec"]["containers"][0]
-    refs = {e["name"]: e["valueFrom"]["secretKeyRef"] for e in container["env"] if "valueFrom" in e}
+    refs = {
+        e["name"]: e["valueFrom"]["secretKeyRef"]
+        for e in container["env"]
+        if "secretKeyRef" in e.get("valueFrom", {})
+    }
     assert {name: ref["key"] for name, ref in refs.items()} == {
         "TIDEGATE_AUTH__OPERATOR_KEY": "operator-key",
         "TIDEGATE_SERVER__METRICS_TOKEN": "metrics-token",
@@ -460,7 +464,7 @@ def test_grafana_dashboard_is_off_by_default_and_ships_the_file_when_on() -> Non
     assert shipped["uid"] == "tidegate-gateway" and len(shipped["panels"]) > 10
 
 
-def test_the_kafka_listener_has_its_port_and_tells_clients_the_service() -> None:
+def test_the_kafka_listener_has_its_port_and_each_pod_is_a_broker_at_its_ip() -> None:
     rendered = Rendered(example("redis-postgres-s3"))
     public = rendered.one("Service")
     kafka = next(p for p in public["spec"]["ports"] if p["name"] == "kafka")
@@ -469,14 +473,28 @@ def test_the_kafka_listener_has_its_port_and_tells_clients_the_service() -> None
     assert {"name": "kafka", "containerPort": 9092, "protocol": "TCP"} in container["ports"]
     data = rendered.one("ConfigMap")["data"]
     assert data["TIDEGATE_KAFKA__PORT"] == "9092"
-    # Metadata names the Service, which every replica stands behind.
-    assert (
-        data["TIDEGATE_KAFKA__ADVERTISED_HOST"] == f"{public['metadata']['name']}.{NAMESPACE}.svc"
-    )
+    # Clients bootstrap at the Service; Metadata names each replica at its pod's IP and
+    # port, by a node id from the pod's name (docs/kafka.md).
+    assert "TIDEGATE_KAFKA__ADVERTISED_HOST" not in data
+    assert "TIDEGATE_KAFKA__CLUSTER" not in data
     assert data["TIDEGATE_KAFKA__ADVERTISED_PORT"] == "9092"
+    env = {e["name"]: e for e in container["env"]}
+    assert env["TIDEGATE_KAFKA__ADVERTISED_HOST"]["valueFrom"] == {
+        "fieldRef": {"fieldPath": "status.podIP"}
+    }
+    assert env["TIDEGATE_KAFKA__REPLICA_ID"]["valueFrom"] == {
+        "fieldRef": {"fieldPath": "metadata.name"}
+    }
     policy = rendered.one("NetworkPolicy")["spec"]["ingress"]
     assert {"port": "kafka", "protocol": "TCP"} in policy[0]["ports"]
+    # One address for all (a load balancer): every replica answers as the one broker there.
     told = Rendered(
         {**example("redis-postgres-s3"), "kafka": {"advertisedHost": "kafka.example.com"}}
     )
-    assert told.one("ConfigMap")["data"]["TIDEGATE_KAFKA__ADVERTISED_HOST"] == "kafka.example.com"
+    told_data = told.one("ConfigMap")["data"]
+    assert told_data["TIDEGATE_KAFKA__ADVERTISED_HOST"] == "kafka.example.com"
+    assert told_data["TIDEGATE_KAFKA__CLUSTER"] == "off"
+    told_env = told.one("Deployment")["spec"]["template"]["spec"]["containers"][0]["env"]
+    assert not {"TIDEGATE_KAFKA__ADVERTISED_HOST", "TIDEGATE_KAFKA__REPLICA_ID"} & {
+        e["name"] for e in told_env
+    }

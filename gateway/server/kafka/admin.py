@@ -17,7 +17,7 @@ from kio.serial import entity_reader
 from gateway.core import TableView
 from gateway.core.names import check_group
 from gateway.server.calls import wire_error
-from gateway.server.kafka.base import NODE_ID, ApisBase, message, split_topic
+from gateway.server.kafka.base import ApisBase, message, split_topic
 from gateway.server.kafka.classic import ClassicGroup, ClassicGroups
 from gateway.server.kafka.consumer_groups import ConsumerGroups
 from gateway.server.kafka.protocol import ErrorCode, Request, build, error_code, response_class
@@ -179,6 +179,10 @@ class AdminApis(ApisBase):
     consumer_groups: ConsumerGroups
 
     # Configs --------------------------------------------------------------------------
+    def _broker_names(self) -> set[str]:
+        """The names a broker resource may have: a live broker's node id, or empty."""
+        return {"", *(str(b.node_id) for b in self.cluster.brokers)}
+
     async def describe_configs(self, request: Request) -> Any:
         body = request.body
         results = []
@@ -189,7 +193,7 @@ class AdminApis(ApisBase):
                 "error_code": ErrorCode.none,
                 "configs": [],
             }
-            if r.resource_type == BROKER_RESOURCE and r.resource_name in ("", str(NODE_ID)):
+            if r.resource_type == BROKER_RESOURCE and r.resource_name in self._broker_names():
                 pass  # the gateway's settings are its configuration file's, not Kafka's
             elif r.resource_type != TOPIC_RESOURCE:
                 answer["error_code"] = ErrorCode.invalid_request
@@ -305,7 +309,7 @@ class AdminApis(ApisBase):
 
     # Cluster --------------------------------------------------------------------------
     async def describe_cluster(self, request: Request) -> Any:
-        """One broker, this gateway at its advertised address (as Metadata names it)."""
+        """The live replicas at their advertised addresses (as Metadata names them)."""
         body = request.body
         cls = response_class(request)
         endpoint = getattr(body, "endpoint_type", 1)
@@ -329,14 +333,10 @@ class AdminApis(ApisBase):
             {
                 "endpoint_type": 1,
                 "cluster_id": self.broker.cluster_id,
-                "controller_id": NODE_ID,
+                "controller_id": self.cluster.controller_id,
                 "brokers": [
-                    {
-                        "broker_id": NODE_ID,
-                        "host": self.broker.host,
-                        "port": self.broker.port,
-                        "rack": None,
-                    }
+                    {"broker_id": b.node_id, "host": b.host, "port": b.port, "rack": None}
+                    for b in self.cluster.brokers
                 ],
                 "cluster_authorized_operations": _CLUSTER_OPERATIONS
                 if body.include_cluster_authorized_operations
@@ -357,6 +357,8 @@ class AdminApis(ApisBase):
             check_group(group)
         except InvalidRequest:
             return build(cls, {"error_code": ErrorCode.invalid_group_id})
+        if self._elsewhere(group):
+            return build(cls, {"error_code": ErrorCode.not_coordinator})
         classic = self.groups.find(self.tenant, group)
         consumer = self.consumer_groups.find(self.tenant, group)
         if classic is not None and classic.members:

@@ -1,5 +1,5 @@
 """What every part of :class:`~gateway.server.kafka.apis.KafkaApis` stands on: the
-connection's tenant and key, the broker it is told to reach, tables by topic name, and
+connection's tenant and key, the cluster of brokers it is told of, tables by topic name, and
 holding a throttled request (Kafka mutes an over-quota client's channel)."""
 
 from __future__ import annotations
@@ -8,18 +8,18 @@ import asyncio
 import time
 import uuid
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
 from typing import TypeVar
 
 from gateway.core import TableView
 from gateway.server.calls import DataCalls
+from gateway.server.kafka.cluster import Broker, Cluster
 from gateway.wire.errors import InvalidRequest, TableNotFound, Throttled, TidegateError
 
 __all__ = [
     "LONGEST_MUTE_S",
-    "NODE_ID",
     "ApisBase",
     "Broker",
+    "Cluster",
     "held_while_throttled",
     "message",
     "split_topic",
@@ -28,20 +28,9 @@ __all__ = [
 
 T = TypeVar("T")
 
-#: The one node id this gateway answers as (every partition's leader).
-NODE_ID = 0
 #: Longest a throttled request is held before it fails (the connection is muted
 #: meanwhile, as Kafka mutes an over-quota client's channel).
 LONGEST_MUTE_S = 5.0
-
-
-@dataclass(frozen=True, slots=True)
-class Broker:
-    """This gateway as Kafka clients are told to reach it."""
-
-    host: str
-    port: int
-    cluster_id: str = "tidegate"
 
 
 def topic_id(table: TableView) -> uuid.UUID:
@@ -65,15 +54,22 @@ def message(err: TidegateError, topic: str) -> str:
 class ApisBase:
     """The requests of one connection once it authenticated as ``tenant``."""
 
-    def __init__(self, calls: DataCalls, broker: Broker, tenant: str, authorization: str) -> None:
+    def __init__(self, calls: DataCalls, cluster: Cluster, tenant: str, authorization: str) -> None:
         self.calls = calls
         self.gate = calls.gate
         self.service = calls.service
-        self.broker = broker
+        #: The live brokers; :attr:`broker` is this replica among them.
+        self.cluster = cluster
+        self.broker = cluster.me
         self.tenant = tenant
         self.authorization = authorization
         #: Milliseconds the request being served was held for the tenant's quota.
         self.muted_ms = 0
+
+    def _elsewhere(self, group: str) -> bool:
+        """Whether another replica coordinates the tenant's ``group`` (its requests here
+        are answered NOT_COORDINATOR, and the client finds the coordinator again)."""
+        return not self.cluster.coordinates(self.tenant, group)
 
     async def _muted(self, call: Callable[[], Awaitable[T]], deadline: float | None = None) -> T:
         """``call()``, held while it is throttled (:func:`held_while_throttled`) until

@@ -144,6 +144,12 @@ class ConsumerGroupApis(ApisBase):
         cls = response_class(request)
         try:
             _check(request)
+            if self._elsewhere(request.body.group_id):
+                raise _Refused(
+                    ErrorCode.not_coordinator,
+                    f"another replica coordinates group {request.body.group_id!r}: find it "
+                    "again (FindCoordinator)",
+                )
             reply, group, member_id = await self._beat(request)
         except _Refused as refused:
             return build(
@@ -216,6 +222,9 @@ class ConsumerGroupApis(ApisBase):
     async def consumer_group_describe(self, request: Request) -> Any:
         described = []
         for group_id in request.body.group_ids:
+            if self._elsewhere(group_id):
+                described.append({"group_id": group_id, "error_code": ErrorCode.not_coordinator})
+                continue
             group = self.consumer_groups.find(self.tenant, group_id)
             if group is None:
                 described.append(

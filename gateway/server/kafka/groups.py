@@ -38,6 +38,10 @@ class GroupApis(ApisBase):
         session_ms = body.session_timeout.total_seconds() * 1000
         if not _valid_group(body.group_id):
             return build(cls, {"error_code": ErrorCode.invalid_group_id, "member_id": ""})
+        if self._elsewhere(body.group_id):
+            return build(
+                cls, {"error_code": ErrorCode.not_coordinator, "member_id": body.member_id}
+            )
         if not MIN_SESSION_MS <= session_ms <= MAX_SESSION_MS:
             return build(cls, {"error_code": ErrorCode.invalid_session_timeout, "member_id": ""})
         if self.consumer_groups.find(self.tenant, body.group_id) is not None:
@@ -71,6 +75,8 @@ class GroupApis(ApisBase):
 
     async def sync_group(self, request: Request) -> Any:
         body = request.body
+        if self._elsewhere(body.group_id):
+            return build(response_class(request), {"error_code": ErrorCode.not_coordinator})
         code, assignment = await self.groups.sync(
             self.tenant,
             body.group_id,
@@ -91,6 +97,8 @@ class GroupApis(ApisBase):
 
     async def heartbeat(self, request: Request) -> Any:
         body = request.body
+        if self._elsewhere(body.group_id):
+            return build(response_class(request), {"error_code": ErrorCode.not_coordinator})
         group = self.groups.find(self.tenant, body.group_id)
         code = (
             ErrorCode.unknown_member_id
@@ -102,6 +110,10 @@ class GroupApis(ApisBase):
     async def leave_group(self, request: Request) -> Any:
         body = request.body
         ids = [m.member_id for m in body.members] if request.api_version >= 3 else [body.member_id]
+        if self._elsewhere(body.group_id):
+            return build(
+                response_class(request), {"error_code": ErrorCode.not_coordinator, "members": []}
+            )
         group = self.groups.find(self.tenant, body.group_id)
         members = [
             {
@@ -120,6 +132,9 @@ class GroupApis(ApisBase):
     async def describe_groups(self, request: Request) -> Any:
         described = []
         for group_id in request.body.groups:
+            if self._elsewhere(group_id):
+                described.append({"group_id": group_id, "error_code": ErrorCode.not_coordinator})
+                continue
             group = self.groups.find(self.tenant, group_id)
             if group is None and self.consumer_groups.find(self.tenant, group_id) is not None:
                 # As Kafka answers a consumer group (KIP-848): ConsumerGroupDescribe tells.
@@ -170,7 +185,10 @@ class GroupApis(ApisBase):
                 "group_type": "classic",
             }
             for g in self.groups.of_tenant(self.tenant)
-            if (not wanted or g.state in wanted) and (not types or "classic" in types)
+            if (not wanted or g.state in wanted)
+            and (not types or "classic" in types)
+            # A group this replica no longer coordinates (its members moved) is not its.
+            and not self._elsewhere(g.group_id)
         ]
         listed += [
             {
@@ -180,6 +198,8 @@ class GroupApis(ApisBase):
                 "group_type": "consumer",
             }
             for g in self.consumer_groups.of_tenant(self.tenant)
-            if (not wanted or g.state in wanted) and (not types or "consumer" in types)
+            if (not wanted or g.state in wanted)
+            and (not types or "consumer" in types)
+            and not self._elsewhere(g.group_id)
         ]
         return build(response_class(request), {"groups": listed})

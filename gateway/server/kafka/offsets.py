@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from gateway.server.calls import wire_error
-from gateway.server.kafka.base import NODE_ID, ApisBase, split_topic, topic_id
+from gateway.server.kafka.base import ApisBase, split_topic, topic_id
 from gateway.server.kafka.classic import ClassicGroups
 from gateway.server.kafka.consumer_groups import ConsumerGroup, ConsumerGroups
 from gateway.server.kafka.protocol import ErrorCode, Request, build, error_code, response_class
@@ -20,17 +20,19 @@ class OffsetApis(ApisBase):
     consumer_groups: ConsumerGroups
 
     async def find_coordinator(self, request: Request) -> Any:
-        """This gateway coordinates every group (its groups live in the metadata store that
-        every replica shares); transactions have no coordinator yet."""
+        """A group's coordinator is the live replica its tenant and id hash to
+        (:meth:`~gateway.server.kafka.cluster.Cluster.coordinator`), where its members
+        meet; transactions have no coordinator yet."""
         body = request.body
         keys = list(body.coordinator_keys) if request.api_version >= 4 else [body.key]
         group = getattr(body, "key_type", 0) == 0
+        coordinators = [self.cluster.coordinator(self.tenant, key) for key in keys]
         answers = [
             {
                 "key": key,
-                "node_id": NODE_ID if group else -1,
-                "host": self.broker.host if group else "",
-                "port": self.broker.port if group else -1,
+                "node_id": coordinator.node_id if group else -1,
+                "host": coordinator.host if group else "",
+                "port": coordinator.port if group else -1,
                 # Transactions: an error clients stop on, with why (not one they retry
                 # until their timeout, as COORDINATOR_NOT_AVAILABLE would be).
                 "error_code": ErrorCode.none
@@ -41,7 +43,7 @@ class OffsetApis(ApisBase):
                 else "transactions are not served by Tidegate's Kafka listener yet; produce "
                 "without transactional.id (enable.idempotence=true is served)",
             }
-            for key in keys
+            for key, coordinator in zip(keys, coordinators, strict=True)
         ]
         if request.api_version >= 4:
             return build(response_class(request), {"coordinators": answers})
@@ -59,6 +61,19 @@ class OffsetApis(ApisBase):
         generation = member_epoch = body.generation_id_or_member_epoch
         member = body.member_id if generation >= 0 else ""
         fenced = ErrorCode.none
+        if self._elsewhere(body.group_id):
+            elsewhere = ErrorCode.not_coordinator
+            topics = [
+                {
+                    "name": t.name,
+                    "partitions": [
+                        {"partition_index": p.partition_index, "error_code": elsewhere}
+                        for p in t.partitions
+                    ],
+                }
+                for t in body.topics
+            ]
+            return build(response_class(request), {"topics": topics})
         classic = self.groups.find(self.tenant, body.group_id)
         consumer = self.consumer_groups.find(self.tenant, body.group_id)
         if classic is not None and classic.members:
@@ -123,6 +138,8 @@ class OffsetApis(ApisBase):
         body = request.body
         cls = response_class(request)
         if request.api_version < 8:
+            if self._elsewhere(body.group_id):
+                return build(cls, {"topics": [], "error_code": ErrorCode.not_coordinator})
             answers, code = await self._fetch_group(body.group_id, body.topics)
             return build(cls, {"topics": answers, "error_code": code})
         groups = []
@@ -135,8 +152,10 @@ class OffsetApis(ApisBase):
         return build(cls, {"groups": groups})
 
     def _fetch_fenced(self, asked: Any) -> ErrorCode:
-        """Whether a KIP-848 member's fetch (one group of an OffsetFetch v8+) is refused;
-        a fetch naming no member never is."""
+        """Whether a fetch of one group of an OffsetFetch v8+ is refused: another replica
+        coordinates the group, or a KIP-848 member's id or epoch is not the group's."""
+        if self._elsewhere(asked.group_id):
+            return ErrorCode.not_coordinator
         member_id = getattr(asked, "member_id", None)
         group = self.consumer_groups.find(self.tenant, asked.group_id)
         if member_id is None or group is None:

@@ -11,6 +11,10 @@ a request that does not arrive whole within ``server.body_timeout_s`` once its s
 (``server.header_timeout_s`` before authentication), and ``kafka.idle_s`` without a
 request. Requests of a connection are served one at a
 time, in order, as Kafka serves them.
+
+The gateway replicas that share a metadata store are the Kafka cluster's brokers
+(:mod:`~gateway.server.kafka.cluster`): the listener registers this one once it listens
+and leaves the cluster when it stops.
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ from gateway.config import Settings
 from gateway.server.calls import DataCalls, wire_error
 from gateway.server.kafka.apis import LONGEST_MUTE_S, Broker, KafkaApis, held_while_throttled
 from gateway.server.kafka.classic import ClassicGroups
+from gateway.server.kafka.cluster import Cluster
 from gateway.server.kafka.consumer_groups import ConsumerGroups
 from gateway.server.kafka.logins import LoginRates
 from gateway.server.kafka.producers import ProducerEpochs
@@ -97,13 +102,23 @@ class KafkaEdge:
         )
         #: The newest epoch of each idempotent producer of its connections.
         self.producers = ProducerEpochs()
+        #: The cluster's live brokers (this replica alone until it listens).
+        self.cluster = Cluster(self.broker)
 
     @property
     def broker(self) -> Broker:
+        """This replica as clients are told to reach it."""
         k, host = self.settings.kafka, self.settings.server.host
         if not k.advertised_host and host in ("0.0.0.0", "::", ""):
             host = "127.0.0.1"
         return Broker(k.advertised_host or host, k.advertised_port or self.port)
+
+    def _clustered(self) -> bool:
+        """Whether this replica registers among the brokers of its metadata store."""
+        mode = self.settings.kafka.cluster
+        return mode == "on" or (
+            mode == "auto" and not self.settings.metadata_url.startswith("sqlite")
+        )
 
     def _tls(self) -> ssl.SSLContext | None:
         """The listener's TLS context from ``kafka.tls_cert_file`` and ``tls_key_file``,
@@ -141,8 +156,27 @@ class KafkaEdge:
             else None,
         )
         self.port = self._server.sockets[0].getsockname()[1]
+        k = self.settings.kafka
+        if self._clustered():
+            self.cluster = Cluster(
+                self.broker,
+                registry=self.calls.service,
+                replica_id=k.replica_id,
+                lease_s=k.replica_lease_s,
+            )
+        else:
+            self.cluster = Cluster(self.broker)
+        try:
+            await self.cluster.start()
+        except Exception:
+            self._server.close()
+            raise
+        log.info(
+            "Kafka broker %d at %s:%d", self.cluster.me.node_id, self.broker.host, self.broker.port
+        )
 
     async def stop(self) -> None:
+        await self.cluster.stop()
         if self._server is not None:
             self._server.close()
         for task in list(self.connections):
@@ -374,7 +408,7 @@ class _Connection:
         self.edge.tenants[tenant] = held + 1
         self.apis = KafkaApis(
             self.edge.calls,
-            self.edge.broker,
+            self.edge.cluster,
             tenant,
             authorization,
             groups=self.edge.groups,

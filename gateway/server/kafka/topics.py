@@ -8,7 +8,7 @@ from typing import Any
 
 from gateway.core import TableView
 from gateway.server.calls import wire_error
-from gateway.server.kafka.base import NODE_ID, ApisBase, message, split_topic, topic_id
+from gateway.server.kafka.base import ApisBase, message, split_topic, topic_id
 from gateway.server.kafka.protocol import ErrorCode, Request, build, error_code, response_class
 from gateway.server.kafka.records import RAW_FIELDS
 from gateway.wire.errors import InvalidRequest, QuotaExceeded, TableAlreadyExists, TableNotFound
@@ -46,11 +46,13 @@ class TopicApis(ApisBase):
         return build(
             response_class(request),
             {
+                # The live replicas; each partition's leader is one of them (any serves it).
                 "brokers": [
-                    {"node_id": NODE_ID, "host": self.broker.host, "port": self.broker.port}
+                    {"node_id": b.node_id, "host": b.host, "port": b.port}
+                    for b in self.cluster.brokers
                 ],
                 "cluster_id": self.broker.cluster_id,
-                "controller_id": NODE_ID,
+                "controller_id": self.cluster.controller_id,
                 "topics": topics,
             },
         )
@@ -64,18 +66,20 @@ class TopicApis(ApisBase):
     def _topic(self, name: str, table: TableView | None) -> dict[str, Any]:
         if table is None:
             return {"name": name, "error_code": ErrorCode.unknown_topic_or_partition}
+        d = table.definition
+        leaders = [self.cluster.leader(d.table_id, p).node_id for p in range(d.partitions)]
         return {
             "name": name,
             "topic_id": topic_id(table),
             "partitions": [
                 {
                     "partition_index": p,
-                    "leader_id": NODE_ID,
+                    "leader_id": leader,
                     "leader_epoch": -1,
-                    "replica_nodes": [NODE_ID],
-                    "isr_nodes": [NODE_ID],
+                    "replica_nodes": [leader],
+                    "isr_nodes": [leader],
                 }
-                for p in range(table.definition.partitions)
+                for p, leader in enumerate(leaders)
             ],
         }
 

@@ -177,9 +177,16 @@ Checks values.schema.json cannot express: what several gateway replicas must sha
 {{- $_ = set $s "TIDEGATE_SERVER__HTTP_PORT" (toString (int64 $v.server.httpPort)) -}}
 {{- $_ = set $s "TIDEGATE_SERVER__METRICS_PORT" (toString (int64 $v.metrics.port)) -}}
 {{- $_ = set $s "TIDEGATE_KAFKA__PORT" (toString (int64 $v.server.kafkaPort)) -}}
-{{- $kafkaHost := $v.kafka.advertisedHost | default (printf "%s.%s.svc" (include "tidegate.fullname" .) .Release.Namespace) -}}
-{{- $_ = set $s "TIDEGATE_KAFKA__ADVERTISED_HOST" $kafkaHost -}}
+{{- /* Each pod is a Kafka broker at its own address (its IP, set in the Deployment from the
+downward API) unless kafka.advertisedHost names one address for all: then the replicas
+are no Kafka cluster, each answering as the one broker there (docs/kafka.md). */ -}}
+{{- if $v.kafka.advertisedHost -}}
+{{- $_ = set $s "TIDEGATE_KAFKA__ADVERTISED_HOST" $v.kafka.advertisedHost -}}
 {{- $_ = set $s "TIDEGATE_KAFKA__ADVERTISED_PORT" (toString (int64 ($v.kafka.advertisedPort | default $v.service.kafkaPort))) -}}
+{{- $_ = set $s "TIDEGATE_KAFKA__CLUSTER" "off" -}}
+{{- else -}}
+{{- $_ = set $s "TIDEGATE_KAFKA__ADVERTISED_PORT" (toString (int64 ($v.kafka.advertisedPort | default $v.server.kafkaPort))) -}}
+{{- end -}}
 {{- $_ = set $s "TIDEGATE_SERVER__MAX_REQUEST_BYTES" (toString (int64 $v.server.maxRequestBytes)) -}}
 {{- $_ = set $s "TIDEGATE_SERVER__SHUTDOWN_GRACE_S" (toString $v.server.shutdownGraceS) -}}
 {{- $_ = set $s "TIDEGATE_AUTH__KEY_CACHE_TTL_S" (toString $v.auth.keyCacheTtlS) -}}
