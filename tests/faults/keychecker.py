@@ -207,7 +207,8 @@ class _Table:
                 elif not b.applied:
                     self.flag(
                         "lost",
-                        f"acknowledged batch {b.wid} at {b.partition}/{base} is not in the changelog",
+                        f"acknowledged batch {b.wid} at {b.partition}/{base} is not in the "
+                        "changelog",
                         {(b.partition, base)},
                         b.wid,
                     )
@@ -283,4 +284,8 @@ def batches_by_outcome(history: History) -> dict[str, int]:
     seen: dict[str, set[str]] = defaultdict(set)
     for e in history.of("keyed"):
         seen[e["wid"]].add(e["outcome"])
-    return dict(Counter("ok" if "ok" in s else "unknown" if "unknown" in s else "refused" for s in seen.values()))
+    return dict(
+        Counter(
+            "ok" if "ok" in s else "unknown" if "unknown" in s else "refused" for s in seen.values()
+        )
+    )
