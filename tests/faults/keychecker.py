@@ -193,7 +193,9 @@ class _Table:
             if b.outcome != "ok":
                 continue
             v.acknowledged += 1
-            if len(ranges) > 1:
+            # A range recorded lost went with the hot tier's producer state: the batch's
+            # re-send may then be stored again, once, elsewhere (as for append tables).
+            if len([r for r in ranges if not self.lost(b.partition, r[0], sum(r))]) > 1:
                 self.flag(
                     "duplicated",
                     f"batch {b.wid} acknowledged with ranges {sorted(ranges)} (a retry "

@@ -144,3 +144,22 @@ def test_the_excerpt_of_a_key_violation_shows_its_batch() -> None:
     verdict = check_keys(h, {T: _state()})
     assert [v.kind for v in verdict.violations] == ["lost"]
     assert [e["wid"] for e in excerpt(h, verdict.violations[0])] == ["e"]
+
+
+def test_a_batch_lost_with_the_producer_state_may_be_stored_again_once() -> None:
+    """A batch acknowledged at offsets since recorded lost (Redis emptied: its producer's
+    sequences went too) and re-sent is stored anew, once; a second live range is not."""
+    first = _batch("e", [[5, "e/0", 0]], at=(6, 1))
+    again = _batch("e", [[5, "e/0", 0]], at=(7, 1)) | {"resend": True}
+    live = [*LIVE, {"k": 5, "v": "e/0", "n": 0, "_partition": 0, "_offset": 7}]
+    state = KeyState(1, [*CHANGES, _c(7, 0, 5, "e/0", 0)], live, live, None, {}, {0: [(6, 7)]})
+    verdict = check_keys(_history(*EVENTS, first, again), {T: state}, allow_lost=True)
+    assert verdict.violations == []
+    third = _batch("e", [[5, "e/0", 0]], at=(8, 1))
+    kinds = {
+        v.kind
+        for v in check_keys(
+            _history(*EVENTS, first, again, third), {T: state}, allow_lost=True
+        ).violations
+    }
+    assert "duplicated" in kinds
