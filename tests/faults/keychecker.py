@@ -12,9 +12,10 @@ of the mirror's row for a delete of a live key, nothing for one of a key not liv
 
 - **once**: a batch applied a second time (a retried sequence resolved again) is
   ``duplicated``; an acknowledged batch answered with two ranges is ``duplicated`` too;
-- **acknowledged**: every acknowledged batch is applied, at the base its answer named
-  (``lost``, ``moved``), unless its range is one the changelog table records as lost
-  (an emptied Redis: counted as lost by design);
+- **acknowledged**: every acknowledged batch is applied, at the base and with the count
+  of changes its answer named (``lost``, ``moved``), unless its range is one the
+  changelog table records as lost (an emptied Redis: counted as lost by design, and its
+  re-send may then be stored once more);
 - **unknown** batches (the answer never came) are applied once or not at all, and the
   mirror follows whichever the changelog shows; **refused** ones never (``refused_stored``);
   a change naming no batch sent is ``phantom``; the offsets are dense (``not_dense``);
@@ -59,6 +60,8 @@ class _Batch:
     rows: list[list[Any]]
     events: list[Event]
     applied: list[int] = field(default_factory=list)
+    #: How many changes its (first) application made.
+    made: int = 0
 
     def ranges(self) -> set[tuple[int, int]]:
         return {(e["at"][1], e["at"][2]) for e in self.events if e["outcome"] == "ok"}
@@ -160,6 +163,7 @@ class _Table:
                     batch.wid,
                 )
             batch.applied.append(o)
+            batch.made = batch.made or len(expected)
             for c in changes[i : i + len(expected)]:
                 if c["_offset"] == applied and p not in self.at_applied:
                     self.at_applied[p] = dict(self.mirror)
@@ -219,6 +223,14 @@ class _Table:
                         "moved",
                         f"batch {b.wid} acknowledged at {b.partition}/{base}, applied at "
                         f"{b.applied}",
+                        {(b.partition, base)},
+                        b.wid,
+                    )
+                elif count != b.made:
+                    self.flag(
+                        "moved",
+                        f"batch {b.wid} acknowledged with {count} changes at "
+                        f"{b.partition}/{base}, made {b.made}",
                         {(b.partition, base)},
                         b.wid,
                     )

@@ -99,6 +99,8 @@ def _edit(rows: list[dict[str, Any]], i: int, **values: Any) -> list[dict[str, A
         ([*EVENTS, _batch("e", [[5, "e/0", 0]], at=(6, 1))], _state(), "lost"),
         # acknowledged at another offset than it was applied at
         ([*EVENTS[:3], _batch("d", [[3, "d/0", 0]], at=(7, 1))], _state(), "moved"),
+        # acknowledged with another count of changes than it made
+        ([*EVENTS[:3], _batch("d", [[3, "d/0", 0]], at=(5, 2))], _state(), "moved"),
         # a refused batch that was applied
         ([*EVENTS[:3], _batch("d", [[3, "d/0", 0]], "refused")], _state(), "refused_stored"),
         # a change of a batch never sent
