@@ -46,7 +46,9 @@ def summarise(per_seed: list[dict[str, Any]], failed: list[int], wall_s: float) 
     totals: Counter[str] = Counter()
     faults: Counter[str] = Counter()
     log_errors: Counter[str] = Counter()
+    keys: Counter[str] = Counter()
     for s in per_seed:
+        keys.update({k: v for k, v in s.get("key_tables", {}).items() if isinstance(v, int)})
         faults.update(s["faults"])
         log_errors.update(s.get("log_errors", {}))
         totals.update({k: s.get(k, 0) for k in TOTALS})
@@ -73,6 +75,8 @@ def summarise(per_seed: list[dict[str, Any]], failed: list[int], wall_s: float) 
         "faults_injected": sum(faults.values()),
         "gateway_log_errors": dict(log_errors),
         **totals,
+        # The primary-key tables' batches and changes checked (tests/faults/keychecker.py).
+        "key_tables": dict(keys),
         "wall_s": round(wall_s),
         "per_seed": per_seed,
     }
@@ -127,7 +131,8 @@ def main(argv: list[str] | None = None) -> int:
         print(
             f"seed {seed:4d} {tier:14s} {'ok' if result.ok else 'FAILED'}: "
             f"{s['records_checked']} records, {s['acknowledged']} acknowledged, "
-            f"{s['unknown_appends']} unknown, faults {dict(result.faults)}",
+            f"{s['unknown_appends']} unknown, {s['key_tables']['changes']} key-table changes, "
+            f"faults {dict(result.faults)}",
             flush=True,
         )
         if not result.ok:

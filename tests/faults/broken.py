@@ -1,5 +1,8 @@
-"""A deliberately broken hot tier for the checker's own test (never used by the product):
-it acknowledges a batch before the hot tier has it, and writes it two seconds later.
+"""Deliberately broken hot tiers for the checker's own test (never used by the product).
+
+:class:`AckFirstLog` acknowledges a batch before the hot tier has it, and writes it two
+seconds later; :class:`ResolveTwiceLog` (at the end) applies a key table's retried batch
+a second time.
 
 ``TIDEGATE_HOT__TYPE=tests.faults.broken:AckFirstLog`` loads it in a gateway process. A
 SIGKILL in those two seconds loses acknowledged batches; the checker must say so.
@@ -61,3 +64,43 @@ class AckFirstLog(DiskHotLog):
             due, part, payload, count, ts = self._queue.get()
             time.sleep(max(0.0, due - time.monotonic()))
             super().append(part, payload, count, ts)
+
+
+class ResolveTwiceLog(DiskHotLog):
+    """A hot tier that forgets a key table's producer sequences: a retried batch of an
+    idempotent producer is resolved again and its changes appended a second time (an
+    upsert retried becomes ``-U``/``+U`` of itself), answered as a new range.
+
+    ``TIDEGATE_HOT__TYPE=tests.faults.broken:ResolveTwiceLog``; the checker must say
+    the batch was applied twice."""
+
+    name = "resolve-twice"
+
+    @classmethod
+    def from_settings(cls, settings: Any) -> ResolveTwiceLog:
+        return cls(settings.data_dir / "hot", fsync="batch")
+
+    def append(
+        self,
+        part: PartitionId,
+        payload: bytes,
+        count: int,
+        timestamp_us: int,
+        producer: ProducerSequence | None = None,
+        *,
+        floor: int | None = None,
+        keys: Sequence[bytes] | None = None,
+        expect_high: int | None = None,
+    ) -> AppendResult:
+        if keys is not None and count:
+            producer = None  # the bug: the sequence is not checked, so not de-duplicated
+        return super().append(
+            part,
+            payload,
+            count,
+            timestamp_us,
+            producer,
+            floor=floor,
+            keys=keys,
+            expect_high=expect_high,
+        )

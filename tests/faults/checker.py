@@ -389,6 +389,9 @@ def _mentions(e: Event, v: Violation) -> bool:
         return any(rid in v.rids or (p, o) in v.where for p, o, rid in e["records"])
     if e["type"] in ("fetch_offsets", "commit"):
         return v.kind == "group_backwards"
+    if e["type"] == "keyed":  # a key table's batch (tests/faults/keychecker.py)
+        at = e.get("at")
+        return e["wid"] in v.rids or (at is not None and (at[0], at[1]) in v.where)
     return False
 
 

@@ -239,11 +239,13 @@ def shard_move(c: Cluster, rng: random.Random) -> dict[str, Any]:
     traffic (appends racing the seal); a third of the movers are SIGKILLed part way, and
     the heal finishes their moves with ``tidegate shard recover``. The nemesis goes on
     while the mover runs."""
+    from tests.faults.keyworkload import KEY_TABLES
     from tests.faults.workload import TABLES
 
-    i = rng.randrange(len(TABLES))
-    table, partitions = TABLES[i]
-    tenant = c.tenants[i][0]
+    # An append table or a key table (whose hot key index moves with its partition).
+    i = rng.randrange(len(TABLES) + len(KEY_TABLES))
+    table, partitions = (TABLES + KEY_TABLES)[i]
+    tenant = c.tenants[i % len(TABLES)][0]
     partition = rng.randrange(partitions)
     current = c.shard_of(tenant, table, partition)
     target = next(name for name in sorted(c.shards) if name != current)

@@ -18,6 +18,8 @@ from tests.faults.checker import TableState, Verdict, check, records_of, report
 from tests.faults.cluster import Cluster
 from tests.faults.faults import LOSES_DATA, Nemesis
 from tests.faults.history import History
+from tests.faults.keychecker import KeyVerdict, check_keys
+from tests.faults.keyworkload import KEY_MIX, create_key_tables, read_back_keys
 from tests.faults.workload import (
     DEFAULT_MIX,
     SCHEMA,
@@ -47,6 +49,8 @@ class RunResult:
     #: Seconds spent per phase: start, faults, heal, check, stop.
     phases: dict[str, float] = field(default_factory=dict)
     text: str = ""
+    #: The key tables' verdict (its violations are in ``verdict``'s too).
+    keys: KeyVerdict = field(default_factory=KeyVerdict)
 
     @property
     def ok(self) -> bool:
@@ -71,6 +75,14 @@ class RunResult:
             "lost_recorded": v.lost_recorded,
             "lost_offsets": v.lost_offsets,
             "violations": len(v.violations),
+            "key_tables": {
+                "changes": self.keys.changes,
+                "batches_acknowledged": self.keys.acknowledged,
+                "batches_unknown": self.keys.unknown,
+                "batches_resent": self.keys.resent,
+                "lost_recorded": self.keys.lost_recorded,
+                "per_path": dict(self.keys.per_path),
+            },
             "problems": self.problems,
             "log_errors": dict(self.log_errors),
             "phases_s": self.phases,
@@ -118,6 +130,7 @@ def run_seed(
     problems: list[str] = []
     nemesis: Nemesis | None = None
     verdict = Verdict([], 0, 0, 0, 0, 0)
+    keys = KeyVerdict()
     phases: dict[str, float] = {}
     mark = time.monotonic()
 
@@ -130,9 +143,11 @@ def run_seed(
     try:
         cluster.start(hot_env)
         cluster.create_tables(TABLES, SCHEMA)
+        create_key_tables(cluster)
         phase("start")
         ctx = Context(cluster, history, seed)
-        ops = start_operations(ctx, mix or DEFAULT_MIX + (SPARK_MIX if spark else []))
+        mix = mix or DEFAULT_MIX + KEY_MIX + (SPARK_MIX if spark else [])
+        ops = start_operations(ctx, mix)
         _wait_for_acks(history, faults_after_acks, within=60.0)
         nemesis = Nemesis(cluster, seed, history, kinds).start()
         time.sleep(duration)
@@ -146,7 +161,10 @@ def run_seed(
         problems += [f"operation did not finish: {op.name}" for op in ops if op.thread.is_alive()]
         problems += ctx.errors + [f"fault failed: {e}" for e in nemesis.errors]
         final = read_back(cluster, history, spark)
-        verdict = check(history, final, allow_lost=bool(LOSES_DATA & set(nemesis.counts)))
+        allow_lost = bool(LOSES_DATA & set(nemesis.counts))
+        verdict = check(history, final, allow_lost=allow_lost)
+        keys = check_keys(history, read_back_keys(cluster), allow_lost=allow_lost)
+        verdict.violations += keys.violations
         phase("check")
     finally:
         cluster.stop()
@@ -159,6 +177,7 @@ def run_seed(
     result = RunResult(
         seed, tier, cluster.fsync, verdict, counts, history_path, problems, logs, samples, phases
     )
+    result.keys = keys
     if not result.ok:
         text = (
             report(seed, tier, verdict, history, rerun_command(seed)) if verdict.violations else ""

@@ -1,6 +1,7 @@
 """The checker itself: it passes a correct history and catches each kind of violation,
-and a deliberately broken build (acknowledging before the hot tier has the batch, a test
-fixture in tests/faults/broken.py, never the product) fails a seed."""
+and deliberately broken builds (acknowledging before the hot tier has the batch; applying
+a key table's retried batch twice: test fixtures in tests/faults/broken.py, never the
+product) fail a seed. The key tables' checker has its own cases in test_keychecker.py."""
 
 from __future__ import annotations
 
@@ -182,3 +183,24 @@ def test_a_build_that_acknowledges_before_storing_is_caught(tmp_path: Path) -> N
     assert result.faults["gateway_kill"] >= 1
     assert result.verdict.lost > 0, result.summary()
     assert "lost" in result.text and "make faults SEED=5" in result.text
+
+
+@pytest.mark.integration
+@pytest.mark.slow
+def test_a_build_that_applies_a_retried_key_batch_twice_is_caught(tmp_path: Path) -> None:
+    """Every key writer sends its first acknowledged batch again under the same sequence
+    (an answer lost); a hot tier that does not de-duplicate a key table's sequences
+    resolves it again and appends ``-U``/``+U`` of its own rows: ``duplicated``."""
+    result = run_seed(
+        7,
+        tmp_path,
+        tier="disk",
+        duration=5.0,
+        mix=[("keys", 2)],
+        kinds=["gateway_kill"],
+        hot_env={"TIDEGATE_HOT__TYPE": "tests.faults.broken:ResolveTwiceLog"},
+    )
+    assert result.keys.resent >= 2, result.summary()
+    kinds = {v.kind for v in result.keys.violations}
+    assert "duplicated" in kinds, result.summary()
+    assert "applied at" in result.text and "make faults SEED=7" in result.text
