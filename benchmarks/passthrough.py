@@ -10,9 +10,9 @@ hot tiers': a Redis stream per partition (``MULTI`` of ``INCRBY`` for the offset
 then an fsync before the answer, as the disk hot tier's default ``fsync="batch"`` does
 before it acknowledges: one fsync in flight per partition on a thread, appends written
 meanwhile made durable together by the next one, a group commit; ``os.pread`` to read).
-Offsets map to entries in this process's memory. A benchmark row of Tidegate divided by this row is what Tidegate's own
-code costs; this row divided by the raw store's is what the edge (grpcio's Python layer,
-protobuf, the event loop) costs.
+Offsets map to entries in this process's memory. A benchmark row of Tidegate divided
+by this row is what Tidegate's own code costs; this row divided by the raw store's is
+what the edge (grpcio's Python layer, protobuf, the event loop) costs.
 
 Run as a process of its own, as the gateway is: ``python -m benchmarks.passthrough
 --store redis --redis-url URL --dir DIR --grpc-port N``.
