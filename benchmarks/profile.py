@@ -207,7 +207,9 @@ def summarise(raw: Path, frames: list[str], top: int = 15) -> str:
     return "\n".join(lines)
 
 
-def profile(path: str, seconds: float, out: Path | None) -> str:
+def profile(
+    path: str, seconds: float, out: Path | None, gateway_env: dict[str, str] | None = None
+) -> str:
     spy = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
     if not Path(spy).exists():
         raise SystemExit("py-spy is not installed: pip install py-spy (the bench extra has it)")
@@ -217,6 +219,7 @@ def profile(path: str, seconds: float, out: Path | None) -> str:
     env.update(
         {"TIDEGATE_TIERING__INTERVAL_S": "1"} if tiered else {"TIDEGATE_TIERING__ENABLED": "false"}
     )
+    env.update(gateway_env or {})
     gw = GatewayProcess(work / "gw", env)
     try:
         gw.start()
@@ -275,9 +278,17 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("path", choices=sorted(FRAMES), nargs="+")
     parser.add_argument("--seconds", type=float, default=10.0)
     parser.add_argument("--out", type=Path, default=None)
+    parser.add_argument(
+        "--gateway",
+        action="append",
+        default=[],
+        metavar="TIDEGATE_KEY=VALUE",
+        help="a gateway setting, e.g. TIDEGATE_COMPRESSION=producer",
+    )
     ns = parser.parse_args(argv)
+    env = dict(item.partition("=")[::2] for item in ns.gateway)
     for path in ns.path:
-        print(profile(path, ns.seconds, ns.out), flush=True)
+        print(profile(path, ns.seconds, ns.out, env), flush=True)
 
 
 if __name__ == "__main__":
