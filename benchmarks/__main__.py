@@ -156,7 +156,11 @@ def overridden(w: Workload, settings: list[str]) -> Workload:
 
 
 async def run_suite(
-    mode: str, workdir: Path, only: str | None, settings: list[str] | None = None
+    mode: str,
+    workdir: Path,
+    only: str | None,
+    settings: list[str] | None = None,
+    gateway_env: dict[str, str] | None = None,
 ) -> list[dict[str, Any]]:
     redis = RedisServer(workdir / "redis").start()
     # No embedded compaction or expiry: a scenario's table must not change under it (the
@@ -172,6 +176,7 @@ async def run_suite(
                 "TIDEGATE_HOT__FSYNC": "batch",
                 "TIDEGATE_KAFKA__PORT": str(free_port()),
                 **quiet,
+                **(gateway_env or {}),
             },
         ),
         "redis": GatewayProcess(
@@ -182,6 +187,7 @@ async def run_suite(
                 "TIDEGATE_TIERING__ENABLED": "false",
                 "TIDEGATE_KAFKA__PORT": str(free_port()),
                 **quiet,
+                **(gateway_env or {}),
             },
         ),
     }
@@ -250,19 +256,32 @@ def main() -> int:
         help="override a workload setting where the workload has it, e.g. "
         "--set read_sizes=[400000,2000000,4000000] (spark-read at three table sizes)",
     )
+    parser.add_argument(
+        "--gateway",
+        action="append",
+        default=[],
+        metavar="TIDEGATE_KEY=VALUE",
+        help="a setting of both gateways, as its environment variable, e.g. "
+        "--gateway TIDEGATE_COMPRESSION=producer (store appended streams as sent, as the "
+        "pass-through does, instead of compressing uncompressed ones with zstd)",
+    )
     ns = parser.parse_args()
+    gateway_env = dict(item.partition("=")[::2] for item in ns.gateway)
+    if bad := [k for k in gateway_env if not k.startswith("TIDEGATE_")]:
+        raise SystemExit(f"--gateway {bad[0]}: name a gateway setting, TIDEGATE_<KEY>=VALUE")
     out = ns.out or (
         HERE / "results" if ns.mode != "smoke" else Path(tempfile.mkdtemp()) / "results"
     )
     with tempfile.TemporaryDirectory(prefix="tidegate-bench-") as tmp:
         started = time.monotonic()
-        results = asyncio.run(run_suite(ns.mode, Path(tmp), ns.only, ns.set))
+        results = asyncio.run(run_suite(ns.mode, Path(tmp), ns.only, ns.set, gateway_env))
         elapsed = time.monotonic() - started
     failed = [r for r in results if r["batches_per_s"] == 0 and not r.get("no_traffic_ok")]
     doc = {
         "mode": ns.mode,
         "machine": machine(),
         "elapsed_s": round(elapsed, 1),
+        "gateway_env": gateway_env,
         "results": results,
     }
     out.mkdir(parents=True, exist_ok=True)

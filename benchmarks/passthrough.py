@@ -6,11 +6,13 @@ the client's Arrow IPC body (a log must give offsets) and stores the body as it 
 ``Read`` answers the stored bodies as ``hot_batches`` (what the gateway sends with
 ``raw_hot``), so the client decodes the same bytes on both sides. The raw stores are the
 hot tiers': a Redis stream per partition (``MULTI`` of ``INCRBY`` for the offsets and
-``XADD``, one round trip; ``XRANGE`` to read) or a file per partition (``os.write`` to
-the page cache, no fsync; ``os.pread`` to read). Offsets map to entries in this
-process's memory. A benchmark row of Tidegate divided by this row is what Tidegate's own
-code costs; this row divided by the raw store's is what the edge (grpcio's Python layer,
-protobuf, the event loop) costs.
+``XADD``, one round trip; ``XRANGE`` to read) or a file per partition (``os.write``,
+then an fsync before the answer, as the disk hot tier's default ``fsync="batch"`` does
+before it acknowledges: one fsync in flight per partition on a thread, appends written
+meanwhile made durable together by the next one, a group commit; ``os.pread`` to read).
+Offsets map to entries in this process's memory. A benchmark row of Tidegate divided
+by this row is what Tidegate's own code costs; this row divided by the raw store's is
+what the edge (grpcio's Python layer, protobuf, the event loop) costs.
 
 Run as a process of its own, as the gateway is: ``python -m benchmarks.passthrough
 --store redis --redis-url URL --dir DIR --grpc-port N``.
@@ -68,6 +70,27 @@ class _Partition:
     end: int = 0  # the first offset not stored contiguously from 0
     grew: asyncio.Event = field(default_factory=asyncio.Event)
     fd: int = -1
+    #: Bytes written to ``fd``, and how many of them are fsynced (the disk store's).
+    written: int = 0
+    durable: int = 0
+    tail: int = 0  # the next offset the disk store assigns
+    flush: asyncio.Future[None] | None = None
+
+    async def sync(self, upto: int) -> None:
+        """Return once the first ``upto`` bytes of the file are fsynced: one fsync in
+        flight at a time, each covering every write made before it started."""
+        while self.durable < upto:
+            if self.flush is None:
+                self.flush = asyncio.ensure_future(self._fsync())
+            await asyncio.shield(self.flush)
+
+    async def _fsync(self) -> None:
+        end = self.written
+        try:
+            await asyncio.to_thread(os.fsync, self.fd)
+            self.durable = max(self.durable, end)
+        finally:
+            self.flush = None
 
     def add(self, base: int, rows: int, ts_us: int, loc: Any) -> None:
         i = bisect.bisect_left(self.bases, base)
@@ -199,9 +222,13 @@ class PassThrough(pb_grpc.TidegateServicer):  # type: ignore[misc]
                 end, entry_id = await tx.execute()
             base, loc = end - rows, entry_id
         else:
-            base = p.bases[-1] + p.entries[-1][0] if p.bases else 0
-            loc = (os.lseek(p.fd, 0, os.SEEK_END), len(body))
+            # The offsets are taken before the wait, so that appends awaiting the same
+            # fsync take the next ones; readers see them once durable, as the gateway's.
+            base, p.tail = p.tail, p.tail + rows
+            loc = (p.written, len(body))
             os.write(p.fd, body)
+            p.written += len(body)
+            await p.sync(p.written)
         p.add(base, rows, ts_us, loc)
         return pb.AppendResponse(
             ranges=[pb.AppendRange(partition=partition, base_offset=base, count=rows)]

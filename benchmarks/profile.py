@@ -211,7 +211,13 @@ def summarise(raw: Path, frames: list[str], top: int = 15) -> str:
     return "\n".join(lines)
 
 
-def profile(path: str, seconds: float, out: Path | None, hot: str = "disk") -> str:
+def profile(
+    path: str,
+    seconds: float,
+    out: Path | None,
+    hot: str = "disk",
+    gateway_env: dict[str, str] | None = None,
+) -> str:
     spy = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
     if not Path(spy).exists():
         raise SystemExit("py-spy is not installed: pip install py-spy (the bench extra has it)")
@@ -225,6 +231,7 @@ def profile(path: str, seconds: float, out: Path | None, hot: str = "disk") -> s
     env.update(
         {"TIDEGATE_TIERING__INTERVAL_S": "1"} if tiered else {"TIDEGATE_TIERING__ENABLED": "false"}
     )
+    env.update(gateway_env or {})
     gw = GatewayProcess(work / "gw", env)
     try:
         gw.start()
@@ -287,9 +294,17 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--seconds", type=float, default=10.0)
     parser.add_argument("--out", type=Path, default=None)
     parser.add_argument("--hot", choices=["disk", "redis"], default="disk")
+    parser.add_argument(
+        "--gateway",
+        action="append",
+        default=[],
+        metavar="TIDEGATE_KEY=VALUE",
+        help="a gateway setting, e.g. TIDEGATE_COMPRESSION=producer",
+    )
     ns = parser.parse_args(argv)
+    env = dict(item.partition("=")[::2] for item in ns.gateway)
     for path in ns.path:
-        print(profile(path, ns.seconds, ns.out, ns.hot), flush=True)
+        print(profile(path, ns.seconds, ns.out, ns.hot, env), flush=True)
 
 
 if __name__ == "__main__":

@@ -90,7 +90,14 @@ def write_report(doc: dict[str, Any], out: Path) -> None:
         "",
         f"Machine: {m['cpu']}, {m['cores']} cores, {m['memory_gib']} GiB, {m['os']}, "
         f"Python {m['python']}; commit {m['commit']}, {m['date']}; "
-        f"suite took {doc['elapsed_s']} s.",
+        f"suite took {doc['elapsed_s']} s."
+        + (
+            " Gateway settings changed from the defaults: "
+            + ", ".join(f"`{k}={v}`" for k, v in doc["gateway_env"].items())
+            + "."
+            if doc.get("gateway_env")
+            else ""
+        ),
         "",
         "Every Tidegate row is compared with the baselines of its workload, measured in the "
         "same run on the same machine. *Ratio* is Tidegate's records/s divided by the "

@@ -20,7 +20,13 @@ from gateway.core.keyed import check_writes, resolve
 from gateway.core.names import INT64_MAX, check_text
 from gateway.core.views import TableView
 from gateway.hot import AppendResult, PartitionId, ProducerSequence
-from gateway.wire.codec import PAYLOAD_CHUNK_BYTES, Compression, StreamInfo, encode_batch
+from gateway.wire.codec import (
+    PAYLOAD_CHUNK_BYTES,
+    Compression,
+    StreamInfo,
+    decode_valid,
+    encode_batch,
+)
 from gateway.wire.errors import (
     CommitConflict,
     HighWatermarkMoved,
@@ -65,7 +71,8 @@ class _Request:
     """What an append asks, as the worker hop that validates, routes and stores it gets
     it."""
 
-    batches: Sequence[pa.RecordBatch]
+    #: None: decoded from ``stream`` (and validated in full) in that hop.
+    batches: Sequence[pa.RecordBatch] | None
     stream: ClientStream | None
     partition: int | None
     producer: ProducerSequence | None
@@ -114,7 +121,7 @@ class AppendOps(CoreBase):
         tenant: str,
         namespace: str,
         name: str,
-        batches: Sequence[pa.RecordBatch],
+        batches: Sequence[pa.RecordBatch] | None,
         *,
         partition: int | None = None,
         producer_id: str | None = None,
@@ -133,6 +140,10 @@ class AppendOps(CoreBase):
         table's (columns, order, types, nullability, no metadata), its rows go to one
         partition and its compression is the one ``compression`` asks (any, for
         ``producer``); its values are checked all the same.
+
+        ``batches`` None: they are ``stream``'s, decoded and validated in full
+        (:func:`~gateway.wire.codec.decode_valid`) in the same I/O pool hop that
+        validates, routes and stores them, not in a hop of their own.
 
         ``sequence_counts_records``: the producer's sequences count records, Kafka's way
         (see :class:`~gateway.hot.ProducerSequence`), rather than batches.
@@ -176,22 +187,28 @@ class AppendOps(CoreBase):
         """The rows in the table's schema (a key table's: its write schema, checked by
         :func:`~gateway.core.keyed.check_writes`), and whether the client's stream may be
         stored as it came."""
+        if r.batches is not None:
+            batches = r.batches
+        elif r.stream is not None:
+            batches = decode_valid(r.stream.data)[1]
+        else:
+            raise InvalidRequest("an append needs its record batches or its Arrow stream")
         pk = table.definition.primary_key
         if pk is not None:
             schema = table.write_schema
             omittable = table.write_omittable
-            rows = [conform_batch(b, schema, omittable) for b in r.batches if b.num_rows]
+            rows = [conform_batch(b, schema, omittable) for b in batches if b.num_rows]
             if rows:
                 check_writes(pa.Table.from_batches(rows, schema), table.schema, pk)
             return rows, False
-        if r.stream is not None and self._as_is(table, r.batches, r.stream):
+        if r.stream is not None and self._as_is(table, batches, r.stream):
             # Exactly the table's schema: only the values need checking, in place.
-            kept = [b for b in r.batches if b.num_rows]
+            kept = [b for b in batches if b.num_rows]
             for b in kept:
                 check_values(b, table.schema)
             return kept, True
         return [
-            conform_batch(b, table.schema, table.added_columns) for b in r.batches if b.num_rows
+            conform_batch(b, table.schema, table.added_columns) for b in batches if b.num_rows
         ], False
 
     def _prepare(self, table: TableView, r: _Request) -> _Prepared:

@@ -131,3 +131,32 @@ def test_the_pass_through_reads_registered_parquet_files(tmp_path: Path) -> None
         flight.close()
     finally:
         edge.stop()
+
+
+async def _concurrent_appends(target: str) -> list[tuple[int, int]]:
+    async with grpc.aio.insecure_channel(target, options=CHANNEL_OPTIONS) as ch:
+        stub = pb_grpc.TidegateStub(ch)
+        ref = await create_table(stub, "ptsync", 1, ())
+        factory = BatchFactory(10, 100)
+        answers = await asyncio.gather(
+            *(
+                stub.Append(pb.AppendRequest(table=ref, arrow_ipc=factory.ipc(i), partition=0))
+                for i in range(40)
+            )
+        )
+        read = gateway_reader(stub, ref, ())
+        assert (await read(0, 0, 1_000))[0] == 400
+        return sorted((r.base_offset, r.count) for a in answers for r in a.ranges)
+
+
+def test_the_disk_pass_through_gives_appends_awaiting_one_fsync_their_own_offsets(
+    tmp_path: Path,
+) -> None:
+    """Appends in flight together (made durable by one fsync, as the disk hot tier's group
+    commit does) each get their own offsets, and every body is read back."""
+    edge = PassThroughProcess("disk", tmp_path / "pt").start()
+    try:
+        ranges = asyncio.run(_concurrent_appends(edge.grpc_target))
+    finally:
+        edge.stop()
+    assert ranges == [(10 * i, 10) for i in range(40)]

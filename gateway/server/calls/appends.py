@@ -14,7 +14,7 @@ from gateway import metrics
 from gateway.core import ClientStream
 from gateway.server.calls.base import OFFLOAD_BYTES, CallsBase
 from gateway.wire._proto.tidegate.v1 import tidegate_pb2 as pb
-from gateway.wire.codec import check_request, decode_valid
+from gateway.wire.codec import check_request
 from gateway.wire.errors import RequestTooLarge, Unauthenticated
 from gateway.wire.types import AppendRange
 
@@ -26,7 +26,8 @@ class AppendBody:
     """A decoded append request: its rows and where they go (and the Arrow IPC stream
     they were decoded from, which the core may store as it came)."""
 
-    batches: Sequence[pa.RecordBatch]
+    #: None: the core decodes them from ``stream`` on the I/O hop that stores them.
+    batches: Sequence[pa.RecordBatch] | None
     partition: int | None = None
     producer_id: str | None = None
     sequence: int | None = None
@@ -139,11 +140,11 @@ class AppendCalls(CallsBase):
                 f"the append carries {nbytes} bytes; the limit is {limit}", limit=limit
             )
         info = await self.offload(nbytes >= OFFLOAD_BYTES, check_request, body, limit)
-        big = max(nbytes, info.decoded_bytes) >= OFFLOAD_BYTES
 
         async def decode() -> AppendBody:
-            _, batches = await self.offload(big, decode_valid, body)
-            return AppendBody(batches, partition, producer_id, sequence, ClientStream(body, info))
+            # Decoded and validated in full by the core, in the I/O pool hop that stores
+            # the rows (one hop per append, not one more for the decoding).
+            return AppendBody(None, partition, producer_id, sequence, ClientStream(body, info))
 
         return await self.append(
             tenant, namespace, name, nbytes, decode, charge_bytes=info.decoded_bytes
