@@ -88,6 +88,10 @@ class Producer:
         self._flushing = 0
         self._requests: queue.SimpleQueue[Any] | None = None
         self._call: Any = None
+        #: The threads of the open stream (its answers, and Flight's writes): ``close``
+        #: waits for them, so that no call is still open when the process exits (an
+        #: interpreter exiting under a live call of gRPC's or Arrow's C++ can hang).
+        self._stream_threads: list[threading.Thread] = []
         self._thread = threading.Thread(target=self._run, name="tidegate-producer", daemon=True)
         self._thread.start()
         _LIVE.add(self)
@@ -195,6 +199,9 @@ class Producer:
             finished.resolve()
             self._thread.join(10)
             self._close_stream()
+            deadline = time.monotonic() + _STREAM_END_S
+            for t in self._stream_threads:
+                t.join(max(0.0, deadline - time.monotonic()))
 
     def _forked(self) -> None:
         """In a child made by ``os.fork``: no thread of the parent's is here to send (and
@@ -228,9 +235,18 @@ class Producer:
             iter(requests.get, None), metadata=self.client.metadata
         )
         self._requests, self._call = requests, call
-        threading.Thread(
-            target=self._read_responses, args=(call, gen), name="tidegate-producer-rx", daemon=True
-        ).start()
+        self._start_threads(
+            threading.Thread(
+                target=self._read_responses, args=(call, gen), name="tidegate-producer-rx",
+                daemon=True,
+            )
+        )  # fmt: skip
+
+    def _start_threads(self, *threads: threading.Thread) -> None:
+        self._stream_threads = [t for t in self._stream_threads if t.is_alive()]
+        for t in threads:
+            t.start()
+            self._stream_threads.append(t)
 
     def _open_put(self, flight: FlightReads) -> None:
         """Open a Flight ``DoPut``: a thread writes the batches with their requests as app
@@ -247,13 +263,16 @@ class Producer:
             self._core.on_stream_error(gen, err).resolve()
             return
         self._requests, self._call = requests, _PutCall(writer, requests)
-        threading.Thread(
-            target=_write_put, args=(writer, requests), name="tidegate-producer-tx", daemon=True
-        ).start()
-        threading.Thread(
-            target=self._read_put, args=(reader, writer, gen), name="tidegate-producer-rx",
-            daemon=True,
-        ).start()  # fmt: skip
+        self._start_threads(
+            threading.Thread(
+                target=_write_put, args=(writer, requests), name="tidegate-producer-tx",
+                daemon=True,
+            ),
+            threading.Thread(
+                target=self._read_put, args=(reader, writer, gen), name="tidegate-producer-rx",
+                daemon=True,
+            ),
+        )  # fmt: skip
 
     def _read_put(self, reader: Any, writer: Any, gen: int) -> None:
         err: BaseException
@@ -323,6 +342,10 @@ class Producer:
                 self._core.acc.kick = False
                 self._cond.wait(None if wake is None else max(0.0, wake - now) + 0.0005)
 
+
+#: Seconds ``close`` waits for the stream's threads to end once the stream is closed (a
+#: gRPC call ends at its cancel, a Flight DoPut when the gateway answers its end).
+_STREAM_END_S = 5.0
 
 #: The sync producers of this process, told by :func:`_after_fork` that they were forked.
 _LIVE: weakref.WeakSet[Producer] = weakref.WeakSet()
