@@ -11,6 +11,7 @@ response classes, built from plain values by :func:`build`.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import datetime as dt
 import io
 import struct
@@ -19,7 +20,8 @@ import typing
 from dataclasses import dataclass
 from typing import Any
 
-from kio.index import load_request_schema, load_response_schema
+from kio.index import load_request_schema as _load_request
+from kio.index import load_response_schema as _load_response
 from kio.schema.errors import ErrorCode
 from kio.serial import entity_reader, entity_writer
 
@@ -126,6 +128,12 @@ class Request:
     correlation_id: int
     client_id: str | None
     body: Any
+
+
+#: kio resolves a message class by module name on every call (importlib's machinery,
+#: ~0.1 ms): a request's class and its answer's are looked up once per (key, version).
+load_request_schema = functools.cache(_load_request)
+load_response_schema = functools.cache(_load_response)
 
 
 def _peek(frame: bytes) -> tuple[int, int, int]:
