@@ -11,12 +11,13 @@ response classes, built from plain values by :func:`build`.
 from __future__ import annotations
 
 import dataclasses
-import functools
 import datetime as dt
+import functools
 import io
 import struct
 import types
 import typing
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -253,21 +254,46 @@ def _hints(cls: type[Any]) -> dict[str, Any]:
 
 
 def _value(hint: Any, kafka_type: str | None, value: Any) -> Any:
-    if value is None:
-        return None
+    return None if value is None else _converter(hint, kafka_type)(value)
+
+
+def _same(value: Any) -> Any:
+    return value
+
+
+@functools.cache
+def _converter(hint: Any, kafka_type: str | None) -> Callable[[Any], Any]:
+    """How a value given for a field of type ``hint`` becomes what kio takes, worked out
+    once per type (the answer to every request is built so)."""
     inner = [h for h in typing.get_args(hint) if h is not type(None)]
     if typing.get_origin(hint) in (typing.Union, types.UnionType) and len(inner) == 1:
         hint = inner[0]  # a nullable field given a value: the value's own type
     if dataclasses.is_dataclass(hint):
-        return build(typing.cast(type[Any], hint), value)
+        entity = typing.cast(type[Any], hint)
+        return lambda value: build(entity, value)
     if typing.get_origin(hint) is tuple:
-        (inner, *_) = typing.get_args(hint)
-        return tuple(_value(inner, kafka_type, v) for v in value)
-    if kafka_type in ("timedelta_i32", "timedelta_i64") and isinstance(value, int):
-        return dt.timedelta(milliseconds=value)
-    if kafka_type == "error_code" and not isinstance(value, ErrorCode):
-        return ErrorCode(value)
-    return value
+        (item, *_) = typing.get_args(hint)
+        return lambda value: tuple(_value(item, kafka_type, v) for v in value)
+    if kafka_type in ("timedelta_i32", "timedelta_i64"):
+        return lambda value: dt.timedelta(milliseconds=value) if isinstance(value, int) else value
+    if kafka_type == "error_code":
+        return lambda value: value if isinstance(value, ErrorCode) else ErrorCode(value)
+    return _same
+
+
+@functools.cache
+def _plan(cls: Any) -> tuple[tuple[str, Any, str | None, bool], ...]:
+    """``cls``'s fields as (name, type, Kafka type, whether it has no default)."""
+    hints = _hints(cls)
+    return tuple(
+        (
+            f.name,
+            hints[f.name],
+            f.metadata.get("kafka_type"),
+            f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING,
+        )
+        for f in dataclasses.fields(cls)
+    )
 
 
 def build(cls: type[Any], values: dict[str, Any]) -> Any:
@@ -275,15 +301,12 @@ def build(cls: type[Any], values: dict[str, Any]) -> Any:
     has are taken from them (nested entities from dicts, arrays from lists), the others
     ignored, and fields left out take their default (or a zero value: 0, an empty array,
     ``None`` for a nullable one)."""
-    hints = _hints(cls)
     kwargs: dict[str, Any] = {}
-    for f in dataclasses.fields(cls):
-        hint = hints[f.name]
-        kafka_type = f.metadata.get("kafka_type")
-        if f.name in values:
-            kwargs[f.name] = _value(hint, kafka_type, values[f.name])
-        elif f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
-            kwargs[f.name] = _zero(hint, kafka_type)
+    for name, hint, kafka_type, required in _plan(typing.cast(Any, cls)):
+        if name in values:
+            kwargs[name] = _value(hint, kafka_type, values[name])
+        elif required:
+            kwargs[name] = _zero(hint, kafka_type)
     return cls(**kwargs)
 
 

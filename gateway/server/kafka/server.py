@@ -264,7 +264,9 @@ class _Connection:
         authenticated = self.apis is not None
         idle = settings.kafka.idle_s if authenticated else settings.server.header_timeout_s
         try:
-            head = await asyncio.wait_for(self.reader.readexactly(4), idle)
+            # asyncio.timeout, not wait_for: no task of its own made per frame.
+            async with asyncio.timeout(idle):
+                head = await self.reader.readexactly(4)
         except asyncio.IncompleteReadError as exc:
             raise _Close("the client closed the connection") from exc
         except TimeoutError:
@@ -282,7 +284,8 @@ class _Connection:
         # Before authentication the whole of a request arrives within the header timeout.
         arrive = settings.server.body_timeout_s if authenticated else idle
         try:
-            return await asyncio.wait_for(self.reader.readexactly(size), arrive)
+            async with asyncio.timeout(arrive):
+                return await self.reader.readexactly(size)
         except TimeoutError:
             raise _Close("a request did not arrive whole in time", "body_timeout") from None
 
