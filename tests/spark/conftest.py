@@ -75,6 +75,19 @@ def lake(
         lg.gateway.stop()
 
 
+@pytest.fixture(scope="module")
+def disk_lake(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LakeGateway]:
+    """A gateway over the disk hot tier with a local folder warehouse, tiered by the tests
+    (in this process, the gateway stopped meanwhile: see ``test_key_read._tier``)."""
+    tmp: Path = tmp_path_factory.mktemp("spark-key-disk")
+    env = {"TIDEGATE_TIERING__ENABLED": "false"}
+    gw = GatewayProcess(tmp, env).start()
+    try:
+        yield LakeGateway(gw, Settings.explicit(data_dir=tmp), env)
+    finally:
+        gw.stop()
+
+
 @pytest.fixture(scope="session")
 def s3_lake(
     redis_server: RedisServer, moto_server: MotoServer, tmp_path_factory: pytest.TempPathFactory

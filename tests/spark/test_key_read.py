@@ -8,16 +8,12 @@ from __future__ import annotations
 
 import random
 import uuid
-from collections.abc import Iterator
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import pytest
 
-from gateway.config import Settings
 from tests.keytables import USER, Key, replay
-from tests.services import GatewayProcess
 from tests.spark.conftest import LakeGateway
 from tests.spark.test_read import gateway_rows, spark_rows
 
@@ -63,18 +59,6 @@ def _tier(lake: LakeGateway, table: str, disk: bool) -> None:
     finally:
         if disk:
             lake.gateway.start()
-
-
-@pytest.fixture(scope="module")
-def disk_lake(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LakeGateway]:
-    """A gateway over the disk hot tier with a local folder warehouse, tiered by the tests."""
-    tmp: Path = tmp_path_factory.mktemp("spark-key-disk")
-    env = {"TIDEGATE_TIERING__ENABLED": "false"}
-    gw = GatewayProcess(tmp, env).start()
-    try:
-        yield LakeGateway(gw, Settings.explicit(data_dir=tmp), env)
-    finally:
-        gw.stop()
 
 
 @pytest.fixture(scope="module", params=["disk", "redis"])
