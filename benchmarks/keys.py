@@ -10,7 +10,12 @@ same redis-server, in the same run (issue 42):
 - **scans**: the current state of the key table (``keys`` live keys made by ``versions``
   changes each) against a scan of an append-only table of ``keys`` rows.
 
-Lookups here are answered by the hot tier's key index (nothing of the tables is tiered).
+- **the lake half** (the Redis gateway, whose tables a job beside it tiers): tiering the
+  key table (its changelog, and the state table it applies it to) against tiering the
+  append-only table of the same rows; then ``get`` of 1 and of 100 keys once the hot tier
+  holds none of them (answered from the state table in Iceberg) against ``HGETALL``.
+
+The first lookups are answered by the hot tier's key index (nothing is tiered yet).
 """
 
 from __future__ import annotations
@@ -194,6 +199,58 @@ def _tidegate_rows(
     return out
 
 
+def _lake_rows(b: Bench, w: Workload, passes: list[list[pa.RecordBatch]]) -> dict[str, Result]:
+    """Tiering a key table against an append-only one of the same rows, then lookups of
+    keys the hot tier no longer holds, on the Redis gateway (tiered here, as a job beside
+    it would, with no hot retention: each tiering trims what it moved)."""
+    from gateway.lake.tiering import tier_table
+
+    gw = b.tiered
+    ns = f"bench{uuid.uuid4().hex[:8]}"
+    keyed, plain = f"{ns}.keyed", f"{ns}.plain"
+    out: dict[str, Result] = {}
+    with Client(gw.grpc_target, api_key=gw.api_key) as client:
+        client.create_table(keyed, SCHEMA, partitions=w.partitions, primary_key=["id", "region"])
+        client.create_table(plain, SCHEMA, partitions=w.partitions, key_columns=["id", "region"])
+        written = 0
+        for b_ in (b_ for p in passes for b_ in p):
+            client.append(keyed, b_)
+            client.append(plain, b_)
+            written += b_.num_rows
+        with b.components(hot_retention_s=0) as c:
+            for table, what in ((plain, "append-only table"), (keyed, "key table")):
+                res = Result(f"{w.name}-tiering", f"tidegate tiering of the {what} (redis)")
+                started = time.perf_counter()
+                moved = tier_table(c, c.meta.get_table(gw.tenant, *table.split(".")))
+                res.seconds = time.perf_counter() - started
+                # Per row written (the key table's changelog holds more records: an
+                # update is two), so the ratio is one of times.
+                assert moved.records >= written, (table, moved.records, written)
+                res.records, res.batches = written, 1
+                res.ack.record_value(max(1, int(res.seconds * 1e6)))
+                out[f"tier-{what}"] = res
+        info = client.describe_table(keyed).partition_info
+        if any(p.hot_bytes for p in info):
+            raise AssertionError(f"the hot tier still holds changes of {keyed}: {info}")
+        for size, share in LOOKUPS.items():
+            count = max(1, int(w.lookups * share))
+            res = Result(
+                f"{w.name}-get-{size}-cold",
+                f"tidegate get of {size} key(s) in Iceberg only (redis)",
+            )
+            rng = random.Random(size)
+
+            def get(ids: list[int], res: Result = res) -> None:
+                keys = pa.table({"id": pa.array(ids, pa.int64()), "region": ["eu"] * len(ids)})
+                res.records += client.get(keyed, keys).num_rows
+
+            _lookups(res, count, lambda n=size, rng=rng: rng.sample(range(w.keys), n), get)
+            out[f"get-{size}"] = res
+        for table in (keyed, plain):
+            client.drop_table(table)
+    return out
+
+
 async def run(b: Bench, w: Workload) -> list[dict[str, Any]]:
     passes = _passes(w)
     hset, *hget = (
@@ -207,4 +264,8 @@ async def run(b: Bench, w: Workload) -> list[dict[str, Any]]:
         rows += [compare(got[f"get-{n}"].summary(), [hget[i]]) for i, n in enumerate(LOOKUPS)]
         scan_plain = got["scan-plain"].summary()
         rows += [scan_plain, compare(got["scan-keyed"].summary(), [scan_plain])]
+    lake = await asyncio.to_thread(_lake_rows, b, w, passes)
+    tier_plain = lake["tier-append-only table"].summary()
+    rows += [tier_plain, compare(lake["tier-key table"].summary(), [tier_plain])]
+    rows += [compare(lake[f"get-{n}"].summary(), [hget[i]]) for i, n in enumerate(LOOKUPS)]
     return rows
