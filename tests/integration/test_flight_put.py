@@ -236,6 +236,11 @@ def test_the_producer_appends_over_flight_where_offered_and_over_grpc_elsewhere(
         with c.producer(table) as g:  # gRPC unless asked (docs/decisions/data-plane.md)
             assert g.transport == "grpc"
             g.send({"user": "last", "n": 1000}).result(30)
+        # Closed, neither left a thread of its stream running (an interpreter exiting
+        # under a live call can hang: a CLI append once did, after printing its result).
+        for closed in (p, g):
+            assert closed._stream_threads
+            assert not [t.name for t in closed._stream_threads if t.is_alive()]
         offsets = {(m.partition, m.offset) for f in singles for m in [f.result(30)]}
         offsets |= {(m.partition, m.offset) for m in many.result(30)}
         rows = [r for p in range(3) for r in c.read(table, partition=p, offset=0).to_pylist()]
