@@ -66,11 +66,16 @@ class Pod:
         env = rendered.container_env(self.container)
         self.env = {name: self.localise(value) for name, value in env.items()}
         self.env["TIDEGATE_SERVER__HOST"] = "127.0.0.1"
-        for name in ("GRPC_PORT", "HTTP_PORT", "METRICS_PORT"):
-            key = f"TIDEGATE_SERVER__{name}"
-            if key in self.env:
+        listening = [f"TIDEGATE_SERVER__{n}" for n in ("GRPC_PORT", "HTTP_PORT", "METRICS_PORT")]
+        # The Flight and Kafka ports too: two rendered gateways of the suite at once (or a
+        # gateway of another test on Kafka's 9092) must not meet on a fixed port.
+        listening += ["TIDEGATE_SERVER__FLIGHT_PORT", "TIDEGATE_KAFKA__PORT"]
+        for key in listening:
+            if key in self.env and int(self.env[key]):
                 # A job binds nothing, but keep it off the ports a pod would use too.
                 self.env[key] = str(self.ports.setdefault(int(self.env[key]), free_port()))
+        if "TIDEGATE_KAFKA__ADVERTISED_PORT" in self.env and "TIDEGATE_KAFKA__PORT" in self.env:
+            self.env["TIDEGATE_KAFKA__ADVERTISED_PORT"] = self.env["TIDEGATE_KAFKA__PORT"]
 
     def localise(self, value: str) -> str:
         for mount_path, local in self.mounts.items():
