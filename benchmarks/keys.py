@@ -142,6 +142,23 @@ def _lookups(
     res.seconds = time.perf_counter() - started
 
 
+def _gets(client: Client, keyed: str, w: Workload, suffix: str, where: str) -> dict[str, Result]:
+    """``get`` of 1 and of 100 random keys of ``keyed``, ``w.lookups`` calls in all."""
+    out: dict[str, Result] = {}
+    for size, share in LOOKUPS.items():
+        res = Result(f"{w.name}-get-{size}{suffix}", f"tidegate get of {size} key(s) {where}")
+        rng = random.Random(size)
+
+        def get(ids: list[int], res: Result = res) -> None:
+            keys = pa.table({"id": pa.array(ids, pa.int64()), "region": ["eu"] * len(ids)})
+            res.records += client.get(keyed, keys).num_rows
+
+        count = max(1, int(w.lookups * share))
+        _lookups(res, count, lambda n=size, rng=rng: rng.sample(range(w.keys), n), get)
+        out[f"get-{size}"] = res
+    return out
+
+
 def _scan(client: Client, table: str, rows: int, system: str, name: str) -> Result:
     """The median of three full scans of ``table`` (each must return ``rows`` rows)."""
     res = Result(name, system)
@@ -175,17 +192,7 @@ def _tidegate_rows(
             out[what] = res
         for b in passes[0]:  # a table of `keys` rows, for the scan's baseline
             client.append(single, b)
-        for size, share in LOOKUPS.items():
-            count = max(1, int(w.lookups * share))
-            res = Result(f"{w.name}-get-{size}", f"tidegate get of {size} key(s) ({hot} hot tier)")
-            rng = random.Random(size)
-
-            def get(ids: list[int], res: Result = res) -> None:
-                keys = pa.table({"id": pa.array(ids, pa.int64()), "region": ["eu"] * len(ids)})
-                res.records += client.get(keyed, keys).num_rows
-
-            _lookups(res, count, lambda n=size, rng=rng: rng.sample(range(w.keys), n), get)
-            out[f"get-{size}"] = res
+        out.update(_gets(client, keyed, w, "", f"({hot} hot tier)"))
         out["scan-plain"] = _scan(
             client, single, w.keys, f"tidegate scan of {w.keys:,} rows, append-only ({hot} hot "
             "tier)", f"{w.name}-scan",
@@ -232,20 +239,7 @@ def _lake_rows(b: Bench, w: Workload, passes: list[list[pa.RecordBatch]]) -> dic
         info = client.describe_table(keyed).partition_info
         if any(p.hot_bytes for p in info):
             raise AssertionError(f"the hot tier still holds changes of {keyed}: {info}")
-        for size, share in LOOKUPS.items():
-            count = max(1, int(w.lookups * share))
-            res = Result(
-                f"{w.name}-get-{size}-cold",
-                f"tidegate get of {size} key(s) in Iceberg only (redis)",
-            )
-            rng = random.Random(size)
-
-            def get(ids: list[int], res: Result = res) -> None:
-                keys = pa.table({"id": pa.array(ids, pa.int64()), "region": ["eu"] * len(ids)})
-                res.records += client.get(keyed, keys).num_rows
-
-            _lookups(res, count, lambda n=size, rng=rng: rng.sample(range(w.keys), n), get)
-            out[f"get-{size}"] = res
+        out.update(_gets(client, keyed, w, "-cold", "in Iceberg only (redis)"))
         for table in (keyed, plain):
             client.drop_table(table)
     return out
