@@ -6,6 +6,7 @@ import dataclasses
 import datetime as dt
 import json
 import random
+import threading
 import uuid
 from pathlib import Path
 from typing import Any
@@ -506,3 +507,30 @@ def test_a_table_created_before_the_rule_gets_it_at_its_next_commit(
     assert len(_metadata_files(cold_store, table)) <= keep + 1
     assert table.snapshot().watermark(0) == 10  # and it reads on
     assert len(pyiceberg_rows(cold_store, table)) == 10
+
+
+def test_first_uses_at_once_in_one_process_all_see_the_made_table(
+    cold_store: IcebergColdStore,
+) -> None:
+    """A stream-table's Iceberg table is made at its first use. Threads of one gateway
+    using one handle at once (a describe, a read, an append's floor check) all get the
+    table that one of them made: none is told it does not exist (the handle's maker is
+    used up by the first thread while the others are between their miss and its check)."""
+    errors: list[BaseException] = []
+
+    def use(handle: IcebergColdTable, start: threading.Barrier) -> None:
+        start.wait()
+        try:
+            assert handle.snapshot() == ColdSnapshot(None, {}, None)
+        except BaseException as exc:  # collected, asserted below
+            errors.append(exc)
+
+    for _ in range(10):
+        handle = cold_store.table(table_def(pa.schema([("n", pa.int64())])))
+        start = threading.Barrier(12)
+        threads = [threading.Thread(target=use, args=(handle, start)) for _ in range(12)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(60)
+    assert not errors, errors[:3]

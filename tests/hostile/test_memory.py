@@ -28,6 +28,9 @@ MiB = 1024 * 1024
 BUDGET = 192 * MiB
 STREAMS = 200
 READERS = 20  # streams that read everything; the rest read one answer and stall
+#: A follow stream waits 60 s for room before it is refused (gateway/server/calls/reads.py):
+#: until then every noisy stream that got an answer still holds its share.
+UNREFUSED_S = 55
 
 
 def rss_bytes(pid: int) -> int:
@@ -96,14 +99,18 @@ def test_follow_streams_stay_within_the_read_budget(tmp_path: Path) -> None:
                     errors.append(exc)
 
         threads = [threading.Thread(target=follow, args=(i,), daemon=True) for i in range(STREAMS)]
+        started = time.monotonic()
         for t in threads:
             t.start()
         peak = baseline
         appended = health = 0
+        holding = 0
         deadline = time.monotonic() + 90
         with gw.client() as c, httpx.Client(base_url=gw.http_url, timeout=10) as h:
             while time.monotonic() < deadline and min(got[:READERS]) < backlog:
                 peak = max(peak, rss_bytes(pid))
+                if time.monotonic() - started < UNREFUSED_S:
+                    holding = max(holding, sum(1 for g in got[READERS:] if g > 0))
                 c.append("m.t", [{"n": -1, "s": "live"}], partition=0)
                 appended += 1
                 assert h.get("/healthz").status_code == 200
@@ -116,8 +123,9 @@ def test_follow_streams_stay_within_the_read_budget(tmp_path: Path) -> None:
         assert min(got[:READERS]) >= backlog, got[:READERS]
         # The noisy streams that got an answer fit the tenant's share of the budget (what a
         # 256 KiB follow answer reserves each); the others wait for room, or were refused
-        # with a retry hint, instead of growing the gateway.
-        holding = sum(1 for g in got[READERS:] if g > 0)
+        # with a retry hint, instead of growing the gateway. Counted while no stream can
+        # have been refused yet: a refused stream gives its share back, and a waiting one
+        # then gets its first answer (on a slow machine the readers take over a minute).
         assert 0 < holding <= (BUDGET // 2) // (READ_COPIES * 256 * 1024), holding
         assert appended > 0 and health > 0
         growth = peak - baseline

@@ -64,6 +64,7 @@ class TableBase(ColdTable):
         #: made at its first use, not when the stream-table is created); None: a missing
         #: table is an error.
         self._create = create
+        self._create_lock = threading.Lock()
         self.user_schema = user_schema
         self.stored_schema = system_schema(user_schema)
         self._cached: Table | None = None
@@ -81,22 +82,44 @@ class TableBase(ColdTable):
 
         try:
             table = self.store.catalog.load_table(self.identifier)
-        except NoSuchTableError as exc:
-            if self._create is None:
-                name = ".".join(self.identifier)
-                raise SnapshotNotFound(
-                    f"the Iceberg table {name} does not exist", missing_iceberg_table=name
-                ) from exc
-            # First use of the stream-table's lake side: its Iceberg table is made now,
-            # empty, with the current schema (or by a racing gateway or job meanwhile:
-            # then loaded).
-            made = self._create()
-            self._create = None
-            if made is None:
-                return self._load()
-            table = made
+        except NoSuchTableError:
+            table = self._made()
         self._cached = table
         return table
+
+    def _made(self) -> Table:
+        """The Iceberg table after a load that missed it: made now, at the stream-table's
+        first use of its lake side, empty, with the current schema; or made meanwhile by
+        another thread using this handle, or by a racing gateway or job: then loaded.
+
+        Raises:
+            SnapshotNotFound: the table does not exist and this handle may not make it.
+        """
+        from pyiceberg.exceptions import NoSuchTableError
+
+        name = ".".join(self.identifier)
+        # One thread of the process makes it; the others wait here, then load what it
+        # made (were they to look at ``_create`` unlocked, one that missed just before the
+        # table was made could find the maker used up, and call the table missing).
+        with self._create_lock:
+            try:
+                return self.store.catalog.load_table(self.identifier)
+            except NoSuchTableError as exc:
+                if self._create is None:
+                    raise SnapshotNotFound(
+                        f"the Iceberg table {name} does not exist", missing_iceberg_table=name
+                    ) from exc
+            made = self._create()
+            if made is None:  # made by another process meanwhile
+                try:
+                    made = self.store.catalog.load_table(self.identifier)
+                except NoSuchTableError as exc:
+                    raise SnapshotNotFound(
+                        f"the Iceberg table {name} does not exist yet; retry shortly",
+                        missing_iceberg_table=name,
+                    ) from exc
+            self._create = None
+            return made
 
     def _load_for(self, snap: ColdSnapshot) -> Table:
         """The table metadata holding ``snap``: the last loaded one when it does (a
