@@ -329,7 +329,9 @@ class AppendOps(CoreBase):
                     expect_high=got.high,
                 )
                 if changes is not None and not res.duplicate:
-                    self._recent.add(part, res.base_offset, changes, r.timestamp_us)
+                    self._recent.add(
+                        part, res.base_offset, changes, r.timestamp_us, got.incarnation
+                    )
                 return res
             except HighWatermarkMoved:
                 time.sleep(min(0.0005 * (1 << min(attempt, 7)), 0.05))

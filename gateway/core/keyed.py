@@ -62,6 +62,9 @@ class Resolved:
     changes: pa.Table
     keys: list[bytes]
     high: int
+    #: The incarnation of the partition's hot state the resolution read
+    #: (:meth:`~gateway.hot.HotLog.key_offsets`).
+    incarnation: str | None = None
 
 
 def row_keys(rows: pa.Table | pa.RecordBatch, key: PrimaryKey) -> list[bytes]:
@@ -144,13 +147,15 @@ def resolve(
     keys = row_keys(writes, key)
     asked = list(dict.fromkeys(keys))
     high = hot.offsets(part).high
-    found = hot.latest_offsets(part, asked)
+    found, incarnation = hot.key_offsets(part, asked)
+    if recent is not None:
+        recent.observe(part, incarnation)
     offsets = sorted({o for o in found if o is not None})
     if offsets and offsets[-1] >= high:
         raise high_moved(part, high, offsets[-1] + 1)
     user = [n for n in writes.column_names if n != CHANGE_COLUMN]
     try:
-        previous = _rows_at(hot, part, offsets, log_schema, user, recent)
+        previous = _rows_at(hot, part, offsets, log_schema, user, recent, incarnation)
     except OffsetOutOfRange:
         # Trimmed meanwhile: the index answers afresh (the key then falls through).
         raise high_moved(part, high, -1) from None
@@ -158,7 +163,7 @@ def resolve(
     if cold is not None and cold.num_rows:
         previous = pa.concat_tables([previous, cold.select(user).cast(previous.schema)])
     changes = changelog(writes, previous, key)
-    return Resolved(changes, row_keys(changes, key) if changes.num_rows else [], high)
+    return Resolved(changes, row_keys(changes, key) if changes.num_rows else [], high, incarnation)
 
 
 def found_by(asked: Sequence[bytes], found: Sequence[int | None]) -> dict[bytes, int | None]:
@@ -198,10 +203,12 @@ def _rows_at(
     log_schema: pa.Schema,
     columns: Sequence[str],
     recent: RecentBatches | None = None,
+    incarnation: str | None = None,
 ) -> pa.Table:
     """The live rows the changes at ``offsets`` (each a key's last change) left: the
     record at each offset unless it is a delete, in ``columns`` (user or system columns).
-    One read per stored batch that holds an offset and ``recent`` does not."""
+    One read per stored batch that holds an offset and ``recent`` does not (a batch read
+    is kept there as one of the hot state's ``incarnation``)."""
     pieces: list[pa.RecordBatch] = []
     batch: pa.RecordBatch | None = None
     base = end = 0
@@ -223,7 +230,7 @@ def _rows_at(
                 sb = stored[0]
                 held = sb.base_offset, decode_batch(sb.payload), sb.timestamp_us
                 if recent is not None:
-                    recent.add(part, *held)
+                    recent.add(part, *held, incarnation)
             base, raw, ts = held
             rows = read_as(raw, log_schema, strict=False)
             batch = with_system_columns(rows, part.partition, base, ts)
@@ -260,10 +267,12 @@ def lookup(
     each = row_keys(keys, key)
     asked = list(dict.fromkeys(each))
     for _ in range(_LOOKUP_TRIES):
-        found = hot.latest_offsets(part, asked)
+        found, incarnation = hot.key_offsets(part, asked)
+        if recent is not None:
+            recent.observe(part, incarnation)
         offsets = sorted({o for o in found if o is not None})
         try:
-            rows = _rows_at(hot, part, offsets, log_schema, names, recent)
+            rows = _rows_at(hot, part, offsets, log_schema, names, recent, incarnation)
         except (OffsetOutOfRange, HighWatermarkMoved):
             continue  # trimmed under the lookup: the index answers afresh
         cold = _not_hot(hot, part, keys, each, found_by(asked, found), key, state)

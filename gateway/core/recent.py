@@ -7,8 +7,11 @@ A stored batch never changes while its partition's hot state lives: offsets are 
 assigned twice, and a batch trimmed from the hot tier (below the state table's ``A(p)``)
 still holds what it held; the hot index no longer answers its offsets, so they are only
 asked for again when a resolution read them just before the trim. A partition this
-process re-seeds after a hot-state loss is forgotten (:meth:`RecentBatches.forget`).
-Bounded by the Arrow bytes it holds, least recently used first out.
+process re-seeds after a hot-state loss is forgotten (:meth:`RecentBatches.forget`); one
+that another process re-seeded is forgotten here when a key lookup answers a new
+incarnation of the partition's hot state (:meth:`RecentBatches.observe`): from then on its
+offsets may hold other records. Bounded by the Arrow bytes it holds, least recently used
+first out.
 """
 
 from __future__ import annotations
@@ -38,13 +41,36 @@ class RecentBatches:
         self._lru: OrderedDict[tuple[PartitionId, int], tuple[pa.RecordBatch, int]] = OrderedDict()
         #: Partition -> the base offsets held, sorted.
         self._bases: dict[PartitionId, list[int]] = {}
+        #: Partition -> the incarnation of its hot state the batches held are from.
+        self._incarnations: dict[PartitionId, str] = {}
 
-    def add(self, part: PartitionId, base: int, rows: pa.RecordBatch, timestamp_us: int) -> None:
+    def observe(self, part: PartitionId, incarnation: str | None) -> None:
+        """A key lookup answered the partition's hot state as ``incarnation``: the
+        batches held from another one are dropped (None: a tier that has none)."""
+        if incarnation is None:
+            return
+        with self._lock:
+            if self._incarnations.get(part) != incarnation:
+                self._drop_part(part)
+                self._incarnations[part] = incarnation
+
+    def add(
+        self,
+        part: PartitionId,
+        base: int,
+        rows: pa.RecordBatch,
+        timestamp_us: int,
+        incarnation: str | None = None,
+    ) -> None:
+        """Hold a batch read or written in the partition's hot state ``incarnation`` (as
+        a lookup just before answered it); not if another has been seen since."""
         size = rows.nbytes
         if size > self._max // 4 or rows.num_rows == 0:
             return
         key = (part, base)
         with self._lock:
+            if incarnation is not None and self._incarnations.get(part) != incarnation:
+                return
             if key in self._lru:
                 self._lru.move_to_end(key)
                 return
@@ -75,9 +101,13 @@ class RecentBatches:
     def forget(self, part: PartitionId) -> None:
         """Drop every batch of ``part`` (its hot state was lost and re-seeded)."""
         with self._lock:
-            for base in self._bases.pop(part, []):
-                rows, _ = self._lru.pop((part, base))
-                self._bytes -= rows.nbytes
+            self._drop_part(part)
+            self._incarnations.pop(part, None)
+
+    def _drop_part(self, part: PartitionId) -> None:
+        for base in self._bases.pop(part, []):
+            rows, _ = self._lru.pop((part, base))
+            self._bytes -= rows.nbytes
 
     def _drop_base(self, part: PartitionId, base: int) -> None:
         bases = self._bases[part]

@@ -225,6 +225,22 @@ class HotLog(ABC):
             Unavailable: the backend cannot be reached.
         """
 
+    def key_offsets(
+        self, part: PartitionId, keys: Sequence[bytes]
+    ) -> tuple[list[int | None], str | None]:
+        """:meth:`latest_offsets`, with the incarnation of the partition's hot state they
+        were read in: a token that changes whenever that state starts over at offsets it
+        may have assigned before (re-seeded after a loss) or goes on in a new segment.
+        A process that keeps batches by offset (:class:`gateway.core.recent.RecentBatches`)
+        drops them when it sees another token, so a re-seed by another gateway never makes
+        it answer a record the offset no longer holds. None: only the process holding the
+        partition re-seeds it (the disk tier; that process forgets what it kept).
+
+        Raises:
+            Unavailable: the backend cannot be reached.
+        """
+        return self.latest_offsets(part, keys), None
+
     @abstractmethod
     def key_count(self, part: PartitionId) -> int:
         """Entries the partition's key index holds (for the hot-keys quota). Entries

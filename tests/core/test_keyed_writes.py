@@ -282,6 +282,31 @@ def test_recent_batches_find_by_offset_evict_and_forget() -> None:
     assert recent.find(b, 5) is not None
 
 
+def test_recent_batches_of_another_incarnation_are_dropped_and_never_kept() -> None:
+    """A lookup that answers a new incarnation of a partition's hot state (another
+    gateway re-seeded it) drops what was kept of the old one, and a batch read under the
+    old one is not kept afterwards; a tier without incarnations (None) changes nothing."""
+    rows = pa.record_batch({"x": pa.array(range(10), pa.int64())})
+    a, b = PartitionId("t", "x", 0), PartitionId("t", "x", 1)
+    recent = RecentBatches()
+    recent.observe(a, "one")
+    recent.add(a, 0, rows, 1, "one")
+    recent.add(b, 0, rows, 1)
+    recent.observe(a, None)
+    assert recent.find(a, 5) is not None
+    recent.observe(a, "one")
+    assert recent.find(a, 5) is not None
+    recent.observe(a, "two")
+    assert recent.find(a, 5) is None and recent.find(b, 5) is not None
+    recent.add(a, 0, rows, 1, "one")  # read before the re-seed, kept after: refused
+    assert recent.find(a, 5) is None
+    recent.add(a, 0, rows, 1, "two")
+    assert recent.find(a, 5) is not None
+    recent.forget(a)  # this process re-seeded it: what it sees next is new again
+    recent.add(a, 0, rows, 1, "two")
+    assert recent.find(a, 5) is None
+
+
 async def test_a_partition_asked_must_be_where_the_keys_route(service: StreamTables) -> None:
     t = await KeyTable.create(service, partitions=4)
     rows = [{"id": i, "region": "eu", "v": 1, "note": None} for i in range(8)]

@@ -423,3 +423,54 @@ def test_a_table_dropped_under_a_scan_ends_it_not_found(tmp_path: Path) -> None:
         assert " ERROR " not in gw.log()
     finally:
         gw.stop()
+
+
+def test_a_gateway_never_answers_a_key_from_a_batch_another_gateway_re_seeded_over(
+    tmp_path: Path,
+) -> None:
+    """Two gateways share a Redis that loses its data. Gateway A keeps the batches of a key
+    table it wrote by offset (to resolve the next writes and answer ``get``); gateway B
+    re-seeds the partition at the highest offset known to be assigned, which can be below
+    the end of A's last batch (A records its marks once a second), and writes other keys
+    there. A's lookups must then answer B's rows, not what A kept for those offsets (the
+    fault run's seeds 225 and 231: ``get`` answered nothing for the keys B wrote)."""
+    import redis as redis_py
+
+    server = RedisServer(tmp_path / "redis")
+    server.extra_args = ["--appendonly", "no"]
+    server.start()
+    env = {
+        "TIDEGATE_HOT__TYPE": "redis",
+        "TIDEGATE_HOT__URL": server.url,
+        "TIDEGATE_TIERING__ENABLED": "false",
+        "TIDEGATE_METADATA__URL": f"sqlite:///{tmp_path / 'metadata.db'}",
+        "TIDEGATE_COLD__CATALOG__TYPE": "sql",
+        "TIDEGATE_COLD__CATALOG__URI": f"sqlite:///{tmp_path / 'catalog.db'}",
+        "TIDEGATE_COLD__WAREHOUSE": str(tmp_path / "warehouse"),
+        "TIDEGATE_AUTH__OPERATOR_KEY": f"tgop_pair_{os.urandom(16).hex()}",
+    }
+    a = GatewayProcess(tmp_path / "a", env).start()
+    b = GatewayProcess(tmp_path / "b", env, tenant=a.tenant, api_key=a.api_key).start()
+    collided = 0
+    try:
+        with a.client() as ca, b.client() as cb:
+            for round_ in range(3):  # A's mark may be recorded before the loss: try again
+                table = f"kv.t{round_}"
+                ca.create_table(table, {"k": "string", "v": "string"}, partitions=1,
+                                primary_key=["k"])  # fmt: skip
+                ca.append(table, [{"k": f"old{i}", "v": "a"} for i in range(5)])
+                ca.append(table, [{"k": f"old{i}", "v": "a"} for i in range(5, 10)])
+                with redis_py.Redis.from_url(server.url) as r:
+                    r.flushall()
+                at = cb.append(table, [{"k": f"new{i}", "v": "b"} for i in range(5)])
+                collided += at[0].base_offset < 10  # offsets A's last batch had
+                want = [{"k": f"new{i}", "v": "b"} for i in range(5)]
+                for c in (ca, cb):
+                    got = c.get(table, [{"k": f"new{i}"} for i in range(5)]).to_pylist()
+                    assert [{"k": g["k"], "v": g["v"]} for g in got] == want, got
+                    assert c.get(table, [{"k": f"old{i}"} for i in range(10)]).num_rows == 0
+    finally:
+        a.stop()
+        b.stop()
+        server.stop()
+    assert collided, "B's re-seed never reused an offset of A's last batch"

@@ -15,6 +15,9 @@ segment's keys live in one Redis Cluster slot)::
                        start   first offset of the segment (segments after the first)
                        sealed  '1' once sealed: appends are refused from then on
                        dropped '1' once tiered and dropped (a tombstone: log deleted)
+                       inc     the segment's incarnation, new whenever it is (re)started
+                               (answered by key lookups, so that a process caching
+                               batches by offset sees a re-seed by another)
                        p:<id>  idempotence state of producer <id>: its last batches as
                                ``seq,base,count;seq,base,count;...`` (oldest first)
     tg:{<tag>}:keys    hash, a primary-key table's key index (:mod:`.keyindex`):

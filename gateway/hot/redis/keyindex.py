@@ -38,24 +38,30 @@ class RedisKeyIndex(ShardReads):
     :class:`~gateway.hot.redis.reads.ShardReads`."""
 
     def latest_offsets(self, part: PartitionId, keys: Sequence[bytes]) -> list[int | None]:
+        return self.key_offsets(part, keys)[0]
+
+    def key_offsets(
+        self, part: PartitionId, keys: Sequence[bytes]
+    ) -> tuple[list[int | None], str | None]:
         wanted = [bytes(k) for k in keys]
         if not wanted:
-            return []
+            return [], None
         return self._on_chain(
             part, lambda chain, attempt: self._lookup(part, chain, wanted, final=attempt == 3)
         )
 
     def _lookup(
         self, part: PartitionId, chain: Chain, keys: list[bytes], *, final: bool
-    ) -> list[int | None]:
+    ) -> tuple[list[int | None], str]:
         """Ask the chain's segments newest first, each for the keys no newer one holds;
         an entry below the low mark is trimmed (None), and so is every entry of a segment
-        the log cannot be read in any more (a later one starts above its end). Raises
-        _Stale when the chain is not what the shards hold, unless ``final`` (then what
-        they hold is answered, as :meth:`offsets` does)."""
+        the log cannot be read in any more (a later one starts above its end). With the
+        newest segment's incarnation. Raises _Stale when the chain is not what the shards
+        hold, unless ``final`` (then what they hold is answered, as :meth:`offsets` does)."""
         out: list[int | None] = [None] * len(keys)
         pending = list(range(len(keys)))
         later_low: int | None = None
+        incarnation = ""
         for i in range(len(chain.segments) - 1, -1, -1):
             seg = chain.segments[i]
             shard = self._shard(seg.shard)
@@ -68,6 +74,8 @@ class RedisKeyIndex(ShardReads):
             )
             low, high, state = to_int(reply[0]), to_int(reply[1]), to_int(reply[2])
             newest = i == len(chain.segments) - 1
+            if newest:
+                incarnation = _text(reply[4])
             if not final and (
                 state == _DROPPED
                 or (newest and state == _SEALED)
@@ -89,7 +97,7 @@ class RedisKeyIndex(ShardReads):
             pending, later_low = left, low
             if not pending:
                 break
-        return out
+        return out, incarnation
 
     def key_count(self, part: PartitionId) -> int:
         return self.key_counts([part])[0]
@@ -127,6 +135,10 @@ class RedisKeyIndex(ShardReads):
             )
             if to_int(cursor) == 0:
                 return
+
+
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
 
 
 def _hlen_all(client: Any, keys: Sequence[str]) -> list[Any]:

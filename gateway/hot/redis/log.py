@@ -37,7 +37,7 @@ from gateway.hot.redis.scripts import (
     segment_keys,
     tenant_key_pattern,
 )
-from gateway.hot.redis.shard import Shard, to_int
+from gateway.hot.redis.shard import Shard, new_incarnation, to_int
 from gateway.wire.errors import (
     HotStateLost,
     InvalidIdempotentAppend,
@@ -240,7 +240,7 @@ class RedisHotLog(RedisKeyIndex):
                 f"opening {part.path}",
                 shard.reopen,
                 segment_keys(part, seg.seq),
-                [start],
+                [start, new_incarnation()],
                 retry=True,
             )
             if to_int(reply[0]):

@@ -16,7 +16,7 @@ from gateway import metrics
 from gateway.hot.base import PartitionId, ShardedHotLog
 from gateway.hot.placement import Chain, PlacementStore, Segment
 from gateway.hot.redis.scripts import partition_keys, segment_keys
-from gateway.hot.redis.shard import Shard, to_int
+from gateway.hot.redis.shard import Shard, new_incarnation, to_int
 from gateway.wire.errors import InvalidRequest, TidegateError, Unavailable
 
 __all__ = ["COPY_CHUNK", "ShardMoves"]
@@ -125,7 +125,7 @@ class ShardMoves(ShardedHotLog):
                 f"open of {part.path}@{seq}",
                 target.open,
                 partition_keys(part, seq),
-                [start, *producers],
+                [start, *producers, "inc", new_incarnation()],
                 retry=True,
             )
         )

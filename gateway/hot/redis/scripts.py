@@ -254,7 +254,8 @@ return out
 
 OPEN_LUA = """
 -- KEYS: log, meta
--- ARGV: start, field, value, ... (producer state carried from the sealed segment)
+-- ARGV: start, field, value, ... (producer state carried from the sealed segment, then
+-- the new segment's incarnation, as for the reopen script)
 -- Opens the segment at `start` unless it exists; returns its start.
 local meta = KEYS[2]
 local start = redis.call('HGET', meta, 'start')
@@ -268,10 +269,12 @@ return ARGV[1]
 
 REOPEN_LUA = """
 -- KEYS: log, meta, keys (the key index; optional)
--- ARGV: floor
+-- ARGV: floor, incarnation
 -- Opens a segment that has no state at `floor`, or starts it over, empty, at `floor` when
 -- its high watermark is below (a rolled-back Redis: its entries and producer states are
--- from before what was acknowledged). Returns {1, hw}; {0, hw} for a sealed segment, left
+-- from before what was acknowledged). A segment (re)started gets `incarnation`, a token
+-- new to it, which key lookups answer: a process caching batches by offset learns that
+-- the offsets now hold other records. Returns {1, hw}; {0, hw} for a sealed segment, left
 -- alone (a move made a newer one).
 local log, meta = KEYS[1], KEYS[2]
 local m = redis.call('HMGET', meta, 'hw', 'sealed')
@@ -279,7 +282,8 @@ if m[2] then return {0, m[1] or '0'} end
 if m[1] and tonumber(m[1]) >= tonumber(ARGV[1]) then return {1, m[1]} end
 redis.call('DEL', log, meta)
 if KEYS[3] then redis.call('DEL', KEYS[3]) end
-redis.call('HSET', meta, 'start', ARGV[1], 'hw', ARGV[1], 'low', ARGV[1], 'bytes', '0')
+redis.call('HSET', meta, 'start', ARGV[1], 'hw', ARGV[1], 'low', ARGV[1], 'bytes', '0',
+           'inc', ARGV[2])
 return {1, ARGV[1]}
 """
 
@@ -298,11 +302,11 @@ return 1
 LOOKUP_LUA = """
 -- KEYS: keys, meta
 -- ARGV: key, ...
--- Returns {low, hw, state, offsets}: state 0 open, 1 sealed, 2 dropped (no offsets then);
--- offsets in the order of ARGV, nil where the segment's index has none.
-local m = redis.call('HMGET', KEYS[2], 'low', 'hw', 'sealed', 'dropped')
-local low, hw = m[1] or '0', m[2] or '0'
-if m[4] then return {low, hw, 2, {}} end
+-- Returns {low, hw, state, offsets, incarnation}: state 0 open, 1 sealed, 2 dropped (no
+-- offsets then); offsets in the order of ARGV, nil where the segment's index has none.
+local m = redis.call('HMGET', KEYS[2], 'low', 'hw', 'sealed', 'dropped', 'inc')
+local low, hw, inc = m[1] or '0', m[2] or '0', m[5] or ''
+if m[4] then return {low, hw, 2, {}, inc} end
 local state = 0
 if m[3] then state = 1 end
 local out = {}
@@ -313,7 +317,7 @@ for i = 1, n, 1000 do
   local got = redis.call('HMGET', KEYS[1], unpack(ARGV, i, j))
   for k = 1, #got do out[#out + 1] = got[k] end
 end
-return {low, hw, state, out}
+return {low, hw, state, out, inc}
 """
 
 PRUNE_LUA = """

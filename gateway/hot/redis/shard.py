@@ -4,6 +4,7 @@ errors into Tidegate errors (which replies mean "try again later"), and key swee
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar, cast
 
@@ -27,7 +28,7 @@ from gateway.hot.redis.scripts import (
 )
 from gateway.wire.errors import TidegateError, Unavailable
 
-__all__ = ["Shard", "to_int"]
+__all__ = ["Shard", "new_incarnation", "to_int"]
 
 T = TypeVar("T")
 
@@ -43,6 +44,13 @@ _RETRYABLE_REPLIES = (
     rex.ClusterDownError,
 )
 _RETRYABLE_REPLY_PREFIXES = ("OOM", "READONLY", "LOADING", "BUSY", "MASTERDOWN", "TRYAGAIN")
+
+
+def new_incarnation() -> str:
+    """A token for a segment started (or started over): no other start of any segment
+    gets it, so a process that saw another token knows the segment's offsets may now
+    hold other records (the reopen and open scripts)."""
+    return os.urandom(8).hex()
 
 
 def to_int(value: Any) -> int:
@@ -146,11 +154,13 @@ class Shard:
         def go() -> None:
             if isinstance(self.client, RedisCluster):
                 for segment in keys:
-                    self.reopen(keys=list(segment), args=[floor], client=self.client)
+                    self.reopen(
+                        keys=list(segment), args=[floor, new_incarnation()], client=self.client
+                    )
                 return
             pipe = self.client.pipeline(transaction=False)
             for segment in keys:
-                self.reopen(keys=list(segment), args=[floor], client=pipe)
+                self.reopen(keys=list(segment), args=[floor, new_incarnation()], client=pipe)
             pipe.execute()
 
         self.call("opening partitions", go, retry=True)
