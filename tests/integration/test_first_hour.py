@@ -9,7 +9,6 @@ import asyncio
 import json
 import os
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -19,6 +18,7 @@ import pytest
 
 from gateway.client import AdminClient, Client, TableInfo, Unavailable
 from gateway.client.aio import AsyncClient
+from tests.forkserver import fork_server
 from tests.services import FIRST_CONTACT_S, GatewayProcess, free_port, running
 
 pytestmark = pytest.mark.integration
@@ -39,15 +39,8 @@ def cli(
         env["TIDEGATE_OPERATOR_KEY"] = gateway.operator_key
         env["TIDEGATE_TARGET"] = gateway.grpc_target
         env["TIDEGATE_CONNECT_TIMEOUT"] = str(FIRST_CONTACT_S)  # one we started: see there
-    proc = subprocess.run(
-        [sys.executable, "-m", "gateway", *args],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        env=env,
-        input=stdin,
-        cwd=cwd,
-    )
+    # `python -m gateway *args`, forked from the suite's fork server (tests/forkserver.py).
+    proc = fork_server().run(args, env, str(cwd or Path.cwd()), stdin=stdin, timeout=60)
     assert proc.returncode == code, (proc.returncode, proc.stdout, proc.stderr)
     assert "Traceback" not in proc.stderr + proc.stdout, proc.stderr
     return proc
