@@ -32,6 +32,7 @@ from typing import Any, TypeVar
 
 from gateway.wire.errors import AlreadyExists, Unavailable
 from tests.faults.proxy import ChaosProxy
+from tests.forkserver import can_fork, fork_server
 from tests.services import REPO_ROOT, GatewayProcess, RedisServer
 
 T = TypeVar("T")
@@ -276,16 +277,22 @@ class Cluster:
         full["TIDEGATE_DATA_DIR"] = str(self.root / f"{command[0]}job")
         full.update(env or {})
         # Every job's output, one file per command, for a seed's post-mortem.
-        with (self.root / f"{command[0]}-jobs.log").open("ab") as log:
+        path = self.root / f"{command[0]}-jobs.log"
+        with path.open("ab") as log:
             log.write(f"--- tidegate {' '.join(command)}\n".encode())
             log.flush()
-            job = subprocess.Popen(
-                [sys.executable, "-m", "gateway", *command],
-                env=full,
-                cwd=str(REPO_ROOT),
-                stdout=log,
-                stderr=subprocess.STDOUT,
-            )
+            if can_fork(full):  # as the gateways (tests/forkserver.py); not under the clock shim
+                job: subprocess.Popen[bytes] = fork_server().start(
+                    command, full, str(REPO_ROOT), str(path)
+                )
+            else:
+                job = subprocess.Popen(
+                    [sys.executable, "-m", "gateway", *command],
+                    env=full,
+                    cwd=str(REPO_ROOT),
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                )
         self.jobs.append(job)
         return job
 
