@@ -71,8 +71,9 @@ def _child(request: Mapping[str, Any]) -> None:
     """In the forked child: become the gateway process, run it, and never return."""
     code = 1
     try:
-        for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGCHLD, signal.SIGPIPE):
-            signal.signal(sig, signal.SIG_DFL)
+        # Signal dispositions stay the server's, which are an interpreter's: SIGPIPE and
+        # SIGXFSZ ignored (a write to a closed socket raises, it does not kill), SIGINT
+        # raising KeyboardInterrupt, the rest default.
         stdin = os.open(request.get("stdin") or os.devnull, os.O_RDONLY)
         out = os.open(request["log"], os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
         err = out
