@@ -563,11 +563,14 @@ def test_reopening_a_sealed_segment_follows_the_move(own_redis: RedisServer) -> 
         log_key, meta_key = "tg:{x}:log", "tg:{x}:meta"
         client.hset(meta_key, mapping={"hw": 3, "sealed": 1})
         reopen = client.register_script(REOPEN_LUA)
-        assert reopen(keys=[log_key, meta_key], args=[10]) == [0, b"3"]
+        assert reopen(keys=[log_key, meta_key], args=[10, "a1"]) == [0, b"3"]
         assert client.hget(meta_key, "hw") == b"3"
         client.delete(meta_key)
-        assert reopen(keys=[log_key, meta_key], args=[10]) == [1, b"10"]
+        assert reopen(keys=[log_key, meta_key], args=[10, "b2"]) == [1, b"10"]
         assert client.hmget(meta_key, "hw", "low", "start") == [b"10", b"10", b"10"]
-        assert reopen(keys=[log_key, meta_key], args=[4]) == [1, b"10"]
+        # A segment started over gets the incarnation it was given; one open keeps its own.
+        assert client.hget(meta_key, "inc") == b"b2"
+        assert reopen(keys=[log_key, meta_key], args=[4, "c3"]) == [1, b"10"]
+        assert client.hget(meta_key, "inc") == b"b2"
     finally:
         client.close()
