@@ -181,12 +181,15 @@ def _not_hot(
 ) -> pa.Table | None:
     """The state table's rows of the keys of ``rows`` (``keys``: each row's key bytes)
     that the hot index did not answer (``found``), when the partition's hot tier was ever
-    trimmed; None when none is to be asked (a partition never trimmed holds every key's
-    last change hot)."""
+    trimmed, or holds nothing; None when none is to be asked (a partition never trimmed
+    holds every key's last change hot). A hot tier that holds nothing may have lost its
+    state (a Redis emptied, a disk partition removed) and not been re-seeded yet (that
+    happens at the next append): its keys may be in the state table."""
     if state is None or all(o is not None for o in found.values()):
         return None
-    low = hot.offsets(part).low
-    if low <= 0:
+    marks = hot.offsets(part)
+    low = marks.low
+    if low <= 0 and marks.high > 0:
         return None
     first: dict[bytes, int] = {}
     for i, k in enumerate(keys):

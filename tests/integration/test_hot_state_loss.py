@@ -474,3 +474,42 @@ def test_a_gateway_never_answers_a_key_from_a_batch_another_gateway_re_seeded_ov
         b.stop()
         server.stop()
     assert collided, "B's re-seed never reused an offset of A's last batch"
+
+
+def test_get_answers_tiered_keys_from_the_state_table_while_the_hot_state_is_gone(
+    tmp_path: Path,
+) -> None:
+    """Redis loses a key table's partition after tiering applied its changes: until the
+    next append re-seeds the partition, the hot tier holds nothing at all (not a partition
+    never trimmed), and ``get`` must find the keys in the state table (the fault run's
+    seed 281: a key written, tiered, then Redis flushed, and ``get`` answered nothing)."""
+    import redis as redis_py
+
+    server = RedisServer(tmp_path / "redis")
+    server.extra_args = ["--appendonly", "no"]
+    server.start()
+    gw = GatewayProcess(
+        tmp_path / "gw",
+        {
+            "TIDEGATE_HOT__TYPE": "redis",
+            "TIDEGATE_HOT__URL": server.url,
+            "TIDEGATE_TIERING__ENABLED": "false",  # `tidegate tier` runs beside it
+        },
+    ).start()
+    table = "kv.t"
+    keys = [{"k": f"k{i}"} for i in range(5)]
+    try:
+        with gw.client() as c:
+            c.create_table(table, {"k": "string", "v": "int64"}, partitions=1, primary_key=["k"])
+            c.append(table, [{"k": f"k{i}", "v": i} for i in range(5)])
+            tier(gw)
+            with redis_py.Redis.from_url(server.url) as r:
+                r.flushall()
+            got = {g["k"]: g["v"] for g in c.get(table, keys).to_pylist()}
+            assert got == {f"k{i}": i for i in range(5)}
+            c.append(table, [{"k": "k0", "v": 100}])  # re-seeds the partition
+            got = {g["k"]: g["v"] for g in c.get(table, keys).to_pylist()}
+            assert got == {"k0": 100, **{f"k{i}": i for i in range(1, 5)}}
+    finally:
+        gw.stop()
+        server.stop()
