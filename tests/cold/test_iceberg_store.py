@@ -534,3 +534,26 @@ def test_first_uses_at_once_in_one_process_all_see_the_made_table(
         for t in threads:
             t.join(60)
     assert not errors, errors[:3]
+
+
+@pytest.mark.parametrize("storage", ["local-sqlite", "s3-sqlite"], indirect=True)
+def test_a_table_whose_maker_died_is_made_and_one_tiered_into_is_never_made_again(
+    cold_store: IcebergColdStore,
+) -> None:
+    """A maker that died between writing a table's first metadata file and its catalog row
+    (a gateway killed at a key table's first write) leaves only that file: the table never
+    held a snapshot, so the next first use makes it. A table that was committed to and then
+    dropped from the catalog is refused: made again empty, it would say nothing was tiered."""
+    d = table_def(ALL_TYPES)
+    ident = (d.tenant, d.namespace, d.name)
+    assert cold_store.table(d).snapshot() == ColdSnapshot(None, {}, None)
+    cold_store.catalog.drop_table(ident)  # the row only: as if the maker never wrote it
+    again = cold_store.table(d)
+    assert again.snapshot() == ColdSnapshot(None, {}, None)
+    assert cold_store.catalog.table_exists(ident)
+
+    _, f = write(cold_store, again, 0, 0, 10)
+    again.commit_tiered([f], {0: 10}, again.snapshot())
+    cold_store.catalog.drop_table(ident)
+    with pytest.raises(SnapshotNotFound, match="dropped from the catalog outside Tidegate"):
+        cold_store.table(d).snapshot()

@@ -159,9 +159,11 @@ def test_failing_table_does_not_stop_other_tenants(harness: Harness) -> None:
     for d in [*good, bad]:
         harness.append(d, 0, _rows(0, 3))
         harness.append(d, 1, _rows(0, 3))
-    # Poison: the Iceberg table of a table made long ago is dropped from the catalog
-    # behind the gateway's back. It is not made again, empty, at its next use: that
-    # would say nothing was ever tiered.
+    # Poison: the Iceberg table of a table made long ago, and tiered into, is dropped from
+    # the catalog behind the gateway's back. It is not made again, empty, at its next use:
+    # that would say nothing was ever tiered.
+    assert tier_all(harness.c, tables=[bad], trim=False).failures == {}
+    harness.append(bad, 0, _rows(3, 2))
     cold = harness.c.cold
     assert isinstance(cold, IcebergColdStore)
     cold.catalog.drop_table((bad.tenant, bad.namespace, bad.name))

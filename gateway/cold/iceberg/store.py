@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import datetime as dt
 import logging
+import re
 import threading
 import time
 from collections.abc import Mapping
@@ -47,6 +48,9 @@ STATE_SUFFIX = "$state"
 #: catalog entry looks again before it calls the table dropped (another creator may be
 #: between the two writes).
 _CREATE_RACE_CHECKS = 20
+#: The name of a table's first metadata file (``00000-<uuid>.metadata.json``): written by
+#: its creator before the catalog row, and by nothing else.
+_FIRST_METADATA = re.compile(r"00000-[0-9a-f-]+\.metadata\.json")
 _CREATE_RACE_PAUSE_S = 0.1
 
 log = logging.getLogger(__name__)
@@ -210,7 +214,8 @@ class IcebergColdStore(ColdStore):
         with self._creating:  # first uses in this process one at a time (they are rare)
             folder = fs_path(self._location(table, state=state) + "/metadata")
             found = self.filesystem().get_file_info(fs.FileSelector(folder, allow_not_found=True))
-            if any(f.type == fs.FileType.File for f in found):
+            files = [f for f in found if f.type == fs.FileType.File]
+            if files:
                 # Files and no catalog entry: dropped behind our back, or another creator
                 # (a gateway, a job) is between writing the metadata file and its catalog
                 # row. Give that creator a moment before calling it a drop.
@@ -219,6 +224,15 @@ class IcebergColdStore(ColdStore):
                     if self.catalog.table_exists(identifier):
                         return None
                     time.sleep(_CREATE_RACE_PAUSE_S)
+                if all(_first_metadata(f.base_name) for f in files):
+                    # Only tables' first metadata files, never committed to: a creator that
+                    # died (killed, its machine gone) between writing its metadata file and
+                    # its catalog row. Such a table never held a snapshot, so nothing was
+                    # tiered into it: made now beside the files it left.
+                    try:
+                        return self._create_iceberg(table, schema, state=state)
+                    except TableAlreadyExistsError:
+                        return None
                 name = ".".join(identifier)
                 raise SnapshotNotFound(
                     f"the Iceberg table {name} was dropped from the catalog outside Tidegate "
@@ -484,3 +498,7 @@ class IcebergColdStore(ColdStore):
         engine = getattr(self.catalog, "engine", None)
         if engine is not None:
             engine.dispose()
+
+
+def _first_metadata(name: str) -> bool:
+    return _FIRST_METADATA.fullmatch(name) is not None
