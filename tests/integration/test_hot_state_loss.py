@@ -95,6 +95,24 @@ def settle(gw: GatewayProcess) -> dict[int, int]:
     return {p.partition: p.tiered_watermark for p in describe(gw).partition_info}
 
 
+def forgetful(tmp_path: Path, **env: str) -> tuple[RedisServer, GatewayProcess]:
+    """A Redis that keeps nothing on disk, and a gateway on it (tiering left to
+    ``tidegate tier``, run beside it by :func:`tier`), with ``env`` besides."""
+    server = RedisServer(tmp_path / "redis")
+    server.extra_args = ["--appendonly", "no"]
+    server.start()
+    gw = GatewayProcess(
+        tmp_path / "gw",
+        {
+            "TIDEGATE_HOT__TYPE": "redis",
+            "TIDEGATE_HOT__URL": server.url,
+            "TIDEGATE_TIERING__ENABLED": "false",
+            **env,
+        },
+    ).start()
+    return server, gw
+
+
 def test_an_emptied_redis_never_makes_the_gateway_reuse_offsets(tmp_path: Path) -> None:
     redis = RedisServer(tmp_path / "redis")
     redis.extra_args = ["--appendonly", "no"]  # keeps nothing on disk, as in the report
@@ -289,17 +307,7 @@ def test_a_producer_an_emptied_redis_forgot_is_refused_above_sequence_zero(
 ) -> None:
     import redis as redis_py
 
-    server = RedisServer(tmp_path / "redis")
-    server.extra_args = ["--appendonly", "no"]
-    server.start()
-    gw = GatewayProcess(
-        tmp_path / "gw",
-        {
-            "TIDEGATE_HOT__TYPE": "redis",
-            "TIDEGATE_HOT__URL": server.url,
-            "TIDEGATE_TIERING__ENABLED": "false",
-        },
-    ).start()
+    server, gw = forgetful(tmp_path)
 
     def lose() -> None:
         if how == "restart":
@@ -373,18 +381,7 @@ def test_a_scan_whose_pinned_hot_range_emptied_fails_unavailable(tmp_path: Path)
     import grpc
     import redis as redis_py
 
-    server = RedisServer(tmp_path / "redis")
-    server.extra_args = ["--appendonly", "no"]
-    server.start()
-    gw = GatewayProcess(
-        tmp_path / "gw",
-        {
-            "TIDEGATE_HOT__TYPE": "redis",
-            "TIDEGATE_HOT__URL": server.url,
-            "TIDEGATE_TIERING__ENABLED": "false",
-            "TIDEGATE_SERVER__MAX_READ_RECORDS": "1024",
-        },
-    ).start()
+    server, gw = forgetful(tmp_path, TIDEGATE_SERVER__MAX_READ_RECORDS="1024")
 
     def flush() -> None:
         with redis_py.Redis.from_url(server.url) as r:
@@ -485,17 +482,7 @@ def test_get_answers_tiered_keys_from_the_state_table_while_the_hot_state_is_gon
     seed 281: a key written, tiered, then Redis flushed, and ``get`` answered nothing)."""
     import redis as redis_py
 
-    server = RedisServer(tmp_path / "redis")
-    server.extra_args = ["--appendonly", "no"]
-    server.start()
-    gw = GatewayProcess(
-        tmp_path / "gw",
-        {
-            "TIDEGATE_HOT__TYPE": "redis",
-            "TIDEGATE_HOT__URL": server.url,
-            "TIDEGATE_TIERING__ENABLED": "false",  # `tidegate tier` runs beside it
-        },
-    ).start()
+    server, gw = forgetful(tmp_path)
     table = "kv.t"
     keys = [{"k": f"k{i}"} for i in range(5)]
     try:
