@@ -147,9 +147,7 @@ def resolve(
     keys = row_keys(writes, key)
     asked = list(dict.fromkeys(keys))
     high = hot.offsets(part).high
-    found, incarnation = hot.key_offsets(part, asked)
-    if recent is not None:
-        recent.observe(part, incarnation)
+    found, incarnation = _key_offsets(hot, part, asked, recent)
     offsets = sorted({o for o in found if o is not None})
     if offsets and offsets[-1] >= high:
         raise high_moved(part, high, offsets[-1] + 1)
@@ -164,6 +162,17 @@ def resolve(
         previous = pa.concat_tables([previous, cold.select(user).cast(previous.schema)])
     changes = changelog(writes, previous, key)
     return Resolved(changes, row_keys(changes, key) if changes.num_rows else [], high, incarnation)
+
+
+def _key_offsets(
+    hot: HotLog, part: PartitionId, asked: Sequence[bytes], recent: RecentBatches | None
+) -> tuple[list[int | None], str | None]:
+    """The hot index's answer for ``asked``, with the incarnation it was read in, which
+    ``recent`` is told of (it drops what it kept of another)."""
+    found, incarnation = hot.key_offsets(part, asked)
+    if recent is not None:
+        recent.observe(part, incarnation)
+    return found, incarnation
 
 
 def found_by(asked: Sequence[bytes], found: Sequence[int | None]) -> dict[bytes, int | None]:
@@ -270,9 +279,7 @@ def lookup(
     each = row_keys(keys, key)
     asked = list(dict.fromkeys(each))
     for _ in range(_LOOKUP_TRIES):
-        found, incarnation = hot.key_offsets(part, asked)
-        if recent is not None:
-            recent.observe(part, incarnation)
+        found, incarnation = _key_offsets(hot, part, asked, recent)
         offsets = sorted({o for o in found if o is not None})
         try:
             rows = _rows_at(hot, part, offsets, log_schema, names, recent, incarnation)

@@ -224,21 +224,18 @@ class IcebergColdStore(ColdStore):
                     if self.catalog.table_exists(identifier):
                         return None
                     time.sleep(_CREATE_RACE_PAUSE_S)
-                if all(_first_metadata(f.base_name) for f in files):
-                    # Only tables' first metadata files, never committed to: a creator that
-                    # died (killed, its machine gone) between writing its metadata file and
-                    # its catalog row. Such a table never held a snapshot, so nothing was
-                    # tiered into it: made now beside the files it left.
-                    try:
-                        return self._create_iceberg(table, schema, state=state)
-                    except TableAlreadyExistsError:
-                        return None
-                name = ".".join(identifier)
-                raise SnapshotNotFound(
-                    f"the Iceberg table {name} was dropped from the catalog outside Tidegate "
-                    "(its files remain); register it again, or drop the stream-table",
-                    missing_iceberg_table=name,
-                )
+                # Only first metadata files: a creator that died (killed, its machine
+                # gone) between writing its metadata file and its catalog row. Such a table
+                # never held a snapshot, so nothing was tiered into it: it is made below,
+                # beside the files it left. Anything more: it was committed to.
+                if not all(_first_metadata(f.base_name) for f in files):
+                    name = ".".join(identifier)
+                    raise SnapshotNotFound(
+                        f"the Iceberg table {name} was dropped from the catalog outside "
+                        "Tidegate (its files remain); register it again, or drop the "
+                        "stream-table",
+                        missing_iceberg_table=name,
+                    )
             try:
                 return self._create_iceberg(table, schema, state=state)
             except TableAlreadyExistsError:
