@@ -16,6 +16,11 @@ of the mirror's row for a delete of a live key, nothing for one of a key not liv
   of changes its answer named (``lost``, ``moved``), unless its range is one the
   changelog table records as lost (an emptied Redis: counted as lost by design, and its
   re-send may then be stored once more);
+- **after a lost range** the changes of a key that a batch in the range may have touched
+  are resolved on a state the read cannot see (the lost batch was live when the later one
+  came): until such a key's next change, its before-image (or a delete's absence, an
+  insert where the mirror has a row) is taken from the changelog; its after-image must
+  still be the batch's row;
 - **unknown** batches (the answer never came) are applied once or not at all, and the
   mirror follows whichever the changelog shows; **refused** ones never (``refused_stored``);
   a change naming no batch sent is ``phantom``; the offsets are dense (``not_dense``);
@@ -102,6 +107,8 @@ class _Table:
         self.table, self.state, self.batches, self.verdict = table, state, batches, verdict
         #: The live rows of the partition being walked (keys route to one partition).
         self.mirror: dict[int, Row] = {}
+        #: Keys of the partition being walked whose last change may be in a lost range.
+        self.doubtful: set[int] = set()
         #: Each partition's rows once its whole changelog was replayed, and once its
         #: changes below the state table's applied offset were.
         self.replayed: dict[int, dict[int, Row]] = {}
@@ -117,7 +124,7 @@ class _Table:
         return any(a <= lo and hi <= b for a, b in self.state.lost.get(p, ()))
 
     def walk(self, p: int) -> None:
-        self.mirror = {}
+        self.mirror, self.doubtful = {}, set()
         try:
             self._walk(p)
         finally:
@@ -136,8 +143,11 @@ class _Table:
             where = {(p, o) for o in gap}
             self.flag("not_dense", f"changelog partition {p}: first differences {gap}", where)
         applied = self.state.applied.get(p, 0)
+        lost = sorted(self.state.lost.get(p, ()))
         i = 0
         while i < len(changes):
+            while lost and lost[0][0] <= changes[i]["_offset"]:
+                self.doubtful |= self._touched(p, *lost.pop(0))
             if changes[i]["_offset"] >= applied and p not in self.at_applied:
                 self.at_applied[p] = dict(self.mirror)
             made = self._batch_at(changes, i)
@@ -163,6 +173,7 @@ class _Table:
                     batch.wid,
                 )
             batch.applied.append(o)
+            self.doubtful -= {row[0] for row in batch.rows}
             batch.made = batch.made or len(expected)
             for c in changes[i : i + len(expected)]:
                 if c["_offset"] == applied and p not in self.at_applied:
@@ -183,7 +194,20 @@ class _Table:
         if batch is None or batch.partition != p:
             self.flag("phantom", f"{named['v']} at {p}/{o} was never sent to {p}", {(p, o)})
             return None
-        return batch, _resolve(batch.rows, self.mirror)
+        got = [_change(c) for c in changes[i : i + 2 * len(batch.rows)]]
+        return batch, _resolve(batch.rows, self.mirror, self.doubtful, got)
+
+    def _touched(self, p: int, lo: int, hi: int) -> set[int]:
+        """The keys a batch in the lost range ``[lo, hi)`` of ``p`` may have changed: those of
+        the batches acknowledged there, and of every unknown one not applied yet."""
+        keys: set[int] = set()
+        for b in self.batches.values():
+            if b.partition != p or b.applied:
+                continue
+            inside = any(base < hi and lo < base + n for base, n in b.ranges())
+            if inside or b.outcome == "unknown":
+                keys |= {row[0] for row in b.rows}
+        return keys
 
     def finish(self) -> None:
         v = self.verdict
@@ -266,17 +290,29 @@ def _change(c: dict[str, Any]) -> tuple[Any, ...]:
     return (c["_change"], c["k"], c["v"], c["n"])
 
 
-def _resolve(rows: list[list[Any]], mirror: Mapping[int, Row]) -> list[tuple[Any, ...]]:
+def _resolve(
+    rows: list[list[Any]],
+    mirror: Mapping[int, Row],
+    doubtful: set[int] | frozenset[int] = frozenset(),
+    got: list[tuple[Any, ...]] | None = None,
+) -> list[tuple[Any, ...]]:
     """The changes ``rows`` (upserts and deletes, in order) make on ``mirror`` under the
-    last-row engine (gateway.wire.changes.changelog)."""
+    last-row engine (gateway.wire.changes.changelog). A key in ``doubtful`` has its state
+    before its first row taken from ``got`` (the changes read), as :class:`_Table` says."""
     live = {k: (r[0], r[1]) for k, r in mirror.items()}
+    doubt, got = set(doubtful), got or []
     out: list[tuple[Any, ...]] = []
     for k, v, n in rows:
         old = live.get(k)
+        if k in doubt:
+            doubt.discard(k)
+            seen = got[len(out)] if len(out) < len(got) else None
+            kind = seen[0] if seen and seen[1] == k else None
+            old = tuple(seen[2:]) if kind in (UPDATE_BEFORE, DELETE) else None
         if v is None:
             if old is not None:
                 out.append((DELETE, k, *old))
-                del live[k]
+                live.pop(k, None)
         elif old is None:
             out.append((INSERT, k, v, n))
             live[k] = (v, n)

@@ -14,6 +14,7 @@ acknowledged, ``at`` ``[partition, base, count]``, the changes' range.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import time
 import uuid
@@ -128,6 +129,16 @@ class KeyState:
     state: list[dict[str, Any]] | None = None
     applied: dict[int, int] = field(default_factory=dict)
     lost: dict[int, list[tuple[int, int]]] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> KeyState:
+        """What :meth:`to_json` wrote (JSON names partitions as strings)."""
+        applied = {int(p): o for p, o in d["applied"].items()}
+        lost = {int(p): [(a, b) for a, b in r] for p, r in d["lost"].items()}
+        return cls(**{**d, "applied": applied, "lost": lost})
 
 
 def read_back_keys(cluster: Cluster) -> dict[str, KeyState]:

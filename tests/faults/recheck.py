@@ -3,7 +3,11 @@ again against the Iceberg tables its kept folder holds, with the workload's curr
 outcome rules (an append answered ``INVALID_IDEMPOTENT_APPEND``, a sequence older than
 the de-duplication window, is an unknown outcome, not a refusal). The tables are read
 through pyiceberg: at the end of a seed tiering had caught up, so they hold every record.
-Prints the verdict as one JSON line (``benchmarks/results/faults/`` quotes them)."""
+Prints the verdict as one JSON line (``benchmarks/results/faults/`` quotes them).
+
+``python -m tests.faults.recheck keys HISTORY KEYS``: check the key tables of a seed again,
+from its history and the ``keys-final.json`` its kept folder holds (what the read-back
+saw), with the key checker's current rules."""
 
 from __future__ import annotations
 
@@ -21,6 +25,9 @@ from tests.faults.workload import TABLES, maybe_stored
 
 
 def main(argv: list[str]) -> None:
+    if argv[0] == "keys":
+        recheck_keys(Path(argv[1]), Path(argv[2]))
+        return
     from gateway.cold.iceberg import IcebergColdStore
     from gateway.config import Settings
 
@@ -63,6 +70,18 @@ def main(argv: list[str]) -> None:
         "violations": kinds,
     }
     print(json.dumps(summary))
+
+
+def recheck_keys(history: Path, keys: Path) -> None:
+    from tests.faults.keychecker import check_keys
+    from tests.faults.keyworkload import KeyState
+
+    events = [json.loads(line) for line in history.read_text().splitlines()]
+    final = {t: KeyState.from_json(d) for t, d in json.loads(keys.read_text()).items()}
+    verdict = check_keys(History.of_events(events), final, allow_lost=True)
+    for v in verdict.violations:
+        print(f"{v.kind}: {v.table}: {v.message}")
+    print(json.dumps({"changes": verdict.changes, "violations": len(verdict.violations)}))
 
 
 if __name__ == "__main__":

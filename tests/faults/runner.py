@@ -163,7 +163,11 @@ def run_seed(
         final = read_back(cluster, history, spark)
         allow_lost = bool(LOSES_DATA & set(nemesis.counts))
         verdict = check(history, final, allow_lost=allow_lost)
-        keys = check_keys(history, read_back_keys(cluster), allow_lost=allow_lost)
+        keys_final = read_back_keys(cluster)
+        # Kept with a failing seed's folder: `python -m tests.faults.recheck keys` reads it.
+        keys_json = {t: s.to_json() for t, s in keys_final.items()}
+        (root / "keys-final.json").write_text(json.dumps(keys_json, default=str))
+        keys = check_keys(history, keys_final, allow_lost=allow_lost)
         verdict.violations += keys.violations
         phase("check")
     finally:

@@ -140,6 +140,29 @@ def test_an_acknowledged_batch_in_a_recorded_lost_range_is_lost_by_design() -> N
     assert "lost" in kinds
 
 
+def test_a_change_after_a_lost_range_is_resolved_on_the_state_the_lost_batch_left() -> None:
+    """Batch e updated key 1 at offsets later recorded lost (Redis emptied after f came);
+    f's delete of key 1 was resolved while e's row was live, so its before-image is e's:
+    accepted. f's after-image must still be its own, and a key no lost batch touched
+    must still resolve on the replayed state."""
+    e = _batch("e", [[1, "e/0", 0]], at=(6, 2))
+    f = _batch("f", [[1, None, None], [3, "f/1", 1]], at=(8, 3))
+    later = [_c(8, 3, 1, "e/0", 0), _c(9, 1, 3, "d/0", 0), _c(10, 2, 3, "f/1", 1)]
+    live = [{"k": 3, "v": "f/1", "n": 1, "_partition": 0, "_offset": 10}]
+
+    def verdict(changes: list[dict[str, Any]]) -> set[str]:
+        state = KeyState(1, [*CHANGES, *changes], live, live, None, {}, {0: [(6, 8)]})
+        found = check_keys(_history(*EVENTS, e, f), {T: state}, allow_lost=True)
+        return {v.kind for v in found.violations}
+
+    assert verdict(later) == set()
+    assert "misapplied" in verdict([later[0], later[1], _c(10, 2, 3, "f/9", 9)])
+    assert "misapplied" in verdict([later[0], _c(9, 1, 3, "x/0", 0), later[2]])
+    state = KeyState(1, [*CHANGES, *later], live, live, None, {}, {})
+    kinds = {v.kind for v in check_keys(_history(*EVENTS, e, f), {T: state}).violations}
+    assert "misapplied" in kinds
+
+
 def test_the_excerpt_of_a_key_violation_shows_its_batch() -> None:
     events = [*EVENTS, _batch("e", [[5, "e/0", 0]], at=(6, 1))]
     h = _history(*events)
