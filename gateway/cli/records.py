@@ -459,7 +459,7 @@ def _describe_group_text(info: Any) -> str:
         f"{members} member{'' if members == 1 else 's'}, lag {info.lag}"
     ]
     if info.members:
-        rows = [["member", "client", "generation", "partitions", "last heartbeat"]]
+        rows = [["member", "client", "protocol", "generation", "partitions", "last heartbeat"]]
         for m in info.members:
             held = ",".join(map(str, m.assigned)) or "-"
             if m.revoking:
@@ -467,7 +467,14 @@ def _describe_group_text(info: Any) -> str:
             if m.pending:
                 held += " (waiting for " + ",".join(map(str, m.pending)) + ")"
             rows.append(
-                [m.member_id, m.client_id or "-", str(m.generation), held, _ago(m.last_heartbeat)]
+                [
+                    m.member_id,
+                    m.client_id or "-",
+                    m.protocol,
+                    str(m.generation),
+                    held,
+                    _ago(m.last_heartbeat),
+                ]
             )
         lines += ["", *columns(rows)]
     rows = [["partition", "member", "committed", "high watermark", "lag"]]
@@ -512,6 +519,7 @@ def group_describe(
                 "revoking": list(m.revoking),
                 "pending": list(m.pending),
                 "last_heartbeat": m.last_heartbeat.isoformat(),
+                "protocol": m.protocol,
             }
             for m in info.members
         ],

@@ -334,6 +334,9 @@ class GroupMemberInfo:
     session_timeout_ms: int
     joined_at: dt.datetime
     last_heartbeat: dt.datetime
+    #: Whose protocol it joined by: ``tidegate`` (this SDK, HTTP, gRPC), or the edge that
+    #: coordinates its group (``kafka-classic``, ``kafka-consumer``).
+    protocol: str = "tidegate"
 
 
 @dataclass(frozen=True, slots=True)
@@ -382,6 +385,7 @@ class GroupInfo:
                     m.session_timeout_ms,
                     when(m.joined_at_ms),
                     when(m.last_heartbeat_ms),
+                    m.protocol or "tidegate",
                 )
                 for m in g.members
             ),

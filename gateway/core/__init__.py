@@ -7,6 +7,7 @@ pyiceberg, boto3, a disk layout).
 
 from gateway.core.appends import ClientStream
 from gateway.core.coordinator import Answer as GroupAnswer
+from gateway.core.groups import EdgeGroup, EdgeMember
 from gateway.core.replicas import Replica
 from gateway.core.service import StreamTables
 from gateway.core.views import (
@@ -25,6 +26,8 @@ from gateway.core.views import (
 
 __all__ = [
     "ClientStream",
+    "EdgeGroup",
+    "EdgeMember",
     "GroupAnswer",
     "GroupMemberView",
     "GroupPartitionView",

@@ -7,6 +7,7 @@ from __future__ import annotations
 import time
 import uuid
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from gateway import metrics
@@ -15,10 +16,10 @@ from gateway.core.coordinator import Answer, Changes, Heartbeat, check_commit, h
 from gateway.core.names import INT64_MAX, check_group, check_text
 from gateway.core.views import GroupMemberView, GroupPartitionView, GroupView, TableView
 from gateway.hot import PartitionId
-from gateway.meta import GroupState
+from gateway.meta import EdgeGroup, EdgeMember, GroupState
 from gateway.wire.errors import GroupNotEmpty, InvalidRequest, OffsetOutOfRange, TidegateError
 
-__all__ = ["GroupOps"]
+__all__ = ["EdgeGroup", "EdgeMember", "GroupOps"]
 
 #: Longest member id and client id a member may give.
 _MAX_ID = 255
@@ -218,7 +219,12 @@ class GroupOps(CoreBase):
             d.table_id: (d.namespace, d.name)
             for d in await self._run(self.meta.list_tables, tenant, None)
         }
-        return sorted((group, *names[tid]) for group, tid in found if tid in names)
+        listed = {(group, *names[tid]) for group, tid in found if tid in names}
+        tables = set(names.values()) if table_id is None else {names.get(table_id)}
+        for g in await self._run(self.meta.edge_groups, tenant):
+            if (g.namespace, g.name) in tables:
+                listed.add((g.group, g.namespace, g.name))
+        return sorted(listed)
 
     # Membership ---------------------------------------------------------------------
     async def group_heartbeat(
@@ -315,7 +321,7 @@ class GroupOps(CoreBase):
             _record(changes)
         committed = await self._run(self.meta.fetch_offsets, tenant, group, d.table_id)
         holder = {p: m.member_id for m in state.members.values() for p in m.held()}
-        members = tuple(
+        members: tuple[GroupMemberView, ...] = tuple(
             GroupMemberView(
                 member_id=m.member_id,
                 client_id=m.client_id,
@@ -348,9 +354,26 @@ class GroupOps(CoreBase):
             status = "stable"
         else:
             status = "rebalancing"
-        return GroupView(
-            group, d.namespace, d.name, state.generation, status, members, tuple(parts)
-        )
+        generation = state.generation
+        edge = await self._run(self.meta.edge_groups, tenant, group, d.namespace, d.name)
+        for g in edge:
+            # A group an edge coordinates (Kafka's): its members beside the SDK's.
+            members += tuple(_edge_member(m, g.protocol) for m in g.members)
+            held = {p: m.member_id for m in g.members for p in (*m.assigned, *m.revoking)}
+            parts = [
+                p if p.member_id else replace(p, member_id=held.get(p.partition)) for p in parts
+            ]
+            if not state.members:
+                status, generation = _EDGE_STATES.get(g.state, "rebalancing"), g.generation
+        return GroupView(group, d.namespace, d.name, generation, status, members, tuple(parts))
+
+    async def publish_edge_groups(
+        self, coordinator: str, groups: Sequence[EdgeGroup], lease_s: float
+    ) -> None:
+        """Publish the groups an edge's protocol coordinates in this replica (replacing
+        what ``coordinator`` published before), live for ``lease_s`` seconds, so every
+        replica's :meth:`describe_group` and :meth:`list_groups` show them."""
+        await self._run(self.meta.publish_edge_groups, coordinator, groups, lease_s)
 
     def group_lags(self) -> tuple[list[tuple[str, str, str, int]], int]:
         """``(tenant, group, table, lag)`` of every group with commits, and the live
@@ -377,3 +400,30 @@ class GroupOps(CoreBase):
             lag = sum(max(0, high - committed.get(p, 0)) for p, high in enumerate(highs[table_id]))
             lags.append((tenant, group, f"{d.namespace}.{d.name}", lag))
         return lags, members
+
+
+#: Edge protocols' group states as :class:`GroupView` names them (Kafka's classic states,
+#: and KIP-848's).
+_EDGE_STATES = {
+    "Empty": "empty",
+    "Stable": "stable",
+    "PreparingRebalance": "rebalancing",
+    "CompletingRebalance": "rebalancing",
+    "Reconciling": "rebalancing",
+    "Assigning": "rebalancing",
+}
+
+
+def _edge_member(m: EdgeMember, protocol: str) -> GroupMemberView:
+    return GroupMemberView(
+        member_id=m.member_id,
+        client_id=m.client_id,
+        generation=m.generation,
+        assigned=m.assigned,
+        revoking=m.revoking,
+        pending=(),
+        session_timeout_ms=m.session_timeout_ms,
+        joined_ms=m.joined_ms,
+        last_heartbeat_ms=m.seen_ms,
+        protocol=protocol,
+    )

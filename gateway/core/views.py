@@ -305,6 +305,9 @@ class GroupMemberView:
     session_timeout_ms: int
     joined_ms: int
     last_heartbeat_ms: int
+    #: Whose protocol it joined by: ``tidegate`` (the SDK, HTTP, gRPC), or that of the edge
+    #: that coordinates its group (``kafka-classic``, ``kafka-consumer``).
+    protocol: str = "tidegate"
 
 
 @dataclass(frozen=True, slots=True)

@@ -7,6 +7,8 @@ PostgreSQL (production), migrated by the alembic scripts shipped in
 
 from gateway.meta.records import (
     TABLE_VIEW_TTL_S,
+    EdgeGroup,
+    EdgeMember,
     GroupMember,
     GroupState,
     PartitionState,
@@ -20,6 +22,8 @@ from gateway.meta.store import MetadataStore
 
 __all__ = [
     "TABLE_VIEW_TTL_S",
+    "EdgeGroup",
+    "EdgeMember",
     "GroupMember",
     "GroupState",
     "MetadataStore",

@@ -33,7 +33,7 @@ __all__ = [
 MIGRATIONS_DIR = Path(__file__).resolve().parent / "migrations"
 
 #: The newest migration's revision (``versions/``); a test holds it equal to alembic's head.
-HEAD_REVISION = "0011"
+HEAD_REVISION = "0012"
 
 #: Key of the PostgreSQL advisory lock held while migrating (any fixed bigint).
 _MIGRATION_LOCK_KEY = 0x7469_6465_6761_7465 & 0x7FFF_FFFF_FFFF_FFFF  # "tidegate"

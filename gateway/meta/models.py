@@ -38,6 +38,7 @@ __all__ = [
     "VERSION_TABLE",
     "ApiKey",
     "Base",
+    "EdgeGroupRecord",
     "GroupOffset",
     "GroupRecord",
     "LakeWork",
@@ -393,4 +394,26 @@ class ReplicaRecord(Base):
     host: Mapped[str] = mapped_column(String(255))
     port: Mapped[int] = mapped_column(Integer)
     started_at: Mapped[datetime] = mapped_column(default=utcnow)
+    expires_at: Mapped[datetime] = mapped_column()
+
+
+class EdgeGroupRecord(Base):
+    """A group an edge's own protocol coordinates (a Kafka consumer group), on one table,
+    as the replica coordinating it published it last (:class:`gateway.meta.records.EdgeGroup`).
+    The replica republishes its groups when they change and renews them within
+    ``expires_at``; a row past it is a replica that died (or stopped uncleanly)."""
+
+    __tablename__ = "tg_edge_groups"
+
+    tenant_id: Mapped[str] = mapped_column(String(255), primary_key=True)
+    group_id: Mapped[str] = mapped_column(String(255), primary_key=True)
+    namespace: Mapped[str] = mapped_column(String(255), primary_key=True)
+    name: Mapped[str] = mapped_column(String(255), primary_key=True)
+    #: The replica that coordinates the group (it alone writes the row).
+    coordinator: Mapped[str] = mapped_column(String(255), index=True)
+    protocol: Mapped[str] = mapped_column(String(32))
+    state: Mapped[str] = mapped_column(String(32))
+    generation: Mapped[int] = mapped_column(BigInteger)
+    #: JSON list of the members (:meth:`gateway.meta.records.EdgeMember.to_json`).
+    members_json: Mapped[str] = mapped_column(Text)
     expires_at: Mapped[datetime] = mapped_column()

@@ -19,6 +19,8 @@ from gateway.wire.changes import PrimaryKey
 
 __all__ = [
     "TABLE_VIEW_TTL_S",
+    "EdgeGroup",
+    "EdgeMember",
     "GroupMember",
     "GroupState",
     "JobRun",
@@ -259,3 +261,60 @@ class GroupState:
     ) -> GroupState:
         parsed = [GroupMember.from_json(m) for m in members]
         return cls(generation, {m.member_id: m for m in parsed}, rebalance_since_ms)
+
+
+@dataclass(frozen=True, slots=True)
+class EdgeMember:
+    """A member of a group an edge's own protocol coordinates (a Kafka consumer): what
+    it holds of one table."""
+
+    member_id: str
+    client_id: str
+    generation: int
+    assigned: tuple[int, ...]
+    revoking: tuple[int, ...] = ()
+    session_timeout_ms: int = 0
+    joined_ms: int = 0
+    seen_ms: int = 0
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "member_id": self.member_id,
+            "client_id": self.client_id,
+            "generation": self.generation,
+            "assigned": list(self.assigned),
+            "revoking": list(self.revoking),
+            "session_timeout_ms": self.session_timeout_ms,
+            "joined_ms": self.joined_ms,
+            "seen_ms": self.seen_ms,
+        }
+
+    @classmethod
+    def from_json(cls, raw: dict[str, Any]) -> EdgeMember:
+        return cls(
+            member_id=str(raw["member_id"]),
+            client_id=str(raw.get("client_id", "")),
+            generation=int(raw.get("generation", 0)),
+            assigned=tuple(int(p) for p in raw.get("assigned", ())),
+            revoking=tuple(int(p) for p in raw.get("revoking", ())),
+            session_timeout_ms=int(raw.get("session_timeout_ms", 0)),
+            joined_ms=int(raw.get("joined_ms", 0)),
+            seen_ms=int(raw.get("seen_ms", 0)),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class EdgeGroup:
+    """A group on one table as the edge that coordinates it publishes it (docs/kafka.md,
+    "Groups in tidegate group describe"): its protocol (``kafka-classic``,
+    ``kafka-consumer``), its state as that protocol names it, its generation (or group
+    epoch), and the members that hold or are subscribed to the table."""
+
+    tenant: str
+    group: str
+    namespace: str
+    name: str
+    protocol: str
+    state: str
+    generation: int
+    members: tuple[EdgeMember, ...] = ()

@@ -13,6 +13,7 @@ from __future__ import annotations
 import datetime as dt
 from collections.abc import Sequence
 
+from gateway.meta.edge_groups import EdgeGroupOps
 from gateway.meta.groups import GroupOps
 from gateway.meta.maintenance import MaintenanceOps
 from gateway.meta.partitions import PartitionOps
@@ -26,7 +27,14 @@ __all__ = ["MetadataStore"]
 
 
 class MetadataStore(
-    TableOps, PartitionOps, GroupOps, MaintenanceOps, PlacementOps, LakeWorkOps, ReplicaOps
+    TableOps,
+    PartitionOps,
+    GroupOps,
+    EdgeGroupOps,
+    MaintenanceOps,
+    PlacementOps,
+    LakeWorkOps,
+    ReplicaOps,
 ):
     """Tenants, tables and partitions in a SQL database (SQLite or PostgreSQL).
 

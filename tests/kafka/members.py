@@ -27,6 +27,21 @@ def until(what: str, done: Callable[[], bool]) -> None:
         time.sleep(0.2)
 
 
+def described_holdings(
+    gateway: Any, group: str, topic: str, protocol: str
+) -> list[tuple[int, ...]]:
+    """What each member of ``protocol`` holds of ``topic``, as the gateway describes the
+    group (``tidegate group describe``, the console), sorted."""
+    with gateway.client() as c:
+        info = c.describe_group(group, topic)
+    return sorted(tuple(m.assigned) for m in info.members if m.protocol == protocol)
+
+
+def holding(members: list[Member]) -> list[tuple[int, ...]]:
+    """What each member says it holds, sorted as :func:`described_holdings` sorts."""
+    return sorted(tuple(sorted(m.assigned())) for m in members)
+
+
 class Member:
     """A consumer of the group in a process of its own (tests/kafka/group_member.py)."""
 

@@ -18,10 +18,11 @@ import pytest
 from kio.index import load_request_schema
 
 from gateway.server.kafka.protocol import ErrorCode, build
+from gateway.server.kafka.published import CONSUMER
 from tests.integration.test_first_hour import cli
 from tests.kafka.clients import librdkafka_settings
 from tests.kafka.conftest import KafkaTarget
-from tests.kafka.members import Member, lines, until
+from tests.kafka.members import Member, described_holdings, holding, lines, until
 from tests.kafka.raw import RawKafka
 from tests.kafka.test_groups import PARTITIONS, _produce
 from tests.services import GatewayProcess
@@ -77,6 +78,11 @@ def test_a_consumer_protocol_group_of_three_reads_every_record_once_while_a_memb
     survivors = {r for m in members[1:] for r in m.read()}
     assert {(p, o) for p in lost for o in range(10, 20)} <= survivors
     assert sorted(members[1].assigned() + members[2].assigned()) == list(range(PARTITIONS))
+    # The group's description shows the Kafka members, each holding what its client holds.
+    until(
+        "the members described",
+        lambda: described_holdings(kafka.gateway, group, topic, CONSUMER) == holding(members[1:]),
+    )
     for m in members[1:]:
         m.stop()
     described_cli = json.loads(

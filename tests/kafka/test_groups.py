@@ -17,10 +17,11 @@ import pytest
 from kio.index import load_request_schema
 
 from gateway.server.kafka.protocol import ErrorCode, build
+from gateway.server.kafka.published import CLASSIC
 from tests.integration.test_first_hour import cli
 from tests.kafka.clients import DEADLINE_S, ConfluentKafka, librdkafka_settings
 from tests.kafka.conftest import KafkaTarget
-from tests.kafka.members import Member, until
+from tests.kafka.members import Member, described_holdings, holding, until
 from tests.kafka.raw import RawKafka
 
 pytestmark = pytest.mark.integration
@@ -75,6 +76,13 @@ def test_a_group_of_three_reads_every_record_once_while_a_member_is_killed(
     survivors = {r for m in members[1:] for r in m.read()}
     assert {(p, o) for p in lost for o in range(10, 20)} <= survivors
     assert sorted(members[1].assigned() + members[2].assigned()) == list(range(PARTITIONS))
+    # The group's description shows the Kafka members, each holding what its client holds.
+    until(
+        "the members described",
+        lambda: described_holdings(kafka.gateway, group, topic, CLASSIC) == holding(members[1:]),
+    )
+    shown = cli(kafka.gateway, "group", "describe", group, topic).stdout
+    assert shown.count(CLASSIC) == 2 and "stable" in shown.splitlines()[0]
     for m in members[1:]:
         m.stop()
     described = json.loads(cli(kafka.gateway, "group", "describe", group, topic, "--json").stdout)

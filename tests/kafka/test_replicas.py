@@ -22,10 +22,11 @@ from kio.index import load_request_schema
 from gateway.meta import MetadataStore
 from gateway.server.kafka.cluster import Broker, node_id_of, rendezvous
 from gateway.server.kafka.protocol import ErrorCode, build
+from gateway.server.kafka.published import CLASSIC, CONSUMER
 from tests.integration.conftest import gateway_env
 from tests.kafka.clients import CLIENTS, ConfluentKafka, KafkaClient, librdkafka_settings
 from tests.kafka.conftest import KafkaTarget
-from tests.kafka.members import Member, until
+from tests.kafka.members import Member, described_holdings, holding, until
 from tests.kafka.raw import RawKafka
 from tests.services import GatewayProcess, RedisServer, free_port, scratch_database
 
@@ -295,6 +296,15 @@ def test_a_group_over_both_replicas_is_one_group_and_moves_when_its_coordinator_
         )
         until("the first records", lambda: len(read()) >= 10 * PARTITIONS)
         assert sorted(read()) == [(p, o) for p in range(PARTITIONS) for o in range(10)]
+        # Either replica describes the group with its Kafka members, as its coordinator
+        # published them.
+        kind = CLASSIC if protocol == "classic" else CONSUMER
+
+        def described_at(target: KafkaTarget) -> bool:
+            return described_holdings(target.gateway, group, topic, kind) == holding(members)
+
+        for target in targets:
+            until("the members described", lambda t=target: described_at(t))
 
         # The coordinator dies; after its lease the survivor is the one broker and the
         # group's coordinator, and the group goes on from its commits there.
@@ -315,6 +325,7 @@ def test_a_group_over_both_replicas_is_one_group_and_moves_when_its_coordinator_
         time.sleep(1)  # nothing more comes: no record is read twice
         assert sorted(read()) == [(p, o) for p in range(PARTITIONS) for o in range(20)]
         until("the group re-formed", lambda: held() == [*range(PARTITIONS)])
+        until("the members described", lambda: described_at(survivor))
         for m in members:
             m.stop()
         # The killed replica's row was swept once its lease ran out; the survivor, stopped,

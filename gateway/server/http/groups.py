@@ -58,6 +58,7 @@ def group_json(view: GroupView) -> dict[str, Any]:
                 "session_timeout_ms": m.session_timeout_ms,
                 "joined_at_ms": m.joined_ms,
                 "last_heartbeat_ms": m.last_heartbeat_ms,
+                "protocol": m.protocol,
             }
             for m in view.members
         ],

@@ -384,6 +384,10 @@ class GroupMember(BaseModel):
     session_timeout_ms: int
     joined_at_ms: int
     last_heartbeat_ms: int
+    protocol: str = Field(
+        description="Whose protocol it joined by: `tidegate` (the SDK, HTTP, gRPC), or the "
+        "edge that coordinates its group (`kafka-classic`, `kafka-consumer`)."
+    )
 
 
 class GroupPartition(BaseModel):

@@ -63,6 +63,8 @@ class Member:
     rebalance_timeout_s: float
     protocols: dict[str, bytes]
     seen: float = field(default_factory=time.monotonic)
+    #: When it joined (epoch ms).
+    joined_ms: int = field(default_factory=lambda: int(time.time() * 1000))
     assignment: bytes = b""
     joining: asyncio.Future[Joined] | None = None
     syncing: asyncio.Future[tuple[ErrorCode, bytes]] | None = None
@@ -211,6 +213,11 @@ class ClassicGroups:
                 group.prepare()
             if group.state == EMPTY and not group.members:
                 del self._groups[key]
+
+    def every(self) -> list[tuple[str, ClassicGroup]]:
+        """``(tenant, group)`` of every group with members, by tenant and group id."""
+        found = [(t, self.find(t, g)) for t, g in sorted(self._groups)]
+        return [(t, g) for t, g in found if g is not None and g.members]
 
     def of_tenant(self, tenant: str) -> list[ClassicGroup]:
         return [

@@ -118,6 +118,8 @@ class ConsumerMember:
     epoch: int = 0
     previous_epoch: int = -1
     seen: float = field(default_factory=time.monotonic)
+    #: When it joined (epoch ms).
+    joined_ms: int = field(default_factory=lambda: int(time.time() * 1000))
     #: What the member was last told it may read.
     assigned: TopicPartitions = field(default_factory=dict)
     #: What it was told to give up and has not yet said it let go.
@@ -343,6 +345,11 @@ class ConsumerGroups:
         live members."""
         for tenant, group_id in list(self._groups):
             self.find(tenant, group_id)
+
+    def every(self) -> list[tuple[str, ConsumerGroup]]:
+        """``(tenant, group)`` of every group with members, by tenant and group id."""
+        found = [(t, self.find(t, g)) for t, g in sorted(self._groups)]
+        return [(t, g) for t, g in found if g is not None]
 
     def of_tenant(self, tenant: str) -> list[ConsumerGroup]:
         found = [self.find(t, g) for t, g in sorted(self._groups) if t == tenant]

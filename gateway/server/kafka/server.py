@@ -53,6 +53,7 @@ from gateway.server.kafka.protocol import (
     response_class,
     supported_apis,
 )
+from gateway.server.kafka.published import GroupPublisher
 from gateway.wire.errors import PermissionDenied, TidegateError, Unauthenticated
 
 __all__ = ["CannotListen", "KafkaEdge"]
@@ -104,6 +105,8 @@ class KafkaEdge:
         self.producers = ProducerEpochs()
         #: The cluster's live brokers (this replica alone until it listens).
         self.cluster = Cluster(self.broker)
+        #: Publishes its groups for the group description (from :meth:`start`).
+        self.publisher: GroupPublisher | None = None
 
     @property
     def broker(self) -> Broker:
@@ -171,11 +174,21 @@ class KafkaEdge:
         except Exception:
             self._server.close()
             raise
+        self.publisher = GroupPublisher(
+            self.calls.service,
+            self.groups,
+            self.consumer_groups,
+            lambda tenant, group: self.cluster.coordinates(tenant, group),
+            lambda: self.cluster.replica_id,
+        )
+        self.publisher.start()
         log.info(
             "Kafka broker %d at %s:%d", self.cluster.me.node_id, self.broker.host, self.broker.port
         )
 
     async def stop(self) -> None:
+        if self.publisher is not None:
+            await self.publisher.stop()
         await self.cluster.stop()
         if self._server is not None:
             self._server.close()

@@ -492,7 +492,7 @@ class DescribeGroupRequest(_message.Message):
     def __init__(self, group: _Optional[str] = ..., table: _Optional[_Union[TableRef, _Mapping]] = ...) -> None: ...
 
 class GroupMemberInfo(_message.Message):
-    __slots__ = ("member_id", "client_id", "generation", "assigned", "revoking", "pending", "session_timeout_ms", "joined_at_ms", "last_heartbeat_ms")
+    __slots__ = ("member_id", "client_id", "generation", "assigned", "revoking", "pending", "session_timeout_ms", "joined_at_ms", "last_heartbeat_ms", "protocol")
     MEMBER_ID_FIELD_NUMBER: _ClassVar[int]
     CLIENT_ID_FIELD_NUMBER: _ClassVar[int]
     GENERATION_FIELD_NUMBER: _ClassVar[int]
@@ -502,6 +502,7 @@ class GroupMemberInfo(_message.Message):
     SESSION_TIMEOUT_MS_FIELD_NUMBER: _ClassVar[int]
     JOINED_AT_MS_FIELD_NUMBER: _ClassVar[int]
     LAST_HEARTBEAT_MS_FIELD_NUMBER: _ClassVar[int]
+    PROTOCOL_FIELD_NUMBER: _ClassVar[int]
     member_id: str
     client_id: str
     generation: int
@@ -511,7 +512,8 @@ class GroupMemberInfo(_message.Message):
     session_timeout_ms: int
     joined_at_ms: int
     last_heartbeat_ms: int
-    def __init__(self, member_id: _Optional[str] = ..., client_id: _Optional[str] = ..., generation: _Optional[int] = ..., assigned: _Optional[_Iterable[int]] = ..., revoking: _Optional[_Iterable[int]] = ..., pending: _Optional[_Iterable[int]] = ..., session_timeout_ms: _Optional[int] = ..., joined_at_ms: _Optional[int] = ..., last_heartbeat_ms: _Optional[int] = ...) -> None: ...
+    protocol: str
+    def __init__(self, member_id: _Optional[str] = ..., client_id: _Optional[str] = ..., generation: _Optional[int] = ..., assigned: _Optional[_Iterable[int]] = ..., revoking: _Optional[_Iterable[int]] = ..., pending: _Optional[_Iterable[int]] = ..., session_timeout_ms: _Optional[int] = ..., joined_at_ms: _Optional[int] = ..., last_heartbeat_ms: _Optional[int] = ..., protocol: _Optional[str] = ...) -> None: ...
 
 class GroupPartitionInfo(_message.Message):
     __slots__ = ("partition", "member_id", "committed", "high_watermark", "lag")
