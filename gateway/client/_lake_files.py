@@ -147,12 +147,16 @@ class HttpPool:
                 conn.request("GET", target, headers=headers)
                 response = conn.getresponse()
                 body = response.read()
-            except (http.client.HTTPException, OSError):
+            except (http.client.HTTPException, OSError) as exc:
                 conn.close()
                 broken += 1
-                if broken == 2:
+                if broken < 2:
+                    continue
+                if isinstance(exc, OSError):
                     raise
-                continue
+                # A body cut short (IncompleteRead) or a garbled answer: the link broke,
+                # as a reset connection does (callers take OSError for that).
+                raise OSError(f"the link {parts.netloc} broke off its answer ({exc!r})") from exc
             if response.status in (200, 206):
                 self._give(parts.scheme, parts.netloc, conn)
                 # 200: no range support, the whole object came.
