@@ -24,7 +24,13 @@ from gateway.core.recent import RecentBatches
 from gateway.core.views import TableView
 from gateway.hot import HotLog, PartitionId
 from gateway.meta import TABLE_VIEW_TTL_S, MetadataStore, StorageMark, TableDef
-from gateway.wire.errors import InvalidPartition, InvalidRequest, TableNotFound
+from gateway.wire.errors import (
+    InvalidPartition,
+    InvalidRequest,
+    SnapshotNotFound,
+    TableNotFound,
+    Unavailable,
+)
 from gateway.wire.filters import FilterLimits
 from gateway.wire.schema import parse_fields
 
@@ -371,7 +377,18 @@ class CoreBase:
         below ``A(p)`` only, so a state snapshot with ``A(p) >= low`` holds its row. The
         snapshot last used is reused while it does, for ``cold.snapshot_cache_ms`` at
         most (a compaction may replace its files, which expiry deletes later); else the
-        current one is read."""
+        current one is read.
+
+        A hot tier that lost changes already in the changelog but not yet applied to the
+        state table (a Redis emptied, or a sealed segment's shard, between tiering's two
+        commits) starts above the current ``A(p)``: the rows of ``[A(p), low)`` are
+        nowhere to look up until tiering applies them, so the lookup is refused
+        (``Unavailable``, retried by clients) rather than answered from an older state
+        (:meth:`_check_applied`; changes recorded lost are answered from the state table).
+
+        Raises:
+            Unavailable: the state table has not applied the changes below ``low`` yet.
+        """
         if self.cold is None:
             return None
         state = self._state_table(table)
@@ -387,9 +404,38 @@ class CoreBase:
                 if len(self._state_snaps) > 4096:
                     self._state_snaps.clear()
                 self._state_snaps[table_id] = (now, snap)
+            applied = snap.applied_through(part.partition)
+            if applied < low or low <= 0:
+                self._check_applied(table, part.partition, applied, low)
             return state.lookup(snap, part.partition, keys)
 
         return rows
+
+    def _check_applied(self, table: TableView, partition: int, applied: int, low: int) -> None:
+        """Refuse a state lookup when changes below the hot tier's ``low`` (0: the hot
+        tier holds nothing, so below ``T(p)``) are in the changelog and not yet in the
+        state table (``applied``). Changes recorded lost are in neither, and never will
+        be: the state table's row is then the answer.
+
+        Raises:
+            Unavailable: tiering has yet to apply them.
+        """
+        try:
+            tiered = self._read_snapshot(table, self._cold_table(table), fresh=True)
+        except SnapshotNotFound:
+            return  # no Iceberg table yet: nothing was tiered
+        top = tiered.watermark(partition)
+        if low > 0:
+            top = min(top, low)
+        if applied >= top or tiered.lost_through(partition, applied, top):
+            return
+        d = table.definition
+        raise Unavailable(
+            f"partition {partition} of {d.namespace}.{d.name}: the hot tier lost its "
+            f"changes below offset {top} before the state table applied those from offset "
+            f"{applied}; keys are looked up again once tiering applied them (retry)",
+            retry_after_ms=1000,
+        )
 
     def _read_snapshot(
         self, table: TableView, cold: ColdTable, *, fresh: bool = False
