@@ -459,7 +459,7 @@ def _describe_group_text(info: Any) -> str:
         f"{members} member{'' if members == 1 else 's'}, lag {info.lag}"
     ]
     if info.members:
-        rows = [["member", "client", "protocol", "generation", "partitions", "last heartbeat"]]
+        rows = [["member", "client", "generation", "partitions", "last heartbeat", "protocol"]]
         for m in info.members:
             held = ",".join(map(str, m.assigned)) or "-"
             if m.revoking:
@@ -470,10 +470,10 @@ def _describe_group_text(info: Any) -> str:
                 [
                     m.member_id,
                     m.client_id or "-",
-                    m.protocol,
                     str(m.generation),
                     held,
                     _ago(m.last_heartbeat),
+                    m.protocol,
                 ]
             )
         lines += ["", *columns(rows)]
