@@ -11,7 +11,9 @@ schedule every 0.3 s while the tests append and read.
 from __future__ import annotations
 
 import json
+import os
 import re
+import resource
 import time
 import uuid
 from collections.abc import Iterator
@@ -182,6 +184,34 @@ def _dense(t: pa.Table, start: int, count: int) -> None:
     assert t.column("_offset").to_pylist() == list(range(start, start + count))
     for r in t.to_pylist():
         assert {k: r[k] for k in SCHEMA} == _row(r["v"]), r
+
+
+def test_a_link_the_gateway_cannot_open_its_file_for_is_refused_before_any_byte(
+    gw: GatewayProcess,
+) -> None:
+    """A link served while the gateway has no file descriptor free is answered 503 with
+    ``Retry-After`` and one sentence, before any byte (it sent 206 and its length, then
+    failed to open the file: the fault run's scanners died of ``IncompleteRead``, and the
+    log held a traceback); once descriptors are free again it is served."""
+    _, key = _tenant(gw)
+    table = _filled(gw, key, 200)
+    with gw.client(api_key=key) as c:
+        url = c.plan_read(table).files[0].url
+    assert gw.proc is not None
+    pid, head = gw.proc.pid, {"Range": "bytes=0-3"}
+    with httpx.Client(timeout=10) as http:
+        assert http.get(url, headers=head).status_code == 206  # the connection is open
+        soft, hard = resource.prlimit(pid, resource.RLIMIT_NOFILE)
+        used = len(os.listdir(f"/proc/{pid}/fd"))
+        resource.prlimit(pid, resource.RLIMIT_NOFILE, (max(8, used - 4), hard))
+        try:
+            refused = http.get(url, headers=head)
+        finally:
+            resource.prlimit(pid, resource.RLIMIT_NOFILE, (soft, hard))
+        assert refused.status_code == 503, refused.text
+        assert refused.headers.get("retry-after") == "1"
+        assert "no file descriptor free to serve this file link" in refused.text
+        assert http.get(url, headers=head).status_code == 206
 
 
 @pytest.fixture(params=["sync-links", "aio-folder"])

@@ -16,7 +16,9 @@ with the rows of the row groups they held, each once per link
 
 from __future__ import annotations
 
+import errno
 import logging
+import os
 from collections.abc import Awaitable, Callable
 from typing import Annotated
 
@@ -26,7 +28,7 @@ from starlette.types import Message, Receive, Scope, Send
 
 from gateway.server.calls import DataCalls
 from gateway.server.http.models import ERRORS
-from gateway.wire.errors import NotFound
+from gateway.wire.errors import NotFound, Unavailable
 
 __all__ = ["files_router"]
 
@@ -76,6 +78,31 @@ class MeteredFileResponse(DataFileResponse):
                     log.exception("metering a file link's read failed")
 
 
+def _openable(path: str) -> None:
+    """Open and close the file before any byte of the answer is sent: Starlette opens it
+    only after the status and length went out, so a failure there (no descriptor free,
+    the file expired) cut the answer short with a traceback in the log.
+
+    Raises:
+        Unavailable: no file descriptor is free in the gateway now (retry in a second).
+        NotFound: the file is gone (compacted and expired since the plan).
+    """
+    try:
+        os.close(os.open(path, os.O_RDONLY))
+    except FileNotFoundError:
+        raise NotFound(
+            "the data file of this link is gone (compacted and expired since the read was "
+            "planned): plan the read again"
+        ) from None
+    except OSError as exc:
+        if exc.errno not in (errno.EMFILE, errno.ENFILE):
+            raise
+        raise Unavailable(
+            "the gateway has no file descriptor free to serve this file link now; retry",
+            retry_after_ms=1000,
+        ) from None
+
+
 def files_router(calls: DataCalls) -> APIRouter:
     router = APIRouter(prefix="/v1/files", tags=["scans"])
 
@@ -103,6 +130,7 @@ def files_router(calls: DataCalls) -> APIRouter:
                 "no such file link, or it has expired: plan the read again for fresh links"
             )
 
+        _openable(str(found.path))
         range_header = request.headers.get("range")
 
         async def sent(status: int, nbytes: int) -> None:
