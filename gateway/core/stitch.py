@@ -13,9 +13,10 @@ that stops the read exactly) are tested as properties of these functions alone
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 
+import numpy as np
 import pyarrow as pa
 
 from gateway.core.views import fit_bytes
@@ -134,7 +135,7 @@ def stitch_cold(
     part = ColdPart(next_offset=offset, remaining=max_records)
     if read_cold is not None and offset < view.tiered:
         stop = min(view.tiered, offset + max_records)
-        for batch in read_cold(offset, stop):
+        for batch in _contiguous(read_cold(offset, stop)):
             first = batch.column(OFFSET_COLUMN)[0].as_py()
             if first > part.next_offset and lost_through(part.next_offset, first):
                 part.next_offset = first  # offsets lost with a hot tier's state
@@ -164,3 +165,21 @@ def stitch_cold(
         # offsets are not recorded in the cold tier yet: pass over them.
         part.next_offset = view.low
     return part
+
+
+def _contiguous(batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    """``batches`` cut where their offsets jump: a data file written across a range lost
+    with a hot tier's state (a compaction of the files on either side, before it kept
+    them apart) holds offsets that are not consecutive, and the stitch counts a batch's
+    offsets from its first."""
+    for batch in batches:
+        n = batch.num_rows
+        column = batch.column(OFFSET_COLUMN)
+        if n < 2 or column[n - 1].as_py() - column[0].as_py() == n - 1:
+            yield batch
+            continue
+        offsets = column.to_numpy(zero_copy_only=False)
+        start = 0
+        for cut in [*(np.flatnonzero(np.diff(offsets) != 1) + 1).tolist(), n]:
+            yield batch.slice(start, cut - start)
+            start = cut

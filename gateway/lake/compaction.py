@@ -131,7 +131,9 @@ def plan_bins(
     """Runs of adjacent small files (in offset order) cut into bins of at most
     ``target_bytes`` on storage; bins of fewer than ``min_files`` files are left alone.
     A file of ``small_bytes`` or more ends a run: it is never rewritten, and files on
-    either side of it are never merged across it (files stay disjoint in offsets)."""
+    either side of it are never merged across it (files stay disjoint in offsets). So
+    does a gap in the offsets (a range lost with a hot tier's state): a file holds
+    consecutive offsets only."""
     bins: list[list[DataFile]] = []
     run: list[DataFile] = []
     size = 0
@@ -146,7 +148,9 @@ def plan_bins(
         if f.file_size_bytes >= small_bytes:
             close()
             continue
-        if run and size + f.file_size_bytes > target_bytes:
+        if run and (
+            size + f.file_size_bytes > target_bytes or f.min_offset != run[-1].max_offset + 1
+        ):
             close()
         run.append(f)
         size += f.file_size_bytes

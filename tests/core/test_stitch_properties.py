@@ -30,6 +30,9 @@ class Partition:
     low: int
     lost: tuple[tuple[int, int], ...]
     cuts: frozenset[int]  # where the cold tier's batches start
+    #: Batches run across lost ranges (a file compacted across one before compaction kept
+    #: them apart): offsets within a batch are then not consecutive.
+    spans: bool = False
 
     def is_lost(self, offset: int) -> bool:
         return any(lo <= offset < hi for lo, hi in self.lost) or self.tiered <= offset < self.low
@@ -41,10 +44,11 @@ class Partition:
         return all(any(lo <= o < hi for lo, hi in self.lost) for o in range(start, end))
 
     def read_cold(self, start: int, stop: int) -> Iterator[pa.RecordBatch]:
-        """The cold batches of ``[start, stop)``, cut at ``cuts`` and around lost ranges."""
+        """The cold batches of ``[start, stop)``, cut at ``cuts`` and (unless ``spans``)
+        around lost ranges."""
         run: list[int] = []
         for o in range(start, stop):
-            if self.is_lost(o) or (o in self.cuts and run):
+            if (self.is_lost(o) and not self.spans) or (o in self.cuts and run):
                 if run:
                     yield _batch(run)
                 run = []
@@ -73,7 +77,7 @@ def partitions(draw: st.DrawFn) -> Partition:
         if tiered and (not lost or s > lost[-1][1]):
             lost.append((s, min(tiered, s + draw(st.integers(1, 5)))))
     cuts = frozenset(draw(st.sets(st.integers(0, max(0, tiered)), max_size=10)))
-    return Partition(high, tiered, low, tuple(lost), cuts)
+    return Partition(high, tiered, low, tuple(lost), cuts, draw(st.booleans()))
 
 
 @settings(max_examples=400, deadline=None)

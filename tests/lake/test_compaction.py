@@ -75,6 +75,10 @@ def test_plan_bins_cuts_runs_at_large_files_and_target() -> None:
     files = [f(0, 10), f(1, 10), f(2, 100), f(3, 10), f(4, 10), f(5, 10), f(6, 10), f(7, 10)]
     bins = plan_bins(files, small_bytes=50, target_bytes=30, min_files=2)
     assert [[x.path for x in b] for b in bins] == [["f0", "f1"], ["f3", "f4", "f5"], ["f6", "f7"]]
+    # Files are never merged across a gap in the offsets (a range lost with the hot tier).
+    gap = [DataFile(f"g{i}", 0, 10, 10, lo, lo + 9) for i, lo in enumerate([0, 10, 30, 40])]
+    cut = plan_bins(gap, small_bytes=50, target_bytes=100, min_files=2)
+    assert [[x.path for x in b] for b in cut] == [["g0", "g1"], ["g2", "g3"]]
     # A lone small file between large ones is left alone.
     assert (
         plan_bins([f(0, 100), f(1, 10), f(2, 100)], small_bytes=50, target_bytes=30, min_files=2)
