@@ -9,7 +9,7 @@ import secrets
 import subprocess
 
 import pytest
-from confluent_kafka import KafkaException, Producer
+from confluent_kafka import KafkaError, KafkaException, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from tests.kafka.clients import KafkaPython, Kcat, librdkafka_settings
@@ -65,6 +65,52 @@ def test_a_topic_created_over_kafka_keeps_records_as_they_came(kafka: KafkaTarge
     assert [(r["key"], r["value"]) for r in rows] == [(k, v) for k, v, _, _ in sent]
     assert rows[0]["headers"] == [{"key": "h", "value": b"v"}, {"key": "empty", "value": None}]
     assert base64.b64encode(rows[0]["value"]) == base64.b64encode(sent[0][1])
+
+
+def test_a_topic_created_with_a_schema_in_its_configs_is_a_typed_or_key_table(
+    kafka: KafkaTarget,
+) -> None:
+    """``tidegate.schema`` (JSON, as ``POST /v1/tables`` takes it), ``tidegate.key.columns``
+    and ``tidegate.primary.key`` shape the table CreateTopics makes; a config that cannot
+    be one is INVALID_CONFIG with one sentence naming it, and nothing is made."""
+    ns = f"typed{secrets.token_hex(4)}"
+    schema = json.dumps({"id": "int64", "name": "string"})
+    admin = AdminClient(librdkafka_settings(kafka))
+    created = admin.create_topics(
+        [
+            NewTopic(f"{ns}.orders", 1, config={"tidegate.schema": schema,
+                                                "tidegate.primary.key": "id"}),
+            NewTopic(f"{ns}.clicks", 2, config={"tidegate.schema": schema,
+                                                "tidegate.key.columns": "name"}),
+            NewTopic(f"{ns}.notjson", 1, config={"tidegate.schema": "{id: int64"}),
+            NewTopic(f"{ns}.badtype", 1, config={"tidegate.schema": '{"id": "int65"}'}),
+            NewTopic(f"{ns}.nokey", 1, config={"tidegate.primary.key": "id"}),
+            NewTopic(f"{ns}.badkey", 1, config={"tidegate.schema": schema,
+                                                "tidegate.primary.key": "nope"}),
+        ]
+    )  # fmt: skip
+    created[f"{ns}.orders"].result(30)
+    created[f"{ns}.clicks"].result(30)
+    refused = {"notjson": "is not JSON", "badtype": "int65", "nokey": "give it in tidegate.schema",
+               "badkey": "nope"}  # fmt: skip
+    for name, says in refused.items():
+        with pytest.raises(KafkaException) as err:
+            created[f"{ns}.{name}"].result(30)
+        assert err.value.args[0].code() == KafkaError.INVALID_CONFIG, err.value
+        assert says in str(err.value), err.value
+    with kafka.gateway.client() as c:
+        orders, clicks = c.describe_table(f"{ns}.orders"), c.describe_table(f"{ns}.clicks")
+        assert [f.name for f in orders.fields] == ["id", "name"]
+        assert orders.primary_key == ("id",) and clicks.key_columns == ("name",)
+        assert {t.ref.name for t in c.list_tables(ns)} == {"orders", "clicks"}
+    # JSON records are its rows; a key's later record replaces its earlier one.
+    producer = Producer(librdkafka_settings(kafka))
+    for row in [{"id": 1, "name": "a"}, {"id": 2, "name": "b"}, {"id": 1, "name": "c"}]:
+        producer.produce(f"{ns}.orders", json.dumps(row).encode(), partition=0)
+    assert producer.flush(30) == 0
+    with kafka.gateway.client() as c:
+        got = c.get(f"{ns}.orders", [{"id": 1}, {"id": 2}]).to_pylist()
+    assert sorted((r["id"], r["name"]) for r in got) == [(1, "c"), (2, "b")]
 
 
 def test_a_topic_deleted_over_kafka_is_dropped(

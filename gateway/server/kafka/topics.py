@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import json
 import uuid
 from typing import Any
 
@@ -11,7 +12,76 @@ from gateway.server.calls import wire_error
 from gateway.server.kafka.base import ApisBase, message, split_topic, topic_id
 from gateway.server.kafka.protocol import ErrorCode, Request, build, error_code, response_class
 from gateway.server.kafka.records import RAW_FIELDS
-from gateway.wire.errors import InvalidRequest, QuotaExceeded, TableAlreadyExists, TableNotFound
+from gateway.wire.errors import (
+    InvalidRequest,
+    InvalidSchema,
+    QuotaExceeded,
+    SchemaMismatch,
+    TableAlreadyExists,
+    TableNotFound,
+)
+
+#: The configs of CreateTopics that shape the table (docs/kafka.md, "Topics with a schema").
+SCHEMA_CONFIG, KEY_CONFIG, PRIMARY_KEY_CONFIG = (
+    "tidegate.schema",
+    "tidegate.key.columns",
+    "tidegate.primary.key",
+)
+
+
+class BadTopicConfig(Exception):
+    """A CreateTopics config that cannot be read (Kafka's INVALID_CONFIG)."""
+
+
+def _columns(value: str | None) -> list[str]:
+    return [c.strip() for c in (value or "").split(",") if c.strip()]
+
+
+def _retention(topic: str, name: str, value: str | None) -> int | None:
+    if not value:
+        return None
+    try:
+        n = int(value)
+    except ValueError:
+        raise BadTopicConfig(
+            f"{name} {value!r} of topic {topic} is not a number (-1: no limit)"
+        ) from None
+    return n if n > 0 else None
+
+
+def table_of(topic: str, configs: dict[str, str | None]) -> tuple[Any, dict[str, Any]]:
+    """The schema and the create options of a table made by CreateTopics: the raw schema,
+    unless ``tidegate.schema`` names one (JSON, as ``POST /v1/tables`` takes it: a list of
+    fields or ``{"column": "type"}``); ``tidegate.key.columns`` and ``tidegate.primary.key``
+    (comma-separated columns); ``retention.ms`` and ``tidegate.retention.records``.
+
+    Raises:
+        BadTopicConfig: a config that is not what it must be (one sentence naming it).
+    """
+    options: dict[str, Any] = {
+        "retention_ms": _retention(topic, "retention.ms", configs.get("retention.ms")),
+        "retention_records": _retention(
+            topic, "tidegate.retention.records", configs.get("tidegate.retention.records")
+        ),
+    }
+    schema = configs.get(SCHEMA_CONFIG)
+    keys, primary = _columns(configs.get(KEY_CONFIG)), _columns(configs.get(PRIMARY_KEY_CONFIG))
+    if not schema:
+        if keys or primary:
+            raise BadTopicConfig(
+                f"{KEY_CONFIG} and {PRIMARY_KEY_CONFIG} of topic {topic} name columns of a "
+                f"schema: give it in {SCHEMA_CONFIG} (a raw topic has key, value, headers "
+                "and timestamp only)"
+            )
+        return [{"name": n, "type": ty} for n, ty in RAW_FIELDS.items()], options
+    try:
+        fields = json.loads(schema)
+    except ValueError:
+        raise BadTopicConfig(
+            f"{SCHEMA_CONFIG} of topic {topic} is not JSON; give the schema as "
+            '{"column": "type", ...} or a list of fields, as POST /v1/tables takes it'
+        ) from None
+    return fields, {**options, "key_columns": keys, "primary_key": primary}
 
 
 class TopicApis(ApisBase):
@@ -85,9 +155,9 @@ class TopicApis(ApisBase):
 
     async def create_topics(self, request: Request) -> Any:
         """A topic created over Kafka is a table of the raw schema (:data:`RAW_FIELDS`):
-        records kept as they came. ``retention.ms`` is the table's retention; the
-        replication factor and the other configs have no meaning for a table and are
-        ignored."""
+        records kept as they came, unless its configs name a schema (:func:`table_of`).
+        ``retention.ms`` is the table's retention; the replication factor and the other
+        configs have no meaning for a table and are ignored."""
         body = request.body
         answers = []
         for t in body.topics:
@@ -100,23 +170,15 @@ class TopicApis(ApisBase):
                     raise InvalidRequest(
                         f"topic {t.name!r} is not a table name: name it namespace.name"
                     )
-                retention = configs.get("retention.ms")
-                retention_ms = int(retention) if retention and int(retention) > 0 else None
+                fields, options = table_of(t.name, configs)
                 if not body.validate_only:
                     view = await self.calls.create_table(
-                        self.tenant,
-                        *parts,
-                        [{"name": n, "type": ty} for n, ty in RAW_FIELDS.items()],
-                        partitions,
-                        retention_ms=retention_ms,
+                        self.tenant, *parts, fields, partitions, **options
                     )
                     answer["topic_id"] = topic_id(view)
                 answer.update(num_partitions=partitions, replication_factor=1, configs=[])
-            except ValueError:
-                answer["error_code"] = ErrorCode.invalid_config
-                answer["error_message"] = (
-                    f"retention.ms {configs.get('retention.ms')!r} is not a number"
-                )
+            except BadTopicConfig as bad:
+                answer.update(error_code=ErrorCode.invalid_config, error_message=str(bad))
             except Exception as exc:
                 err = wire_error(exc, "a Kafka create topics")
                 answer["error_message"] = message(err, t.name)
@@ -124,6 +186,9 @@ class TopicApis(ApisBase):
                     answer["error_code"] = ErrorCode.topic_already_exists
                 elif isinstance(err, QuotaExceeded):
                     answer["error_code"] = ErrorCode.policy_violation
+                elif isinstance(err, (InvalidSchema, SchemaMismatch)):
+                    # The schema, key or primary key its configs named.
+                    answer["error_code"] = ErrorCode.invalid_config
                 elif isinstance(err, InvalidRequest):
                     answer["error_code"] = ErrorCode.invalid_topic_exception
                 else:
