@@ -83,6 +83,7 @@ def test_a_topic_created_with_a_schema_in_its_configs_is_a_typed_or_key_table(
             NewTopic(f"{ns}.clicks", 2, config={"tidegate.schema": schema,
                                                 "tidegate.key.columns": "name"}),
             NewTopic(f"{ns}.notjson", 1, config={"tidegate.schema": "{id: int64"}),
+            NewTopic(f"{ns}.deep", 1, config={"tidegate.schema": "[" * 5_000}),
             NewTopic(f"{ns}.badtype", 1, config={"tidegate.schema": '{"id": "int65"}'}),
             NewTopic(f"{ns}.nokey", 1, config={"tidegate.primary.key": "id"}),
             NewTopic(f"{ns}.badkey", 1, config={"tidegate.schema": schema,
@@ -91,8 +92,8 @@ def test_a_topic_created_with_a_schema_in_its_configs_is_a_typed_or_key_table(
     )  # fmt: skip
     created[f"{ns}.orders"].result(30)
     created[f"{ns}.clicks"].result(30)
-    refused = {"notjson": "is not JSON", "badtype": "int65", "nokey": "give it in tidegate.schema",
-               "badkey": "nope"}  # fmt: skip
+    refused = {"notjson": "is not JSON", "deep": "is not JSON", "badtype": "int65",
+               "nokey": "give it in tidegate.schema", "badkey": "nope"}  # fmt: skip
     for name, says in refused.items():
         with pytest.raises(KafkaException) as err:
             created[f"{ns}.{name}"].result(30)

@@ -76,7 +76,7 @@ def table_of(topic: str, configs: dict[str, str | None]) -> tuple[Any, dict[str,
         return [{"name": n, "type": ty} for n, ty in RAW_FIELDS.items()], options
     try:
         fields = json.loads(schema)
-    except ValueError:
+    except (ValueError, RecursionError):  # not JSON, or nested past Python's stack
         raise BadTopicConfig(
             f"{SCHEMA_CONFIG} of topic {topic} is not JSON; give the schema as "
             '{"column": "type", ...} or a list of fields, as POST /v1/tables takes it'
