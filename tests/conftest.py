@@ -44,6 +44,7 @@ import pytest
 from hypothesis import settings as hypothesis_settings
 
 from gateway.config import Settings
+from tests.cpu_ledger import pytest_runtest_protocol  # noqa: F401 - TIDEGATE_TEST_CPU_LOG
 from tests.services import MotoServer, PostgresServer, RedisServer, SparkCluster
 from tests.xdist_groups import (  # noqa: F401 - hooks of this conftest
     pytest_collection_finish,

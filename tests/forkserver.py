@@ -174,8 +174,9 @@ def _answer(
             _child(request["start"])
         return {"pid": pid}
     if "reap" in request:
-        _, status = os.waitpid(int(request["reap"]), 0)
-        return {"returncode": os.waitstatus_to_exitcode(status)}
+        _, status, usage = os.wait4(int(request["reap"]), 0)
+        cpu = usage.ru_utime + usage.ru_stime
+        return {"returncode": os.waitstatus_to_exitcode(status), "cpu": cpu}
     return {"error": f"unknown request {sorted(request)}"}
 
 
@@ -266,7 +267,11 @@ class ForkServer:
         return subprocess.CompletedProcess(["tidegate", *argv], code, out, err)
 
     def reap(self, pid: int) -> int:
-        return int(self._call({"reap": pid})["returncode"])
+        answer = self._call({"reap": pid})
+        from tests.cpu_ledger import forked_ended
+
+        forked_ended(float(answer.get("cpu", 0.0)))
+        return int(answer["returncode"])
 
     def close(self) -> None:
         if self._sock is not None:
