@@ -27,6 +27,7 @@ A gateway whose environment changes what an interpreter does at start (``LD_PREL
 from __future__ import annotations
 
 import contextlib
+import gc
 import json
 import os
 import select
@@ -59,12 +60,34 @@ def can_fork(env: Mapping[str, str]) -> bool:
 
 
 def _preload() -> None:
-    """What ``tidegate serve`` imports, imported once here."""
+    """What ``tidegate serve`` imports, imported once here: its module and the edges,
+    stores and servers it imports only when it starts them (about 330 modules, 70% of
+    a forked gateway's start when they were left to each child). Importing starts no
+    thread, opens no socket and makes no event loop."""
+    import sqlite3  # noqa: F401
+
     import pyiceberg.catalog.sql  # noqa: F401 - the cold tier's catalog, opened at start
+    import uvicorn  # noqa: F401
 
     import gateway.cli
     import gateway.cli.jobs
-    import gateway.server.app  # noqa: F401
+    import gateway.cold.iceberg
+    import gateway.hot.disk
+    import gateway.logs
+    import gateway.server.app
+    import gateway.server.flight
+    import gateway.server.grpc.admin
+    import gateway.server.grpc.server
+    import gateway.server.http.admin
+    import gateway.server.http.app
+    import gateway.server.http.console
+    import gateway.server.http.files  # noqa: F401
+
+    # As a gateway does once it started (gateway/server/app.py, _freeze_startup_objects):
+    # what the imports made goes out of the collector's sight, so each child's own full
+    # collection at start walks only what the child made (it walked all of it: 0.17 s).
+    gc.collect()
+    gc.freeze()
 
 
 def _child(request: Mapping[str, Any]) -> None:
