@@ -17,7 +17,7 @@ RUN_STAMP := $(VENV)/.installed-run
 JAR := gateway/spark/jars/tidegate-spark.jar
 JVM_SOURCES := $(shell find gateway/spark/jvm/src -type f 2>/dev/null)
 
-.PHONY: setup run test jar lint format typecheck proto proto-check pytest dist wheelhouse bench bench-smoke profile fuzz faults soak attacks prereqs clean
+.PHONY: setup run test test-cache jar lint format typecheck proto proto-check pytest dist wheelhouse bench bench-smoke profile fuzz faults soak attacks prereqs clean
 
 # $(call install,extras,what it is for): create the virtualenv if needed and install tidegate
 # (editable) with those extras, saying what and why first and showing pip's progress (no
@@ -65,8 +65,15 @@ $(JAR): $(JVM_SOURCES) | $(STAMP)
 ## Everything CI checks: lint, types, generated stubs, then the whole test suite.
 test: setup jar
 	@sh scripts/prereqs.sh test
-	$(MAKE) --no-print-directory -j4 --output-sync=target lint typecheck proto-check wheelhouse
+	$(MAKE) --no-print-directory -j4 --output-sync=target lint typecheck proto-check wheelhouse test-cache
 	$(MAKE) --no-print-directory pytest
+
+# pytest's rewritten test modules, cached beside them once (pytest writes them only where
+# bytecode may be written, and this machine's environment may say it may not): each
+# pytest-xdist worker then collects in about 4 s instead of rewriting every assert of the
+# suite again (11 s of CPU each). Runs beside the checks of `make test`.
+test-cache: setup
+	PYTHONDONTWRITEBYTECODE= $(PY) -m pytest --collect-only -q -p no:cacheprovider > /dev/null
 
 # --dist loadgroup: tests of one xdist group (tests/conftest.py) run on one worker.
 # The checkout's bytecode is compiled once first: the suite starts some 500 Python

@@ -6,7 +6,6 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-import sys
 import threading
 import time
 from pathlib import Path
@@ -18,6 +17,7 @@ import pytest
 from gateway.wire._proto.tidegate.v1 import tidegate_pb2 as pb
 from tests.hostile.conftest import Tenant, grpc_error, http_error, table_ref
 from tests.services import REPO_ROOT, GatewayProcess, free_port
+from tests.services import run_cli as tidegate_cli
 
 # 5. Filters ----------------------------------------------------------------------------
 HUGE_FILTERS = {
@@ -105,14 +105,7 @@ def test_metrics_can_be_behind_a_token_or_on_a_port_of_their_own(tmp_path: Path)
 def run_cli(
     gw: GatewayProcess, *args: str, env: dict[str, str] | None = None
 ) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "gateway", *args],
-        env=env or gw.env(),
-        cwd=str(REPO_ROOT),
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    return tidegate_cli(args, env or gw.env(), REPO_ROOT)
 
 
 def test_the_disk_hot_tier_has_one_owner(tmp_path: Path) -> None:

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -16,7 +15,7 @@ import pyarrow.compute as pc
 
 from tests.cold.helpers import extension_file
 from tests.integration.test_tenancy import Tenant, new_tenant
-from tests.services import REPO_ROOT, GatewayProcess
+from tests.services import REPO_ROOT, GatewayProcess, run_cli
 
 __all__ = [
     "SCHEMA",
@@ -37,22 +36,17 @@ ORDER = [("_partition", "ascending"), ("_offset", "ascending")]
 
 
 def tier(gw: GatewayProcess) -> str:
-    """One tiering pass of every table, as a job beside the gateway (``tidegate tier``)."""
-    return lake_job(gw, "tier")
+    """One tiering pass of every table, as a job beside the gateway (``tidegate tier
+    --all``: every table up to its high watermark now, not only those the gateway has
+    marked yet, which it does once a second)."""
+    return lake_job(gw, "tier", "--all")
 
 
 def lake_job(gw: GatewayProcess, *argv: str) -> str:
     """``tidegate <argv>`` once, as a job beside the gateway; its output."""
     env = {**gw.env(), "PATH": f"{Path(sys.executable).parent}{os.pathsep}"}
     env["PATH"] += os.environ.get("PATH", "")
-    out = subprocess.run(
-        ["tidegate", *argv],
-        env=env,
-        cwd=str(REPO_ROOT),
-        capture_output=True,
-        text=True,
-        timeout=180,
-    )
+    out = run_cli(argv, env, REPO_ROOT, timeout=180)
     assert out.returncode == 0, out.stderr
     return out.stdout
 

@@ -12,36 +12,49 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from tests.services import FIRST_CONTACT_S, GatewayProcess
+from tests.services import FIRST_CONTACT_S, GatewayProcess, run_cli
 
 pytestmark = pytest.mark.integration
 
 
 def tidegate(
-    gateway: GatewayProcess, *args: str, ok: bool = True, api_key: str | None = None
+    gateway: GatewayProcess,
+    *args: str,
+    ok: bool = True,
+    api_key: str | None = None,
+    interpreter: bool = False,
 ) -> subprocess.CompletedProcess[str]:
     """Run the CLI with the gateway's bootstrap tenant key (or ``api_key``) and its
-    operator key in the environment, as a user would export them."""
+    operator key in the environment, as a user would export them: forked (``run_cli``),
+    or with ``interpreter`` in a new interpreter of its own, as a user's shell runs it
+    (the round trip: a forked command skips the interpreter's teardown, where a hang at
+    exit was once found)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("TIDEGATE_")}
     env["TIDEGATE_API_KEY"] = api_key if api_key is not None else str(gateway.api_key)
     env["TIDEGATE_OPERATOR_KEY"] = gateway.operator_key
     env["TIDEGATE_CONNECT_TIMEOUT"] = str(FIRST_CONTACT_S)  # a gateway we started: see there
-    proc = subprocess.run(
-        [sys.executable, "-m", "gateway", *args, "--target", gateway.grpc_target],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        env=env,
-    )
+    argv = [*args, "--target", gateway.grpc_target]
+    if interpreter:
+        proc = subprocess.run(
+            [sys.executable, "-m", "gateway", *argv],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            env=env,
+        )
+    else:
+        proc = run_cli(argv, env, timeout=60)
     if ok:
         assert proc.returncode == 0, proc.stderr
     return proc
 
 
 def test_cli_round_trip(gateway: GatewayProcess, namespace: str, tmp_path: Path) -> None:
+    def user(*args: str, ok: bool = True) -> subprocess.CompletedProcess[str]:
+        return tidegate(gateway, *args, ok=ok, interpreter=True)
+
     table = f"{namespace}.people"
-    out = tidegate(
-        gateway,
+    out = user(
         "table",
         "create",
         table,
@@ -52,10 +65,7 @@ def test_cli_round_trip(gateway: GatewayProcess, namespace: str, tmp_path: Path)
         "--json",
     )
     assert json.loads(out.stdout)["partitions"] == 1
-    assert (
-        f"{table}\t1 partition"
-        in tidegate(gateway, "table", "list", "--namespace", namespace).stdout
-    )
+    assert f"{table}\t1 partition" in user("table", "list", "--namespace", namespace).stdout
 
     csv = tmp_path / "people.csv"
     csv.write_text("id,name,score\n1,ada,9.50\n2,alan,7.25\n")
@@ -73,11 +83,9 @@ def test_cli_round_trip(gateway: GatewayProcess, namespace: str, tmp_path: Path)
         parquet,
     )
     for f, n in ((csv, "2 records"), (jsonl, "1 record"), (parquet, "1 record")):
-        assert f"appended {n} to" in tidegate(gateway, "append", table, str(f)).stdout
+        assert f"appended {n} to" in user("append", table, str(f)).stdout
 
-    lines = tidegate(
-        gateway, "read", table, "--partition", "0", "--offset", "1"
-    ).stdout.splitlines()
+    lines = user("read", table, "--partition", "0", "--offset", "1").stdout.splitlines()
     rows = [json.loads(line) for line in lines]
     assert [(r["_offset"], r["id"], r["name"], r["score"]) for r in rows] == [
         (1, 2, "alan", "7.25"),
@@ -85,17 +93,17 @@ def test_cli_round_trip(gateway: GatewayProcess, namespace: str, tmp_path: Path)
         (3, 4, "edsger", "1.00"),
     ]
     out_file = tmp_path / "out.parquet"
-    tidegate(gateway, "read", table, "--output", str(out_file))
+    user("read", table, "--output", str(out_file))
     assert pq.read_table(out_file).column("name").to_pylist() == ["ada", "alan", "grace", "edsger"]
 
-    described = json.loads(tidegate(gateway, "table", "describe", table, "--json").stdout)
+    described = json.loads(user("table", "describe", table, "--json").stdout)
     assert described["partition_info"][0]["high_watermark"] == 4
     lake = described["maintenance"]  # the lake's health, from the gRPC describe
     assert lake["data_files"] == len(lake["leases"]) == 0 and lake["snapshots"] >= 0
-    text = tidegate(gateway, "table", "describe", table).stdout
+    text = user("table", "describe", table).stdout
     assert "lake        0 data files (0 small)" in text and "\nlake jobs   " in text
-    tidegate(gateway, "table", "drop", table, "--yes")
-    missing = tidegate(gateway, "table", "describe", table, ok=False)
+    user("table", "drop", table, "--yes")
+    missing = user("table", "describe", table, ok=False)
     assert missing.returncode == 2 and "TABLE_NOT_FOUND" in missing.stderr
 
 

@@ -20,7 +20,7 @@ import pytest
 from gateway.client import SchemaMismatch
 from tests.integration.docs_runner import Served
 from tests.integration.test_first_hour import cli, rows
-from tests.services import GatewayProcess
+from tests.services import GatewayProcess, run_cli
 
 pytestmark = pytest.mark.integration
 
@@ -162,13 +162,7 @@ def test_item6_cli_append_loads_a_file_larger_than_the_quota(
     assert data.stat().st_size > 4 * 20_000  # four seconds of quota at least
 
     def tidegate(*args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            [sys.executable, "-m", "gateway", *args],
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=180,
-        )
+        return run_cli(args, env, timeout=180)
 
     made = tidegate("table", "create", "bulk.rows", "--schema", "s:string,n:int64")
     assert made.returncode == 0, made.stderr
@@ -236,13 +230,7 @@ def test_item10_cli_messages(gateway: GatewayProcess, namespace: str) -> None:
     assert f"{table}\t1 partition\n" in cli(gateway, "table", "list").stdout
     # No key: the CLI's own advice, not an HTTP header's.
     env = {k: v for k, v in os.environ.items() if not k.startswith("TIDEGATE_")}
-    nokey = subprocess.run(
-        [sys.executable, "-m", "gateway", "table", "list", "--target", gateway.grpc_target],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    nokey = run_cli(["table", "list", "--target", gateway.grpc_target], env, timeout=60)
     assert nokey.returncode == 2
     assert nokey.stderr.strip() == (
         "error: UNAUTHENTICATED: no API key was given: set TIDEGATE_API_KEY or pass "
@@ -282,10 +270,7 @@ def test_item10_a_setting_out_of_range_is_one_line_naming_its_variable(
         "TIDEGATE_DATA_DIR": str(tmp_path),
         "TIDEGATE_AUTH__OPERATOR_KEY": secret,
     }
-    proc = subprocess.run(
-        [sys.executable, "-m", "gateway", command],
-        env=env, capture_output=True, text=True, timeout=60,
-    )  # fmt: skip
+    proc = run_cli([command], env, timeout=60)
     assert (proc.returncode, proc.stderr) == (
         2,
         "error: setting auth.operator_key (TIDEGATE_AUTH__OPERATOR_KEY or TIDEGATE_CONFIG): "
@@ -324,10 +309,7 @@ def test_item10_serve_ends_with_the_next_steps(served: Served) -> None:
         "TIDEGATE_OPERATOR_KEY": key_file.read_text().strip(),
         "TIDEGATE_TARGET": f"127.0.0.1:{served.grpc}",
     }
-    made = subprocess.run(
-        [sys.executable, "-m", "gateway", "tenant", "create", "shop"],
-        env=env, capture_output=True, text=True, timeout=60,
-    )  # fmt: skip
+    made = run_cli(["tenant", "create", "shop"], env, timeout=60)
     assert made.returncode == 0 and '"name": "shop"' in made.stdout, made.stderr
 
 
@@ -352,10 +334,7 @@ def test_item10_describe_shows_the_last_tiering_commit(served: Served) -> None:
     }
 
     def tidegate(*args: str, stdin: str | None = None) -> str:
-        proc = subprocess.run(
-            [sys.executable, "-m", "gateway", *args],
-            env=env, input=stdin, capture_output=True, text=True, timeout=60,
-        )  # fmt: skip
+        proc = run_cli(args, env, stdin=stdin, timeout=60)
         assert proc.returncode == 0 and "Traceback" not in proc.stderr, proc.stderr
         return proc.stdout
 

@@ -12,7 +12,6 @@ import json
 import os
 import re
 import subprocess
-import sys
 from pathlib import Path
 
 import grpc
@@ -23,7 +22,7 @@ from gateway.wire._proto.tidegate.v1 import admin_pb2 as apb
 from gateway.wire._proto.tidegate.v1 import admin_pb2_grpc as apb_grpc
 from gateway.wire.errors import InvalidRequest
 from tests.integration.test_shards import SHARDS, Mover, shard_env, shards  # noqa: F401
-from tests.services import GatewayProcess, RedisServer
+from tests.services import GatewayProcess, RedisServer, run_cli
 
 pytestmark = pytest.mark.integration
 
@@ -42,13 +41,7 @@ def tidegate(
     full["TIDEGATE_CONNECT_TIMEOUT"] = str(WAIT)
     if operator:
         full["TIDEGATE_OPERATOR_KEY"] = gw.operator_key
-    return subprocess.run(
-        [sys.executable, "-m", "gateway", *args, "--target", gw.grpc_target],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env=full,
-    )
+    return run_cli([*args, "--target", gw.grpc_target], full)
 
 
 def metric(text: str, name: str, shard: str) -> float:
