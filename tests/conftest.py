@@ -32,6 +32,7 @@ that safe, and what a new test must do:
 
 from __future__ import annotations
 
+import gc
 import os
 import shutil
 import tempfile
@@ -65,6 +66,17 @@ hypothesis_settings.load_profile("tidegate")
 # spark-submit's launcher adds SPARK_SUBMIT_OPTS to the driver's JVM options. Their jobs
 # are small; the server compiler's threads cost them more than they give back on 2 cores.
 os.environ.setdefault("SPARK_SUBMIT_OPTS", SparkCluster.JVM_OPTS)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtestloop(session: pytest.Session) -> None:
+    """Before the first test: what collection imported (pyspark, pyarrow, pyiceberg, the
+    test modules) goes out of the cyclic collector's sight, and the young generation
+    collects less often. A worker spent about 7% of its CPU walking those objects again
+    and again (measured over the stitch and Iceberg store tests: 2.6 s of 35)."""
+    gc.collect()
+    gc.freeze()
+    gc.set_threshold(20_000, 20, 20)
 
 
 @pytest.fixture(scope="session")
