@@ -233,9 +233,10 @@ class Cluster:
         # The machine stops as one: no gateway thread may run once the disk is gone. A
         # gateway that ran on after the filesystem's shutdown could acknowledge a batch
         # whose fsync straddled it: ext4 can return 0 from such an fsync although the
-        # journal commit that held the data's blocks was aborted (seen here: one trial in
-        # 30 lost an fsynced block; docs/durability.md). So the gateways are stopped,
-        # every thread of theirs seen stopped, before the filesystem shuts down.
+        # journal commit that held the data's blocks was aborted (python -m
+        # tests.faults.powercut_check: 10 trials in 100 lost an fsynced block). So the
+        # gateways are stopped, every thread of theirs seen stopped, before the filesystem
+        # shuts down.
         pids = [
             gw.proc.pid for gw in self.gateways if gw.proc is not None and gw.proc.poll() is None
         ]

@@ -5,9 +5,6 @@ through the catalog with nothing but a tenant's key."""
 from __future__ import annotations
 
 import json
-import os
-import sys
-from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
@@ -44,9 +41,7 @@ def tier(gw: GatewayProcess) -> str:
 
 def lake_job(gw: GatewayProcess, *argv: str) -> str:
     """``tidegate <argv>`` once, as a job beside the gateway; its output."""
-    env = {**gw.env(), "PATH": f"{Path(sys.executable).parent}{os.pathsep}"}
-    env["PATH"] += os.environ.get("PATH", "")
-    out = run_cli(argv, env, REPO_ROOT, timeout=180)
+    out = run_cli(argv, gw.env(), REPO_ROOT, timeout=180)
     assert out.returncode == 0, out.stderr
     return out.stdout
 

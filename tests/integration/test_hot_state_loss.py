@@ -13,29 +13,19 @@ from __future__ import annotations
 
 import os
 import shutil
-import sys
 import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.services import REPO_ROOT, GatewayProcess, RedisServer, run_cli
+from tests.integration.iceberg_catalog import tier
+from tests.services import GatewayProcess, RedisServer
 
 pytestmark = pytest.mark.integration
 
 TABLE = "shop.orders"
 PARTITIONS = 2
-
-
-def tier(gw: GatewayProcess) -> str:
-    """One tiering pass of ``tidegate tier --all``, as an operator runs it beside the
-    gateway (every table, not only those the gateway has marked yet: it marks once a
-    second)."""
-    env = {**gw.env(), "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
-    out = run_cli(["tier", "--all"], env, REPO_ROOT)
-    assert out.returncode == 0, out.stdout + out.stderr
-    return out.stdout + out.stderr
 
 
 def append(gw: GatewayProcess, start: int, n: int) -> dict[int, list[tuple[int, int]]]:
