@@ -72,6 +72,7 @@ def _preload() -> None:
     import gateway.cli
     import gateway.cli.jobs
     import gateway.cold.iceberg
+    import gateway.cold.iceberg.sqlcatalog
     import gateway.hot.disk
     import gateway.logs
     import gateway.server.app

@@ -121,6 +121,38 @@ def test_unstorable_types_are_refused(tmp_path: Path, bad: pa.DataType) -> None:
     assert not cold_store.catalog.table_exists((d.tenant, d.namespace, d.name))
 
 
+def test_a_load_parses_a_metadata_file_once_and_follows_every_commit(
+    cold_settings: Settings, cold_store: IcebergColdStore
+) -> None:
+    d = table_def(ALL_TYPES)
+    table = cold_store.create_table(d, ALL_TYPES)
+    # Another process's store over the same catalog (a tiering job, another gateway).
+    other = load_cold_store(cold_settings)
+    assert isinstance(other, IcebergColdStore)
+    try:
+        theirs = other.table(d)
+        _, f = write(other, theirs, 0, 0, 10)
+        committed = theirs.commit_tiered([f], {0: 10}, theirs.snapshot())
+        # The catalog's row names a new metadata file: this store reads it.
+        assert table.snapshot() == committed
+        first, second = table._load(), table._load()
+        assert first is not second and first.metadata is second.metadata  # parsed once
+        # Parsed, not read again: the file may even be gone for a moment.
+        fs = cold_store.filesystem()
+        location = fs_path(first.metadata_location)
+        fs.move(location, location + ".away")
+        try:
+            assert table.snapshot() == committed
+        finally:
+            fs.move(location + ".away", location)
+        _, g = write(cold_store, table, 1, 0, 5)
+        mine = table.commit_tiered([g], {1: 5}, committed)
+        assert other.table(d).snapshot() == mine
+        assert table.snapshot() == mine and table._load().metadata_location != location
+    finally:
+        other.close()
+
+
 def test_every_admitted_type_round_trips_and_other_readers_agree(
     cold_store: IcebergColdStore,
 ) -> None:

@@ -150,14 +150,14 @@ class IcebergColdStore(ColdStore):
         c = cfg.catalog
         catalog: Catalog
         if isinstance(c, SqlCatalogConfig):
-            from pyiceberg.catalog.sql import SqlCatalog
+            from gateway.cold.iceberg.sqlcatalog import ParsedOnceSqlCatalog
 
             uri = settings.cold_catalog_uri
             if uri.startswith("sqlite:///"):
                 from pathlib import Path
 
                 Path(uri.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
-            catalog = SqlCatalog(c.name, uri=uri, **props)
+            catalog = ParsedOnceSqlCatalog(c.name, uri=uri, **props)
         else:
             from pyiceberg.catalog.rest import RestCatalog
 
