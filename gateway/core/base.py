@@ -181,6 +181,10 @@ class CoreBase:
         self._state_tables: dict[str, tuple[int, StateTable]] = {}
         self._state_snaps: dict[str, tuple[float, ColdSnapshot]] = {}
         self._snapshots: dict[str, tuple[float, ColdSnapshot]] = {}
+        #: (table id, snapshot id) -> when the lease this process took for read plans of
+        #: that snapshot ends (``time.monotonic``; ``ScanOps._plan_lease``). On the event
+        #: loop only.
+        self._plan_leases: LruDict[tuple[str, int], float] = LruDict(TABLE_CACHE_MAX)
         self._pool = ThreadPoolExecutor(settings.server.io_threads, thread_name_prefix="tg-io")
         #: Table definitions by name, and the round-robin counters of keyless tables:
         #: for the tables in use (bounded, whatever the number of tables).

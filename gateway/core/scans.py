@@ -5,6 +5,7 @@ from __future__ import annotations
 import datetime as dt
 import functools
 import logging
+import time
 from collections.abc import AsyncIterator, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -38,6 +39,13 @@ log = logging.getLogger(__name__)
 #: Arrow data per part of a scan handed whole to Arrow's transport: small enough that
 #: reading the next part overlaps sending this one from the start of the scan.
 _PART_BYTES = 4 * 1024 * 1024
+
+#: A read plan's lease lasts this many times ``cold.presign_expiry_s``, and the plans of
+#: the same snapshot share it while at least ``presign_expiry_s`` of it is left: every plan
+#: keeps its files at least that long, as with a lease of its own, and a table planned
+#: again and again (engines polling, small client-side scans) commits a lease row once per
+#: ``presign_expiry_s`` instead of once per plan.
+_PLAN_LEASE_FACTOR = 2
 
 
 class ScanOps(CoreBase):
@@ -128,6 +136,24 @@ class ScanOps(CoreBase):
                 self.meta.release_lease(lease.lease_id)
                 raise
         return lease.lease_id
+
+    async def _plan_lease(self, table: TableView, snap: ColdSnapshot) -> None:
+        """Hold the current snapshot ``snap`` against expiry for at least
+        ``cold.presign_expiry_s`` from now: the lease this process took for an earlier
+        plan of it when enough of it is left, else a new one (``_PLAN_LEASE_FACTOR``).
+        Never released: a plan's reader tells nobody when it is done."""
+        if snap.snapshot_id is None:
+            return
+        key = (table.definition.table_id, snap.snapshot_id)
+        ttl = float(self.settings.cold.presign_expiry_s)
+        start = time.monotonic()
+        held = self._plan_leases.get(key)
+        if held is not None and held - start >= ttl:
+            return
+        await self._run(self.meta.add_lease, key[0], key[1], "plan", ttl * _PLAN_LEASE_FACTOR)
+        # From before the lease was written: what this process counts on, never more
+        # than the lease row holds.
+        self._plan_leases[key] = start + ttl * _PLAN_LEASE_FACTOR
 
     def _hot_rows(
         self, table: TableView, r: HotRange, arrow_filter: Any, names: list[str]
@@ -376,7 +402,10 @@ class ScanOps(CoreBase):
         snap, ranges, earliest = await self._run(self._pin, table, when)
         files: list[PlannedFile] = []
         if self.cold is not None and snap is not None:
-            await self._run(self._lease, table, snap, "plan", when is not None)
+            if when is None:
+                await self._plan_lease(table, snap)
+            else:  # checked again once leased: a lease of its own
+                await self._run(self._lease, table, snap, "plan", True)
             # Files wholly below a partition's earliest offset are pruned by their bounds.
             files = await self._run(
                 self._cold_table(table).plan,

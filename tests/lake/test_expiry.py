@@ -149,6 +149,57 @@ def test_a_plans_lease_keeps_its_files_until_it_ends(tmp_path: Path) -> None:
         svc.close()
 
 
+def test_plans_of_a_snapshot_share_a_lease_while_it_outlasts_each_by_the_url_lifetime(
+    tmp_path: Path,
+) -> None:
+    settings = _settings(tmp_path)
+    settings = Settings.explicit(
+        **{**settings.model_dump(), "cold": {**settings.cold.model_dump(), "presign_expiry_s": 3}}
+    )
+    svc, h = _served(settings)
+    lifetime = dt.timedelta(seconds=3)
+    try:
+        d = h.create_table(partitions=1, tenant="default")
+        _fill(h, d, 2)
+
+        def plan() -> tuple[int, dt.datetime]:
+            at = dt.datetime.now(dt.UTC)
+            p = asyncio.run(svc.plan("default", d.namespace, d.name))
+            assert p.snapshot_id is not None
+            # Whatever lease it shares, the plan's files are held a URL's lifetime.
+            held = [x.expires_at for x in h.c.meta.leases(d.table_id)]
+            assert held and max(held) >= at + lifetime
+            return p.snapshot_id, at
+
+        first, _ = plan()
+        [lease] = h.c.meta.leases(d.table_id)
+        assert (lease.kind, lease.snapshot_id) == ("plan", first)
+        assert plan()[0] == first  # planned again at once: the same lease
+        assert [x.lease_id for x in h.c.meta.leases(d.table_id)] == [lease.lease_id]
+
+        # Once less than a URL's lifetime is left of it, the next plan takes a new one.
+        time.sleep(
+            max(0.0, (lease.expires_at - lifetime - dt.datetime.now(dt.UTC)).total_seconds())
+        )
+        time.sleep(0.05)
+        assert plan()[0] == first
+        assert len(h.c.meta.leases(d.table_id)) == 2
+
+        # A new snapshot: a lease of its own.
+        _fill(h, d, 1, start=2)
+        second, _ = plan()
+        assert second != first
+        assert second in {x.snapshot_id for x in h.c.meta.leases(d.table_id)}
+        # Time travel still takes a lease per plan (and checks its snapshot once leased).
+        before = {x.lease_id for x in h.c.meta.leases(d.table_id)}
+        asyncio.run(svc.plan("default", d.namespace, d.name, as_of=first))
+        asyncio.run(svc.plan("default", d.namespace, d.name, as_of=first))
+        new = [x for x in h.c.meta.leases(d.table_id) if x.lease_id not in before]
+        assert [x.snapshot_id for x in new] == [first, first]
+    finally:
+        svc.close()
+
+
 def test_a_scans_lease_lasts_while_it_reads(tmp_path: Path) -> None:
     settings = _settings(tmp_path)
     svc, h = _served(settings)
