@@ -398,14 +398,15 @@ def lake_scan(
     scan = _planned(host, table, columns, filter, as_of, limit, mode)
     if scan is None:
         return None
-    if limit is not None:  # the files first; the hot ranges only for what they miss
+    if limit is not None or not scan.hot:  # the files first; the hot ranges for what they miss
         try:
             cold = scan.read_cold()
         except _UNREACHED as exc:
             _fallen_back(scan, mode, exc)
             return None
-        room = limit - cold.num_rows
-        return scan.assemble(cold, _hot_tables(host, scan, room) if room > 0 else [])
+        room = None if limit is None else limit - cold.num_rows
+        hot = _hot_tables(host, scan, room) if scan.hot and (room is None or room > 0) else []
+        return scan.assemble(cold, hot)
     with ThreadPoolExecutor(1, thread_name_prefix="tidegate-lake") as pool:
         reading = pool.submit(scan.read_cold)  # while the hot ranges come
         hot = _hot_tables(host, scan, None)

@@ -21,6 +21,7 @@ from gateway.hot.disk.log import MIN_OPEN_FILES
 from gateway.lake.components import Components
 from gateway.lake.runners import LocalRunner
 from gateway.lake.scheduler import changed_tables, run_once
+from gateway.meta.engine import SQLITE_BEGIN
 from gateway.meta.models import PartitionRecord, TableRecord, Tenant, utcnow
 from gateway.metrics import HOT_DISK_EVICTIONS
 from gateway.server.app import build_service
@@ -48,7 +49,11 @@ def _bulk_tables(svc: StreamTables, tenant: str, n: int, partitions: int = 4) ->
     their Iceberg tables are never needed: nothing asks to tier them)."""
     ids = [str(uuid.uuid4()) for _ in range(n)]
     now = utcnow()
-    with Session(svc.meta.engine) as session, session.begin():
+    # A writer's transaction, as the store's own (``BEGIN IMMEDIATE`` on SQLite): a
+    # deferred one that reads first may meet "database is locked" at its first write,
+    # without SQLite's busy wait, while the service records its marks.
+    engine = svc.meta.engine.execution_options(**{SQLITE_BEGIN: "IMMEDIATE"})
+    with Session(engine) as session, session.begin():
         if session.get(Tenant, tenant) is None:
             session.add(Tenant(id=tenant, status="active", created_at=now))
             session.flush()
