@@ -56,8 +56,8 @@ def against_redis(baseline_fn: Any, gateway_fn: Any, flight_fn: Any = None) -> S
     (the same client against the same gRPC edge with no Tidegate logic, over that tier's
     raw store) and Tidegate. Tidegate's rows are compared with both: to the raw store,
     and to the pass-through (what is Tidegate's own); the pass-through's with the raw
-    store (what is the edge's). With ``flight_fn``, Tidegate over its Flight edge too,
-    compared with the raw store (the pass-through has no Flight edge over a hot store)."""
+    store (what is the edge's). With ``flight_fn``, the same over the Flight edges: the
+    pass-through's Flight edge over the same raw store, and Tidegate's."""
 
     async def run(b: Bench, w: Workload) -> list[dict[str, Any]]:
         base: Result = await baseline_fn(w, b.redis.url)
@@ -69,6 +69,11 @@ def against_redis(baseline_fn: Any, gateway_fn: Any, flight_fn: Any = None) -> S
             passed: Result = await gateway_fn(hot, edge.grpc_target, bare if w.tenants > 1 else ())
             passed.system = passthrough_system(kind, w.tenants)
             through = compare(passed.summary(), rows[:1])
+            flown_through: dict[str, Any] | None = None
+            if flight_fn is not None:
+                bare_flown: Result = await flight_fn(hot, edge.grpc_target, edge.flight_port)
+                bare_flown.system = passthrough_system(kind, w.tenants, edge="Flight")
+                flown_through = compare(bare_flown.summary(), rows[:1])
             with b.tenants(gw, w.tenants) as keys:
                 md = [b.auth(gw, k) for k in keys] if w.tenants > 1 else b.auth(gw)
                 res: Result = await gateway_fn(hot, gw.grpc_target, md)
@@ -76,18 +81,18 @@ def against_redis(baseline_fn: Any, gateway_fn: Any, flight_fn: Any = None) -> S
                 if flight_fn is not None:
                     flown = await flight_fn(hot, gw.grpc_target, gw.flight_port, md)
             rows += [through, compare(res.summary(), [rows[0], through])]
-            if flown is not None:
-                rows.append(compare(flown.summary(), rows[:1]))
+            if flown is not None and flown_through is not None:
+                rows += [flown_through, compare(flown.summary(), [rows[0], flown_through])]
         return rows
 
     return run
 
 
-def passthrough_system(kind: str, tenants: int = 1) -> str:
-    """The row name of the pass-through over ``kind``'s raw store."""
+def passthrough_system(kind: str, tenants: int = 1, edge: str = "gRPC") -> str:
+    """The row name of the pass-through over ``kind``'s raw store, on ``edge``."""
     store = "Redis XADD/XRANGE" if kind == "redis" else "files"
     suffix = f", {tenants} tables" if tenants > 1 else ""
-    return f"pass-through gRPC edge, {store} (baseline){suffix}"
+    return f"pass-through {edge} edge, {store} (baseline){suffix}"
 
 
 #: workload kind -> scenario; each returns its result rows, baselines first.

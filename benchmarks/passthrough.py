@@ -4,7 +4,9 @@ of the same service, answered by the same client stubs) with no Tidegate logic b
 No auth, no validation, no routing, no metadata store: an ``Append`` counts the rows of
 the client's Arrow IPC body (a log must give offsets) and stores the body as it came, a
 ``Read`` answers the stored bodies as ``hot_batches`` (what the gateway sends with
-``raw_hot``), so the client decodes the same bytes on both sides. The raw stores are the
+``raw_hot``), so the client decodes the same bytes on both sides; its Flight edge's
+``DoGet`` answers the same bodies decoded, cut at the range's edges, as one table that
+Arrow's C++ sends (:meth:`PassThrough.hot_read`). The raw stores are the
 hot tiers': a Redis stream per partition (``MULTI`` of ``INCRBY`` for the offsets and
 ``XADD``, one round trip; ``XRANGE`` to read) or a file per partition (``os.write``,
 then an fsync before the answer, as the disk hot tier's default ``fsync="batch"`` does
@@ -160,6 +162,9 @@ class PassThrough(pb_grpc.TidegateServicer):  # type: ignore[misc]
         self.folder = folder
         self.tables: dict[tuple[str, str], _Table] = {}
         self.redis: Any = None
+        self.redis_url = redis_url
+        #: The Flight edge's client (its calls run on Flight's threads, not the loop).
+        self._sync_redis: Any = None
         if store == "redis":
             import redis.asyncio as aioredis
 
@@ -234,6 +239,37 @@ class PassThrough(pb_grpc.TidegateServicer):  # type: ignore[misc]
             ranges=[pb.AppendRange(partition=partition, base_offset=base, count=rows)]
         )
 
+    def hot_read(self, namespace: str, name: str, partition: int, offset: int,
+                 max_records: int) -> pa.Table:  # fmt: skip
+        """The Flight edge's read of a hot table, on its own thread: the stored bodies
+        holding ``max_records`` rows from ``offset``, read from the raw store, decoded
+        and cut at the range's edges (the columns as stored: no system columns)."""
+        t = self.tables[(namespace, name)]
+        p = t.partitions[partition]
+        i, j = p.span(offset, max_records)
+        bodies: list[bytes] = []
+        if self.store == "redis" and i < j:
+            if self._sync_redis is None:
+                import redis
+
+                self._sync_redis = redis.Redis.from_url(self.redis_url)
+            first = p.entries[i][2]
+            got = self._sync_redis.xrange(f"{t.key}:{partition}", min=first, count=j - i)
+            bodies = [fields[b"d"] for _, fields in got]
+        elif self.store == "disk":
+            bodies = [os.pread(p.fd, n, pos) for _, _, (pos, n) in p.entries[i:j]]
+        parts, want = [], max_records
+        for k, body in zip(range(i, j), bodies, strict=True):
+            base, rows = p.bases[k], p.entries[k][0]
+            skip = max(0, offset - base)
+            count = min(rows - skip, want)
+            parts.append(pa.ipc.open_stream(pa.py_buffer(body)).read_all().slice(skip, count))
+            offset, want = base + skip + count, want - count
+        if not parts:  # at the end: no rows, in the table's columns
+            stored = pa.ipc.open_stream(pa.py_buffer(t.schema_ipc)).schema
+            return pa.schema([f for f in stored if f not in _SYSTEM]).empty_table()
+        return pa.concat_tables(parts)
+
     async def _bodies(self, t: _Table, partition: int, i: int, j: int) -> list[bytes]:
         p = t.partitions[partition]
         if self.redis is not None:
@@ -305,10 +341,11 @@ class PassThrough(pb_grpc.TidegateServicer):  # type: ignore[misc]
                     return
 
 
-def flight_server(port: int) -> Any:
+def flight_server(port: int, hot: PassThrough | None = None) -> Any:
     """Tidegate's Flight edge with no Tidegate logic: ``DoGet`` of the gateway's JSON
-    tickets (``read``, ``scan``) over a cold table's files, handed to Flight as whole
-    tables (Arrow's C++ sends them); the ``register`` action names a table's files."""
+    tickets (``read``, ``scan``) over a cold table's files, or a ``read`` of a hot
+    table of ``hot`` (:meth:`PassThrough.hot_read`), handed to Flight as whole tables
+    (Arrow's C++ sends them); the ``register`` action names a table's files."""
     import json
 
     import pyarrow.flight as fl
@@ -327,16 +364,20 @@ def flight_server(port: int) -> Any:
             else:
                 where = doc["read"]
                 start = where["offset"]
-                end = start + (where.get("max_records") or _DEFAULT_RECORDS)
-                table = cold_read(COLD[(where["namespace"], where["name"])], start, end)
+                records = where.get("max_records") or _DEFAULT_RECORDS
+                ref = (where["namespace"], where["name"])
+                if ref not in COLD and hot is not None:
+                    table = hot.hot_read(*ref, where.get("partition", 0), start, records)
+                else:
+                    table = cold_read(COLD[ref], start, start + records)
             return fl.RecordBatchStream(table)
 
     return Edge(f"grpc+tcp://127.0.0.1:{port}")
 
 
-async def serve(store: str, redis_url: str, folder: Path, port: int) -> None:
+async def serve(service: PassThrough, port: int) -> None:
     server = grpc.aio.server(options=_OPTIONS)
-    pb_grpc.add_TidegateServicer_to_server(PassThrough(store, redis_url, folder), server)
+    pb_grpc.add_TidegateServicer_to_server(service, server)
     server.add_insecure_port(f"127.0.0.1:{port}")
     await server.start()
     stop = asyncio.Event()
@@ -407,12 +448,13 @@ def main() -> None:
     parser.add_argument("--grpc-port", type=int, required=True)
     parser.add_argument("--flight-port", type=int, default=0)
     ns = parser.parse_args()
+    service = PassThrough(ns.store, ns.redis_url, ns.dir)
     if ns.flight_port:
         import threading
 
-        edge = flight_server(ns.flight_port)
+        edge = flight_server(ns.flight_port, service)
         threading.Thread(target=edge.serve, name="flight", daemon=True).start()
-    asyncio.run(serve(ns.store, ns.redis_url, ns.dir, ns.grpc_port))
+    asyncio.run(serve(service, ns.grpc_port))
 
 
 if __name__ == "__main__":

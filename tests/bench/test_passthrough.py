@@ -21,7 +21,9 @@ from gateway.wire._proto.tidegate.v1 import tidegate_pb2_grpc as pb_grpc
 from tests.services import RedisServer
 
 
-async def _append_and_read(target: str) -> None:
+async def _append_and_read(target: str, flight_port: int) -> None:
+    from benchmarks.scenarios import FlightReader
+
     async with grpc.aio.insecure_channel(target, options=CHANNEL_OPTIONS) as ch:
         stub = pb_grpc.TidegateStub(ch)
         ref = await create_table(stub, "pt", 2, ())
@@ -36,6 +38,15 @@ async def _append_and_read(target: str) -> None:
         assert (await read(0, 1_500, 2_000))[0] == 2_000
         assert (await read(0, 4_500, 2_000))[0] == 500
         assert (await read(0, 5_000, 2_000))[0] == 0
+        # The Flight edge reads the same stored bodies (decoded, cut at the edges).
+        flight = FlightReader(flight_port, ref, ())
+        try:
+            assert (await flight.read(0, 1_500, 2_000))[0] == 2_000
+            assert (await flight.read(0, 4_500, 2_000))[0] == 500
+            assert (await flight.read(0, 5_000, 2_000))[0] == 0
+            assert (await flight.read(1, 0, 100))[0] == 7
+        finally:
+            flight.close()
         info = await stub.DescribeTable(pb.DescribeTableRequest(table=ref))
         assert [p.high_watermark for p in info.partition_info] == [5_000, 7]
 
@@ -57,7 +68,7 @@ def test_the_pass_through_serves_the_benchmark_clients(
     edge = PassThroughProcess(store, tmp_path / "pt", redis_server.url if store == "redis" else "")
     edge.start()
     try:
-        asyncio.run(_append_and_read(edge.grpc_target))
+        asyncio.run(_append_and_read(edge.grpc_target, edge.flight_port))
     finally:
         edge.stop()
 
