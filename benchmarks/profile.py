@@ -5,8 +5,9 @@ py-spy meanwhile, and summarise the samples by function.
     python -m benchmarks.profile hot-read [--seconds 10] [--out DIR] [--hot disk|redis]
 
 Paths: ``hot-read`` (gRPC Read of hot records, as the SDK reads them), ``cold-read`` (Flight
-stream reads of tiered records), ``scan`` (whole-table Flight scans of tiered records),
-``append`` (gRPC Append of 64 KiB Arrow bodies to one partition). Each prints the client's
+stream reads of tiered records), ``flight-hot-read`` (the same Flight reads of hot records),
+``scan`` (whole-table Flight scans of tiered records), ``append`` (gRPC Append of 64 KiB
+Arrow bodies to one partition). Each prints the client's
 records/s, then the functions holding the most samples by themselves and the chosen frames
 of the path with the share of samples under them; ``--out`` also writes the summary and the
 raw samples (py-spy's collapsed stacks) there. The numbers are shares of the gateway's own
@@ -64,6 +65,17 @@ FRAMES = {
         "ParquetFile.read_row_group",
         "ReadOps._read_snapshot",
         "cast_to",
+    ],
+    "flight-hot-read": [
+        "FlightReads._drain",
+        "FlightReads._read",
+        "ReadOps._read",
+        "ReadOps._spliced",
+        "DiskHotLog.read_at",
+        "ShardReads.read_at",
+        "read_messages",
+        "splice_piece",
+        "LoopBridge.on_loop",
     ],
     "scan": [
         "FlightReads._drain",
@@ -261,7 +273,7 @@ def profile(
             n = asyncio.run(_hot_reads(gw, until))
         elif path == "append":
             n = asyncio.run(_appends(gw, until))
-        elif path == "cold-read":
+        elif path in ("cold-read", "flight-hot-read"):
             n = _flight_calls(
                 gw,
                 lambda i: {

@@ -56,6 +56,8 @@ class FlightReads(LoopBridge):
                 last = isinstance(chunk, _Last)
                 if last:
                     chunk = chunk.items
+                if isinstance(chunk, _Answer):  # built here, on Flight's thread
+                    chunk = _read_chunk(chunk.result, chunk.meta)
                 readers = sum(1 for c in chunk if isinstance(c, pa.RecordBatchReader))
                 metrics.record_flight_sent(kind, readers, len(chunk) - readers)
                 yield from chunk
@@ -130,7 +132,7 @@ class FlightReads(LoopBridge):
                         }
                     ).encode()
                 )
-                chunk = _read_chunk(result, meta)
+                chunk = _Answer(result, meta)
                 seen += got
                 offset = result.next_offset
                 if got == 0 or seen >= wanted or offset >= result.high_watermark:
@@ -163,7 +165,17 @@ def _read_chunk(result: ReadResult, meta: pa.Buffer) -> list[Any]:
 class _Last:
     """The last chunk of a call."""
 
-    items: list[Any]
+    items: Any
+
+
+@dataclass(frozen=True, slots=True)
+class _Answer:
+    """A stream read's answer, made into Flight's items (:func:`_read_chunk`: the last
+    message decoded, readers made) by the Flight thread that sends it, not on the event
+    loop that every call shares."""
+
+    result: ReadResult
+    meta: pa.Buffer
 
 
 async def _head(items: AsyncIterator[Any]) -> tuple[pa.Schema, Any]:
