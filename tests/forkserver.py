@@ -13,7 +13,8 @@ The server answers requests on a Unix socket, one JSON line each:
 - ``{"start": {"argv": [...], "env": {...}, "cwd": "...", "log": "..."}}`` -> ``{"pid": n}``:
   fork a child that runs ``gateway.cli.main()`` on ``argv`` with ``env`` as its whole
   environment, in ``cwd``, its stdout and stderr appended to ``log`` (its stderr to
-  ``"stderr"`` if given, its stdin read from ``"stdin"`` if given);
+  ``"stderr"`` if given, its stdin read from ``"stdin"`` if given; the names of the
+  modules it imported after the fork written to ``"imports"`` at its exit, if given);
 - ``{"reap": n}`` -> ``{"returncode": r}``: wait for child ``n`` (the caller saw it end) and
   answer its status as :class:`subprocess.Popen` does (``-signal`` for a signal).
 
@@ -66,7 +67,10 @@ def _preload() -> None:
     thread, opens no socket and makes no event loop."""
     import sqlite3  # noqa: F401
 
-    import pyiceberg.catalog.sql  # noqa: F401 - the cold tier's catalog, opened at start
+    import psycopg  # noqa: F401 - PostgreSQL metadata stores and catalogs
+    import pydantic.v1  # noqa: F401 - FastAPI's compatibility check, at the app's start
+    import pyiceberg.catalog.sql  # the cold tier's catalog, opened at start
+    import pyiceberg.io.pyarrow  # noqa: F401 - its files, at a gateway's first tiering or scan
     import uvicorn  # noqa: F401
 
     import gateway.cli
@@ -74,6 +78,7 @@ def _preload() -> None:
     import gateway.cold.iceberg
     import gateway.cold.iceberg.sqlcatalog
     import gateway.hot.disk
+    import gateway.hot.redis
     import gateway.logs
     import gateway.server.app
     import gateway.server.flight
@@ -82,7 +87,8 @@ def _preload() -> None:
     import gateway.server.http.admin
     import gateway.server.http.app
     import gateway.server.http.console
-    import gateway.server.http.files  # noqa: F401
+    import gateway.server.http.files
+    import gateway.server.http.refusals  # noqa: F401
 
     # As a gateway does once it started (gateway/server/app.py, _freeze_startup_objects):
     # what the imports made goes out of the collector's sight, so each child's own full
@@ -93,6 +99,7 @@ def _preload() -> None:
 
 def _child(request: Mapping[str, Any]) -> None:
     """In the forked child: become the gateway process, run it, and never return."""
+    preloaded = set(sys.modules)
     code = 1
     try:
         # Signal dispositions stay the server's, which are an interpreter's: SIGPIPE and
@@ -126,6 +133,10 @@ def _child(request: Mapping[str, Any]) -> None:
 
         threads._shutdown()  # type: ignore[attr-defined]
         atexit._run_exitfuncs()
+        if request.get("imports"):
+            # What _preload left to the child (tests/test_forkserver.py checks it).
+            fresh = sorted(set(sys.modules) - preloaded)
+            Path(request["imports"]).write_text("".join(f"{m}\n" for m in fresh))
     except BaseException:
         import traceback
 
@@ -251,14 +262,20 @@ class ForkServer:
         return answer
 
     def start(
-        self, argv: Sequence[str], env: Mapping[str, str], cwd: str, log: str
+        self,
+        argv: Sequence[str],
+        env: Mapping[str, str],
+        cwd: str,
+        log: str,
+        *,
+        imports: str | None = None,
     ) -> ForkedProcess:
-        pid = int(
-            self._call({"start": {"argv": list(argv), "env": dict(env), "cwd": cwd, "log": log}})[
-                "pid"
-            ]
-        )
-        return ForkedProcess(self, pid)
+        """Fork ``tidegate *argv``; with ``imports``, the child writes there at its exit the
+        modules it imported itself (one name a line)."""
+        request = {"argv": list(argv), "env": dict(env), "cwd": cwd, "log": log}
+        if imports:
+            request["imports"] = imports
+        return ForkedProcess(self, int(self._call({"start": request})["pid"]))
 
     def run(
         self,

@@ -671,13 +671,23 @@ class GatewayProcess:
         env.update(self.extra_env)
         return env
 
-    def start(self, timeout: float = START_TIMEOUT_S) -> GatewayProcess:
+    def start(
+        self, timeout: float = START_TIMEOUT_S, *, imports: Path | None = None
+    ) -> GatewayProcess:
+        """Start the gateway and wait until it is ready. ``imports``: a forked gateway writes
+        there, when it exits, the modules it imported after the fork (tests/forkserver.py)."""
         self.data_dir.mkdir(parents=True, exist_ok=True)
         env = self.env()
         if can_fork(env):
             # `tidegate serve` forked from a process that made its imports once
             # (tests/forkserver.py): the same command, a second less of CPU per start.
-            self.proc = fork_server().start(["serve"], env, str(REPO_ROOT), str(self.log_path))
+            self.proc = fork_server().start(
+                ["serve"],
+                env,
+                str(REPO_ROOT),
+                str(self.log_path),
+                imports=str(imports) if imports else None,
+            )
         else:
             log = open(self.log_path, "ab")  # noqa: SIM115 - owned by the child for its lifetime
             self.proc = subprocess.Popen(
