@@ -14,7 +14,9 @@ The server answers requests on a Unix socket, one JSON line each:
   fork a child that runs ``gateway.cli.main()`` on ``argv`` with ``env`` as its whole
   environment, in ``cwd``, its stdout and stderr appended to ``log`` (its stderr to
   ``"stderr"`` if given, its stdin read from ``"stdin"`` if given; the names of the
-  modules it imported after the fork written to ``"imports"`` at its exit, if given);
+  modules it imported after the fork written to ``"imports"`` at its exit, if given;
+  with ``"module"``, it runs that module as ``python -m <module>`` would, instead of the
+  ``tidegate`` command);
 - ``{"reap": n}`` -> ``{"returncode": r}``: wait for child ``n`` (the caller saw it end) and
   answer its status as :class:`subprocess.Popen` does (``-signal`` for a signal).
 
@@ -118,11 +120,18 @@ def _child(request: Mapping[str, Any]) -> None:
         os.environ.clear()
         os.environ.update(request["env"])
         os.chdir(request["cwd"])
+        module = request.get("module")
         sys.argv = [sys.executable, *request["argv"]]
-        from gateway.cli import main
-
         try:
-            main()  # reads sys.argv, as `python -m gateway` does
+            if module:
+                import runpy
+
+                # As `python -m module` does: argv[0] the module's file, __main__ its name.
+                runpy.run_module(module, run_name="__main__", alter_sys=True)
+            else:
+                from gateway.cli import main
+
+                main()  # reads sys.argv, as `python -m gateway` does
             code = 0
         except SystemExit as exc:
             code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
@@ -285,9 +294,11 @@ class ForkServer:
         *,
         stdin: str | None = None,
         timeout: float = 60,
+        module: str | None = None,
     ) -> subprocess.CompletedProcess[str]:
-        """``tidegate *argv`` run to its end, as :func:`subprocess.run` with
-        ``capture_output=True, text=True`` would (a CLI command of the tests)."""
+        """``tidegate *argv`` (or ``python -m module *argv``) run to its end, as
+        :func:`subprocess.run` with ``capture_output=True, text=True`` would (a CLI command
+        or a lake job of the tests)."""
         import tempfile
 
         with tempfile.TemporaryDirectory(prefix="tgrun") as tmp:
@@ -297,6 +308,8 @@ class ForkServer:
             Path(files["stderr"]).touch()
             request = {"argv": list(argv), "env": dict(env), "cwd": cwd, "log": files["stdout"]}
             request |= {"stdin": files["stdin"], "stderr": files["stderr"]}
+            if module:
+                request["module"] = module
             proc = ForkedProcess(self, int(self._call({"start": request})["pid"]))
             try:
                 code = proc.wait(timeout)
@@ -305,7 +318,8 @@ class ForkServer:
                 proc.wait()
                 raise
             out, err = (Path(files[n]).read_text() for n in ("stdout", "stderr"))
-        return subprocess.CompletedProcess(["tidegate", *argv], code, out, err)
+        command = ["python", "-m", module] if module else ["tidegate"]
+        return subprocess.CompletedProcess([*command, *argv], code, out, err)
 
     def reap(self, pid: int) -> int:
         answer = self._call({"reap": pid})

@@ -136,6 +136,30 @@ def run_cli(
     )
 
 
+def run_module(
+    module: str,
+    argv: list[str] | tuple[str, ...],
+    env: Mapping[str, str],
+    cwd: str | Path | None = None,
+    *,
+    timeout: float = 120,
+) -> subprocess.CompletedProcess[str]:
+    """``python -m module *argv`` run to its end in ``env`` (a lake job's own entry point,
+    ``tiering``), as :func:`run_cli` runs ``tidegate``: forked where the environment allows,
+    else exec'd."""
+    folder = str(cwd if cwd is not None else Path.cwd())
+    if can_fork(env):
+        return fork_server().run(list(argv), env, folder, timeout=timeout, module=module)
+    return subprocess.run(
+        [sys.executable, "-m", module, *argv],
+        env=dict(env),
+        cwd=folder,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
 #: Seconds a service the tests start may take to listen and answer. Generous: a process that
 #: dies is noticed at once (``wait_for_port`` watches it), so the budget is spent only by one
 #: that is slow, as a loaded machine makes every process (four test workers on two cores,
