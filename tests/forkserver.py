@@ -13,7 +13,10 @@ The server answers requests on a Unix socket, one JSON line each:
 - ``{"start": {"argv": [...], "env": {...}, "cwd": "...", "log": "..."}}`` -> ``{"pid": n}``:
   fork a child that runs ``gateway.cli.main()`` on ``argv`` with ``env`` as its whole
   environment, in ``cwd``, its stdout and stderr appended to ``log`` (its stderr to
-  ``"stderr"`` if given, its stdin read from ``"stdin"`` if given);
+  ``"stderr"`` if given, its stdin read from ``"stdin"`` if given; the names of the
+  modules it imported after the fork written to ``"imports"`` at its exit, if given;
+  with ``"module"``, it runs that module as ``python -m <module>`` would, instead of the
+  ``tidegate`` command);
 - ``{"reap": n}`` -> ``{"returncode": r}``: wait for child ``n`` (the caller saw it end) and
   answer its status as :class:`subprocess.Popen` does (``-signal`` for a signal).
 
@@ -66,7 +69,10 @@ def _preload() -> None:
     thread, opens no socket and makes no event loop."""
     import sqlite3  # noqa: F401
 
-    import pyiceberg.catalog.sql  # noqa: F401 - the cold tier's catalog, opened at start
+    import psycopg  # noqa: F401 - PostgreSQL metadata stores and catalogs
+    import pydantic.v1  # noqa: F401 - FastAPI's compatibility check, at the app's start
+    import pyiceberg.catalog.sql  # the cold tier's catalog, opened at start
+    import pyiceberg.io.pyarrow  # noqa: F401 - its files, at a gateway's first tiering or scan
     import uvicorn  # noqa: F401
 
     import gateway.cli
@@ -74,6 +80,7 @@ def _preload() -> None:
     import gateway.cold.iceberg
     import gateway.cold.iceberg.sqlcatalog
     import gateway.hot.disk
+    import gateway.hot.redis
     import gateway.logs
     import gateway.server.app
     import gateway.server.flight
@@ -82,7 +89,8 @@ def _preload() -> None:
     import gateway.server.http.admin
     import gateway.server.http.app
     import gateway.server.http.console
-    import gateway.server.http.files  # noqa: F401
+    import gateway.server.http.files
+    import gateway.server.http.refusals  # noqa: F401
 
     # As a gateway does once it started (gateway/server/app.py, _freeze_startup_objects):
     # what the imports made goes out of the collector's sight, so each child's own full
@@ -93,6 +101,7 @@ def _preload() -> None:
 
 def _child(request: Mapping[str, Any]) -> None:
     """In the forked child: become the gateway process, run it, and never return."""
+    preloaded = set(sys.modules)
     code = 1
     try:
         # Signal dispositions stay the server's, which are an interpreter's: SIGPIPE and
@@ -111,11 +120,18 @@ def _child(request: Mapping[str, Any]) -> None:
         os.environ.clear()
         os.environ.update(request["env"])
         os.chdir(request["cwd"])
+        module = request.get("module")
         sys.argv = [sys.executable, *request["argv"]]
-        from gateway.cli import main
-
         try:
-            main()  # reads sys.argv, as `python -m gateway` does
+            if module:
+                import runpy
+
+                # As `python -m module` does: argv[0] the module's file, __main__ its name.
+                runpy.run_module(module, run_name="__main__", alter_sys=True)
+            else:
+                from gateway.cli import main
+
+                main()  # reads sys.argv, as `python -m gateway` does
             code = 0
         except SystemExit as exc:
             code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
@@ -126,6 +142,10 @@ def _child(request: Mapping[str, Any]) -> None:
 
         threads._shutdown()  # type: ignore[attr-defined]
         atexit._run_exitfuncs()
+        if request.get("imports"):
+            # What _preload left to the child (tests/test_forkserver.py checks it).
+            fresh = sorted(set(sys.modules) - preloaded)
+            Path(request["imports"]).write_text("".join(f"{m}\n" for m in fresh))
     except BaseException:
         import traceback
 
@@ -251,14 +271,20 @@ class ForkServer:
         return answer
 
     def start(
-        self, argv: Sequence[str], env: Mapping[str, str], cwd: str, log: str
+        self,
+        argv: Sequence[str],
+        env: Mapping[str, str],
+        cwd: str,
+        log: str,
+        *,
+        imports: str | None = None,
     ) -> ForkedProcess:
-        pid = int(
-            self._call({"start": {"argv": list(argv), "env": dict(env), "cwd": cwd, "log": log}})[
-                "pid"
-            ]
-        )
-        return ForkedProcess(self, pid)
+        """Fork ``tidegate *argv``; with ``imports``, the child writes there at its exit the
+        modules it imported itself (one name a line)."""
+        request = {"argv": list(argv), "env": dict(env), "cwd": cwd, "log": log}
+        if imports:
+            request["imports"] = imports
+        return ForkedProcess(self, int(self._call({"start": request})["pid"]))
 
     def run(
         self,
@@ -268,9 +294,11 @@ class ForkServer:
         *,
         stdin: str | None = None,
         timeout: float = 60,
+        module: str | None = None,
     ) -> subprocess.CompletedProcess[str]:
-        """``tidegate *argv`` run to its end, as :func:`subprocess.run` with
-        ``capture_output=True, text=True`` would (a CLI command of the tests)."""
+        """``tidegate *argv`` (or ``python -m module *argv``) run to its end, as
+        :func:`subprocess.run` with ``capture_output=True, text=True`` would (a CLI command
+        or a lake job of the tests)."""
         import tempfile
 
         with tempfile.TemporaryDirectory(prefix="tgrun") as tmp:
@@ -280,6 +308,8 @@ class ForkServer:
             Path(files["stderr"]).touch()
             request = {"argv": list(argv), "env": dict(env), "cwd": cwd, "log": files["stdout"]}
             request |= {"stdin": files["stdin"], "stderr": files["stderr"]}
+            if module:
+                request["module"] = module
             proc = ForkedProcess(self, int(self._call({"start": request})["pid"]))
             try:
                 code = proc.wait(timeout)
@@ -288,7 +318,8 @@ class ForkServer:
                 proc.wait()
                 raise
             out, err = (Path(files[n]).read_text() for n in ("stdout", "stderr"))
-        return subprocess.CompletedProcess(["tidegate", *argv], code, out, err)
+        command = ["python", "-m", module] if module else ["tidegate"]
+        return subprocess.CompletedProcess([*command, *argv], code, out, err)
 
     def reap(self, pid: int) -> int:
         answer = self._call({"reap": pid})

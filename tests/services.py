@@ -136,6 +136,30 @@ def run_cli(
     )
 
 
+def run_module(
+    module: str,
+    argv: list[str] | tuple[str, ...],
+    env: Mapping[str, str],
+    cwd: str | Path | None = None,
+    *,
+    timeout: float = 120,
+) -> subprocess.CompletedProcess[str]:
+    """``python -m module *argv`` run to its end in ``env`` (a lake job's own entry point,
+    ``tiering``), as :func:`run_cli` runs ``tidegate``: forked where the environment allows,
+    else exec'd."""
+    folder = str(cwd if cwd is not None else Path.cwd())
+    if can_fork(env):
+        return fork_server().run(list(argv), env, folder, timeout=timeout, module=module)
+    return subprocess.run(
+        [sys.executable, "-m", module, *argv],
+        env=dict(env),
+        cwd=folder,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
 #: Seconds a service the tests start may take to listen and answer. Generous: a process that
 #: dies is noticed at once (``wait_for_port`` watches it), so the budget is spent only by one
 #: that is slow, as a loaded machine makes every process (four test workers on two cores,
@@ -671,13 +695,23 @@ class GatewayProcess:
         env.update(self.extra_env)
         return env
 
-    def start(self, timeout: float = START_TIMEOUT_S) -> GatewayProcess:
+    def start(
+        self, timeout: float = START_TIMEOUT_S, *, imports: Path | None = None
+    ) -> GatewayProcess:
+        """Start the gateway and wait until it is ready. ``imports``: a forked gateway writes
+        there, when it exits, the modules it imported after the fork (tests/forkserver.py)."""
         self.data_dir.mkdir(parents=True, exist_ok=True)
         env = self.env()
         if can_fork(env):
             # `tidegate serve` forked from a process that made its imports once
             # (tests/forkserver.py): the same command, a second less of CPU per start.
-            self.proc = fork_server().start(["serve"], env, str(REPO_ROOT), str(self.log_path))
+            self.proc = fork_server().start(
+                ["serve"],
+                env,
+                str(REPO_ROOT),
+                str(self.log_path),
+                imports=str(imports) if imports else None,
+            )
         else:
             log = open(self.log_path, "ab")  # noqa: SIM115 - owned by the child for its lifetime
             self.proc = subprocess.Popen(
@@ -824,8 +858,13 @@ class SparkCluster:
     #: Heap of the master's and the workers' own JVMs.
     DAEMON_MEMORY = "256m"
     #: Options of every JVM of the cluster and its applications: short-lived JVMs on two
-    #: busy cores start faster with the client compiler alone and one GC thread.
-    JVM_OPTS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
+    #: busy cores start faster with the client compiler alone and one GC thread, and
+    #: without verifying the bytecode of the classes they load from Spark's own jars and
+    #: ours (a tenth of a Spark JVM's start; the JDK's own classes are never verified).
+    JVM_OPTS = (
+        "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
+        " -XX:+UnlockDiagnosticVMOptions -XX:-BytecodeVerificationRemote"
+    )
 
     def __init__(self, workdir: Path, workers: int = 2) -> None:
         import pyspark

@@ -42,3 +42,33 @@ def test_a_cli_command_runs_to_its_exit_code_with_its_own_output(tmp_path: Path)
     assert got.returncode == 0 and got.stdout.startswith("tidegate"), got
     bad = fork_server().run(["table", "nope"], env, str(tmp_path))
     assert bad.returncode == 2 and "Traceback" not in bad.stderr, bad
+
+
+#: Modules of ours a forked gateway may still import itself: none today. A module named
+#: here costs every forked gateway its import (tests/forkserver.py, ``_preload``).
+IMPORTED_AFTER_FORK: frozenset[str] = frozenset()
+
+
+def test_a_forked_gateway_imports_no_module_of_ours_the_server_left_out(tmp_path: Path) -> None:
+    """The fork server imports by hand what a gateway imports when it starts (``_preload``):
+    an edge or a store added to the gateway but not there would be imported again by every
+    forked gateway of the suite, silently. A gateway that starts, serves a table's append,
+    read and scan, and stops imports nothing of ``gateway`` or ``tiering`` itself."""
+    report = tmp_path / "imports.txt"
+    gw = GatewayProcess(tmp_path / "gw").start(imports=report)
+    try:
+        assert isinstance(gw.proc, ForkedProcess)
+        with gw.client() as c:
+            c.create_table("ns.t", {"n": "int64"})
+            c.append("ns.t", [{"n": 1}, {"n": 2}])
+            assert c.read("ns.t", partition=0, offset=0).num_rows == 2
+            assert c.scan("ns.t").num_rows == 2
+    finally:
+        gw.stop()
+    assert gw.proc.returncode == 0, gw.log()
+    ours = {m for m in report.read_text().split() if m.partition(".")[0] in ("gateway", "tiering")}
+    missing = sorted(ours - IMPORTED_AFTER_FORK)
+    assert not missing, (
+        f"a forked gateway imported {len(missing)} modules of ours after the fork; import "
+        f"them in tests/forkserver.py's _preload: {', '.join(missing)}"
+    )

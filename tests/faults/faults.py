@@ -455,7 +455,7 @@ def spark_worker_kill(c: Cluster, rng: random.Random) -> dict[str, Any]:
     return {"target": "spark-workers", "killed": killed, "after_s": round(wait, 2)}
 
 
-@fault("clock_jump", weight=0.7)
+@fault("clock_jump", weight=0.7, applies=lambda c: c.clock_shim)
 def clock_jump(c: Cluster, rng: random.Random) -> dict[str, Any]:
     """Step the gateways' wall clock forward (past the hot retention) or back (a few
     seconds), and leave it there, as an NTP step does."""

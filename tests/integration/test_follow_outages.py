@@ -14,7 +14,7 @@ import signal
 import subprocess
 import sys
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -80,10 +80,13 @@ class Pair:
         # Both replicas behind one name: gRPC tries the next address when one is down.
         self.target = "ipv4:" + ",".join(g.grpc_target for g in self.gateways)
 
-    def restart_all(self) -> None:
-        """Every replica SIGKILLed at once, then started again on its ports."""
+    def restart_all(self, while_down: Callable[[], None] | None = None) -> None:
+        """Every replica SIGKILLed at once, then started again on its ports (after
+        ``while_down()`` returns, if given)."""
         for g in self.gateways:
             g.kill()
+        if while_down is not None:
+            while_down()
         for g in self.gateways:
             g.start()
 
@@ -124,6 +127,13 @@ def _ids(path: Path, cli: bool) -> list[int]:
     if cli:
         return [json.loads(line)["n"] for line in lines if line.endswith("}")]
     return [int(line) for line in lines]
+
+
+def _outages(stderr: Path) -> int:
+    """The follower's lines saying it lost the gateway (one per outage)."""
+    if not stderr.exists():
+        return 0
+    return sum("reconnecting with backoff" in line for line in stderr.read_text().splitlines())
 
 
 def test_follow_consumers_keep_their_positions_through_restarts(pair: Pair, tmp_path: Path) -> None:
@@ -178,8 +188,20 @@ def test_follow_consumers_keep_their_positions_through_restarts(pair: Pair, tmp_
 
                 produce(600)
                 wait_for("the followers to catch up", everyone_has_all)
+
+                def reported() -> dict[str, int]:
+                    return {n: _outages(tmp_path / f"{n}.err") for n in followers}
+
                 for _ in range(2):  # two restarts of every gateway
-                    pair.restart_all()
+                    # Down until every follower said so: a gateway that starts again
+                    # within a follower's first retry is no outage it could report.
+                    seen = reported()
+                    pair.restart_all(
+                        lambda seen=seen: wait_for(
+                            "every follower to report the outage",
+                            lambda: all(n > seen[name] for name, n in reported().items()),
+                        )
+                    )
                     produce(600)
                     wait_for("the followers to catch up after a restart", everyone_has_all)
                 # A rolling restart while records keep coming.

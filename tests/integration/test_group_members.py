@@ -24,12 +24,17 @@ from typing import Any
 import pytest
 
 from tests.integration.conftest import gateway_env
-from tests.integration.test_groups import wait_for
+from tests.integration.test_groups import wait_for as _wait_for
 from tests.services import REPO_ROOT, GatewayProcess
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 PARTITIONS = 6
+#: Seconds between the producer's appends of 20 records (100 records a second, a partition
+#: every 1.2 s): records flow through every join, leave, stall and kill. It appended every
+#: 5 ms, and every batch a member polled was a commit, a metadata store transaction: most
+#: of the gateway's CPU, none of the test's claim.
+APPEND_EVERY_S = 0.2
 
 MEMBER = """
 import asyncio, signal, sys, time
@@ -41,8 +46,8 @@ state = {"stop": False, "stall": False}
 signal.signal(signal.SIGTERM, lambda *_: state.update(stop=True))
 signal.signal(signal.SIGUSR1, lambda *_: state.update(stall=True))
 OPTIONS = dict(
-    group="trio", client_id=name, session_timeout=3.0, heartbeat_interval=0.1,
-    poll_interval=0.02, max_records=40, auto_commit_interval=None, max_poll_interval=1.5,
+    group="trio", client_id=name, session_timeout=3.0, heartbeat_interval=0.3,
+    poll_interval=0.1, max_records=40, auto_commit_interval=None, max_poll_interval=1.5,
 )
 
 def handed(out, batches):
@@ -101,6 +106,12 @@ with open(out_path, "a") as out:
     else:
         asyncio.run(run_aio(out))
 """
+
+
+def wait_for(what: str, done: Any) -> None:
+    """Until ``done()``, asked every 0.1 s: each ask is a group description from the
+    gateway, and the states waited for last seconds (a session timeout is 3 s)."""
+    _wait_for(what, done, interval=0.1)
 
 
 class Members:
@@ -176,7 +187,7 @@ def _produce(gw: GatewayProcess, table: str, stop: threading.Event) -> None:
             p = n % PARTITIONS
             c.append(table, [{"n": n * 100 + i} for i in range(20)], partition=p)
             n += 1
-            time.sleep(0.005)
+            time.sleep(APPEND_EVERY_S)
 
 
 @pytest.mark.parametrize("flavour", ["sync", "aio"])

@@ -33,11 +33,14 @@ def sdk(request: pytest.FixtureRequest, gateway: GatewayProcess) -> Iterator[Any
         yield client
 
 
-def wait_for(what: str, done: Callable[[], bool], timeout: float = 60) -> None:
+def wait_for(
+    what: str, done: Callable[[], bool], timeout: float = 60, interval: float = 0.02
+) -> None:
+    """Until ``done()``: asked every ``interval`` seconds, for at most ``timeout``."""
     deadline = time.monotonic() + timeout
     while not done():
         assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.02)
+        time.sleep(interval)
 
 
 def _fill(sdk: Any, table: str, partitions: int, per_partition: int, first: int = 0) -> None:

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import signal
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -19,7 +18,7 @@ from gateway.lake.tiering import tier_table
 from tests.cold.helpers import duckdb_rows
 from tests.lake.conftest import Harness, tier_settings
 from tests.lake.test_crash import _env, _read_all
-from tests.services import REPO_ROOT
+from tests.services import REPO_ROOT, run_module
 
 pytestmark = pytest.mark.integration
 
@@ -28,14 +27,8 @@ def _compact_in_child(settings: Settings, crash: str | None) -> subprocess.Compl
     env = _env(settings, None)
     if crash:
         env[CRASH_POINT_ENV] = crash
-    return subprocess.run(
-        [sys.executable, "-m", "tiering", "compact", "--runner", "local", "--log-level", "WARNING"],
-        env=env,
-        cwd=str(REPO_ROOT),
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    argv = ["compact", "--runner", "local", "--log-level", "WARNING"]
+    return run_module("tiering", argv, env, REPO_ROOT)
 
 
 @pytest.mark.parametrize("crash", ["after_plan", "after_write", "after_commit"])

@@ -8,7 +8,6 @@ import asyncio
 import os
 import signal
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +18,7 @@ from gateway.hot import PartitionId
 from gateway.lake.tasks import CRASH_POINT_ENV
 from gateway.server.app import build_service
 from tests.lake.conftest import Harness, tier_settings
-from tests.services import REPO_ROOT, RedisServer
+from tests.services import REPO_ROOT, RedisServer, run_module
 
 pytestmark = pytest.mark.integration
 
@@ -41,14 +40,9 @@ def _env(settings: Settings, crash: str | None) -> dict[str, str]:
 
 
 def _tier_in_child(settings: Settings, crash: str | None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "tiering", "--runner", "local", "--log-level", "WARNING"],
-        env=_env(settings, crash),
-        cwd=str(REPO_ROOT),
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    """``python -m tiering --runner local`` in a process of its own (forked where it can)."""
+    argv = ["--runner", "local", "--log-level", "WARNING"]
+    return run_module("tiering", argv, _env(settings, crash), REPO_ROOT)
 
 
 def _read_all(settings: Settings, d: Any) -> list[list[tuple[int, int]]]:
