@@ -55,7 +55,9 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> 
         "forks": len(_forked),
     }
     worker = os.environ.get("PYTEST_XDIST_WORKER", "main")
-    with open(Path(_FOLDER) / f"{worker}-{os.getpid()}.jsonl", "a") as out:
+    folder = Path(_FOLDER)
+    folder.mkdir(parents=True, exist_ok=True)  # named, not necessarily made, by the caller
+    with open(folder / f"{worker}-{os.getpid()}.jsonl", "a") as out:
         out.write(json.dumps(row) + "\n")
 
 
