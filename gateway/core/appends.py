@@ -15,7 +15,7 @@ import numpy as np
 import pyarrow as pa
 
 from gateway import metrics
-from gateway.core.base import CoreBase
+from gateway.core.base import RESEED_WAIT_S, CoreBase
 from gateway.core.keyed import check_writes, resolve
 from gateway.core.names import INT64_MAX, check_text
 from gateway.core.views import TableView
@@ -425,8 +425,17 @@ class AppendOps(CoreBase):
     def _reseed(self, table: TableView, part: PartitionId, why: str) -> None:
         """Re-open a partition whose hot state was lost at the highest offset known to be
         assigned: the tiered watermark (fresh from the snapshot), the watermarks the
-        metadata store last saw, and whatever the hot tier itself remembers."""
+        metadata store last saw, and whatever the hot tier itself remembers.
+
+        On a shared hot tier, another live gateway may have acknowledged offsets of the
+        partition that it records only within ``MARKS_INTERVAL_S``: the watermarks are
+        read after ``RESEED_WAIT_S``, so that those are above the new offsets, not reused
+        (no append to the partition can be acknowledged meanwhile: its state is gone).
+        What stays open is a gateway that died before it recorded them
+        (docs/durability.md)."""
         d = table.definition
+        if self.hot.shared:
+            time.sleep(RESEED_WAIT_S)
         floor = self._tiered_floor(table, part, fresh=True)
         for state in self.meta.partitions(d.table_id):
             if state.partition == part.partition:

@@ -49,6 +49,10 @@ _TABLE_CACHE_TTL_S = TABLE_VIEW_TTL_S
 TABLE_CACHE_MAX = 8192
 #: How often a process records the high watermarks it acknowledged (see ``_mark``).
 MARKS_INTERVAL_S = 1.0
+#: How long a gateway that found a shared hot tier's partition state lost waits before it
+#: reads the high watermarks recorded (``AppendOps._reseed``): long enough for every live
+#: gateway to have recorded what it acknowledged before the loss.
+RESEED_WAIT_S = 2 * MARKS_INTERVAL_S + 0.5
 #: Tenants whose tables' storage samples are kept (``TableOps.storage_of``).
 STORAGE_TENANTS_MAX = 1024
 

@@ -143,6 +143,9 @@ class HotLog(ABC):
 
     #: Short name used in config (``TIDEGATE_HOT__TYPE``).
     name: str = ""
+    #: Whether several gateway processes write this tier at once (each records the high
+    #: watermarks it acknowledged only every so often: see ``AppendOps._reseed``).
+    shared: bool = False
 
     @classmethod
     @abstractmethod

@@ -72,6 +72,7 @@ class RedisHotLog(RedisKeyIndex):
     """
 
     name = "redis"
+    shared = True
 
     def __init__(
         self,
