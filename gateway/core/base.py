@@ -22,7 +22,7 @@ from gateway.config import Settings
 from gateway.core.budget import ReadBudget
 from gateway.core.recent import RecentBatches
 from gateway.core.views import TableView
-from gateway.hot import HotLog, PartitionId
+from gateway.hot import HotLog, LogOffsets, PartitionId
 from gateway.meta import TABLE_VIEW_TTL_S, MetadataStore, StorageMark, TableDef
 from gateway.wire.errors import (
     InvalidPartition,
@@ -231,6 +231,29 @@ class CoreBase:
         self._filter_limits = FilterLimits(
             s.max_filter_chars, s.max_filter_terms, s.max_filter_depth
         )
+
+    def _reseed(self, table: TableView, part: PartitionId, why: str) -> None:
+        """Re-open a partition whose hot state was lost (``AppendOps._reseed``)."""
+        raise NotImplementedError
+
+    def _unless_lost(
+        self, table: TableView, part: PartitionId, o: LogOffsets, recorded: int, tiered: int
+    ) -> LogOffsets:
+        """``o``, the hot tier's offsets of ``part``; or, when they end below the high
+        watermark the metadata store recorded (offsets acknowledged, and gone with the hot
+        tier's state: an emptied Redis, a removed disk partition), the offsets once the
+        partition is re-seeded and the range recorded lost, as the next append would do.
+        A partition nobody appends to again would otherwise keep its loss unrecorded, and
+        read as if those offsets had never been assigned."""
+        if o.high >= recorded or o.high > tiered:
+            return o
+        self._reseed(
+            table,
+            part,
+            f"the hot tier holds partition {part.path} up to offset {o.high}, below the "
+            f"{recorded} acknowledged: it lost its state",
+        )
+        return self.hot.offsets(part)
 
     async def _run(self, fn: Callable[P, R], *args: P.args, **kwargs: P.kwargs) -> R:
         loop = asyncio.get_running_loop()

@@ -287,11 +287,17 @@ class TableOps(CoreBase):
                 where[:] = [cold.name, cold.metadata_location]
                 schema_id[0] = cold.schema_id()
             for p in range(d.partitions):
-                o = self.hot.offsets(PartitionId(d.tenant, d.table_id, p))
+                part = PartitionId(d.tenant, d.table_id, p)
+                o = self.hot.offsets(part)
                 if snap is not None:
                     tiered = snap.watermark(p)
                 else:
                     tiered = cached[p].tiered_watermark if p in cached else 0
+                if p in cached:
+                    o = self._unless_lost(table, part, o, cached[p].high_watermark, tiered)
+                    if snap is not None and o.low > tiered:  # the loss was recorded
+                        snap = cold.snapshot()
+                        tiered = snap.watermark(p)
                 recorded = cached[p].earliest_offset if p in cached else 0
                 earliest = max(recorded, 0 if tiered > 0 else o.low)
                 high = max(o.high, tiered)

@@ -488,3 +488,34 @@ def test_get_answers_tiered_keys_from_the_state_table_while_the_hot_state_is_gon
     finally:
         gw.stop()
         server.stop()
+
+
+def test_a_loss_no_append_follows_is_recorded_by_describe(tmp_path: Path) -> None:
+    """Redis loses a partition's state and nothing is appended to it again (the fault
+    run's seed 3: a key writer's last batches, acknowledged just before a shard restarted
+    empty, were in no changelog and not recorded lost, and read as if never assigned).
+    ``describe``, which the read-back of a run asks first, finds the hot tier below the
+    high watermark recorded, re-seeds the partition and records the range lost."""
+    import redis as redis_py
+
+    server, gw = forgetful(tmp_path)
+    try:
+        with gw.client() as c:
+            c.create_table(TABLE, {"id": "int64", "note": "string"}, partitions=PARTITIONS)
+        acked = append(gw, 0, 20)
+        time.sleep(1.5)  # the gateway records what it acknowledged every second
+        with redis_py.Redis.from_url(server.url) as r:
+            r.flushall()
+        info = {p.partition: p for p in describe(gw).partition_info}
+        for p in range(PARTITIONS):
+            end = max(o for o, _ in acked[p]) + 1
+            assert info[p].high_watermark == end, (p, info[p])
+            # Recorded lost: the offsets are passed over, never assigned again.
+            assert info[p].tiered_watermark == end, (p, info[p])
+        assert "were acknowledged, then lost" in gw.log()
+        after = append(gw, 100, 4)
+        for p in range(PARTITIONS):
+            assert min(o for o, _ in after[p]) >= 10, after
+    finally:
+        gw.stop()
+        server.stop()
