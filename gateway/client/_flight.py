@@ -11,6 +11,7 @@ appends, where ``flight_appends`` is false: gateways older than Flight appends).
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Generator
 from typing import Any
 
@@ -19,7 +20,7 @@ import pyarrow.flight as fl
 
 from gateway.client._types import TableRef
 from gateway.wire._proto.tidegate.v1 import tidegate_pb2 as pb
-from gateway.wire.errors import OffsetOutOfRange, TidegateError, Unavailable
+from gateway.wire.errors import OffsetOutOfRange, Throttled, TidegateError, Unavailable
 from gateway.wire.status import build_error
 
 __all__ = [
@@ -58,6 +59,20 @@ def range_ended_early(
         earliest=start,
         latest=offset,
     )
+
+
+#: How long a range read waits out the tenant's read quota in all before it gives up.
+RANGE_THROTTLE_S = 60.0
+
+
+def throttle_wait(exc: Throttled, started: float) -> float:
+    """How long a range read that began at ``started`` (``time.monotonic``) waits, after
+    ``exc`` (the tenant's read quota), before it reads on from where it was, as the SDK
+    waits out a file link's 429; ``exc`` itself past :data:`RANGE_THROTTLE_S` in all."""
+    wait = max(0.05, (exc.retry_after_ms or 1000) / 1000)
+    if time.monotonic() + wait >= started + RANGE_THROTTLE_S:
+        raise exc
+    return wait
 
 
 def flight_scan(request: pb.ScanRequest) -> dict[str, Any]:

@@ -17,7 +17,7 @@ import pyarrow as pa
 
 from gateway.client._arrow import delete_ipc, dict_rows, ipc, rows_ipc
 from gateway.client._calls import SyncCalls
-from gateway.client._flight import flight_read, flight_scan, range_ended_early
+from gateway.client._flight import flight_read, flight_scan, range_ended_early, throttle_wait
 from gateway.client._lake_read import lake_read
 from gateway.client._lake_scan import ScanMode, check_mode, lake_batches, lake_scan
 from gateway.client._reading import label_tier, read_response_batches, scan_request, scan_table
@@ -50,7 +50,7 @@ from gateway.client._types import (
 )
 from gateway.wire._proto.tidegate.v1 import tidegate_pb2 as pb
 from gateway.wire.codec import Compression
-from gateway.wire.errors import TableAlreadyExists, TidegateError
+from gateway.wire.errors import TableAlreadyExists, Throttled, TidegateError
 from gateway.wire.retry import Retry
 from gateway.wire.status import error_from_rpc
 
@@ -355,6 +355,7 @@ class Client(SyncCalls):
         over gRPC. What a bulk reader (the Spark connector's hot ranges) wants."""
         flight = self._flight()
         offset = start
+        started = time.monotonic()
         while offset < end:
             before = offset
             steps = (
@@ -372,10 +373,14 @@ class Client(SyncCalls):
                     )
                 )
             )
-            for batches, next_offset in steps:
-                if batches:
-                    yield batches
-                offset = max(offset, next_offset)
+            try:
+                for batches, next_offset in steps:
+                    if batches:
+                        yield batches
+                    offset = max(offset, next_offset)
+            except Throttled as exc:  # over the read quota: on from ``offset`` after a wait
+                time.sleep(throttle_wait(exc, started))
+                continue
             if offset == before:
                 raise range_ended_early(table, partition, offset, start, end)
 

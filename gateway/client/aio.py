@@ -29,7 +29,7 @@ from gateway.client._aio_consumer import AsyncConsumer
 from gateway.client._aio_producer import AsyncProducer
 from gateway.client._arrow import delete_ipc, dict_rows, ipc, rows_ipc
 from gateway.client._calls import AsyncCalls
-from gateway.client._flight import flight_read, flight_scan, range_ended_early
+from gateway.client._flight import flight_read, flight_scan, range_ended_early, throttle_wait
 from gateway.client._lake_read import lake_read_async
 from gateway.client._lake_scan import ScanMode, check_mode, lake_batches_async, lake_scan_async
 from gateway.client._reading import (
@@ -65,7 +65,7 @@ from gateway.client._types import (
 )
 from gateway.wire._proto.tidegate.v1 import tidegate_pb2 as pb
 from gateway.wire.codec import Compression
-from gateway.wire.errors import TableAlreadyExists, TidegateError
+from gateway.wire.errors import TableAlreadyExists, Throttled, TidegateError
 from gateway.wire.retry import Retry
 from gateway.wire.status import error_from_rpc
 
@@ -294,25 +294,30 @@ class AsyncClient(AsyncCalls):
         :meth:`gateway.client.Client.read_range`."""
         flight = await self._flight()
         offset = start
+        started = time.monotonic()
         while offset < end:
             before = offset
-            if flight is not None:
-                # Flight's client blocks: each step is received on a worker thread.
-                steps = flight.read_steps(flight_read(table, partition, offset, end - offset))
-                try:
-                    while (step := await asyncio.to_thread(next, steps, None)) is not None:
-                        if step[0]:
-                            yield step[0]
-                        offset = max(offset, step[1])
-                finally:
-                    steps.close()
-            else:
-                async for batches, next_offset, _ in self.read_batches(
-                    table, partition=partition, offset=offset, max_records=end - offset
-                ):
-                    if batches:
-                        yield batches
-                    offset = max(offset, next_offset)
+            try:
+                if flight is not None:
+                    # Flight's client blocks: each step is received on a worker thread.
+                    steps = flight.read_steps(flight_read(table, partition, offset, end - offset))
+                    try:
+                        while (step := await asyncio.to_thread(next, steps, None)) is not None:
+                            if step[0]:
+                                yield step[0]
+                            offset = max(offset, step[1])
+                    finally:
+                        steps.close()
+                else:
+                    async for batches, next_offset, _ in self.read_batches(
+                        table, partition=partition, offset=offset, max_records=end - offset
+                    ):
+                        if batches:
+                            yield batches
+                        offset = max(offset, next_offset)
+            except Throttled as exc:  # over the read quota: on from ``offset`` after a wait
+                await asyncio.sleep(throttle_wait(exc, started))
+                continue
             if offset == before:
                 raise range_ended_early(table, partition, offset, start, end)
 
